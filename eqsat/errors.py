@@ -1,0 +1,34 @@
+"""Errors the user can act on. Each carries the exit code the CLI returns for it:
+2 for bad usage or unreadable input, 1 when optimization or verification fails."""
+
+from __future__ import annotations
+
+
+class EqsatError(Exception):
+    exit_code = 1
+
+
+class UsageError(EqsatError):
+    exit_code = 2
+
+
+class InputError(EqsatError):
+    """The input file cannot be read as an ONNX model."""
+
+    exit_code = 2
+
+
+class InvalidModelError(InputError):
+    """The file is ONNX, but the model is not valid."""
+
+
+class RuleError(EqsatError):
+    """A rule file does not parse or type-check; the message is FILE:LINE:COL: message."""
+
+    exit_code = 2
+
+
+class OptimizeError(EqsatError):
+    """Optimization failed (an internal check did not hold, egglog panicked, ...)."""
+
+    exit_code = 1

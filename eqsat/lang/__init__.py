@@ -1,0 +1,1 @@
+"""The op language: typed ONNX ops, dtypes, and term construction for egglog."""

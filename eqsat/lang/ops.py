@@ -1,0 +1,245 @@
+"""The typed ONNX ops of the op language and how each maps to and from ONNX.
+
+`rules/lang.egg` declares one constructor per op here; its arguments are the op's inputs in
+ONNX order, then its attributes in alphabetical order, then (ops with several outputs) the
+number of outputs. This table adds what egglog cannot say: the ONNX name and domain, which
+inputs are optional or variadic, attribute kinds and defaults, and, for ops whose older
+versions took an input as an attribute, how to convert. `tests/test_lang.py` checks that the
+table and the prelude agree.
+
+Contract of a spec: a node encodes to its constructor only if every attribute it carries is
+in the spec with the expected kind, its opset version is at least `min_version`, and it has
+no used outputs beyond the first (ops with `n_outputs` excepted); any other node is carried
+as `Opaque`, unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Attribute kinds and the egglog sort each becomes.
+ATTR_SORTS = {
+    "int": "i64",
+    "float": "f64",
+    "str": "String",
+    "ints": "IVec",
+    "floats": "FVec",
+    "dtype": "DType",
+    "int?": "OptInt",
+    "tensor": "Op",
+    "graph": "String",
+}
+
+
+@dataclass(frozen=True)
+class Attr:
+    name: str
+    kind: str  # a key of ATTR_SORTS
+    default: object = None  # None: no default (required, or absent = empty / NoInt)
+
+
+@dataclass(frozen=True)
+class LegacyInput:
+    """An input that opsets before `until` took as the attribute `attr`."""
+
+    attr: str
+    until: int
+    kind: str = "ints"  # "ints" (an int64 1-D tensor) or "float" (a scalar of the data's type)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    ctor: str
+    inputs: tuple[str, ...] = ("X",)  # name, name? (optional), name* (variadic, only one)
+    attrs: tuple[Attr, ...] = ()
+    op_type: str = ""  # defaults to ctor
+    domain: str = ""
+    min_version: int = 1
+    n_outputs: bool = False  # the term is a tuple: outputs are (Out node k)
+    legacy: dict[str, LegacyInput] = field(default_factory=dict)
+    captures: bool = False  # has graph attributes: outer-scope names become an OpList
+
+    @property
+    def onnx_type(self) -> str:
+        return self.op_type or self.ctor
+
+    def arg_sorts(self) -> list[str]:
+        sorts = ["OpList" if i.endswith("*") else "Op" for i in self.inputs]
+        sorts += [ATTR_SORTS[a.kind] for a in self.attrs]
+        if self.captures:
+            sorts.append("OpList")
+        if self.n_outputs:
+            sorts.append("i64")
+        return sorts
+
+
+def _unary(*names: str) -> list[OpSpec]:
+    return [OpSpec(n) for n in names]
+
+
+def _binary(*names: str, min_version: int = 7) -> list[OpSpec]:
+    return [OpSpec(n, ("A", "B"), min_version=min_version) for n in names]
+
+
+def _reduce(name: str, axes_input_since: int) -> OpSpec:
+    return OpSpec(
+        name,
+        ("data", "axes?"),
+        (Attr("keepdims", "int", 1), Attr("noop_with_empty_axes", "int", 0)),
+        legacy={"axes": LegacyInput("axes", axes_input_since)},
+    )
+
+
+_POOL_COMMON = (Attr("auto_pad", "str", "NOTSET"), Attr("ceil_mode", "int", 0))
+
+SPECS: list[OpSpec] = [
+    *_unary(
+        "Abs", "Ceil", "Cos", "Erf", "Exp", "Floor", "HardSwish", "Identity", "Log", "Neg",
+        "Not", "Reciprocal", "Relu", "Sigmoid", "Sin", "Softplus", "Sqrt", "Tanh",
+    ),
+    OpSpec("Elu", attrs=(Attr("alpha", "float", 1.0),)),
+    OpSpec("Gelu", attrs=(Attr("approximate", "str", "none"),)),
+    OpSpec("HardSigmoid", attrs=(Attr("alpha", "float", 0.2), Attr("beta", "float", 0.5))),
+    OpSpec("LeakyRelu", attrs=(Attr("alpha", "float", 0.01),)),
+    OpSpec(
+        "Clip",
+        ("input", "min?", "max?"),
+        legacy={"min": LegacyInput("min", 11, "float"), "max": LegacyInput("max", 11, "float")},
+        min_version=6,
+    ),
+    OpSpec(
+        "Cast",
+        ("input",),
+        (Attr("round_mode", "str", "up"), Attr("saturate", "int", 1), Attr("to", "dtype")),
+        min_version=6,
+    ),
+    OpSpec("CastLike", ("input", "target_type"), (Attr("round_mode", "str", "up"), Attr("saturate", "int", 1))),
+    OpSpec(
+        "Dropout",
+        ("data", "ratio?", "training_mode?"),
+        (Attr("seed", "int?"),),
+        legacy={"ratio": LegacyInput("ratio", 12, "float")},
+        min_version=7,
+    ),
+    *_binary("Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "And", "Or"),
+    OpSpec("Where", ("condition", "X", "Y")),
+    OpSpec("Sum", ("data_0*",), min_version=8),
+    OpSpec("Max", ("data_0*",), min_version=8),
+    OpSpec("Min", ("data_0*",), min_version=8),
+    OpSpec("MatMul", ("A", "B")),
+    OpSpec(
+        "Gemm",
+        ("A", "B", "C?"),
+        (Attr("alpha", "float", 1.0), Attr("beta", "float", 1.0), Attr("transA", "int", 0), Attr("transB", "int", 0)),
+        min_version=7,
+    ),
+    OpSpec(
+        "Conv",
+        ("X", "W", "B?"),
+        (
+            Attr("auto_pad", "str", "NOTSET"),
+            Attr("dilations", "ints"),
+            Attr("group", "int", 1),
+            Attr("kernel_shape", "ints"),
+            Attr("pads", "ints"),
+            Attr("strides", "ints"),
+        ),
+    ),
+    OpSpec(
+        "MaxPool",
+        attrs=(
+            *_POOL_COMMON,
+            Attr("dilations", "ints"),
+            Attr("kernel_shape", "ints"),
+            Attr("pads", "ints"),
+            Attr("storage_order", "int", 0),
+            Attr("strides", "ints"),
+        ),
+    ),
+    OpSpec(
+        "AveragePool",
+        attrs=(
+            *_POOL_COMMON,
+            Attr("count_include_pad", "int", 0),
+            Attr("dilations", "ints"),
+            Attr("kernel_shape", "ints"),
+            Attr("pads", "ints"),
+            Attr("strides", "ints"),
+        ),
+    ),
+    OpSpec("GlobalAveragePool"),
+    OpSpec("GlobalMaxPool"),
+    OpSpec(
+        "BatchNormalization",
+        ("X", "scale", "B", "input_mean", "input_var"),
+        (Attr("epsilon", "float", 1e-5), Attr("momentum", "float", 0.9), Attr("training_mode", "int", 0)),
+        min_version=9,
+    ),
+    OpSpec(
+        "LayerNormalization",
+        ("X", "Scale", "B?"),
+        (Attr("axis", "int", -1), Attr("epsilon", "float", 1e-5), Attr("stash_type", "int", 1)),
+    ),
+    OpSpec(
+        "RMSNormalization",
+        ("X", "scale"),
+        (Attr("axis", "int", -1), Attr("epsilon", "float", 1e-5), Attr("stash_type", "int", 1)),
+    ),
+    OpSpec("Softmax", ("input",), (Attr("axis", "int", -1),), min_version=13),
+    OpSpec("LogSoftmax", ("input",), (Attr("axis", "int", -1),), min_version=13),
+    _reduce("ReduceMean", 18),
+    _reduce("ReduceSum", 13),
+    _reduce("ReduceMax", 18),
+    _reduce("ReduceMin", 18),
+    OpSpec("Transpose", ("data",), (Attr("perm", "ints"),)),
+    OpSpec("Reshape", ("data", "shape"), (Attr("allowzero", "int", 0),), min_version=5),
+    OpSpec("Flatten", ("input",), (Attr("axis", "int", 1),)),
+    OpSpec("Squeeze", ("data", "axes?"), legacy={"axes": LegacyInput("axes", 13)}),
+    OpSpec("Unsqueeze", ("data", "axes"), legacy={"axes": LegacyInput("axes", 13)}),
+    OpSpec("Concat", ("inputs*",), (Attr("axis", "int"),)),
+    OpSpec(
+        "Split",
+        ("input", "split?"),
+        (Attr("axis", "int", 0), Attr("num_outputs", "int?")),
+        n_outputs=True,
+        legacy={"split": LegacyInput("split", 13)},
+        min_version=2,
+    ),
+    OpSpec(
+        "Slice",
+        ("data", "starts", "ends", "axes?", "steps?"),
+        legacy={
+            "starts": LegacyInput("starts", 10),
+            "ends": LegacyInput("ends", 10),
+            "axes": LegacyInput("axes", 10),
+        },
+    ),
+    OpSpec("Gather", ("data", "indices"), (Attr("axis", "int", 0),)),
+    OpSpec(
+        "Pad",
+        ("data", "pads", "constant_value?", "axes?"),
+        (Attr("mode", "str", "constant"),),
+        legacy={"pads": LegacyInput("pads", 11), "constant_value": LegacyInput("value", 11, "float")},
+        min_version=2,
+    ),
+    OpSpec("Expand", ("input", "shape")),
+    OpSpec("Tile", ("input", "repeats"), min_version=6),
+    OpSpec("Shape", ("data",), (Attr("end", "int?"), Attr("start", "int", 0))),
+    OpSpec("ConstantOfShape", ("input",), (Attr("value", "tensor"),)),
+    OpSpec("Range", ("start", "limit", "delta")),
+    OpSpec("Trilu", ("input", "k?"), (Attr("upper", "int", 1),)),
+    OpSpec(
+        "If",
+        ("cond",),
+        (Attr("else_branch", "graph"), Attr("then_branch", "graph")),
+        n_outputs=True,
+        captures=True,
+    ),
+]
+
+BY_CTOR: dict[str, OpSpec] = {s.ctor: s for s in SPECS}
+BY_ONNX: dict[tuple[str, str], OpSpec] = {(s.domain, s.onnx_type): s for s in SPECS}
+
+
+def spec_for(domain: str, op_type: str) -> OpSpec | None:
+    return BY_ONNX.get(("" if domain == "ai.onnx" else domain, op_type))

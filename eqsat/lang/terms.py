@@ -1,0 +1,80 @@
+"""Building op-language terms as egglog bindings expressions (no text parsing).
+
+Loading a model builds these objects directly: DESIGN.md measured text programs as
+quadratic to parse on egglog 13.2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from egglog import bindings as b
+
+from .dtypes import CODE_TO_CTOR
+
+SPAN = b.PanicSpan()
+Expr = object  # an egglog bindings expression
+
+
+def call(name: str, *args: Expr) -> Expr:
+    return b.Call(SPAN, name, list(args))
+
+
+def var(name: str) -> Expr:
+    return b.Var(SPAN, name)
+
+
+def i64(v: int) -> Expr:
+    return b.Lit(SPAN, b.Int(int(v)))
+
+
+def f64(v: float) -> Expr:
+    return b.Lit(SPAN, b.Float(float(v)))
+
+
+def string(v: str) -> Expr:
+    return b.Lit(SPAN, b.String(v))
+
+
+def ivec(values: Iterable[int]) -> Expr:
+    vals = [i64(v) for v in values]
+    return call("vec-of", *vals) if vals else call("vec-empty")
+
+
+def fvec(values: Iterable[float]) -> Expr:
+    vals = [f64(v) for v in values]
+    return call("vec-of", *vals) if vals else call("vec-empty")
+
+
+def svec(values: Iterable[str]) -> Expr:
+    vals = [string(v) for v in values]
+    return call("vec-of", *vals) if vals else call("vec-empty")
+
+
+def dtype(code: int) -> Expr:
+    ctor = CODE_TO_CTOR.get(int(code))
+    return call(ctor) if ctor else call("DTypeCode", i64(code))
+
+
+def opt_int(v: int | None) -> Expr:
+    return call("NoInt") if v is None else call("SomeInt", i64(v))
+
+
+def oplist(items: Sequence[Expr]) -> Expr:
+    out = call("Nil")
+    for item in reversed(items):
+        out = call("Cons", item, out)
+    return out
+
+
+def let(name: str, expr: Expr):
+    return b.ActionCommand(b.Let(SPAN, name, expr))
+
+
+def set_fn(fn: str, args: Sequence[Expr], value: Expr):
+    return b.ActionCommand(b.Set(SPAN, fn, list(args), value))
+
+
+def is_finite(v: float) -> bool:
+    return not (math.isnan(v) or math.isinf(v))

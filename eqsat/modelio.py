@@ -1,0 +1,97 @@
+"""Reading and writing ONNX files: clear errors for bad input, external data for large
+models, and atomic writes (a temporary file in the target folder, then a rename)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import ModelProto
+
+from .errors import InputError, InvalidModelError, OptimizeError
+
+# Protobuf cannot serialize a message over 2 GiB; above this much tensor data, weights go
+# to an external data file next to the model.
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+
+
+def load_model(path: str | os.PathLike) -> ModelProto:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file")
+    if p.is_dir():
+        raise InputError(f"{p}: is a directory, not an ONNX file")
+    if p.stat().st_size == 0:
+        raise InputError(f"{p}: the file is empty")
+    try:
+        model = onnx.load(str(p), load_external_data=False)
+    except DecodeError as e:
+        raise InputError(f"{p}: not an ONNX model (protobuf parse failed: {e}); is the file truncated?") from None
+    except (OSError, ValueError) as e:
+        raise InputError(f"{p}: cannot read the model: {e}") from None
+    if not model.HasField("graph") or not model.opset_import:
+        raise InputError(f"{p}: not an ONNX model (no graph or no opset import)")
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, str(p.parent))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{p}: cannot load its external data: {e}") from None
+    return model
+
+
+def check_model(model: ModelProto, what: str) -> None:
+    """Run the onnx checker; raises InvalidModelError naming `what` with the checker's reason."""
+    try:
+        if model_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+            return  # checked from the file after saving (protobuf limit)
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        raise InvalidModelError(f"{what}: the onnx checker rejects the model: {_first_line(e)}") from None
+
+
+def model_bytes(model: ModelProto) -> int:
+    return sum(t.ByteSize() for t in model.graph.initializer)
+
+
+def uses_external_data(model: ModelProto) -> bool:
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+
+
+def save_model(model: ModelProto, path: str | os.PathLike, external: bool | None = None, check: bool = True) -> Path:
+    """Write atomically. `external=None` stores weights externally when they exceed what one
+    protobuf can hold. The written file is checked with the onnx checker before it
+    replaces the target; on any failure nothing is left behind."""
+    out = Path(path)
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"{out}: the output folder {folder} does not exist")
+    if external is None:
+        external = model_bytes(model) > EXTERNAL_DATA_THRESHOLD
+    tmpdir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=folder))
+    try:
+        tmp = tmpdir / out.name
+        data_name = out.name + ".data"
+        if external:
+            onnx.save_model(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=data_name, size_threshold=1024)
+        else:
+            onnx.save_model(model, str(tmp))
+        if check:
+            try:
+                onnx.checker.check_model(str(tmp))
+            except onnx.checker.ValidationError as e:
+                raise OptimizeError(f"the optimized model fails the onnx checker: {_first_line(e)}") from None
+        if external:
+            os.replace(tmpdir / data_name, folder / data_name)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    return out
+
+
+def _first_line(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__

@@ -1,0 +1,138 @@
+"""The optimization pipeline: load -> encode -> saturate -> serialize -> extract -> decode.
+
+`optimize()` takes and returns ModelProto; the CLI adds files, verification and reports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onnx import ModelProto
+
+from extract import EXTRACTORS, EGraph, ExtractionError, check, get_extractor
+from extract.costs import COST_MODELS
+
+from .decode import Decoder
+from .encode import Encoder
+from .errors import OptimizeError, UsageError
+from .saturate import Limits, Saturator
+from .serialize import serialize
+from .shapes import DimTable, infer_types
+from .store import ProtoStore, TensorStore
+
+
+@dataclass
+class Options:
+    rule_files: list[Path] = field(default_factory=list)
+    default_rules: bool = True
+    limits: Limits = field(default_factory=Limits)
+    extractor: str = "tree-greedy"
+    cost_model: str = "node-count"
+    save_egraph: Path | None = None
+
+
+@dataclass
+class Result:
+    model: ModelProto
+    report: dict
+
+
+def op_histogram(model: ModelProto) -> Counter:
+    return Counter((f"{n.domain}." if n.domain not in ("", "ai.onnx") else "") + n.op_type for n in model.graph.node)
+
+
+def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None) -> Result:
+    say = progress or (lambda _msg: None)
+    times: dict[str, float] = {}
+    warnings: list[str] = []
+
+    def phase(name: str, t0: float) -> None:
+        times[name] = round(time.perf_counter() - t0, 4)
+
+    if opts.extractor not in EXTRACTORS:
+        raise UsageError(f"unknown extractor {opts.extractor!r}; choose one of {', '.join(EXTRACTORS)}")
+    if opts.cost_model not in COST_MODELS:
+        raise UsageError(f"unknown cost model {opts.cost_model!r}; choose one of {', '.join(COST_MODELS)}")
+
+    t0 = time.perf_counter()
+    types, warning = infer_types(model)
+    if warning:
+        warnings.append(warning)
+    phase("shape_inference", t0)
+
+    t0 = time.perf_counter()
+    sat = Saturator(opts.rule_files, opts.default_rules)
+    phase("load_rules", t0)
+
+    t0 = time.perf_counter()
+    tensors, protos, dims = TensorStore(), ProtoStore(), DimTable()
+    enc = Encoder(model, types, tensors, protos, dims).encode()
+    sat.run_commands(enc.commands)
+    phase("encode", t0)
+    say(f"encoded {enc.n_nodes} nodes ({sum(enc.opaque.values())} typed ops carried opaque) in {times['encode']:.2f} s")
+
+    sat_report = sat.saturate(opts.limits, progress=say)
+    times["saturate"] = round(sat_report.time_s, 4)
+    say(f"saturation stopped: {sat_report.stop_reason} after {sat_report.iterations} rounds, "
+        f"{sat_report.enodes} e-nodes, {sat_report.time_s:.2f} s")
+
+    t0 = time.perf_counter()
+    roots = [enc.value_var[o] for o in enc.outputs]
+    data = serialize(sat.eg, roots, enc.outputs, list(sat.declared.constructors), sat.declared.functions, dims)
+    phase("serialize", t0)
+    if opts.save_egraph:
+        import json
+
+        Path(opts.save_egraph).write_text(json.dumps(data))
+
+    t0 = time.perf_counter()
+    egraph = EGraph.from_json(data)
+    cost = COST_MODELS[opts.cost_model]()
+    try:
+        ex = get_extractor(opts.extractor).extract(egraph, cost)
+        check(egraph, ex.choice)
+    except ExtractionError as e:
+        raise OptimizeError(f"extraction failed: {e}") from None
+    phase("extract", t0)
+
+    t0 = time.perf_counter()
+    let_class = data["eqsat"]["let_class"]
+    value_names: dict[str, list[str]] = {}
+    for name, var in enc.value_var.items():
+        c = let_class.get(var)
+        if c is not None:
+            value_names.setdefault(c, []).append(name)
+    out = Decoder(model, egraph, ex.choice, tensors, protos, value_names).decode(egraph.roots)
+    phase("decode", t0)
+
+    before, after = op_histogram(model), op_histogram(out)
+    report = {
+        "nodes_before": len(model.graph.node),
+        "nodes_after": len(out.graph.node),
+        "ops_before": dict(before.most_common()),
+        "ops_after": dict(after.most_common()),
+        "opaque": dict(enc.opaque.most_common()),
+        "saturation": {
+            "stop_reason": sat_report.stop_reason,
+            "stop_detail": sat_report.stop_detail,
+            "iterations": sat_report.iterations,
+            "enodes_before": sat_report.enodes_before,
+            "enodes": sat_report.enodes,
+            "eclasses": len(egraph.classes),
+            "rule_matches": dict(sat_report.rule_matches.most_common()),
+            "rounds": sat_report.rounds,
+        },
+        "extraction": {
+            "extractor": ex.extractor,
+            "cost_model": cost.name,
+            "tree_cost": ex.tree_cost,
+            "dag_cost": ex.dag_cost,
+        },
+        "times_s": times,
+        "warnings": warnings,
+    }
+    return Result(out, report)

@@ -1,0 +1,208 @@
+"""Rule files: where the default ones are, loading them into egglog, and turning egglog's
+errors into `FILE:LINE:COL: message` with a hint."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from egglog import bindings as b
+
+from .errors import RuleError
+
+PRELUDE = "lang.egg"
+SCHEDULE = "schedule.egg"
+
+
+def rules_dir() -> Path:
+    """The default rules: shipped as the package `eqsat.rules`, or `rules/` in a checkout."""
+    try:
+        import eqsat.rules as pkg  # installed wheel (package data)
+
+        for p in getattr(pkg, "__path__", []):
+            if (Path(p) / PRELUDE).is_file():
+                return Path(p)
+    except ImportError:
+        pass
+    p = Path(__file__).resolve().parent.parent / "rules"
+    if (p / PRELUDE).is_file():
+        return p
+    raise RuleError(f"the default rules ({PRELUDE}) are not installed next to eqsat")
+
+
+def default_rule_files() -> list[Path]:
+    """The default rule files in load order: the prelude, then the others by name."""
+    d = rules_dir()
+    return [d / PRELUDE] + sorted(p for p in d.glob("*.egg") if p.name not in (PRELUDE, SCHEDULE))
+
+
+def display_path(p: Path) -> str:
+    """A path as the user should read it: relative to the cwd, or rules/NAME for defaults."""
+    p = Path(p)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        pass
+    if p.resolve().parent == rules_dir().resolve():
+        return f"rules/{p.name}"
+    return str(p)
+
+
+@dataclass
+class Declared:
+    """What the loaded files declare, read from egglog's parsed commands."""
+
+    rulesets: list[str] = field(default_factory=list)  # in declaration order
+    constructors: dict[str, tuple[str, list[str]]] = field(default_factory=dict)  # name -> (sort, args)
+    functions: list[str] = field(default_factory=list)  # functions and relations (not terms)
+    rules: dict[str, str] = field(default_factory=dict)  # rule name -> ruleset
+    ruleset_files: dict[str, str] = field(default_factory=dict)  # ruleset -> declaring file
+
+    def absorb(self, cmds: list, path: str) -> None:
+        for c in cmds:
+            if isinstance(c, b.AddRuleset):
+                self.rulesets.append(c.name)
+                self.ruleset_files[c.name] = path
+            elif isinstance(c, b.Datatype):
+                for v in c.variants:
+                    self.constructors[v.name] = (c.name, list(v.types))
+            elif isinstance(c, b.Datatypes):
+                for _span, sort, sub in c.datatypes:
+                    for v in getattr(sub, "variants", []):
+                        self.constructors[v.name] = (sort, list(v.types))
+            elif isinstance(c, b.Constructor):
+                self.constructors[c.name] = (c.schema.output, list(c.schema.input))
+            elif isinstance(c, (b.FunctionCommand, b.Relation)):
+                self.functions.append(c.name)
+            elif isinstance(c, (b.RewriteCommand, b.BiRewriteCommand)):
+                if getattr(c.rewrite, "name", ""):
+                    self.rules[c.rewrite.name] = c.name  # c.name is the ruleset
+            elif isinstance(c, b.RuleCommand):
+                if c.rule.name:
+                    self.rules[c.rule.name] = c.rule.ruleset
+
+
+def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared) -> None:
+    """Parse and run one rule file; egglog errors become RuleError(FILE:LINE:COL: ...)."""
+    try:
+        cmds = eg.parse_program(text, filename=path)
+        eg.run_program(*cmds)
+    except b.EggSmolError as e:
+        raise RuleError(format_egglog_error(str(e), path, text, declared)) from None
+    except BaseException as e:  # egglog panics are BaseException (pyo3 PanicException)
+        if isinstance(e, KeyboardInterrupt | SystemExit):
+            raise
+        raise RuleError(f"{path}: egglog failed while loading this file: {str(e).splitlines()[0]}") from None
+    declared.absorb(cmds, path)
+
+
+def load_rule_file(eg: b.EGraph, path: Path, declared: Declared) -> None:
+    shown = display_path(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RuleError(f"{shown}: no such rule file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise RuleError(f"{shown}: cannot read rule file: {e}") from None
+    load_rule_text(eg, text, shown, declared)
+
+
+_SPAN = re.compile(r"In (\d+):(\d+)-(\d+) of ([^:\n]*): ?(.*)")
+
+
+def format_egglog_error(msg: str, path: str, text: str, declared: Declared) -> str:
+    """`In 3:5-9 of x.egg: (B x)\\nUnbound function B` -> `PATH:3:5: unknown constructor or
+    function B; did you mean Abs?`."""
+    lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
+    spans = [m for m in (_SPAN.match(ln) for ln in lines) if m]
+    rest = [ln for ln in lines if not _SPAN.match(ln)]
+    if spans:
+        line, col = int(spans[-1].group(1)), int(spans[-1].group(2))
+    else:
+        line, col = 1, 1
+    body = rest[-1] if rest else lines[-1] if lines else "error"
+    hint = ""
+    if "unexpected end of file" in body:
+        where = _unclosed_paren(text)
+        if where:
+            line, col = where
+            body = "unclosed '(': this parenthesis is never closed"
+    elif "All alternative definitions considered failed" in msg:
+        body = "no primitive or constructor accepts these argument types"
+        detail = [ln for ln in rest if ln.startswith("Expect")]
+        if detail:
+            body += f" ({detail[0][0].lower()}{detail[0][1:]}, ...)"
+    elif m := re.match(r"Unbound symbol (\S+)", body):
+        name = m.group(1)
+        body = f"unbound variable {name}"
+        hint = _did_you_mean(name, _symbols_near(text, line))
+    elif m := re.match(r"Unbound function (\S+)", body):
+        name = m.group(1)
+        body = f"unknown constructor or function {name}"
+        hint = _did_you_mean(name, list(declared.constructors) + declared.functions)
+    elif m := re.match(r"No such ruleset: (\S+)", body):
+        body = f"no such ruleset {m.group(1)}"
+        hint = _did_you_mean(m.group(1), declared.rulesets)
+        if not hint:
+            hint = f"declare it first with (ruleset {m.group(1)})"
+    elif m := re.match(r"Expect expression (.*) to have type (\S+), but get type (\S+)", body):
+        body = f"type error: {m.group(1)} has type {m.group(3)} but must have type {m.group(2)}"
+    elif "Shadowing is not allowed" in body:
+        body = body.replace("Shadowing is not allowed, but found", "name already declared:")
+    elif body.startswith("parse error: "):
+        body = body.replace("parse error: ", "syntax error: ", 1)
+    out = f"{path}:{line}:{col}: {body}"
+    return out + (f"; {hint}" if hint else "")
+
+
+def _did_you_mean(name: str, candidates: list[str]) -> str:
+    cands = [c for c in dict.fromkeys(candidates) if c != name]
+    lower = [c for c in cands if c.lower() == name.lower()]
+    close = lower or difflib.get_close_matches(name, cands, n=1, cutoff=0.6)
+    return f"did you mean {close[0]}?" if close else ""
+
+
+def _symbols_near(text: str, line: int) -> list[str]:
+    """Identifiers of the top-level form that contains `line` (the rule being checked)."""
+    lines = text.splitlines()
+    start = line - 1
+    while start > 0 and not lines[start].startswith("("):
+        start -= 1
+    end = line
+    while end < len(lines) and not lines[end].startswith("("):
+        end += 1
+    chunk = "\n".join(lines[start:end])
+    chunk = re.sub(r";[^\n]*", "", chunk)
+    chunk = re.sub(r'"(?:[^"\\]|\\.)*"', "", chunk)
+    return re.findall(r"(?<=[\s(])([A-Za-z_][\w\-]*)", chunk)
+
+
+def _unclosed_paren(text: str) -> tuple[int, int] | None:
+    """Line and column of the first '(' that is never closed (strings and comments skipped)."""
+    stack: list[tuple[int, int]] = []
+    line, col = 1, 0
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        col += 1
+        if c == "\n":
+            line, col = line + 1, 0
+        elif c == ";":
+            while i + 1 < n and text[i + 1] != "\n":
+                i += 1
+        elif c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                if text[i] == "\\":
+                    i += 1
+                elif text[i] == "\n":
+                    line, col = line + 1, 0
+                i += 1
+        elif c == "(":
+            stack.append((line, col))
+        elif c == ")" and stack:
+            stack.pop()
+        i += 1
+    return stack[0] if stack else None

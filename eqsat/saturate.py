@@ -1,0 +1,176 @@
+"""The saturation driver: rule files into one e-graph, then rounds of the schedule under
+limits, with the reason it stopped.
+
+A round runs the schedule (`rules/schedule.egg`, a `run-schedule` command) once, then one
+`(run R)` for each ruleset that a user rule file declares. Before a round the driver
+pushes the e-graph; a round that leaves more e-nodes than the node limit is popped (rolled
+back) and saturation stops, so the limit holds for the e-graph that extraction sees. The
+time limit is checked between rounds. Between rounds, hooks (the constant-folding oracle)
+may add facts; saturation ends when a round and its hooks change nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from egglog import bindings as b
+
+from .errors import OptimizeError, RuleError
+from .rulefiles import (
+    SCHEDULE,
+    Declared,
+    default_rule_files,
+    display_path,
+    load_rule_file,
+    rules_dir,
+)
+
+SPAN = b.PanicSpan()
+
+
+@dataclass
+class Limits:
+    """Bounds that are always in force. Defaults suit models up to ~100k nodes."""
+
+    iter_limit: int = 30  # rounds
+    node_limit: int = 2_000_000  # e-nodes (constructor rows) after a round
+    time_limit: float = 120.0  # seconds of saturation, checked between rounds
+
+
+@dataclass
+class SaturationReport:
+    stop_reason: str = "saturated"  # saturated | iteration-limit | node-limit | time-limit
+    stop_detail: str = ""
+    iterations: int = 0
+    enodes_before: int = 0
+    enodes: int = 0
+    time_s: float = 0.0
+    rule_matches: Counter = field(default_factory=Counter)
+    rounds: list[dict] = field(default_factory=list)
+
+
+class Saturator:
+    """Owns the egglog e-graph: loads rules, then runs rounds under limits."""
+
+    def __init__(self, rule_files: list[Path] | None = None, default_rules: bool = True) -> None:
+        self.eg = b.EGraph()
+        self.declared = Declared()
+        self.schedule: list = []
+        self.user_rulesets: list[str] = []
+        files = default_rule_files() if default_rules else default_rule_files()[:1]  # the prelude always
+        for f in files:
+            load_rule_file(self.eg, f, self.declared)
+        n_default = len(self.declared.rulesets)
+        if default_rules:
+            sched = rules_dir() / SCHEDULE
+            if sched.is_file():
+                self.schedule = self._parse(sched.read_text(encoding="utf-8"), display_path(sched))
+        for f in rule_files or []:
+            load_rule_file(self.eg, Path(f), self.declared)
+        self.user_rulesets = self.declared.rulesets[n_default:]
+
+    def _parse(self, text: str, path: str) -> list:
+        try:
+            return self.eg.parse_program(text, filename=path)
+        except b.EggSmolError as e:
+            from .rulefiles import format_egglog_error
+
+            raise RuleError(format_egglog_error(str(e), path, text, self.declared)) from None
+
+    def run_commands(self, cmds: list) -> list:
+        try:
+            return self.eg.run_program(*cmds)
+        except b.EggSmolError as e:
+            raise OptimizeError(f"egglog rejected the encoded model: {str(e).splitlines()[-1]}") from None
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt | SystemExit):
+                raise
+            raise OptimizeError(f"egglog panicked: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+    def size(self) -> int:
+        """E-nodes: rows of constructor tables (function tables not counted)."""
+        sizes = self.run_commands([b.PrintSize(SPAN, None)])[0].sizes
+        ctors = self.declared.constructors
+        return sum(n for name, n in sizes if name in ctors)
+
+    def _round_commands(self) -> list:
+        cmds = list(self.schedule)
+        for rs in self.user_rulesets:
+            cmds.append(b.UserDefined(SPAN, "run-schedule", [b.Call(SPAN, "run", [b.Var(SPAN, rs)])]))
+        return cmds
+
+    def saturate(
+        self,
+        limits: Limits,
+        hooks: list[Callable[[Saturator], list]] | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> SaturationReport:
+        """Run rounds until nothing changes or a limit is reached.
+
+        A hook is called after each round's rules and returns commands that add facts (the
+        folding oracle's unions); they count as a change. The e-graph is pushed once before
+        the first round; a round that passes the node limit is undone by popping back to
+        that snapshot and replaying the earlier rounds with their recorded hook commands
+        (egglog is deterministic), so extraction sees the last e-graph within the limit.
+        """
+        rep = SaturationReport()
+        t0 = time.perf_counter()
+        rep.enodes_before = rep.enodes = self.size()
+        cmds = self._round_commands()
+        history: list[list] = []  # hook commands of each completed round
+        self.run_commands([b.Push(1)])
+        while True:
+            if rep.iterations >= limits.iter_limit:
+                rep.stop_reason, rep.stop_detail = "iteration-limit", f"{limits.iter_limit} rounds"
+                break
+            if time.perf_counter() - t0 > limits.time_limit:
+                rep.stop_reason, rep.stop_detail = "time-limit", f"{limits.time_limit:g} s"
+                break
+            tr = time.perf_counter()
+            outs = self.run_commands(cmds) if cmds else []
+            changed = False
+            matches: Counter = Counter()
+            for o in outs:
+                if isinstance(o, b.RunScheduleOutput):
+                    changed |= bool(o.report.updated)
+                    matches.update({k: v for k, v in o.report.num_matches_per_rule.items() if v})
+            added: list = []
+            for hook in hooks or []:
+                new = hook(self)
+                if new:
+                    self.run_commands(new)
+                    added.extend(new)
+            changed |= bool(added)
+            n = self.size()
+            if n > limits.node_limit:
+                rep.stop_reason = "node-limit"
+                rep.stop_detail = (
+                    f"round {rep.iterations + 1} grew the e-graph to {n} e-nodes "
+                    f"(limit {limits.node_limit}); that round was rolled back"
+                )
+                self._replay(cmds, history)
+                break
+            history.append(added)
+            rep.iterations += 1
+            rep.rule_matches.update(matches)
+            rep.enodes = n
+            rep.rounds.append({"round": rep.iterations, "enodes": n, "time_s": round(time.perf_counter() - tr, 4)})
+            if progress:
+                progress(f"round {rep.iterations}: {n} e-nodes, {sum(matches.values())} rule matches")
+            if not changed:
+                rep.stop_reason = "saturated"
+                break
+        rep.time_s = time.perf_counter() - t0
+        return rep
+
+    def _replay(self, cmds: list, history: list[list]) -> None:
+        self.run_commands([b.Pop(SPAN, 1)])
+        for added in history:
+            if cmds:
+                self.run_commands(cmds)
+            if added:
+                self.run_commands(added)

@@ -1,0 +1,81 @@
+"""The saturated e-graph as egraph-serialize JSON plus eqsat's metadata.
+
+Added to egglog's JSON:
+- `class_data[C]["shape"]` (a list of dims, negative = symbolic) and `["dtype"]` (a DType
+  constructor name) for every Op e-class whose shape or dtype is known;
+- a top-level `"eqsat"` object: `format`, `constructors` (the term constructors: every
+  other function node is an analysis table, not a term), `functions`, `roots` (the output
+  e-classes, one per graph output, in order, duplicates kept), `outputs` (their names),
+  and `dims` (symbolic dimension id -> name).
+This is the file `--save-egraph` writes and the input of everything in `extract/`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from egglog import bindings as b
+
+from .lang import terms as T
+from .lang.literals import parse_int
+from .shapes import DimTable
+
+FORMAT = 1
+
+
+def serialize(eg: b.EGraph, root_vars: list[str], output_names: list[str], constructors: list[str],
+              functions: list[str], dims: DimTable) -> dict:
+    ser = eg.serialize([T.var(v) for v in dict.fromkeys(root_vars)])
+    data = json.loads(ser.to_json())
+    let_class: dict[str, str] = {}
+    for cid, cd in data.get("class_data", {}).items():
+        for name in (cd.get("let") or "").split(","):
+            name = name.strip()
+            if name:
+                let_class[name] = cid
+    nodes = data["nodes"]
+    cdata = data.setdefault("class_data", {})
+
+    def ints_of(eclass: str) -> list[int] | None:
+        for nid in by_class.get(eclass, ()):
+            n = nodes[nid]
+            if nid.startswith("primitive-") and n["op"] == "vec-of":
+                return [parse_int(nodes[c]["op"]) for c in n["children"]]
+            if nid.startswith("primitive-") and n["op"] == "vec-empty":
+                return []
+        return None
+
+    def ctor_of(eclass: str) -> str | None:
+        for nid in by_class.get(eclass, ()):
+            op = nodes[nid]["op"]
+            if op in ctor_set:
+                return op
+        return None
+
+    ctor_set = set(constructors)
+    by_class: dict[str, list[str]] = {}
+    for nid, n in nodes.items():
+        by_class.setdefault(n["eclass"], []).append(nid)
+    for n in nodes.values():
+        if n["op"] == "shape" and len(n["children"]) == 1:
+            owner = nodes[n["children"][0]]["eclass"]
+            dimsv = ints_of(n["eclass"])
+            if dimsv is not None:
+                cdata.setdefault(owner, {})["shape"] = dimsv
+        elif n["op"] == "dtype" and len(n["children"]) == 1:
+            owner = nodes[n["children"][0]]["eclass"]
+            d = ctor_of(n["eclass"])
+            if d is not None:
+                cdata.setdefault(owner, {})["dtype"] = d
+    roots = [let_class[v] for v in root_vars]
+    data["root_eclasses"] = list(dict.fromkeys(roots))
+    data["eqsat"] = {
+        "format": FORMAT,
+        "constructors": sorted(constructors),
+        "functions": sorted(functions),
+        "roots": roots,
+        "outputs": list(output_names),
+        "dims": {str(k): v for k, v in dims.names.items()},
+        "let_class": let_class,
+    }
+    return data

@@ -1,0 +1,121 @@
+"""Element types and shapes of a model's values, from ONNX shape inference.
+
+Dimensions are kept symbolic: a named dimension (`batch`) becomes a negative id shared by
+every value that has it, an unknown dimension a fresh negative id of its own, so rules can
+compare shapes without knowing sizes. `DimTable` maps the ids back to names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx
+from onnx import GraphProto, ModelProto, TypeProto
+
+SMALL_TENSOR_BYTES = 4096  # initializers above this lose their data in the inference copy
+
+
+@dataclass(frozen=True)
+class ValueType:
+    elem: int  # TensorProto enum; 0 when unknown
+    dims: tuple[int | str | None, ...] | None  # None: unknown rank; str: symbol; None dim: unknown
+
+
+@dataclass
+class DimTable:
+    """Symbolic dimension names <-> negative ids."""
+
+    by_name: dict[str, int] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
+    _next: int = -1
+
+    def _fresh(self) -> int:
+        i = self._next
+        self._next -= 1
+        return i
+
+    def id(self, dim: int | str | None) -> int:
+        if isinstance(dim, int):
+            return dim
+        if dim is None:
+            return self._fresh()
+        if dim not in self.by_name:
+            i = self._fresh()
+            self.by_name[dim] = i
+            self.names[i] = dim
+        return self.by_name[dim]
+
+    def encode(self, dims: tuple[int | str | None, ...]) -> list[int]:
+        return [self.id(d) for d in dims]
+
+
+def type_of(tp: TypeProto) -> ValueType | None:
+    if not tp.HasField("tensor_type"):
+        return None
+    tt = tp.tensor_type
+    if not tt.HasField("shape"):
+        return ValueType(tt.elem_type, None)
+    dims: list[int | str | None] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value") and d.dim_value >= 0:
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return ValueType(tt.elem_type, tuple(dims))
+
+
+def _skeleton(model: ModelProto) -> ModelProto:
+    """A copy for shape inference without the data of large initializers (the data is
+    only needed for small shape-like tensors), so a 2 GiB model does not get copied."""
+    sk = ModelProto()
+    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
+        setattr(sk, f, getattr(model, f))
+    sk.opset_import.extend(model.opset_import)
+    sk.functions.extend(model.functions)
+    g = model.graph
+    sg = sk.graph
+    sg.name = g.name
+    sg.input.extend(g.input)
+    sg.output.extend(g.output)
+    sg.value_info.extend(g.value_info)
+    sg.node.extend(g.node)
+    sg.sparse_initializer.extend(g.sparse_initializer)
+    for t in g.initializer:
+        if t.ByteSize() <= SMALL_TENSOR_BYTES:
+            sg.initializer.append(t)
+        else:
+            s = sg.initializer.add()
+            s.name = t.name
+            s.data_type = t.data_type
+            s.dims.extend(t.dims)
+            s.data_location = onnx.TensorProto.DEFAULT
+    return sk
+
+
+def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
+    """Types of the main graph's values. Returns (types, warning): shape inference that
+    fails leaves the declared types only and says why in the warning."""
+    warning = None
+    inferred = None
+    try:
+        inferred = onnx.shape_inference.infer_shapes(
+            _skeleton(model), check_type=False, strict_mode=False, data_prop=True
+        )
+    except Exception as e:  # noqa: BLE001 - inference is best effort, the reason is reported
+        warning = f"shape inference failed, shapes are partly unknown: {str(e).splitlines()[0]}"
+    graph: GraphProto = inferred.graph if inferred is not None else model.graph
+    types: dict[str, ValueType] = {}
+    for vi in [*graph.input, *graph.value_info, *graph.output]:
+        t = type_of(vi.type)
+        if t is not None:
+            types[vi.name] = t
+    # Declared types win where inference left a value less precise.
+    for vi in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
+        t = type_of(vi.type)
+        if t is not None and (vi.name not in types or types[vi.name].dims is None):
+            types[vi.name] = t
+    for t in model.graph.initializer:
+        types.setdefault(t.name, ValueType(t.data_type, tuple(int(d) for d in t.dims)))
+    return types, warning

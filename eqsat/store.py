@@ -1,0 +1,81 @@
+"""Content-addressed stores for what never enters the e-graph: tensors, subgraphs and
+attributes that egglog cannot hold. Terms refer to entries by key; equal content gets
+equal keys, so duplicated initializers become one e-class."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+from onnx import AttributeProto, GraphProto, TensorProto, numpy_helper
+
+
+def tensor_key(t: TensorProto) -> str:
+    h = hashlib.sha256()
+    h.update(f"{t.data_type}:{tuple(t.dims)}:".encode())
+    if t.HasField("raw_data") or t.raw_data:
+        h.update(t.raw_data)
+    else:
+        c = TensorProto()
+        c.CopyFrom(t)
+        c.name = ""
+        c.doc_string = ""
+        h.update(c.SerializeToString(deterministic=True))
+    return "t" + h.hexdigest()[:32]
+
+
+@dataclass
+class TensorStore:
+    """key -> TensorProto. The first name a tensor was seen under is kept as its name."""
+
+    protos: dict[str, TensorProto] = field(default_factory=dict)
+    _arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def add(self, t: TensorProto) -> str:
+        key = tensor_key(t)
+        if key not in self.protos:
+            self.protos[key] = t
+        return key
+
+    def add_array(self, arr: np.ndarray, name: str = "") -> str:
+        return self.add(numpy_helper.from_array(np.asarray(arr), name))
+
+    def proto(self, key: str) -> TensorProto:
+        return self.protos[key]
+
+    def array(self, key: str) -> np.ndarray:
+        a = self._arrays.get(key)
+        if a is None:
+            a = numpy_helper.to_array(self.protos[key])
+            self._arrays[key] = a
+        return a
+
+    def nbytes(self, key: str) -> int:
+        """Bytes of the tensor's data as stored (an estimate for non-raw encodings)."""
+        t = self.protos[key]
+        return len(t.raw_data) if t.raw_data else t.ByteSize()
+
+
+@dataclass
+class Subgraph:
+    graph: GraphProto
+    captures: list[str]  # outer-scope names the graph reads, in order of first use
+
+
+@dataclass
+class ProtoStore:
+    """Subgraphs and raw attributes, by content key."""
+
+    graphs: dict[str, Subgraph] = field(default_factory=dict)
+    attrs: dict[str, AttributeProto] = field(default_factory=dict)
+
+    def add_graph(self, g: GraphProto, captures: list[str]) -> str:
+        key = "g" + hashlib.sha256(g.SerializeToString(deterministic=True)).hexdigest()[:32]
+        self.graphs.setdefault(key, Subgraph(g, list(captures)))
+        return key
+
+    def add_attr(self, a: AttributeProto) -> str:
+        key = "a" + hashlib.sha256(a.SerializeToString(deterministic=True)).hexdigest()[:32]
+        self.attrs.setdefault(key, a)
+        return key

@@ -1,0 +1,153 @@
+"""Running models under onnxruntime and comparing outputs.
+
+Used by tests (exact equality after a round trip), by verification of optimized models,
+and by benchmarks. onnxruntime is optional at import time: install `eqsat[cpu]` or
+`eqsat[gpu]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import ModelProto
+
+from .errors import EqsatError
+from .lang.dtypes import np_dtype
+from .shapes import type_of
+
+
+def ort():
+    try:
+        import onnxruntime
+    except ImportError:
+        raise EqsatError(
+            "onnxruntime is not installed: pip install 'eqsat[cpu]' (or 'eqsat[gpu]')"
+        ) from None
+    return onnxruntime
+
+
+def session(model: ModelProto | str, optimize: bool = True, threads: int = 1, providers: list[str] | None = None):
+    rt = ort()
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 4
+    if not optimize:
+        so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
+    src = model if isinstance(model, str) else model.SerializeToString()
+    return rt.InferenceSession(src, so, providers=providers or ["CPUExecutionProvider"])
+
+
+def run(model: ModelProto | str, feeds: dict[str, np.ndarray], optimize: bool = True) -> dict[str, np.ndarray]:
+    sess = session(model, optimize)
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds), strict=True))
+
+
+def random_inputs(model: ModelProto, dims: dict[str, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random feeds for the graph inputs that are not initializers. Symbolic or unknown
+    dimensions take their value from `dims` (by name), else 2."""
+    rng = np.random.default_rng(seed)
+    dims = dims or {}
+    inits = {t.name for t in model.graph.initializer}
+    feeds: dict[str, np.ndarray] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        t = type_of(vi.type)
+        if t is None or not t.elem:
+            raise EqsatError(f"input '{vi.name}' is not a tensor of known element type")
+        shape = [d if isinstance(d, int) else dims.get(d, 2) if isinstance(d, str) else 2 for d in (t.dims or ())]
+        dt = np_dtype(t.elem)
+        if dt == np.bool_:
+            feeds[vi.name] = rng.random(shape) < 0.5
+        elif np.issubdtype(dt, np.integer):
+            feeds[vi.name] = rng.integers(0, 2, size=shape).astype(dt)
+        elif np.issubdtype(dt, np.floating):
+            feeds[vi.name] = rng.standard_normal(shape).astype(dt)
+        elif dt == np.object_:
+            feeds[vi.name] = np.array(["a"] * int(np.prod(shape)), dtype=object).reshape(shape)
+        else:
+            feeds[vi.name] = rng.standard_normal(shape).astype(dt)
+    return feeds
+
+
+@dataclass
+class Mismatch:
+    output: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"output '{self.output}': {self.detail}"
+
+
+def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol: float = 0.0,
+            atol: float = 0.0) -> list[Mismatch]:
+    """Differences between two runs: names, dtypes, shapes, then values (exact when
+    rtol = atol = 0; NaN equals NaN)."""
+    out: list[Mismatch] = []
+    if list(expected) != list(actual):
+        return [Mismatch(",".join(actual), f"output names differ: expected {list(expected)}")]
+    for name, e in expected.items():
+        out.extend(_compare_value(name, e, actual[name], rtol, atol))
+    return out
+
+
+def _compare_value(name: str, e: object, a: object, rtol: float, atol: float) -> list[Mismatch]:
+    """One output: a tensor, a sequence (list) of tensors, a map, or None (optional)."""
+    out: list[Mismatch] = []
+    if e is None or a is None:
+        return [] if e is None and a is None else [Mismatch(name, f"{a!r} vs expected {e!r}")]
+    if isinstance(e, dict) or isinstance(a, dict):
+        if not (isinstance(e, dict) and isinstance(a, dict)) or list(e) != list(a):
+            return [Mismatch(name, "maps differ in their keys")]
+        for k in e:
+            out.extend(_compare_value(f"{name}[{k!r}]", e[k], a[k], rtol, atol))
+        return out
+    if isinstance(e, list) or isinstance(a, list):
+        if not (isinstance(e, list) and isinstance(a, list)) or len(e) != len(a):
+            return [Mismatch(name, "sequences differ in length or kind")]
+        for i, (x, y) in enumerate(zip(e, a, strict=True)):
+            out.extend(_compare_value(f"{name}[{i}]", x, y, rtol, atol))
+        return out
+    return _compare_tensor(name, np.asarray(e), np.asarray(a), rtol, atol)
+
+
+def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float, atol: float) -> list[Mismatch]:
+    if e.dtype != a.dtype:
+        return [Mismatch(name, f"dtype {a.dtype}, expected {e.dtype}")]
+    if e.shape != a.shape:
+        return [Mismatch(name, f"shape {a.shape}, expected {e.shape}")]
+    if e.dtype == object or e.dtype.kind in "SUb":
+        return [] if np.array_equal(e, a) else [Mismatch(name, "values differ")]
+    if e.dtype.kind not in "iufc":  # ml_dtypes (bfloat16, float8, int4, ...): compare as float32
+        try:
+            e, a = e.astype(np.float32), a.astype(np.float32)
+        except (TypeError, ValueError):
+            return [] if e.tobytes() == a.tobytes() else [Mismatch(name, "values differ")]
+    if rtol or atol:
+        ok = np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+    elif e.dtype.kind in "fc":
+        ok = (a == e) | (np.isnan(a) & np.isnan(e))
+    else:
+        ok = a == e
+    if np.all(ok):
+        return []
+    idx = tuple(int(i) for i in np.argwhere(~ok)[0])
+    worst = ""
+    if e.dtype.kind in "fiu":
+        err = np.abs(a.astype(np.float64) - e.astype(np.float64))
+        worst = f", max abs diff {float(np.nanmax(err)):.3g}"
+    return [Mismatch(name, f"{int((~ok).sum())} of {e.size} values differ, first at {idx}: "
+                           f"{a[idx]!r} vs expected {e[idx]!r}{worst}")]
+
+
+def onnx_checker_ok(model: ModelProto) -> str | None:
+    """None if the onnx checker accepts the model, else its first line of complaint."""
+    try:
+        onnx.checker.check_model(model)
+        return None
+    except onnx.checker.ValidationError as e:
+        return str(e).strip().splitlines()[0]

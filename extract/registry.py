@@ -1,0 +1,16 @@
+"""The extractors by name, and which are optimal."""
+
+from __future__ import annotations
+
+from .base import Extractor
+from .tree_greedy import TreeGreedy
+
+EXTRACTORS: dict[str, type[Extractor]] = {cls.name: cls for cls in (TreeGreedy,)}
+DEFAULT = TreeGreedy.name
+
+
+def get_extractor(name: str) -> Extractor:
+    try:
+        return EXTRACTORS[name]()
+    except KeyError:
+        raise KeyError(f"unknown extractor {name!r}; choose one of {', '.join(EXTRACTORS)}") from None

@@ -1,0 +1,48 @@
+"""Every model that ships with the onnx wheel round-trips through the e-graph with no rules:
+same outputs (exactly), same names and dtypes, and the onnx checker accepts the result.
+
+Models run under onnxruntime; where onnxruntime cannot run the original, under onnx's
+reference evaluator; a case neither can run is skipped with both reasons.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from eqsat.conformance import check_case, data_cases, node_cases
+from eqsat.pipeline import Options, optimize
+
+from .conftest import sample
+
+_OPTS = Options(default_rules=False)
+
+
+def _roundtrip(model):
+    return optimize(model, _OPTS).model
+
+
+def _run(case):
+    outcome = check_case(case, _roundtrip)
+    if outcome.status == "skipped":
+        pytest.skip(outcome.reason)
+    assert outcome.status == "passed", outcome.reason
+
+
+DATA = list(data_cases())
+NODE = list(node_cases())
+
+
+@pytest.mark.parametrize("case", DATA, ids=[c.name for c in DATA])
+def test_backend_data_model_roundtrips(case):
+    _run(case)
+
+
+@pytest.mark.parametrize("case", sample(NODE), ids=[c.name for c in sample(NODE)])
+def test_node_case_roundtrips(case):
+    _run(case)
+
+
+def test_the_suites_are_all_there():
+    suites = {c.name.split("/")[0] for c in DATA}
+    assert suites == {"light", "pytorch-converted", "pytorch-operator", "simple"}
+    assert len(DATA) >= 140 and len(NODE) >= 1500
