@@ -94,7 +94,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         raise UsageError(f"{out}: refusing to overwrite the input; pass --in-place to allow it")
     say = _progress(args.quiet)
     model = load_model(src)
-    check_model(model, str(src))
+    check_model(model, str(src), src)
     say(f"loaded {src} ({len(model.graph.node)} nodes)")
     opts = Options(
         rule_files=list(args.rules),

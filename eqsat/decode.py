@@ -540,27 +540,14 @@ class Decoder:
         return self._assemble()
 
     def _assemble(self) -> ModelProto:
+        """The output model, built field by field: every tensor is copied once, straight
+        into place (a graph assembled elsewhere and copied in would copy all weights twice,
+        and protobuf cannot copy more than 2 GiB at once)."""
         src = self.model
         g = src.graph
-        graph = helper.make_graph(self.nodes, g.name, [], [])
-        graph.input.extend(g.input)
-        graph.output.extend(g.output)
-        graph.doc_string = g.doc_string
-        inputs = set(self.input_names)
-        for t in g.initializer:  # initializers that are graph inputs stay as they were
-            if t.name in inputs:
-                graph.initializer.append(t)
-        graph.sparse_initializer.extend(s for s in g.sparse_initializer if s.values.name in inputs)
-        order = {t.name: i for i, t in enumerate(g.initializer)}
-        graph.initializer.extend(self.inits[k] for k in sorted(self.inits, key=lambda k: order.get(k, len(order))))
-        # Types of intermediate values that kept their original name and meaning.
-        produced = {o for n in self.nodes for o in n.output}
-        kept = {name for c, name in self.value.items() if name and name in self.value_names.get(c, ())}
-        graph.value_info.extend(vi for vi in g.value_info if vi.name in produced and vi.name in kept)
         m = ModelProto()
         for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
             setattr(m, f, getattr(src, f))
-        m.graph.CopyFrom(graph)
         m.metadata_props.extend(src.metadata_props)
         m.functions.extend(src.functions)
         m.training_info.extend(src.training_info)
@@ -568,6 +555,24 @@ class Decoder:
         m.opset_import.extend(src.opset_import)
         for d in sorted(self.domains_used - have):
             m.opset_import.append(helper.make_opsetid(d, self.opset.get(d, 1)))
+        graph = m.graph
+        graph.name = g.name
+        graph.doc_string = g.doc_string
+        graph.node.extend(self.nodes)
+        graph.input.extend(g.input)
+        graph.output.extend(g.output)
+        inputs = set(self.input_names)
+        for t in g.initializer:  # initializers that are graph inputs stay as they were
+            if t.name in inputs:
+                graph.initializer.add().CopyFrom(t)
+        graph.sparse_initializer.extend(s for s in g.sparse_initializer if s.values.name in inputs)
+        order = {t.name: i for i, t in enumerate(g.initializer)}
+        for k in sorted(self.inits, key=lambda k: order.get(k, len(order))):
+            graph.initializer.add().CopyFrom(self.inits[k])
+        # Types of intermediate values that kept their original name and meaning.
+        produced = {o for n in self.nodes for o in n.output}
+        kept = {name for c, name in self.value.items() if name and name in self.value_names.get(c, ())}
+        graph.value_info.extend(vi for vi in g.value_info if vi.name in produced and vi.name in kept)
         return m
 
 

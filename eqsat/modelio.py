@@ -12,6 +12,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import ModelProto
 
+from . import external
 from .errors import InputError, InvalidModelError, OptimizeError
 
 # Protobuf cannot serialize a message over 2 GiB; above this much tensor data, weights go
@@ -35,48 +36,45 @@ def load_model(path: str | os.PathLike) -> ModelProto:
         raise InputError(f"{p}: cannot read the model: {e}") from None
     if not model.HasField("graph") or not model.opset_import:
         raise InputError(f"{p}: not an ONNX model (no graph or no opset import)")
-    try:
-        onnx.external_data_helper.load_external_data_for_model(model, str(p.parent))
-    except (OSError, ValueError) as e:
-        raise InputError(f"{p}: cannot load its external data: {e}") from None
+    external.bind(model, p.parent.resolve())
     return model
 
 
-def check_model(model: ModelProto, what: str) -> None:
-    """Run the onnx checker; raises InvalidModelError naming `what` with the checker's reason."""
+def check_model(model: ModelProto, what: str, path: str | os.PathLike | None = None) -> None:
+    """Run the onnx checker; raises InvalidModelError naming `what` with the checker's reason.
+    A model whose weights stay on disk is checked from its file `path`."""
     try:
-        if model_bytes(model) > EXTERNAL_DATA_THRESHOLD:
-            return  # checked from the file after saving (protobuf limit)
+        if external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+            if path is not None:
+                onnx.checker.check_model(str(path))
+            return
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
         raise InvalidModelError(f"{what}: the onnx checker rejects the model: {_first_line(e)}") from None
 
 
 def model_bytes(model: ModelProto) -> int:
-    return sum(t.ByteSize() for t in model.graph.initializer)
+    """Bytes of initializer data, in memory or in external files."""
+    return sum(external.content_bytes(t) for t in model.graph.initializer)
 
 
-def uses_external_data(model: ModelProto) -> bool:
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
-
-
-def save_model(model: ModelProto, path: str | os.PathLike, external: bool | None = None, check: bool = True) -> Path:
-    """Write atomically. `external=None` stores weights externally when they exceed what one
-    protobuf can hold. The written file is checked with the onnx checker before it
-    replaces the target; on any failure nothing is left behind."""
+def save_model(model: ModelProto, path: str | os.PathLike, external_data: bool | None = None, check: bool = True) -> Path:
+    """Write atomically. `external_data=None` stores weights in `OUT.data` when they are
+    already on disk (see eqsat.external) or exceed what one protobuf can hold. The written
+    file is checked with the onnx checker before it replaces the target; on any failure
+    nothing is left behind."""
     out = Path(path)
     folder = out.parent if str(out.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(f"{out}: the output folder {folder} does not exist")
-    if external is None:
-        external = model_bytes(model) > EXTERNAL_DATA_THRESHOLD
+    if external_data is None:
+        external_data = external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD
     tmpdir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=folder))
     try:
         tmp = tmpdir / out.name
         data_name = out.name + ".data"
-        if external:
-            onnx.save_model(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=data_name, size_threshold=1024)
+        if external_data:
+            external.write_model(model, tmp, data_name)
         else:
             onnx.save_model(model, str(tmp))
         if check:
@@ -84,7 +82,7 @@ def save_model(model: ModelProto, path: str | os.PathLike, external: bool | None
                 onnx.checker.check_model(str(tmp))
             except onnx.checker.ValidationError as e:
                 raise OptimizeError(f"the optimized model fails the onnx checker: {_first_line(e)}") from None
-        if external:
+        if (tmpdir / data_name).exists():
             os.replace(tmpdir / data_name, folder / data_name)
         os.replace(tmp, out)
     finally:

@@ -137,14 +137,19 @@ def format_egglog_error(msg: str, path: str, text: str, declared: Declared) -> s
     elif m := re.match(r"Unbound symbol (\S+)", body):
         name = m.group(1)
         body = f"unbound variable {name}"
-        hint = _did_you_mean(name, _symbols_near(text, line))
+        known = set(declared.constructors) | set(declared.functions) | set(declared.rulesets) | _KEYWORDS
+        known |= set(_rulesets_in(text))
+        bound = [v for v in dict.fromkeys(_symbols_near(text, line)) if v not in known and v != name]
+        hint = _did_you_mean(name, bound)
+        if not hint and bound:
+            hint = f"the rule binds {', '.join(bound)}"
     elif m := re.match(r"Unbound function (\S+)", body):
         name = m.group(1)
         body = f"unknown constructor or function {name}"
         hint = _did_you_mean(name, list(declared.constructors) + declared.functions)
     elif m := re.match(r"No such ruleset: (\S+)", body):
         body = f"no such ruleset {m.group(1)}"
-        hint = _did_you_mean(m.group(1), declared.rulesets)
+        hint = _did_you_mean(m.group(1), declared.rulesets + _rulesets_in(text))
         if not hint:
             hint = f"declare it first with (ruleset {m.group(1)})"
     elif m := re.match(r"Expect expression (.*) to have type (\S+), but get type (\S+)", body):
@@ -155,6 +160,16 @@ def format_egglog_error(msg: str, path: str, text: str, declared: Declared) -> s
         body = body.replace("parse error: ", "syntax error: ", 1)
     out = f"{path}:{line}:{col}: {body}"
     return out + (f"; {hint}" if hint else "")
+
+
+_KEYWORDS = {"rewrite", "birewrite", "rule", "ruleset", "union", "set", "let", "delete", "subsume",
+             "panic", "extract", "check", "run", "saturate", "seq", "repeat", "vec-of", "vec-get",
+             "vec-length", "vec-empty", "true", "false"}
+
+
+def _rulesets_in(text: str) -> list[str]:
+    """Rulesets a file declares (it failed to load, so egglog did not tell us)."""
+    return re.findall(r"\(ruleset\s+([^\s()]+)\)", text)
 
 
 def _did_you_mean(name: str, candidates: list[str]) -> str:

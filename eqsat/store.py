@@ -10,11 +10,17 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import AttributeProto, GraphProto, TensorProto, numpy_helper
 
+from . import external
+
 
 def tensor_key(t: TensorProto) -> str:
+    """Equal content, equal key. A tensor whose data stays in an external file is keyed by
+    where its bytes are (reading gigabytes to hash them would cost more than it saves)."""
     h = hashlib.sha256()
     h.update(f"{t.data_type}:{tuple(t.dims)}:".encode())
-    if t.HasField("raw_data") or t.raw_data:
+    if external.is_external(t):
+        h.update(repr(sorted(external.external_info(t).items())).encode())
+    elif t.raw_data:
         h.update(t.raw_data)
     else:
         c = TensorProto()
@@ -47,14 +53,14 @@ class TensorStore:
     def array(self, key: str) -> np.ndarray:
         a = self._arrays.get(key)
         if a is None:
-            a = numpy_helper.to_array(self.protos[key])
+            t = self.protos[key]
+            a = external.read(t) if external.is_external(t) else numpy_helper.to_array(t)
             self._arrays[key] = a
         return a
 
     def nbytes(self, key: str) -> int:
         """Bytes of the tensor's data as stored (an estimate for non-raw encodings)."""
-        t = self.protos[key]
-        return len(t.raw_data) if t.raw_data else t.ByteSize()
+        return external.content_bytes(self.protos[key])
 
 
 @dataclass

@@ -7,7 +7,9 @@ and by benchmarks. onnxruntime is optional at import time: install `eqsat[cpu]` 
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -36,8 +38,18 @@ def session(model: ModelProto | str, optimize: bool = True, threads: int = 1, pr
     so.log_severity_level = 4
     if not optimize:
         so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
-    src = model if isinstance(model, str) else model.SerializeToString()
-    return rt.InferenceSession(src, so, providers=providers or ["CPUExecutionProvider"])
+    providers = providers or ["CPUExecutionProvider"]
+    if isinstance(model, str):
+        return rt.InferenceSession(model, so, providers=providers)
+    from . import external
+    from .modelio import EXTERNAL_DATA_THRESHOLD, model_bytes, save_model
+
+    if external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+        # weights on disk or too big for one protobuf: run it from a saved copy
+        with tempfile.TemporaryDirectory(prefix="eqsat-run-") as d:
+            path = save_model(model, Path(d) / "model.onnx", check=False)
+            return rt.InferenceSession(str(path), so, providers=providers)
+    return rt.InferenceSession(model.SerializeToString(), so, providers=providers)
 
 
 def run(model: ModelProto | str, feeds: dict[str, np.ndarray], optimize: bool = True) -> dict[str, np.ndarray]:

@@ -1,0 +1,184 @@
+"""The command line: exit codes, one-line errors, outputs, reports, limits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from eqsat.cli import main
+from eqsat.demo import build_model
+
+from .conftest import assert_same_outputs
+
+
+@pytest.fixture
+def model_path(tmp_path) -> Path:
+    p = tmp_path / "model.onnx"
+    onnx.save(build_model(), str(p))
+    return p
+
+
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.startswith("eqsat: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_optimize_writes_output_and_report(capsys, model_path, tmp_path):
+    out, rep = tmp_path / "o.onnx", tmp_path / "r.json"
+    rc, _, err = run_cli(capsys, "optimize", model_path, "-o", out, "--report", rep)
+    assert rc == 0, err
+    r = json.loads(rep.read_text())
+    assert r["nodes_before"] == 15 and r["nodes_after"] < 15
+    assert r["saturation"]["stop_reason"] == "saturated"
+    assert set(r["times_s"]) >= {"encode", "saturate", "serialize", "extract", "decode"}
+    assert "round 1" in err and "wrote" in err  # progress on stderr
+    assert_same_outputs(onnx.load(str(model_path)), onnx.load(str(out)), dims={"batch": 3}, rtol=1e-5, atol=1e-6)
+
+
+def test_default_output_name_and_quiet(capsys, model_path):
+    rc, out, err = run_cli(capsys, "optimize", model_path, "-q")
+    assert rc == 0 and out == "" and err == ""
+    assert (model_path.parent / "model.opt.onnx").is_file()
+
+
+def test_python_dash_m(model_path, tmp_path):
+    out = tmp_path / "o.onnx"
+    p = subprocess.run([sys.executable, "-m", "eqsat", "optimize", str(model_path), "-o", str(out), "-q"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert out.is_file()
+
+
+def test_refuses_to_overwrite_the_input(capsys, model_path):
+    before = model_path.read_bytes()
+    rc, _, err = run_cli(capsys, "optimize", model_path, "-o", model_path)
+    assert rc == 2
+    assert error_line(err) == f"eqsat: error: {model_path}: refusing to overwrite the input; pass --in-place to allow it"
+    assert model_path.read_bytes() == before
+    rc, _, err = run_cli(capsys, "optimize", model_path, "-o", model_path, "--in-place", "-q")
+    assert rc == 0, err
+
+
+def test_missing_file(capsys, tmp_path):
+    rc, _, err = run_cli(capsys, "optimize", tmp_path / "nope.onnx")
+    assert rc == 2
+    assert error_line(err) == f"eqsat: error: {tmp_path / 'nope.onnx'}: no such file"
+
+
+def test_not_an_onnx_file(capsys, tmp_path):
+    p = tmp_path / "x.onnx"
+    p.write_text("this is not a model\n" * 10)
+    rc, _, err = run_cli(capsys, "optimize", p)
+    assert rc == 2
+    assert error_line(err).startswith(f"eqsat: error: {p}: not an ONNX model")
+
+
+def test_truncated_file(capsys, model_path, tmp_path):
+    p = tmp_path / "t.onnx"
+    p.write_bytes(model_path.read_bytes()[:1000])
+    rc, _, err = run_cli(capsys, "optimize", p, "-o", tmp_path / "o.onnx")
+    assert rc == 2
+    assert "not an ONNX model" in error_line(err) and "truncated" in error_line(err)
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_model_the_checker_rejects(capsys, tmp_path):
+    m = build_model()
+    m.graph.node[0].input[0] = "undefined_value"
+    p = tmp_path / "bad.onnx"
+    onnx.save(m, str(p))
+    rc, _, err = run_cli(capsys, "optimize", p)
+    assert rc == 2
+    assert error_line(err).startswith(f"eqsat: error: {p}: the onnx checker rejects the model: ")
+
+
+def test_rule_file_error_is_file_line_col(capsys, model_path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.egg").write_text("(ruleset mine)\n(rewrite (Relu x) (Relu y) :ruleset mine)\n")
+    rc, _, err = run_cli(capsys, "optimize", model_path, "-o", "o.onnx", "--rules", "mine.egg")
+    assert rc == 2
+    assert error_line(err) == "eqsat: error: mine.egg:2:25: unbound variable y; the rule binds x"
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_bad_usage(capsys):
+    rc, _, err = run_cli(capsys, "optimize")
+    assert rc == 2 and "the following arguments are required" in error_line(err)
+    rc, _, err = run_cli(capsys, "optimize", "m.onnx", "--node-limit", "0")
+    assert rc == 2 and "must be > 0" in error_line(err)
+    rc, _, err = run_cli(capsys)
+    assert rc == 2 and "usage" in err
+    rc, _, err = run_cli(capsys, "optimize", "m.onnx", "--extractor", "magic")
+    assert rc == 2
+
+
+def test_user_rules_run_with_and_without_default_rules(capsys, model_path, tmp_path):
+    rules = tmp_path / "neg.egg"
+    # a rule of the user's own: Relu(Relu(x)) -> Relu(x)
+    rules.write_text("(ruleset mine)\n(rewrite (Relu (Relu x)) (Relu x) :ruleset mine :name \"relu-relu\")\n")
+    m = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        agraph (float[4] x) => (float[4] y) { a = Relu(x)  i = Identity(a)  y = Relu(i) }
+    """)
+    src = tmp_path / "m.onnx"
+    onnx.save(m, str(src))
+    for extra, expected in (([], ["Relu"]), (["--no-default-rules"], ["Relu", "Identity", "Relu"])):
+        out, rep = tmp_path / "o.onnx", tmp_path / "r.json"
+        rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", rules, "--report", rep, *extra)
+        assert rc == 0, err
+        assert [n.op_type for n in onnx.load(str(out)).graph.node] == expected
+        assert_same_outputs(m, onnx.load(str(out)))
+
+
+COMMUTE = """
+(ruleset ac)
+; Add(a, b) -> Add(b, a) and Add(Add(a, b), c) -> Add(a, Add(b, c)): blows up on purpose
+(rewrite (Add a b) (Add b a) :ruleset ac :name "add-comm")
+(rewrite (Add (Add a b) c) (Add a (Add b c)) :ruleset ac :name "add-assoc")
+"""
+
+
+def _sum_chain(n: int) -> onnx.ModelProto:
+    body = "\n".join(f"s{i + 1} = Add(s{i}, x{i})" for i in range(n))
+    inputs = ", ".join(f"float[2] x{i}" for i in range(n))
+    text = f"""<ir_version: 8, opset_import: ["" : 18]>
+        agraph (float[2] s0, {inputs}) => (float[2] s{n}) {{ {body} }}"""
+    return onnx.parser.parse_model(text)
+
+
+def test_node_limit_stops_a_blowup_and_rolls_back(capsys, tmp_path):
+    m = _sum_chain(10)
+    src, out, rep, rules = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json", tmp_path / "ac.egg"
+    onnx.save(m, str(src))
+    rules.write_text(COMMUTE)
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", rules, "--node-limit", "3000", "--report", rep)
+    assert rc == 0, err
+    sat = json.loads(rep.read_text())["saturation"]
+    assert sat["stop_reason"] == "node-limit"
+    assert "rolled back" in sat["stop_detail"]
+    assert sat["enodes"] <= 3000 and sat["iterations"] >= 1
+    feeds = {f"x{i}": np.full(2, i, np.float32) for i in range(10)} | {"s0": np.ones(2, np.float32)}
+    assert_same_outputs(m, onnx.load(str(out)), feeds)
+
+
+def test_iteration_limit(capsys, tmp_path):
+    src, rep, rules = tmp_path / "m.onnx", tmp_path / "r.json", tmp_path / "ac.egg"
+    onnx.save(_sum_chain(6), str(src))
+    rules.write_text(COMMUTE)
+    rc, _, err = run_cli(capsys, "optimize", src, "--rules", rules, "--iter-limit", "2", "--report", rep, "-q")
+    assert rc == 0, err
+    sat = json.loads(rep.read_text())["saturation"]
+    assert sat["stop_reason"] == "iteration-limit" and sat["iterations"] == 2

@@ -1,0 +1,142 @@
+"""extract/: the serialized e-graph, the checker, and the extractors, on hand-made and random
+e-graphs."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extract import EXTRACTORS, EGraph, ExtractionError, check, dag_cost, get_extractor, tree_cost
+from extract.costs import CostModel
+
+
+class OpCost(CostModel):
+    """Cost from the node's `cost` field (as egglog writes it)."""
+
+    name = "field"
+
+    def node_cost(self, egraph, node):
+        return node.cost
+
+
+def egraph_json(classes: dict[str, list[tuple[str, list[str], float]]], roots: list[str]) -> dict:
+    """{class: [(op, child classes, cost)]} -> egraph-serialize JSON."""
+    nodes = {}
+    first = {}
+    for c, ns in classes.items():
+        for i, (op, _kids, cost) in enumerate(ns):
+            nid = f"{c}.{i}"
+            first.setdefault(c, nid)
+            nodes[nid] = {"op": op, "eclass": c, "cost": cost, "children": []}
+    for c, ns in classes.items():
+        for i, (_op, kids, _cost) in enumerate(ns):
+            nodes[f"{c}.{i}"]["children"] = [first[k] for k in kids]
+    return {"nodes": nodes, "root_eclasses": roots, "class_data": {c: {"type": "Op"} for c in classes}}
+
+
+# x * 2 == x + x (shared x): the classic e-graph
+SMALL = egraph_json(
+    {
+        "x": [("x", [], 1.0)],
+        "two": [("2", [], 1.0)],
+        "m": [("mul", ["x", "two"], 5.0), ("add", ["x", "x"], 2.0)],
+        "r": [("relu", ["m"], 1.0), ("id", ["r"], 0.5)],  # a self loop, as Identity elimination leaves
+    },
+    ["r"],
+)
+
+
+def test_tree_greedy_picks_the_cheaper_node_and_passes_the_checker():
+    g = EGraph.from_json(SMALL)
+    ex = get_extractor("tree-greedy").extract(g, OpCost())
+    check(g, ex.choice)
+    assert g.nodes[ex.choice["m"]].op == "add"
+    assert g.nodes[ex.choice["r"]].op == "relu"
+    assert ex.tree_cost == 1 + 2 + 1 + 1  # relu + add + x + x
+    assert ex.dag_cost == 1 + 2 + 1  # x once
+    assert set(ex.choice) == {"r", "m", "x"}  # only the classes the roots need
+
+
+def test_checker_rejects_missing_root_open_choice_and_cycles():
+    g = EGraph.from_json(SMALL)
+    with pytest.raises(ExtractionError, match="root e-class r"):
+        check(g, {"m": "m.1", "x": "x.0"})
+    with pytest.raises(ExtractionError, match="not closed"):
+        check(g, {"r": "r.0", "m": "m.1"})
+    with pytest.raises(ExtractionError, match="cycle"):
+        check(g, {"r": "r.1"})
+    with pytest.raises(ExtractionError, match="belongs to"):
+        check(g, {"r": "m.0"})
+
+
+def test_function_tables_are_not_terms():
+    data = egraph_json({"x": [("x", [], 1.0)], "s": [("vec-of", [], 1.0), ("shape", ["x"], 1.0)]}, ["x"])
+    data["eqsat"] = {"constructors": ["x"]}
+    g = EGraph.from_json(data)
+    assert g.classes["s"] == []  # neither "vec-of" (not primitive-*) nor "shape" is a constructor
+    data["nodes"]["primitive-IVec-1"] = data["nodes"].pop("s.0")
+    g = EGraph.from_json(data)
+    assert g.classes["s"] == ["primitive-IVec-1"]
+
+
+def test_no_finite_term_is_an_error():
+    g = EGraph.from_json(egraph_json({"a": [("f", ["a"], 1.0)]}, ["a"]))
+    with pytest.raises(ExtractionError, match="no finite-cost term"):
+        get_extractor("tree-greedy").extract(g, OpCost())
+
+
+def test_registry_says_which_extractors_are_optimal():
+    assert "tree-greedy" in EXTRACTORS and EXTRACTORS["tree-greedy"].optimal is False
+    with pytest.raises(KeyError, match="unknown extractor"):
+        get_extractor("nope")
+
+
+@st.composite
+def random_egraphs(draw):
+    n = draw(st.integers(1, 6))
+    names = [f"c{i}" for i in range(n)]
+    classes = {}
+    for c in names:
+        k = draw(st.integers(1, 3))
+        classes[c] = [
+            (f"op{j}", draw(st.lists(st.sampled_from(names), max_size=2)), float(draw(st.integers(1, 9))))
+            for j in range(k)
+        ]
+    return egraph_json(classes, ["c0"])
+
+
+def brute_force_tree_cost(g: EGraph, costs: dict[str, float]) -> float:
+    best = math.inf
+    cls = [c for c in g.classes if g.classes[c]]
+    for pick in itertools.product(*(g.classes[c] for c in cls)):
+        choice = dict(zip(cls, pick, strict=True))
+        try:
+            check(g, choice)
+        except ExtractionError:
+            continue
+        best = min(best, tree_cost(g, choice, costs))
+    return best
+
+
+@settings(max_examples=150, deadline=None)
+@given(random_egraphs())
+def test_every_extractor_passes_the_checker_on_random_egraphs(data):
+    g = EGraph.from_json(data)
+    cost = OpCost()
+    costs = cost.costs(g)
+    optimum = brute_force_tree_cost(g, costs)
+    for name in EXTRACTORS:
+        if math.isinf(optimum):
+            with pytest.raises(ExtractionError):
+                get_extractor(name).extract(g, cost)
+            continue
+        ex = get_extractor(name).extract(g, cost)
+        check(g, ex.choice)
+        assert ex.dag_cost == pytest.approx(dag_cost(g, ex.choice, costs))
+        assert ex.dag_cost <= ex.tree_cost + 1e-9
+        if name == "tree-greedy":
+            assert ex.tree_cost == pytest.approx(optimum)  # bottom-up greedy is tree-optimal

@@ -1,0 +1,75 @@
+"""Models over 2 GiB: loaded with their external data, written with external data (one
+protobuf cannot hold them), outputs unchanged. The test generates its own 2.1 GiB model."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat.cli import main
+from eqsat.modelio import load_model, save_model
+from eqsat.verify import compare, run
+
+ROWS, COLS = 262_144 * 2 + 16, 1024  # 2,147,549,184 bytes of float32: just over 2 GiB
+
+
+def _big_model(path) -> None:
+    """Written field by field: protobuf cannot copy or serialize more than 2 GiB at once."""
+    table = np.zeros((ROWS, COLS), np.float32)
+    table[:, 0] = np.arange(ROWS, dtype=np.float32)
+    table[-1, :] = 7.0
+    data = path.parent / "big.onnx.data"
+    table.tofile(data)
+    del table
+    m = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Gather", ["table", "ids"], ["rows"]), helper.make_node("Identity", ["rows"], ["y"])],
+            "big",
+            [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, COLS])],
+        ),
+        opset_imports=[helper.make_opsetid("", 18)],
+    )
+    t = m.graph.initializer.add()
+    t.name, t.data_type = "table", TensorProto.FLOAT
+    t.dims.extend([ROWS, COLS])
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", data.name), ("offset", "0"), ("length", str(data.stat().st_size))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    onnx.save(m, str(path))
+
+
+@pytest.mark.slow
+def test_model_over_2gib_round_trips_with_external_data(tmp_path, capsys):
+    src, out = tmp_path / "big.onnx", tmp_path / "big.opt.onnx"
+    _big_model(src)
+    assert main(["optimize", str(src), "-o", str(out), "-q"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "big.opt.onnx.data").stat().st_size > 2**31
+    assert out.stat().st_size < 1_000_000  # the weights are not inside the protobuf
+    onnx.checker.check_model(str(out))
+    feeds = {"ids": np.array([0, 5, ROWS - 1], np.int64)}
+    got = run(str(out), feeds)
+    assert got["y"][1, 0] == 5.0 and np.all(got["y"][2] == 7.0)
+    assert not compare(run(str(src), feeds), got)
+
+
+def test_external_data_is_kept_when_asked_and_written_atomically(tmp_path, monkeypatch):
+    # The same code path at a small size: weights to OUT.data, nothing else left behind.
+    m = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])],
+            [numpy_helper.from_array(np.arange(4096, dtype=np.float32), "w")],
+        ),
+        opset_imports=[helper.make_opsetid("", 18)],
+    )
+    monkeypatch.setattr("eqsat.modelio.EXTERNAL_DATA_THRESHOLD", 1000)
+    out = tmp_path / "o.onnx"
+    save_model(m, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx", "o.onnx.data"]
+    back = load_model(out)
+    assert np.array_equal(numpy_helper.to_array(back.graph.initializer[0]), np.arange(4096, dtype=np.float32))
