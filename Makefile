@@ -6,12 +6,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # A second interpreter (Python >= 3.12 gets egglog 14); tests run there too when one exists.
-PY14 ?= $(firstword $(foreach p,python3.13 python3.12 $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3) $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3),$(shell command -v $(p) 2>/dev/null)))
+PY14 ?= $(shell for p in python3.13 python3.12 $(wildcard $(HOME)/.pyenv/versions/3.1[23]*/bin/python3); do \
+	$$p -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV14 ?= .venv-egglog14
 DEMO := out/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-main test-egglog14 lint bench corpus clean
+.PHONY: demo test test-main test-egglog14 lint corpus roundtrip-corpus clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,9 +42,22 @@ else
 	@test -f $(VENV14)/.installed-stamp -a $(VENV14)/.installed-stamp -nt pyproject.toml || \
 		{ $(VENV14)/bin/python -m pip install -q --upgrade pip && \
 		  $(VENV14)/bin/python -m pip install -q -e '.[cpu,dev]' && touch $(VENV14)/.installed-stamp; }
-	$(VENV14)/bin/python -c "import egglog, sys; print('egglog', egglog.__version__ if hasattr(egglog, '__version__') else '', 'on Python', sys.version.split()[0])"
-	$(VENV14)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV14)/bin/python -c "import importlib.metadata as m, sys; print('egglog', m.version('egglog'), 'on Python', sys.version.split()[0])"
+	$(VENV14)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
 endif
+
+# The benchmark corpus: PyTorch exports with random weights (torch 2.13.0 CPU, transformers).
+BENCH_STAMP := $(VENV)/.installed-bench-stamp
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[cpu,dev,bench]'
+	@touch $(BENCH_STAMP)
+
+corpus: $(BENCH_STAMP)
+	$(PY) benchmarks/corpus.py
+	$(PY) benchmarks/corpus.py --dynamo
+
+roundtrip-corpus: $(STAMP)
+	$(PY) benchmarks/roundtrip.py
 
 clean:
 	rm -rf out .pytest_cache .ruff_cache build *.egg-info
