@@ -182,3 +182,13 @@ def test_iteration_limit(capsys, tmp_path):
     assert rc == 0, err
     sat = json.loads(rep.read_text())["saturation"]
     assert sat["stop_reason"] == "iteration-limit" and sat["iterations"] == 2
+
+
+def test_time_limit(capsys, tmp_path):
+    src, rep, rules = tmp_path / "m.onnx", tmp_path / "r.json", tmp_path / "ac.egg"
+    onnx.save(_sum_chain(8), str(src))
+    rules.write_text(COMMUTE)
+    rc, _, err = run_cli(capsys, "optimize", src, "--rules", rules, "--time-limit", "0.000001", "--report", rep, "-q")
+    assert rc == 0, err
+    sat = json.loads(rep.read_text())["saturation"]
+    assert sat["stop_reason"] == "time-limit" and sat["iterations"] == 0  # checked before each round

@@ -140,3 +140,28 @@ def test_every_extractor_passes_the_checker_on_random_egraphs(data):
         assert ex.dag_cost <= ex.tree_cost + 1e-9
         if name == "tree-greedy":
             assert ex.tree_cost == pytest.approx(optimum)  # bottom-up greedy is tree-optimal
+
+
+def test_extract_runs_on_a_saved_egraph_without_egglog_or_onnx(tmp_path):
+    import subprocess
+    import sys
+
+    from eqsat.demo import build_model
+    from eqsat.pipeline import Options, optimize
+
+    path = tmp_path / "e.json"
+    optimize(build_model(), Options(save_egraph=path))
+    code = f"""
+import sys
+from extract import EGraph, check, get_extractor
+from extract.costs import NodeCount
+g = EGraph.from_json({str(path)!r})
+ex = get_extractor("tree-greedy").extract(g, NodeCount())
+check(g, ex.choice)
+assert not any(m == "egglog" or m.startswith(("egglog.", "onnx")) for m in sys.modules), sorted(sys.modules)
+print(len(g.roots), len(ex.choice), round(ex.dag_cost, 3))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    roots, chosen, cost = p.stdout.split()
+    assert roots == "1" and int(chosen) > 10 and float(cost) >= 13  # 13 ops remain after cleanup
