@@ -159,14 +159,19 @@ def _sum_chain(n: int) -> onnx.ModelProto:
     return onnx.parser.parse_model(text)
 
 
-def test_node_limit_stops_a_blowup_and_rolls_back(capsys, tmp_path):
-    m = _sum_chain(10)
+def _saturate_chain(capsys, tmp_path, n: int, *limit_args) -> tuple[onnx.ModelProto, Path, dict]:
+    """Optimize an n-term sum under the blow-up rules; returns (model, output, saturation report)."""
+    m = _sum_chain(n)
     src, out, rep, rules = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json", tmp_path / "ac.egg"
     onnx.save(m, str(src))
     rules.write_text(COMMUTE)
-    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", rules, "--node-limit", "3000", "--report", rep)
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", rules, "--report", rep, "-q", *limit_args)
     assert rc == 0, err
-    sat = json.loads(rep.read_text())["saturation"]
+    return m, out, json.loads(rep.read_text())["saturation"]
+
+
+def test_node_limit_stops_a_blowup_and_rolls_back(capsys, tmp_path):
+    m, out, sat = _saturate_chain(capsys, tmp_path, 10, "--node-limit", "3000")
     assert sat["stop_reason"] == "node-limit"
     assert "rolled back" in sat["stop_detail"]
     assert sat["enodes"] <= 3000 and sat["iterations"] >= 1
@@ -175,20 +180,10 @@ def test_node_limit_stops_a_blowup_and_rolls_back(capsys, tmp_path):
 
 
 def test_iteration_limit(capsys, tmp_path):
-    src, rep, rules = tmp_path / "m.onnx", tmp_path / "r.json", tmp_path / "ac.egg"
-    onnx.save(_sum_chain(6), str(src))
-    rules.write_text(COMMUTE)
-    rc, _, err = run_cli(capsys, "optimize", src, "--rules", rules, "--iter-limit", "2", "--report", rep, "-q")
-    assert rc == 0, err
-    sat = json.loads(rep.read_text())["saturation"]
+    _, _, sat = _saturate_chain(capsys, tmp_path, 6, "--iter-limit", "2")
     assert sat["stop_reason"] == "iteration-limit" and sat["iterations"] == 2
 
 
 def test_time_limit(capsys, tmp_path):
-    src, rep, rules = tmp_path / "m.onnx", tmp_path / "r.json", tmp_path / "ac.egg"
-    onnx.save(_sum_chain(8), str(src))
-    rules.write_text(COMMUTE)
-    rc, _, err = run_cli(capsys, "optimize", src, "--rules", rules, "--time-limit", "0.000001", "--report", rep, "-q")
-    assert rc == 0, err
-    sat = json.loads(rep.read_text())["saturation"]
+    _, _, sat = _saturate_chain(capsys, tmp_path, 8, "--time-limit", "0.000001")
     assert sat["stop_reason"] == "time-limit" and sat["iterations"] == 0  # checked before each round
