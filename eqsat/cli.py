@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"e-nodes at most; a round that passes it is rolled back (default {lim.node_limit})")
     o.add_argument("--time-limit", type=_positive_float, default=lim.time_limit, metavar="S",
                    help=f"seconds of saturation, checked between rounds (default {lim.time_limit:g})")
+    o.add_argument("--target", default="ort", choices=["ort", "onnx"],
+                   help="ort (default): onnxruntime's contrib ops allowed; onnx: standard ops of the model's opset only")
+    o.add_argument("--fold-limit", type=_positive_int, default=1 << 20, metavar="BYTES",
+                   help="largest folded constant, unless no larger than its inputs (default 1 MiB)")
     o.add_argument("--extractor", default="tree-greedy", help="extraction algorithm (default tree-greedy)")
     o.add_argument("--cost-model", default="node-count", help="cost model (default node-count)")
     o.add_argument("--report", metavar="REPORT.json", type=Path, help="write a JSON report")
@@ -102,6 +106,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         limits=Limits(args.iter_limit, args.node_limit, args.time_limit),
         extractor=args.extractor,
         cost_model=args.cost_model,
+        target=args.target,
+        fold_limit=args.fold_limit,
         save_egraph=args.save_egraph,
     )
     res = optimize(model, opts, progress=say)

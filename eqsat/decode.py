@@ -164,6 +164,10 @@ class Decoder:
         n = self.node(eclass)
         return None if n.op == "NoInt" else self.lit(n.children[0])
 
+    def optfloat(self, eclass: str) -> float | None:
+        n = self.node(eclass)
+        return None if n.op == "NoFloat" else self.lit(n.children[0])
+
     # ---- names
     def fresh(self, hint: str = "v") -> str:
         while True:
@@ -291,6 +295,9 @@ class Decoder:
         return {name: li for name, li in spec.legacy.items() if since < li.until}
 
     def _since(self, spec: OpSpec) -> int:
+        if spec.contrib:  # onnxruntime's ops: version 1 of their domain
+            self.opset.setdefault(spec.domain, 1)
+            return 1
         version = self.opset.get(spec.domain)
         if version is None:
             if not spec.domain:
@@ -326,23 +333,27 @@ class Decoder:
             )
         return self._emit_typed(eclass, spec)
 
-    def _tuple_names(self, eclass: str, n_out: int, op_type: str, domain: str) -> list[str]:
+    def _tuple_names(self, eclass: str, n_out: int, op_type: str, domain: str, spec: OpSpec | None = None) -> list[str]:
+        """Output names of a node with several outputs: one per used (Out c k); an unused
+        output is left out ("") where it is optional, else gets a fresh name."""
         names = [""] * n_out
         used = self.out_users.get(eclass, {})
         for k in range(n_out):
             if k in used:
                 names[k] = self.name_for(used[k])
-        try:
-            schema = onnx.defs.get_schema(op_type, self.opset.get(domain, 1), domain)
-            formal = list(schema.outputs)
-        except Exception:  # noqa: BLE001 - custom op: every output gets a name
-            formal = []
+        if spec is not None and spec.outputs:
+            optional = [o.endswith("?") for o in spec.outputs]
+            variadic = False
+        else:
+            try:
+                formal = list(onnx.defs.get_schema(op_type, self.opset.get(domain, 1), domain).outputs)
+            except Exception:  # noqa: BLE001 - custom op: every output gets a name
+                formal = []
+            opt = onnx.defs.OpSchema.FormalParameterOption
+            optional = [f.option == opt.Optional for f in formal]
+            variadic = bool(formal) and formal[-1].option == opt.Variadic
         for k in range(n_out):
-            if names[k]:
-                continue
-            optional = k < len(formal) and formal[k].option == onnx.defs.OpSchema.FormalParameterOption.Optional
-            variadic = formal and k >= len(formal) - 1 and formal[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic
-            if not optional or variadic:
+            if not names[k] and (k >= len(optional) or not optional[k] or variadic):
                 names[k] = self.fresh()
         while names and names[-1] == "":
             names.pop()
@@ -431,7 +442,10 @@ class Decoder:
         kids = list(n.children)
         self._since(spec)  # fails early when the model's opset lacks the op
         version = self.opset[spec.domain]
-        schema_attrs = set(onnx.defs.get_schema(spec.onnx_type, version, spec.domain).attributes)
+        if spec.contrib:
+            schema_attrs = {a.name for a in spec.attrs}
+        else:
+            schema_attrs = set(onnx.defs.get_schema(spec.onnx_type, version, spec.domain).attributes)
         legacy = self._legacy(spec)
         inputs: list[str] = []
         attrs: list[AttributeProto] = []
@@ -472,7 +486,7 @@ class Decoder:
         self.domains_used.add(spec.domain)
         if spec.n_outputs:
             n_out = self.lit(kids.pop(0))
-            outs = self._tuple_names(eclass, n_out, spec.onnx_type, spec.domain)
+            outs = self._tuple_names(eclass, n_out, spec.onnx_type, spec.domain, spec)
             node = helper.make_node(spec.onnx_type, inputs, outs, domain=spec.domain or None)
             node.attribute.extend(attrs)
             self._emit(node, spec.onnx_type)
@@ -504,6 +518,9 @@ class Decoder:
         if k == "int?":
             v = self.optint(c)
             return None if v is None else helper.make_attribute(a.name, v, attr_type=AttributeProto.INT)
+        if k == "float?":
+            v = self.optfloat(c)
+            return None if v is None else helper.make_attribute(a.name, v, attr_type=AttributeProto.FLOAT)
         if k == "tensor":
             if self.node(c).op == "Absent":
                 return None

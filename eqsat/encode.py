@@ -34,6 +34,7 @@ _ATTR_TYPE = {
     "floats": AttributeProto.FLOATS,
     "dtype": AttributeProto.INT,
     "int?": AttributeProto.INT,
+    "float?": AttributeProto.FLOAT,
     "tensor": AttributeProto.TENSOR,
     "graph": AttributeProto.GRAPH,
 }
@@ -149,8 +150,10 @@ class Encoder:
         tensors: TensorStore,
         protos: ProtoStore,
         dims: DimTable,
+        prefix: str = "$v",
     ) -> None:
         self.model = model
+        self.prefix = prefix
         self.types = types
         self.tensors = tensors
         self.protos = protos
@@ -163,7 +166,7 @@ class Encoder:
 
     # ---- globals
     def _bind(self, expr) -> str:
-        name = f"$v{self._n}"
+        name = f"{self.prefix}{self._n}"
         self._n += 1
         self.cmds.append(T.let(name, expr))
         return name
@@ -204,6 +207,22 @@ class Encoder:
             if o.name not in self.var:
                 raise InvalidModelError(f"graph output '{o.name}' is not produced by any node or input")
         return Encoded(self.cmds, dict(self.var), [o.name for o in g.output], self.opaque, len(g.node))
+
+    def encode_subgraph(self, g: GraphProto, env: dict[str, object]) -> list:
+        """Terms for the outputs of subgraph `g`, whose outer references are the
+        expressions in `env` (by name). Used to inline the taken branch of an If."""
+        saved, self.var = self.var, {}
+        try:
+            for name, expr in env.items():
+                self.var[name] = self._bind(expr)
+            for t in g.initializer:
+                self.var[t.name] = self._bind(constant_term(t, self.tensors))
+            used = self._used_names(g)
+            for node in _topological(g):
+                self._node(node, used)
+            return [T.var(self.var[o.name]) for o in g.output]
+        finally:
+            self.var = saved
 
     @staticmethod
     def _used_names(g: GraphProto) -> set[str]:
@@ -256,7 +275,7 @@ class Encoder:
             return None
 
     def _typed(self, node: NodeProto, spec: OpSpec, used: set[str]) -> None:
-        since = self._since_version(node)
+        since = (1 if spec.domain in self.opset or not spec.domain else None) if spec.contrib else self._since_version(node)
         if since is None:
             raise NotTyped("no ONNX schema for this opset")
         if since < spec.min_version:
@@ -355,6 +374,10 @@ class Encoder:
             return T.dtype(a.i)
         if k == "int?":
             return T.opt_int(a.i if a is not None else None)
+        if k == "float?":
+            if a is not None and not plain_float(a.f):
+                raise NotTyped(f"attribute {spec.name} is -0.0 or NaN")
+            return T.opt_float(a.f if a is not None else None)
         if k == "tensor":
             return T.call("Absent") if a is None else constant_term(a.t, self.tensors)
         if k == "graph":

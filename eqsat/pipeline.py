@@ -19,10 +19,14 @@ from extract.costs import COST_MODELS
 from .decode import Decoder
 from .encode import Encoder
 from .errors import OptimizeError, UsageError
+from .oracle import Oracle
 from .saturate import Limits, Saturator
 from .serialize import serialize
 from .shapes import DimTable, infer_types
 from .store import ProtoStore, TensorStore
+from .target import forbidden_constructors, opset_facts
+
+FOLD_LIMIT = 1 << 20  # bytes: larger folded constants only where no larger than their inputs
 
 
 @dataclass
@@ -32,6 +36,8 @@ class Options:
     limits: Limits = field(default_factory=Limits)
     extractor: str = "tree-greedy"
     cost_model: str = "node-count"
+    target: str = "ort"
+    fold_limit: int = FOLD_LIMIT
     save_egraph: Path | None = None
 
 
@@ -71,18 +77,25 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     t0 = time.perf_counter()
     tensors, protos, dims = TensorStore(), ProtoStore(), DimTable()
     enc = Encoder(model, types, tensors, protos, dims).encode()
-    sat.run_commands(enc.commands)
+    sat.run_commands(enc.commands + opset_facts(model, opts.target))
     phase("encode", t0)
     say(f"encoded {enc.n_nodes} nodes ({sum(enc.opaque.values())} typed ops carried opaque) in {times['encode']:.2f} s")
 
-    sat_report = sat.saturate(opts.limits, progress=say)
+    roots = [enc.value_var[o] for o in enc.outputs]
+    forbidden = forbidden_constructors(model, opts.target)
+
+    def snapshot() -> dict:
+        return serialize(sat.eg, roots, enc.outputs, list(sat.declared.constructors), sat.declared.functions,
+                         dims, protos, forbidden)
+
+    oracle = Oracle(model, tensors, protos, dims, snapshot, opts.fold_limit)
+    sat_report = sat.saturate(opts.limits, hooks=[oracle] if opts.default_rules else [], progress=say)
     times["saturate"] = round(sat_report.time_s, 4)
     say(f"saturation stopped: {sat_report.stop_reason} after {sat_report.iterations} rounds, "
         f"{sat_report.enodes} e-nodes, {sat_report.time_s:.2f} s")
 
     t0 = time.perf_counter()
-    roots = [enc.value_var[o] for o in enc.outputs]
-    data = serialize(sat.eg, roots, enc.outputs, list(sat.declared.constructors), sat.declared.functions, dims)
+    data = snapshot()
     phase("serialize", t0)
     if opts.save_egraph:
         import json
@@ -116,6 +129,8 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "ops_before": dict(before.most_common()),
         "ops_after": dict(after.most_common()),
         "opaque": dict(enc.opaque.most_common()),
+        "target": opts.target,
+        "oracle": oracle.report(),
         "saturation": {
             "stop_reason": sat_report.stop_reason,
             "stop_detail": sat_report.stop_detail,

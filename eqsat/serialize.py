@@ -19,12 +19,14 @@ from egglog import bindings as b
 from .lang import terms as T
 from .lang.literals import parse_int
 from .shapes import DimTable
+from .store import ProtoStore
 
 FORMAT = 1
 
 
 def serialize(eg: b.EGraph, root_vars: list[str], output_names: list[str], constructors: list[str],
-              functions: list[str], dims: DimTable) -> dict:
+              functions: list[str], dims: DimTable, protos: ProtoStore | None = None,
+              forbidden: list[str] = ()) -> dict:
     ser = eg.serialize([T.var(v) for v in dict.fromkeys(root_vars)])
     data = json.loads(ser.to_json())
     let_class: dict[str, str] = {}
@@ -67,6 +69,7 @@ def serialize(eg: b.EGraph, root_vars: list[str], output_names: list[str], const
             d = ctor_of(n["eclass"])
             if d is not None:
                 cdata.setdefault(owner, {})["dtype"] = d
+    weights = _subgraph_weights(nodes, protos) if protos is not None else {}
     roots = [let_class[v] for v in root_vars]
     data["root_eclasses"] = list(dict.fromkeys(roots))
     data["eqsat"] = {
@@ -77,5 +80,23 @@ def serialize(eg: b.EGraph, root_vars: list[str], output_names: list[str], const
         "outputs": list(output_names),
         "dims": {str(k): v for k, v in dims.names.items()},
         "let_class": let_class,
+        "forbidden": sorted(forbidden),
+        "node_weight": weights,
     }
     return data
+
+
+def _subgraph_weights(nodes: dict, protos: ProtoStore) -> dict[str, int]:
+    """Node id -> 1 + the nodes of its subgraphs, for If and graph-carrying opaque ops: a
+    cost model that counts nodes must see what an If still costs to run."""
+    from .lang.literals import parse_string
+
+    def graph_nodes(key: str) -> int:
+        g = protos.graphs.get(key)
+        return len(g.graph.node) if g else 0
+
+    out: dict[str, int] = {}
+    for nid, n in nodes.items():
+        if n["op"] == "If":
+            out[nid] = 1 + sum(graph_nodes(parse_string(nodes[c]["op"])) for c in n["children"][1:3])
+    return out

@@ -1,8 +1,9 @@
 """Element types and shapes of a model's values, from ONNX shape inference.
 
-Dimensions are kept symbolic: a named dimension (`batch`) becomes a negative id shared by
-every value that has it, an unknown dimension a fresh negative id of its own, so rules can
-compare shapes without knowing sizes. `DimTable` maps the ids back to names.
+Dimensions are kept symbolic: a named dimension (`batch`) becomes an id below SYM_BASE
+shared by every value that has it, an unknown dimension a fresh id of its own, so rules can
+compare shapes without knowing sizes. The ids are far below any real value (a Reshape
+target's -1 must never look like a symbol). `DimTable` maps the ids back to names.
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ import onnx
 from onnx import GraphProto, ModelProto, TypeProto
 
 SMALL_TENSOR_BYTES = 4096  # initializers above this lose their data in the inference copy
+SYM_BASE = -(1 << 40)  # symbolic dimension ids are SYM_BASE, SYM_BASE - 1, ...
+
+
+def is_symbol(d: int) -> bool:
+    return d <= SYM_BASE
 
 
 @dataclass(frozen=True)
@@ -27,7 +33,7 @@ class DimTable:
 
     by_name: dict[str, int] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)
-    _next: int = -1
+    _next: int = SYM_BASE
 
     def _fresh(self) -> int:
         i = self._next

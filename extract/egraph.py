@@ -39,8 +39,8 @@ class EGraph:
             data = json.loads(data)
         raw = data["nodes"]
         meta = data.get("eqsat", {})
-        ctors = set(meta.get("constructors", ()))
-        skip = set(meta.get("functions", ()))
+        ctors = set(meta.get("constructors", ())) - set(meta.get("forbidden", ()))
+        skip = set(meta.get("functions", ())) | set(meta.get("forbidden", ()))
         nodes: dict[str, Node] = {}
         classes: dict[str, list[str]] = {}
         for n in raw.values():

@@ -21,6 +21,25 @@ class TreeGreedy(Extractor):
     def extract(self, egraph: EGraph, cost: CostModel) -> Extraction:
         t0 = time.perf_counter()
         costs = cost.costs(egraph)
+        choice = self._choose(egraph, costs)
+        for r in egraph.roots:
+            if r not in choice:
+                raise ExtractionError(f"root e-class {r} has no finite-cost term")
+        choice = {c: choice[c] for c in reachable(egraph, choice)}
+        return Extraction(
+            choice,
+            self.name,
+            tree_cost(egraph, choice, costs),
+            dag_cost(egraph, choice, costs),
+            time.perf_counter() - t0,
+        )
+
+    def choose_all(self, egraph: EGraph, cost: CostModel) -> dict[str, str]:
+        """The cheapest node of every e-class that has a finite-cost term."""
+        return self._choose(egraph, cost.costs(egraph))
+
+    @staticmethod
+    def _choose(egraph: EGraph, costs: dict[str, float]) -> dict[str, str]:
         best: dict[str, float] = {}
         choice: dict[str, str] = {}
         parents = egraph.parents()
@@ -44,14 +63,4 @@ class TreeGreedy(Extractor):
                         choice[n.eclass] = nid
                         nxt.extend(parents[n.eclass])
             pending = list(dict.fromkeys(nxt))
-        for r in egraph.roots:
-            if r not in choice:
-                raise ExtractionError(f"root e-class {r} has no finite-cost term")
-        choice = {c: choice[c] for c in reachable(egraph, choice)}
-        return Extraction(
-            choice,
-            self.name,
-            tree_cost(egraph, choice, costs),
-            dag_cost(egraph, choice, costs),
-            time.perf_counter() - t0,
-        )
+        return choice

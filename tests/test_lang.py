@@ -32,19 +32,55 @@ def test_every_op_constructor_has_a_spec(declared):
     assert op_ctors - STRUCTURE == set(BY_CTOR)
 
 
-def test_attributes_are_alphabetical_and_exist_in_onnx():
+def _ort_schemas() -> dict:
+    from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+    return {(s.domain, s.name): s for s in C.get_all_operator_schema()}
+
+
+def schema_of(spec, ort_schemas):
+    """ONNX's schema for a standard op; onnxruntime's for its contrib ops."""
+    if spec.contrib:
+        return ort_schemas[(spec.domain, spec.onnx_type)]
+    return onnx.defs.get_schema(spec.onnx_type, domain=spec.domain)
+
+
+def test_specs_match_the_op_schemas():
+    ort_schemas = _ort_schemas()
+    opt = onnx.defs.OpSchema.FormalParameterOption
     for spec in SPECS:
         names = [a.name for a in spec.attrs]
         assert names == sorted(names), f"{spec.ctor}: attributes must be in alphabetical order"
-        schema = onnx.defs.get_schema(spec.onnx_type, domain=spec.domain)
+        schema = schema_of(spec, ort_schemas)
         for a in spec.attrs:
-            assert a.name in schema.attributes, f"{spec.ctor}.{a.name} is not an ONNX attribute"
-        opt = onnx.defs.OpSchema.FormalParameterOption
+            assert a.name in schema.attributes, f"{spec.ctor}.{a.name} is not an attribute of the op"
         mark = {opt.Single: "", opt.Optional: "?", opt.Variadic: "*"}
         formal = [mark[i.option] for i in schema.inputs]
         assert [i[-1] if i[-1] in "?*" else "" for i in spec.inputs] == formal, f"{spec.ctor}: inputs"
         names = {i.name for i in schema.inputs}
-        assert set(spec.legacy) <= names, f"{spec.ctor}: legacy inputs must use ONNX input names"
+        assert set(spec.legacy) <= names, f"{spec.ctor}: legacy inputs must use the op's input names"
+        if spec.outputs:
+            assert [o.rstrip("?") for o in spec.outputs] == [o.name for o in schema.outputs]
+
+
+def test_contrib_defaults_are_onnxruntimes():
+    """The decoder leaves out an attribute equal to its default: the defaults must be the
+    runtime's, or leaving one out would change what the op computes."""
+    ort_schemas = _ort_schemas()
+    for spec in SPECS:
+        if not spec.contrib:
+            continue
+        schema = ort_schemas[(spec.domain, spec.onnx_type)]
+        for a in spec.attrs:
+            raw = schema.attributes[a.name]._default_value
+            p = onnx.AttributeProto()
+            p.ParseFromString(raw)
+            ort_default = onnx.helper.get_attribute_value(p) if p.name else None
+            if isinstance(ort_default, bytes):
+                ort_default = ort_default.decode()
+            if a.kind in ("int", "float", "str"):
+                assert a.default == pytest.approx(ort_default) if a.kind == "float" and a.default is not None \
+                    else a.default == ort_default, f"{spec.ctor}.{a.name}: {a.default} vs onnxruntime {ort_default}"
 
 
 def test_required_ops_are_typed():

@@ -26,6 +26,7 @@ ATTR_SORTS = {
     "floats": "FVec",
     "dtype": "DType",
     "int?": "OptInt",
+    "float?": "OptFloat",
     "tensor": "Op",
     "graph": "String",
 }
@@ -58,6 +59,8 @@ class OpSpec:
     n_outputs: bool = False  # the term is a tuple: outputs are (Out node k)
     legacy: dict[str, LegacyInput] = field(default_factory=dict)
     captures: bool = False  # has graph attributes: outer-scope names become an OpList
+    outputs: tuple[str, ...] = ()  # with n_outputs: output names, "?" marks optional ones
+    contrib: bool = False  # an onnxruntime op: no onnx schema, always version 1 of its domain
 
     @property
     def onnx_type(self) -> str:
@@ -234,6 +237,116 @@ SPECS: list[OpSpec] = [
         (Attr("else_branch", "graph"), Attr("then_branch", "graph")),
         n_outputs=True,
         captures=True,
+    ),
+]
+
+_MS = "com.microsoft"
+_CONV_ATTRS = (
+    Attr("auto_pad", "str", "NOTSET"),
+    Attr("dilations", "ints"),
+    Attr("group", "int", 1),
+    Attr("kernel_shape", "ints"),
+    Attr("pads", "ints"),
+    Attr("strides", "ints"),
+)
+_SKIP_OUTPUTS = ("output", "mean?", "inv_std_var?", "input_skip_bias_sum?")
+
+SPECS += [
+    OpSpec(
+        "Attention",
+        ("Q", "K", "V", "attn_mask?", "past_key?", "past_value?", "nonpad_kv_seqlen?"),
+        (
+            Attr("is_causal", "int", 0),
+            Attr("kv_num_heads", "int?"),
+            Attr("left_window_size", "int", -1),
+            Attr("q_num_heads", "int?"),
+            Attr("qk_matmul_output_mode", "int", 0),
+            Attr("right_window_size", "int", -1),
+            Attr("scale", "float?"),
+            Attr("softcap", "float", 0.0),
+            Attr("softmax_precision", "int?"),
+        ),
+        min_version=23,
+    ),
+    # onnxruntime's contrib ops (ORT's schemas: tests/test_lang.py checks them)
+    OpSpec(
+        "FusedConv",
+        ("X", "W", "B?", "Z?"),
+        (Attr("activation", "str"), Attr("activation_params", "floats"), *_CONV_ATTRS),
+        domain=_MS,
+        contrib=True,
+    ),
+    OpSpec(
+        "FusedGemm",
+        ("A", "B", "C?"),
+        (
+            Attr("activation", "str"),
+            Attr("activation_alpha", "float?"),
+            Attr("activation_beta", "float?"),
+            Attr("activation_gamma", "float?"),
+            Attr("alpha", "float", 1.0),
+            Attr("beta", "float", 1.0),
+            Attr("transA", "int", 0),
+            Attr("transB", "int", 0),
+        ),
+        domain=_MS,
+        contrib=True,
+    ),
+    OpSpec(
+        "FusedMatMul",
+        ("A", "B"),
+        (
+            Attr("alpha", "float", 1.0),
+            Attr("transA", "int", 0),
+            Attr("transB", "int", 0),
+            Attr("transBatchA", "int", 0),
+            Attr("transBatchB", "int", 0),
+        ),
+        domain=_MS,
+        contrib=True,
+    ),
+    OpSpec(
+        "SkipLayerNormalization",
+        ("input", "skip", "gamma", "beta?", "bias?"),
+        (Attr("epsilon", "float", 1e-12),),
+        domain=_MS,
+        contrib=True,
+        n_outputs=True,
+        outputs=_SKIP_OUTPUTS,
+    ),
+    OpSpec(
+        "SkipSimplifiedLayerNormalization",
+        ("input", "skip", "gamma", "bias?"),
+        (Attr("epsilon", "float", 1e-12),),
+        domain=_MS,
+        contrib=True,
+        n_outputs=True,
+        outputs=_SKIP_OUTPUTS,
+    ),
+    OpSpec(
+        "SimplifiedLayerNormalization",
+        ("X", "scale"),
+        (Attr("axis", "int", -1), Attr("epsilon", "float", 1e-5), Attr("stash_type", "int", 1)),
+        contrib=True,  # registered by onnxruntime in the ai.onnx domain
+    ),
+    OpSpec("BiasGelu", ("A", "B"), domain=_MS, contrib=True),
+    OpSpec("FastGelu", ("X", "bias?"), domain=_MS, contrib=True),
+    OpSpec("GeluMs", ("X",), op_type="Gelu", domain=_MS, contrib=True),
+    OpSpec("QuickGelu", ("X",), (Attr("alpha", "float", 1.702),), domain=_MS, contrib=True),
+    OpSpec(
+        "MultiHeadAttention",
+        (
+            "query", "key?", "value?", "bias?", "key_padding_mask?", "attention_bias?", "past_key?",
+            "past_value?", "past_sequence_length?", "cache_indirection?",
+        ),
+        (
+            Attr("mask_filter_value", "float?"),
+            Attr("num_heads", "int"),
+            Attr("scale", "float?"),
+            Attr("unidirectional", "int", 0),
+        ),
+        domain=_MS,
+        contrib=True,
     ),
 ]
 

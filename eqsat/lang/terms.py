@@ -33,6 +33,10 @@ def f64(v: float) -> Expr:
     return b.Lit(SPAN, b.Float(float(v)))
 
 
+def bool_(v: bool) -> Expr:
+    return b.Lit(SPAN, b.Bool(bool(v)))
+
+
 def string(v: str) -> Expr:
     return b.Lit(SPAN, b.String(v))
 
@@ -61,6 +65,10 @@ def opt_int(v: int | None) -> Expr:
     return call("NoInt") if v is None else call("SomeInt", i64(v))
 
 
+def opt_float(v: float | None) -> Expr:
+    return call("NoFloat") if v is None else call("SomeFloat", f64(v))
+
+
 def oplist(items: Sequence[Expr]) -> Expr:
     out = call("Nil")
     for item in reversed(items):
@@ -70,6 +78,10 @@ def oplist(items: Sequence[Expr]) -> Expr:
 
 def let(name: str, expr: Expr):
     return b.ActionCommand(b.Let(SPAN, name, expr))
+
+
+def union(a: Expr, c: Expr):
+    return b.ActionCommand(b.Union(SPAN, a, c))
 
 
 def set_fn(fn: str, args: Sequence[Expr], value: Expr):

@@ -1,5 +1,6 @@
-"""Node count: every operator costs 1; leaves (inputs, constants, literals, list cells,
-attribute values) cost almost nothing, so the cheapest program has the fewest ops."""
+"""Node count: every operator costs 1 (an op with subgraphs, 1 + the nodes in them); leaves
+(inputs, constants, literals, list cells, attribute values) cost almost nothing, so the
+cheapest program has the fewest ops."""
 
 from __future__ import annotations
 
@@ -21,4 +22,4 @@ class NodeCount(CostModel):
             return LEAF_COST
         if egraph.class_type(node.eclass) not in ("", "Op"):
             return LEAF_COST  # DType, OptInt, AttrVal, ... values
-        return 1.0
+        return float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))  # If: 1 + its branches

@@ -1,0 +1,44 @@
+"""Oracles: Python that adds facts to the e-graph between saturation rounds, for what
+egglog rules cannot compute (tensor arithmetic, shape arithmetic, subgraphs).
+
+`Oracle` is the saturation hook: it serializes the e-graph once per round and runs
+constant folding (fold.py), symbolic shape rewriting (symbolic.py, reshape.py) and If
+inlining (inline_if.py) on that view.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from onnx import ModelProto
+
+from ..shapes import DimTable
+from ..store import ProtoStore, TensorStore
+from .fold import Folder
+from .inline_if import IfInliner
+from .reshape import ReshapeTargets
+from .view import View
+
+
+class Oracle:
+    def __init__(self, model: ModelProto, tensors: TensorStore, protos: ProtoStore, dims: DimTable,
+                 serialize, fold_limit: int) -> None:
+        self.serialize = serialize  # () -> JSON dict of the current e-graph
+        self.folder = Folder(model, tensors, protos, fold_limit)
+        self.inliner = IfInliner(model, tensors, protos, dims)
+        self.reshapes = ReshapeTargets()
+        self.rounds = 0
+
+    def __call__(self, _saturator) -> list:
+        self.rounds += 1
+        v = View.of(self.serialize(), prefix=f"$o{self.rounds}_")
+        facts = self.folder(v) + self.reshapes(v) + self.inliner(v)
+        return v.lets + facts
+
+    def report(self) -> dict:
+        return {
+            "folded": self.folder.folded,
+            "fold_refused": dict(Counter(self.folder.refused).most_common()),
+            "reshape_targets_rewritten": self.reshapes.rewritten,
+            "if_inlined": self.inliner.inlined,
+        }
