@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ort (default): onnxruntime's contrib ops allowed; onnx: standard ops of the model's opset only")
     o.add_argument("--fold-limit", type=_positive_int, default=1 << 20, metavar="BYTES",
                    help="largest folded constant, unless no larger than its inputs (default 1 MiB)")
-    o.add_argument("--extractor", default="tree-greedy", help="extraction algorithm (default tree-greedy)")
+    o.add_argument("--extractor", default="ilp", help="extraction algorithm: ilp (default, exact DAG cost) or tree-greedy")
     o.add_argument("--cost-model", default="node-count", help="cost model (default node-count)")
     o.add_argument("--report", metavar="REPORT.json", type=Path, help="write a JSON report")
     o.add_argument("--save-egraph", metavar="FILE.json", type=Path,

@@ -34,7 +34,7 @@ class Options:
     rule_files: list[Path] = field(default_factory=list)
     default_rules: bool = True
     limits: Limits = field(default_factory=Limits)
-    extractor: str = "tree-greedy"
+    extractor: str = "ilp"
     cost_model: str = "node-count"
     target: str = "ort"
     fold_limit: int = FOLD_LIMIT

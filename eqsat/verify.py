@@ -74,7 +74,7 @@ def random_inputs(model: ModelProto, dims: dict[str, int] | None = None, seed: i
         shape = [d if isinstance(d, int) else dims.get(d, 2) if isinstance(d, str) else 2 for d in (t.dims or ())]
         dt = np_dtype(t.elem)
         if dt == np.bool_:
-            feeds[vi.name] = rng.random(shape) < 0.5
+            feeds[vi.name] = np.asarray(rng.random(shape) < 0.5)
         elif np.issubdtype(dt, np.integer):
             feeds[vi.name] = rng.integers(0, 2, size=shape).astype(dt)
         elif np.issubdtype(dt, np.floating):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from .base import Extractor
+from .ilp import ILP
 from .tree_greedy import TreeGreedy
 
-EXTRACTORS: dict[str, type[Extractor]] = {cls.name: cls for cls in (TreeGreedy,)}
-DEFAULT = TreeGreedy.name
+EXTRACTORS: dict[str, type[Extractor]] = {cls.name: cls for cls in (TreeGreedy, ILP)}
+DEFAULT = ILP.name
 
 
 def get_extractor(name: str) -> Extractor:

@@ -47,3 +47,30 @@ def sample(items: list, env: str = "EQSAT_SAMPLE") -> list:
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+def optimized(model: onnx.ModelProto, **opts):
+    """Optimize with the default rules (Options fields as keywords); returns the Result."""
+    return optimize(model, Options(**opts))
+
+
+def op_list(model: onnx.ModelProto) -> list[str]:
+    """Op types in graph order, with the domain for non-standard ones (com.microsoft.FusedConv)."""
+    return [(f"{n.domain}." if n.domain not in ("", "ai.onnx") else "") + n.op_type for n in model.graph.node]
+
+
+def check_rewrite(model: onnx.ModelProto, expect_ops, fired=(), not_fired=(), feeds=None, dims=None,
+                  rtol=1e-4, atol=1e-5, **opts):
+    """Optimize `model` and check: the op list (sorted, so graph order does not matter) is
+    `expect_ops`; each rule in `fired` matched and each in `not_fired` did not; the onnx
+    checker accepts the result; onnxruntime gives the original's outputs. Returns the Result."""
+    res = optimized(model, **opts)
+    got = sorted(op_list(res.model))
+    assert got == sorted(expect_ops), f"ops after optimization: {got}"
+    matches = res.report["saturation"]["rule_matches"]
+    for name in fired:
+        assert matches.get(name, 0) > 0, f"rule {name} did not fire; fired: {sorted(matches)}"
+    for name in not_fired:
+        assert matches.get(name, 0) == 0, f"rule {name} fired but must not"
+    assert_same_outputs(model, res.model, feeds, dims, rtol=rtol, atol=atol)
+    return res

@@ -91,6 +91,7 @@ def test_no_finite_term_is_an_error():
 
 def test_registry_says_which_extractors_are_optimal():
     assert "tree-greedy" in EXTRACTORS and EXTRACTORS["tree-greedy"].optimal is False
+    assert EXTRACTORS["ilp"].optimal is True
     with pytest.raises(KeyError, match="unknown extractor"):
         get_extractor("nope")
 
@@ -109,7 +110,7 @@ def random_egraphs(draw):
     return egraph_json(classes, ["c0"])
 
 
-def brute_force_tree_cost(g: EGraph, costs: dict[str, float]) -> float:
+def brute_force(g: EGraph, costs: dict[str, float], measure) -> float:
     best = math.inf
     cls = [c for c in g.classes if g.classes[c]]
     for pick in itertools.product(*(g.classes[c] for c in cls)):
@@ -118,7 +119,7 @@ def brute_force_tree_cost(g: EGraph, costs: dict[str, float]) -> float:
             check(g, choice)
         except ExtractionError:
             continue
-        best = min(best, tree_cost(g, choice, costs))
+        best = min(best, measure(g, choice, costs))
     return best
 
 
@@ -128,7 +129,8 @@ def test_every_extractor_passes_the_checker_on_random_egraphs(data):
     g = EGraph.from_json(data)
     cost = OpCost()
     costs = cost.costs(g)
-    optimum = brute_force_tree_cost(g, costs)
+    optimum = brute_force(g, costs, tree_cost)
+    dag_optimum = brute_force(g, costs, dag_cost)
     for name in EXTRACTORS:
         if math.isinf(optimum):
             with pytest.raises(ExtractionError):
@@ -140,6 +142,9 @@ def test_every_extractor_passes_the_checker_on_random_egraphs(data):
         assert ex.dag_cost <= ex.tree_cost + 1e-9
         if name == "tree-greedy":
             assert ex.tree_cost == pytest.approx(optimum)  # bottom-up greedy is tree-optimal
+        if EXTRACTORS[name].optimal:
+            assert ex.dag_cost == pytest.approx(dag_optimum)
+        assert ex.dag_cost >= dag_optimum - 1e-9  # nobody beats the optimum
 
 
 def test_extract_runs_on_a_saved_egraph_without_egglog_or_onnx(tmp_path):

@@ -103,6 +103,8 @@ class Folder:
             if v.egraph.class_type(c) != "Op" or any(n.op in LITERALS for n in v.nodes_of(c)):
                 continue
             node = v.egraph.nodes[nid]
+            if node.op == "Absent":
+                continue  # a missing input: no value
             if node.op == "Opaque" or (node.op in BY_CTOR and BY_CTOR[node.op].n_outputs):
                 continue  # a node with several outputs: its (Out c k) e-classes are the values
             why = self._refuse_before(v, node)

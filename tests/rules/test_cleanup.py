@@ -1,0 +1,170 @@
+"""rules/cleanup.egg and rules/algebra.egg: each rule fires on a minimal model with the
+outputs unchanged, and does not fire where it must not."""
+
+from __future__ import annotations
+
+from ..conftest import check_rewrite, parse_model
+
+H = '<ir_version: 8, opset_import: ["" : 18]>'
+
+
+def test_identity_and_dropout_disappear():
+    m = parse_model(H + """
+        agraph (float[2, 3] x) => (float[2, 3] y) {
+            a = Identity(x)
+            b = Dropout(a)
+            y = Relu(b)
+        }""")
+    check_rewrite(m, ["Relu"], fired=["identity-elim", "dropout-elim"])
+
+
+def test_dropout_in_training_mode_stays():
+    m = parse_model(H + """
+        agraph (float[2, 3] x) => (float[2, 3] y) {
+            r = Constant <value = float {0.0}> ()
+            t = Constant <value = bool {1}> ()
+            y = Dropout(x, r, t)
+        }""")
+    check_rewrite(m, ["Dropout"], not_fired=["dropout-elim", "dropout-elim-not-training"])
+
+
+def test_cast_to_own_type_disappears_but_a_real_cast_stays():
+    m = parse_model(H + """
+        agraph (float[4] x) => (float[4] y, float16[4] z) {
+            a = Cast <to = 1> (x)
+            y = Relu(a)
+            z = Cast <to = 10> (x)
+        }""")
+    check_rewrite(m, ["Relu", "Cast"], fired=["cast-same-type"])
+
+
+def test_noop_reshape_expand_slice_pad():
+    m = parse_model(H + """
+        agraph (float[batch, 8] x) => (float[batch, 8] y) {
+            s = Shape(x)
+            a = Reshape(x, s)
+            b = Expand(a, s)
+            st = Constant <value = int64[1] {0}> ()
+            en = Constant <value = int64[1] {8}> ()
+            ax = Constant <value = int64[1] {1}> ()
+            c = Slice(b, st, en, ax)
+            p = Constant <value = int64[4] {0, 0, 0, 0}> ()
+            d = Pad(c, p)
+            y = Relu(d)
+        }""")
+    check_rewrite(m, ["Relu"], fired=["reshape-noop", "expand-noop", "slice-noop", "pad-noop-2d"], dims={"batch": 3})
+
+
+def test_slice_that_reverses_stays():
+    m = parse_model(H + """
+        agraph (float[4] x) => (float[4] y) {
+            st = Constant <value = int64[1] {-1}> ()
+            en = Constant <value = int64[1] {-100}> ()
+            ax = Constant <value = int64[1] {0}> ()
+            sp = Constant <value = int64[1] {-1}> ()
+            y = Slice(x, st, en, ax, sp)
+        }""")
+    check_rewrite(m, ["Slice"], not_fired=["slice-noop", "slice-noop-step-1"])
+
+
+def test_transposes_that_cancel_and_compose():
+    m = parse_model(H + """
+        agraph (float[2, 3, 4] x) => (float[2, 3, 4] y, float[4, 2, 3] z) {
+            a = Transpose <perm = [0, 2, 1]> (x)
+            y = Transpose <perm = [0, 2, 1]> (a)
+            z = Transpose <perm = [1, 0, 2]> (a)
+        }""")
+    res = check_rewrite(m, ["Identity", "Transpose"], fired=["transpose-compose-3", "transpose-identity"])
+    perm = [n for n in res.model.graph.node if n.op_type == "Transpose"][0].attribute[0].ints
+    assert list(perm) == [2, 0, 1]
+
+
+def test_reshape_reshape_and_squeeze_unsqueeze():
+    m = parse_model(H + """
+        agraph (float[2, 3, 4] x) => (float[6, 4] y, float[2, 3, 4] z) {
+            s1 = Constant <value = int64[2] {3, 8}> ()
+            s2 = Constant <value = int64[2] {6, 4}> ()
+            a = Reshape(x, s1)
+            y = Reshape(a, s2)
+            ax = Constant <value = int64[1] {1}> ()
+            u = Unsqueeze(x, ax)
+            z = Squeeze(u, ax)
+        }""")
+    check_rewrite(m, ["Reshape", "Identity"], fired=["reshape-reshape", "squeeze-unsqueeze"])
+
+
+def test_reshape_with_zero_after_reshape_keeps_both():
+    # the second target copies dimension 0 from its input, which the first reshape changed
+    m = parse_model(H + """
+        agraph (float[2, 3, 4] x) => (float[6, 2, 2] y) {
+            s1 = Constant <value = int64[2] {6, 4}> ()
+            s2 = Constant <value = int64[3] {0, 2, 2}> ()
+            a = Reshape(x, s1)
+            y = Reshape(a, s2)
+        }""")
+    check_rewrite(m, ["Reshape", "Reshape"], not_fired=["reshape-reshape"])
+
+
+def test_scalar_arithmetic_folds_and_neutral_elements_go():
+    m = parse_model(H + """
+        agraph (float[3] x) => (float[3] y) {
+            a = Constant <value = float {2.0}> ()
+            b = Constant <value = float {0.5}> ()
+            one = Mul(a, b)
+            z = Constant <value = float {0.0}> ()
+            p = Mul(x, one)
+            y = Add(p, z)
+        }""")
+    check_rewrite(m, ["Identity"], fired=["fold-scalar-mul", "mul-one", "add-zero"])
+
+
+def test_multiply_by_one_that_broadcasts_stays():
+    # x * ones([1, 1]) turns a [3] into a [1, 3]: not an identity
+    m = parse_model(H + """
+        agraph (float[3] x) => (float[1, 3] y) {
+            one = Constant <value = float[1, 1] {1.0}> ()
+            y = Mul(x, one)
+        }""")
+    check_rewrite(m, ["Mul"], not_fired=["mul-one"])
+
+
+def test_shape_chain_folds_when_static_and_becomes_a_literal_target_when_symbolic():
+    m = parse_model(H + """
+        agraph (float[batch, 4, 6] x, float[2, 4, 6] w) => (float[batch, 4, 2, 3] y, float[2, 24] z) {
+            s = Shape(x)
+            i0 = Constant <value = int64 {0}> ()
+            b = Gather(s, i0)
+            ax = Constant <value = int64[1] {0}> ()
+            bu = Unsqueeze(b, ax)
+            rest = Constant <value = int64[3] {4, 2, 3}> ()
+            t = Concat <axis = 0> (bu, rest)
+            y = Reshape(x, t)
+            sw = Shape(w)
+            w0 = Gather(sw, i0)
+            w0u = Unsqueeze(w0, ax)
+            k = Constant <value = int64[1] {24}> ()
+            t2 = Concat <axis = 0> (w0u, k)
+            z = Reshape(w, t2)
+        }""")
+    res = check_rewrite(m, ["Reshape", "Reshape"], dims={"batch": 5})
+    assert res.report["oracle"]["reshape_targets_rewritten"] >= 1
+    assert res.report["oracle"]["folded"] >= 1
+
+
+def test_if_with_constant_condition_is_inlined_and_a_runtime_condition_is_not():
+    m = parse_model(H + """
+        agraph (float[3] x, bool c) => (float[3] y, float[3] z) {
+            k = Constant <value = bool {0}> ()
+            y = If(k) <
+                then_branch = g1 () => (float[3] a) { a = Relu(x) },
+                else_branch = g2 () => (float[3] b) { b = Neg(x) }
+            >
+            z = If(c) <
+                then_branch = g3 () => (float[3] a3) { a3 = Relu(x) },
+                else_branch = g4 () => (float[3] b4) { b4 = Neg(x) }
+            >
+        }""")
+    import numpy as np
+
+    res = check_rewrite(m, ["Neg", "If"], feeds={"x": np.array([1, -2, 3], np.float32), "c": np.array(True)})
+    assert res.report["oracle"]["if_inlined"] == 1
