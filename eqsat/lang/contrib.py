@@ -1,0 +1,49 @@
+"""onnxruntime ops that live in the ai.onnx domain without being ONNX ops.
+
+onnxruntime registers a few contrib ops (SimplifiedLayerNormalization) in the default
+domain. The onnx checker rejects a node whose op its registry does not know in the default
+domain, so eqsat registers their schemas in onnx's registry (for this process) before it
+checks a model it wrote. A model holding them is an onnxruntime model: other runtimes, and
+an onnx checker without these schemas, reject it. Target `onnx` never produces them.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import defs
+
+_registered = False
+
+
+def _simplified_layer_norm() -> defs.OpSchema:
+    p = defs.OpSchema.FormalParameter
+    opt = defs.OpSchema.FormalParameterOption
+    a = defs.OpSchema.Attribute
+    return defs.OpSchema(
+        "SimplifiedLayerNormalization", "", 1,
+        doc="onnxruntime: RMS normalization, Y = X / sqrt(mean(X^2, axis) + epsilon) * scale",
+        inputs=[p("X", "T"), p("scale", "V")],
+        outputs=[p("Y", "V"), p("inv_std_var", "U", "", param_option=opt.Optional)],
+        type_constraints=[
+            ("T", ["tensor(float)", "tensor(float16)", "tensor(double)", "tensor(bfloat16)"], ""),
+            ("U", ["tensor(float)", "tensor(double)"], ""),
+            ("V", ["tensor(float)", "tensor(float16)", "tensor(double)", "tensor(bfloat16)"], ""),
+        ],
+        attributes=[
+            a("axis", onnx.helper.make_attribute("axis", -1), "the first normalized dimension"),
+            a("epsilon", onnx.helper.make_attribute("epsilon", 1e-5), "added to the variance"),
+            a("stash_type", onnx.helper.make_attribute("stash_type", 1), "type of mean and inv_std_var"),
+        ],
+    )
+
+
+def register() -> None:
+    """Make onnx's checker accept onnxruntime's ai.onnx-domain contrib ops (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    try:
+        defs.get_schema("SimplifiedLayerNormalization", 1, "")
+    except defs.SchemaError:
+        defs.register_schema(_simplified_layer_norm())
+    _registered = True
