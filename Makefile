@@ -55,6 +55,7 @@ $(BENCH_STAMP): $(STAMP)
 corpus: $(BENCH_STAMP)
 	$(PY) benchmarks/corpus.py
 	$(PY) benchmarks/corpus.py --dynamo
+	$(PY) benchmarks/light_models.py
 
 roundtrip-corpus: $(STAMP)
 	$(PY) benchmarks/roundtrip.py
