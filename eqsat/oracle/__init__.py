@@ -8,8 +8,6 @@ inlining (inline_if.py) on that view.
 
 from __future__ import annotations
 
-from collections import Counter
-
 from onnx import ModelProto
 
 from ..shapes import DimTable
@@ -38,7 +36,7 @@ class Oracle:
     def report(self) -> dict:
         return {
             "folded": self.folder.folded,
-            "fold_refused": dict(Counter(self.folder.refused).most_common()),
+            "fold_refused": self.folder.refusals(),
             "reshape_targets_rewritten": self.reshapes.rewritten,
             "if_inlined": self.inliner.inlined,
         }

@@ -19,7 +19,6 @@ Initializers that are also graph inputs are `Input`s, never constants.
 from __future__ import annotations
 
 import warnings
-from collections import Counter
 
 import numpy as np
 from onnx import ModelProto, helper, numpy_helper
@@ -50,8 +49,15 @@ class Folder:
         self.tensors = tensors
         self.protos = protos
         self.fold_limit = fold_limit
-        self.refused: Counter = Counter()
+        self.refused: dict[str, set[str]] = {}  # reason -> e-classes refused for it
         self.folded = 0
+
+    def _refuse(self, reason: str, eclass: str) -> None:
+        self.refused.setdefault(reason, set()).add(eclass)
+
+    def refusals(self) -> dict[str, int]:
+        """Reason -> how many values were not folded for it."""
+        return dict(sorted(((r, len(c)) for r, c in self.refused.items()), key=lambda x: (-x[1], x[0])))
 
     # ---- which e-classes are constant
     def constant_classes(self, v: View) -> dict[str, str]:
@@ -82,7 +88,7 @@ class Folder:
         if n.op == "Opaque":
             domain, op_type = v.lit(n.children[0]), v.lit(n.children[1])
             if op_type in RANDOM_OPS:
-                self.refused[f"{op_type}: random op"] += 1
+                self._refuse(f"{op_type}: random op", n.eclass)
                 return False
             attrs = v.nodes_of(n.children[3])
             has_graph = False
@@ -109,7 +115,7 @@ class Folder:
                 continue  # a node with several outputs: its (Out c k) e-classes are the values
             why = self._refuse_before(v, node)
             if why:
-                self.refused[why] += 1
+                self._refuse(why, c)
                 continue
             targets.append(c)
         # Shape arithmetic whose value is fully known, whatever it is computed from.
@@ -158,7 +164,7 @@ class Folder:
                     out.update(self._run(v, const, [c]))
                 except Exception as e:  # noqa: BLE001
                     op = v.egraph.nodes[const[c]].op
-                    self.refused[f"{op}: evaluation failed ({type(e).__name__}: {str(e).splitlines()[0][:80]})"] += 1
+                    self._refuse(f"{op}: evaluation failed ({type(e).__name__}: {str(e).splitlines()[0][:80]})", c)
             return out
 
     def _run(self, v: View, const: dict[str, str], targets: list[str]) -> dict[str, np.ndarray]:
@@ -181,10 +187,10 @@ class Folder:
             arr = np.asarray(arr)
             dt = v.dtype(c)
             if dt in CTOR_TO_CODE and arr.dtype != np_dtype(CTOR_TO_CODE[dt]):
-                self.refused[f"{v.egraph.nodes[const[c]].op}: result dtype {arr.dtype} is not the value's {dt}"] += 1
+                self._refuse(f"{v.egraph.nodes[const[c]].op}: result dtype {arr.dtype} is not the value's {dt}", c)
                 continue
             if arr.nbytes > self.fold_limit and v.shape(c) is None:
-                self.refused[f"{v.egraph.nodes[const[c]].op}: result of {arr.nbytes} bytes is over the fold limit"] += 1
+                self._refuse(f"{v.egraph.nodes[const[c]].op}: result of {arr.nbytes} bytes is over the fold limit", c)
                 continue
             result[c] = arr
         return result

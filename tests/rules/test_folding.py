@@ -1,0 +1,94 @@
+"""Constant folding (eqsat/oracle/fold.py): what folds, and what it refuses, with the reason
+in the report."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..conftest import check_rewrite, optimized, parse_model
+
+H = '<ir_version: 8, opset_import: ["" : 18]>'
+
+
+def test_weight_arithmetic_folds_into_one_constant():
+    m = parse_model(H + """
+        agraph (float[2, 3] x) => (float[2, 3] y) <float[3] a = {1.0, 2.0, 3.0}, float[3] b = {4.0, 5.0, 6.0}> {
+            s = Sqrt(b)
+            t = Mul(a, s)
+            u = Transpose <perm = [0]> (t)
+            y = Add(x, u)
+        }""")
+    res = check_rewrite(m, ["Add"])
+    assert res.report["oracle"]["folded"] >= 1
+    (c,) = [t for t in res.model.graph.initializer]
+    assert np.allclose(numpy_helper.to_array(c), np.array([1, 2, 3]) * np.sqrt([4, 5, 6]))
+
+
+def test_random_ops_are_never_folded():
+    m = parse_model(H + """
+        agraph (float[3] x) => (float[3] y) <float[3] a = {1.0, 2.0, 3.0}> {
+            r = RandomUniformLike(a)
+            y = Add(x, r)
+        }""")
+    res = optimized(m)
+    assert [n.op_type for n in res.model.graph.node] == ["RandomUniformLike", "Add"]
+    assert res.report["oracle"]["fold_refused"] == {"RandomUniformLike: random op": 1}
+
+
+def _expand_model(rows: int) -> onnx.ModelProto:
+    return parse_model(H + f"""
+        agraph (float[{rows}, 1024] x) => (float[{rows}, 1024] y) {{
+            one = Constant <value = float {{1.0}}> ()
+            shape = Constant <value = int64[2] {{{rows}, 1024}}> ()
+            big = Expand(one, shape)
+            y = Add(x, big)
+        }}""")
+
+
+def test_a_blow_up_over_the_fold_limit_is_refused():
+    m = _expand_model(512)  # a 2 MiB constant from a 4-byte scalar
+    res = optimized(m)
+    assert "Expand" in [n.op_type for n in res.model.graph.node]
+    (why,) = res.report["oracle"]["fold_refused"]
+    assert why == "Expand: result of 2097152 bytes is over the fold limit and larger than its inputs"
+    res = optimized(m, fold_limit=4 << 20)  # --fold-limit 4 MiB
+    assert [n.op_type for n in res.model.graph.node] == ["Add"]
+
+
+def test_a_big_result_no_larger_than_its_inputs_folds():
+    w = np.arange(600 * 1024, dtype=np.float32).reshape(600, 1024)  # 2.3 MiB
+    g = helper.make_graph(
+        [helper.make_node("Transpose", ["w"], ["wt"]), helper.make_node("MatMul", ["x", "wt"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 1024])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 600])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    res = check_rewrite(m, ["MatMul"])
+    assert res.report["oracle"]["fold_refused"] == {}
+
+
+def test_initializers_that_are_graph_inputs_are_never_folded():
+    m = parse_model(H + """
+        agraph (float[3] x, float[3] b) => (float[3] y) <float[3] b = {1.0, 2.0, 3.0}, float[3] c = {1.0, 1.0, 1.0}> {
+            d = Add(b, c)
+            y = Mul(x, d)
+        }""")
+    res = check_rewrite(m, ["Add", "Mul"], feeds={"x": np.ones(3, np.float32)})
+    assert res.report["oracle"]["folded"] == 0
+
+
+def test_mixed_dtypes_are_refused(tmp_path):
+    # A wrong user rule drops a Cast, which would add float16 to float32; the folder refuses.
+    rules = tmp_path / "bad.egg"
+    rules.write_text("(ruleset bad)\n(rewrite (Add (Cast x rm sat t) y) (Add x y) :ruleset bad :name \"drop-cast\")\n")
+    m = parse_model(H + """
+        agraph (float[2] x) => (float[2] y) <float16[2] h = {15360, 16384}, float[2] f = {1.0, 2.0}> {
+            c = Cast <to = 1> (h)
+            s = Add(c, f)
+            y = Mul(x, s)
+        }""")
+    res = optimized(m, rule_files=[rules])
+    assert res.report["oracle"]["fold_refused"] == {"Add: mixed dtypes F16, F32": 1}
