@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from .base import Extractor
+from .dag_greedy import DagGreedy
 from .ilp import ILP
 from .tree_greedy import TreeGreedy
 
-EXTRACTORS: dict[str, type[Extractor]] = {cls.name: cls for cls in (TreeGreedy, ILP)}
+EXTRACTORS: dict[str, type[Extractor]] = {cls.name: cls for cls in (TreeGreedy, DagGreedy, ILP)}
 DEFAULT = ILP.name
 
 

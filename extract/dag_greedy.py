@@ -1,0 +1,60 @@
+"""DAG greedy: like tree greedy, but a node's cost is the DAG cost of the term it roots,
+the set of distinct nodes under it, so a value shared by two children is paid once
+(extraction-gym's greedy-dag). Each e-class keeps the node whose set costs least; a node is
+re-evaluated when one of its child classes improves. Not optimal: the sets of different
+classes are chosen independently, so it cannot see that a value another root needs anyway
+is free for this one (the ILP can)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from .base import Extraction, Extractor
+from .check import ExtractionError, dag_cost, reachable, tree_cost
+from .costs import CostModel
+from .egraph import EGraph
+
+
+class DagGreedy(Extractor):
+    name = "dag-greedy"
+    optimal = False
+
+    def extract(self, egraph: EGraph, cost: CostModel) -> Extraction:
+        t0 = time.perf_counter()
+        costs = cost.costs(egraph)
+        ids = {nid: i for i, nid in enumerate(egraph.nodes)}
+        node_cost = [costs[nid] for nid in egraph.nodes]
+        node_class = [n.eclass for n in egraph.nodes.values()]
+        best: dict[str, tuple[float, frozenset[int]]] = {}
+        choice: dict[str, str] = {}
+        parents = egraph.parents()
+        pending = [nid for nid, n in egraph.nodes.items() if not n.children]
+        while pending:
+            nxt: list[str] = []
+            for nid in pending:
+                n = egraph.nodes[nid]
+                if math.isinf(costs[nid]):
+                    continue
+                kids = [best.get(k) for k in dict.fromkeys(n.children)]
+                if any(k is None for k in kids) or n.eclass in n.children:
+                    continue
+                members: set[int] = set()
+                for _, s in kids:  # type: ignore[misc]
+                    members |= s
+                if any(node_class[i] == n.eclass for i in members):
+                    continue  # the term would contain its own class: a cycle
+                members.add(ids[nid])
+                total = sum(node_cost[i] for i in members)
+                old = best.get(n.eclass)
+                if old is None or total < old[0] - 1e-12:
+                    best[n.eclass] = (total, frozenset(members))
+                    choice[n.eclass] = nid
+                    nxt.extend(parents[n.eclass])
+            pending = list(dict.fromkeys(nxt))
+        for r in egraph.roots:
+            if r not in choice:
+                raise ExtractionError(f"root e-class {r} has no finite-cost term")
+        choice = {c: choice[c] for c in reachable(egraph, choice)}
+        return Extraction(choice, self.name, tree_cost(egraph, choice, costs), dag_cost(egraph, choice, costs),
+                          time.perf_counter() - t0)
