@@ -42,6 +42,17 @@ def _positive_float(s: str) -> float:
     return v
 
 
+def _dim(s: str) -> tuple[str, int]:
+    name, _, value = s.partition("=")
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with an integer value: {s!r}") from None
+    if not name or v <= 0:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with VALUE > 0: {s!r}")
+    return name, v
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .saturate import Limits
 
@@ -68,12 +79,22 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--fold-limit", type=_positive_int, default=1 << 20, metavar="BYTES",
                    help="largest folded constant, unless no larger than its inputs (default 1 MiB)")
     o.add_argument("--extractor", default="ilp", help="extraction algorithm: ilp (default, exact DAG cost) or tree-greedy")
-    o.add_argument("--cost-model", default="node-count", help="cost model (default node-count)")
+    o.add_argument("--cost-model", default="node-count", help="cost model: node-count (default) or roofline")
+    o.add_argument("--hardware", default="cpu", metavar="PROFILE",
+                   help="hardware profile for the roofline cost model: a name (cpu, h200) or a .json file")
+    o.add_argument("--dim", action="append", default=[], type=_dim, metavar="NAME=VALUE",
+                   help="size of a symbolic dimension for cost models (repeatable), e.g. --dim batch=8")
     o.add_argument("--report", metavar="REPORT.json", type=Path, help="write a JSON report")
     o.add_argument("--save-egraph", metavar="FILE.json", type=Path,
                    help="write the saturated e-graph (egraph-serialize JSON with eqsat metadata)")
     o.add_argument("--in-place", action="store_true", help="allow the output to overwrite the input")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    c = sub.add_parser("calibrate", help="measure a hardware profile for the roofline cost model",
+                       description="Measure this machine's MatMul and vector throughput, memory bandwidth and "
+                                   "per-op overhead under onnxruntime, and write a hardware profile.")
+    c.add_argument("-o", "--output", metavar="PROFILE.json", required=True, type=Path)
+    c.add_argument("--threads", type=_positive_int, default=1, help="onnxruntime threads (default 1)")
     return p
 
 
@@ -107,6 +128,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         extractor=args.extractor,
         cost_model=args.cost_model,
         target=args.target,
+        hardware=args.hardware,
+        dims=dict(args.dim),
         fold_limit=args.fold_limit,
         save_egraph=args.save_egraph,
     )
@@ -122,6 +145,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .calibrate import write
+
+    prof = write(args.output, args.threads)
+    print(json.dumps(prof, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -129,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2
-        return {"optimize": cmd_optimize}[args.command](args)
+        return {"optimize": cmd_optimize, "calibrate": cmd_calibrate}[args.command](args)
     except EqsatError as e:
         print(f"eqsat: error: {e}", file=sys.stderr)
         return e.exit_code

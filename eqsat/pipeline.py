@@ -14,7 +14,7 @@ from pathlib import Path
 from onnx import ModelProto
 
 from extract import EXTRACTORS, EGraph, ExtractionError, check, get_extractor
-from extract.costs import COST_MODELS
+from extract.costs import make_cost_model
 
 from .decode import Decoder
 from .encode import Encoder
@@ -37,6 +37,8 @@ class Options:
     extractor: str = "ilp"
     cost_model: str = "node-count"
     target: str = "ort"
+    hardware: str = "cpu"  # profile for the roofline cost model
+    dims: dict[str, int] = field(default_factory=dict)  # sizes of symbolic dimensions, by name
     fold_limit: int = FOLD_LIMIT
     save_egraph: Path | None = None
 
@@ -61,8 +63,11 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
 
     if opts.extractor not in EXTRACTORS:
         raise UsageError(f"unknown extractor {opts.extractor!r}; choose one of {', '.join(EXTRACTORS)}")
-    if opts.cost_model not in COST_MODELS:
-        raise UsageError(f"unknown cost model {opts.cost_model!r}; choose one of {', '.join(COST_MODELS)}")
+
+    try:
+        cost = make_cost_model(opts.cost_model, opts.hardware, opts.dims)
+    except (FileNotFoundError, KeyError) as e:
+        raise UsageError(str(e).strip("'\"")) from None
 
     t0 = time.perf_counter()
     types, warning = infer_types(model)
@@ -104,7 +109,7 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
 
     t0 = time.perf_counter()
     egraph = EGraph.from_json(data)
-    cost = COST_MODELS[opts.cost_model]()
+
     try:
         ex = get_extractor(opts.extractor).extract(egraph, cost)
         check(egraph, ex.choice)

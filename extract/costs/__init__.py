@@ -1,8 +1,22 @@
 """Cost models for extraction."""
 
+from __future__ import annotations
+
 from .base import CostModel
 from .node_count import NodeCount
+from .roofline import Hardware, Roofline, profiles
 
-COST_MODELS: dict[str, type[CostModel]] = {NodeCount.name: NodeCount}
+COST_MODELS: dict[str, type[CostModel]] = {NodeCount.name: NodeCount, Roofline.name: Roofline}
 
-__all__ = ["COST_MODELS", "CostModel", "NodeCount"]
+
+def make_cost_model(name: str, hardware: str = "cpu", dims: dict[str, int] | None = None) -> CostModel:
+    """A cost model by name; models that need them get the hardware profile and the sizes
+    of symbolic dimensions."""
+    if name not in COST_MODELS:
+        raise KeyError(f"unknown cost model {name!r}; choose one of {', '.join(COST_MODELS)}")
+    if name == Roofline.name:
+        return Roofline(hardware, dims)
+    return COST_MODELS[name]()
+
+
+__all__ = ["COST_MODELS", "CostModel", "Hardware", "NodeCount", "Roofline", "make_cost_model", "profiles"]

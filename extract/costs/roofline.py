@@ -1,0 +1,179 @@
+"""An analytic roofline model: the time of an op is its kernel overhead plus the larger of
+its compute time (FLOPs over the peak rate of its kind) and its memory time (bytes read and
+written over the bandwidth). FLOPs and bytes come from the shapes and dtypes of the e-node's
+inputs and output; the rates from a hardware profile (extract/hardware/*.json).
+
+Symbolic dimensions take the sizes bound by the caller (`dims`, by name), else
+DEFAULT_DIM. A value with an unknown shape counts 0 bytes (the op then costs its
+overhead). Costs are in microseconds, finite and > 0 for ops (the CostModel contract).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..egraph import EGraph, Node
+from .base import CostModel
+from .node_count import LEAF_COST, STRUCTURE
+
+HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
+DEFAULT_DIM = 16
+SYM_BASE = -(1 << 40)
+DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+               "U16": 2, "U32": 4, "U64": 8, "Bool": 1, "C64": 8, "C128": 16}
+
+MATMUL = {"MatMul", "FusedMatMul"}
+GEMM = {"Gemm", "FusedGemm"}
+CONV = {"Conv", "FusedConv"}
+ATTENTION = {"MultiHeadAttention", "Attention"}
+TRANSCENDENTAL = {"Erf", "Tanh", "Exp", "Log", "Sigmoid", "Gelu", "GeluMs", "FastGelu", "BiasGelu", "QuickGelu",
+                  "Softmax", "LogSoftmax", "Sqrt", "Reciprocal", "Pow", "HardSwish", "Softplus", "Sin", "Cos",
+                  "Elu", "HardSigmoid"}
+NORMALIZATION = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
+                 "SkipSimplifiedLayerNormalization", "RMSNormalization", "BatchNormalization"}
+VIEWS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Dropout"}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A hardware profile. Rates in GFLOP/s and GB/s, overhead in microseconds."""
+
+    name: str
+    matmul_gflops: float  # dense GEMM / convolution throughput
+    vector_gflops: float  # element-wise arithmetic throughput
+    mem_gbps: float  # sustained memory bandwidth
+    kernel_overhead_us: float  # fixed cost of launching / dispatching one op
+    transcendental_flops: float = 10.0  # FLOPs charged per element of Erf, Tanh, Exp, ...
+    source: str = ""
+
+    @classmethod
+    def load(cls, name_or_path: str | Path) -> Hardware:
+        p = Path(name_or_path)
+        if not p.suffix:
+            p = HARDWARE_DIR / f"{name_or_path}.json"
+        if not p.is_file():
+            known = ", ".join(sorted(x.stem for x in HARDWARE_DIR.glob("*.json")))
+            raise FileNotFoundError(f"no hardware profile {name_or_path!r} (known: {known}, or a .json path)")
+        d = json.loads(p.read_text())
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def profiles() -> list[str]:
+    return sorted(p.stem for p in HARDWARE_DIR.glob("*.json"))
+
+
+class Roofline(CostModel):
+    """Contract: monotonic (every op costs at least its kernel overhead > 0)."""
+
+    name = "roofline"
+
+    def __init__(self, hardware: Hardware | str = "cpu", dims: dict[str, int] | None = None) -> None:
+        self.hw = hardware if isinstance(hardware, Hardware) else Hardware.load(hardware)
+        self.dims = dict(dims or {})
+
+    # ---- shapes
+    def _setup(self, egraph: EGraph) -> None:
+        names = egraph.meta.get("dims", {})
+        self._sym = {int(k): self.dims.get(v, DEFAULT_DIM) for k, v in names.items()}
+
+    def numel(self, egraph: EGraph, eclass: str) -> float | None:
+        shape = egraph.class_data.get(eclass, {}).get("shape")
+        if shape is None:
+            return None
+        n = 1.0
+        for d in shape:
+            n *= d if d >= 0 else self._sym.get(d, DEFAULT_DIM)
+        return n
+
+    def nbytes(self, egraph: EGraph, eclass: str) -> float:
+        n = self.numel(egraph, eclass)
+        dt = egraph.class_data.get(eclass, {}).get("dtype", "F32")
+        return 0.0 if n is None else n * DTYPE_BYTES.get(dt, 4)
+
+    def dim(self, egraph: EGraph, eclass: str, axis: int) -> float | None:
+        shape = egraph.class_data.get(eclass, {}).get("shape")
+        if not shape or not -len(shape) <= axis < len(shape):
+            return None
+        d = shape[axis]
+        return d if d >= 0 else self._sym.get(d, DEFAULT_DIM)
+
+    def op_inputs(self, egraph: EGraph, node: Node) -> list[str]:
+        out = []
+        for k in node.children:
+            t = egraph.class_type(k)
+            if t == "Op":
+                out.append(k)
+            elif t == "OpList":
+                c = k
+                while egraph.classes.get(c):
+                    cell = egraph.nodes[egraph.classes[c][0]]
+                    if cell.op != "Cons":
+                        break
+                    out.append(cell.children[0])
+                    c = cell.children[1]
+        return out
+
+    # ---- FLOPs
+    def flops(self, egraph: EGraph, node: Node, inputs: list[str]) -> tuple[float, str]:
+        """(FLOPs, kind) with kind "matmul" or "vector"."""
+        op = node.op
+        out_n = self.numel(egraph, node.eclass) or 0.0
+        if op in MATMUL or op in GEMM:
+            k = self.dim(egraph, inputs[0], -1) if inputs else None
+            if op in GEMM and node.children:
+                k = self._gemm_k(egraph, node, inputs) or k
+            return 2.0 * out_n * (k or 1.0), "matmul"
+        if op in CONV and len(inputs) >= 2:
+            w = egraph.class_data.get(inputs[1], {}).get("shape")
+            per_out = 1.0
+            for d in (w or [])[1:]:
+                per_out *= d if d >= 0 else DEFAULT_DIM
+            return 2.0 * out_n * per_out, "matmul"
+        if op in ATTENTION and inputs:
+            q = self.numel(egraph, inputs[0]) or out_n
+            seq = self.dim(egraph, inputs[0], 1) or DEFAULT_DIM
+            return 4.0 * q * seq, "matmul"
+        if op in TRANSCENDENTAL:
+            return self.hw.transcendental_flops * out_n, "vector"
+        if op in NORMALIZATION:
+            return 5.0 * out_n, "vector"
+        if op.startswith("Reduce"):
+            return sum(self.numel(egraph, i) or 0.0 for i in inputs[:1]), "vector"
+        if op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"):
+            return sum(self.numel(egraph, i) or 0.0 for i in inputs[:1]), "vector"
+        return out_n, "vector"
+
+    def _gemm_k(self, egraph: EGraph, node: Node, inputs: list[str]) -> float | None:
+        # Gemm A B C | alpha beta transA transB (FusedGemm has activation attributes first)
+        trans_a_pos = 5 if node.op == "Gemm" else 9
+        try:
+            trans_a = int(egraph.nodes[egraph.classes[node.children[trans_a_pos]][0]].op)
+        except (IndexError, KeyError, ValueError):
+            trans_a = 0
+        return self.dim(egraph, inputs[0], 0 if trans_a else -1)
+
+    # ---- the cost
+    def node_cost(self, egraph: EGraph, node: Node) -> float:
+        if node.id.startswith("primitive-") or node.op in STRUCTURE or egraph.class_type(node.eclass) not in ("", "Op"):
+            return LEAF_COST
+        if not hasattr(self, "_sym"):
+            self._setup(egraph)
+        hw = self.hw
+        if node.op in VIEWS:
+            return hw.kernel_overhead_us * 0.25
+        inputs = self.op_inputs(egraph, node)
+        flops, kind = self.flops(egraph, node, inputs)
+        moved = self.nbytes(egraph, node.eclass) + sum(self.nbytes(egraph, i) for i in inputs)
+        rate = hw.matmul_gflops if kind == "matmul" else hw.vector_gflops
+        compute_us = flops / (rate * 1e3)
+        memory_us = moved / (hw.mem_gbps * 1e3)
+        weight = float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))
+        t = hw.kernel_overhead_us * weight + max(compute_us, memory_us)
+        return t if math.isfinite(t) else 1e12
+
+    def costs(self, egraph: EGraph) -> dict[str, float]:
+        self._setup(egraph)
+        return super().costs(egraph)
