@@ -102,6 +102,14 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     t0 = time.perf_counter()
     data = snapshot()
     phase("serialize", t0)
+    if opts.cost_model == "measured":
+        from .measure import Measurer
+
+        t0 = time.perf_counter()
+        measurer = Measurer(model, tensors, protos, opts.dims)
+        measurer.annotate(data)
+        phase("measure", t0)
+        say(f"measured {measurer.timed} new op configurations in {times['measure']:.1f} s")
     if opts.save_egraph:
         import json
 

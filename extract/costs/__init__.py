@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from .base import CostModel
+from .measured import Measured
 from .node_count import NodeCount
 from .roofline import Hardware, Roofline, profiles
 
-COST_MODELS: dict[str, type[CostModel]] = {NodeCount.name: NodeCount, Roofline.name: Roofline}
+COST_MODELS: dict[str, type[CostModel]] = {m.name: m for m in (NodeCount, Roofline, Measured)}
 
 
 def make_cost_model(name: str, hardware: str = "cpu", dims: dict[str, int] | None = None) -> CostModel:
@@ -14,9 +15,9 @@ def make_cost_model(name: str, hardware: str = "cpu", dims: dict[str, int] | Non
     of symbolic dimensions."""
     if name not in COST_MODELS:
         raise KeyError(f"unknown cost model {name!r}; choose one of {', '.join(COST_MODELS)}")
-    if name == Roofline.name:
-        return Roofline(hardware, dims)
+    if name in (Roofline.name, Measured.name):
+        return COST_MODELS[name](hardware, dims)
     return COST_MODELS[name]()
 
 
-__all__ = ["COST_MODELS", "CostModel", "Hardware", "NodeCount", "Roofline", "make_cost_model", "profiles"]
+__all__ = ["COST_MODELS", "CostModel", "Hardware", "Measured", "NodeCount", "Roofline", "make_cost_model", "profiles"]
