@@ -78,7 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ort (default): onnxruntime's contrib ops allowed; onnx: standard ops of the model's opset only")
     o.add_argument("--fold-limit", type=_positive_int, default=1 << 20, metavar="BYTES",
                    help="largest folded constant, unless no larger than its inputs (default 1 MiB)")
-    o.add_argument("--extractor", default="ilp", help="extraction algorithm: ilp (default, exact DAG cost) or tree-greedy")
+    o.add_argument("--extractor", default="ilp",
+                   help="extraction algorithm: ilp (default, exact DAG cost), dag-greedy or tree-greedy")
+    o.add_argument("--extract-time-limit", type=_positive_float, default=60.0, metavar="S",
+                   help="seconds for the ILP extractor; past it the best answer found, or the greedy one (default 60)")
     o.add_argument("--cost-model", default="node-count", help="cost model: node-count (default) or roofline")
     o.add_argument("--hardware", default="cpu", metavar="PROFILE",
                    help="hardware profile for the roofline cost model: a name (cpu, h200) or a .json file")
@@ -126,6 +129,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         default_rules=not args.no_default_rules,
         limits=Limits(args.iter_limit, args.node_limit, args.time_limit),
         extractor=args.extractor,
+        extract_time_limit=args.extract_time_limit,
         cost_model=args.cost_model,
         target=args.target,
         hardware=args.hardware,

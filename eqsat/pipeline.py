@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from pathlib import Path
 from onnx import ModelProto
 
 from extract import EXTRACTORS, EGraph, ExtractionError, check, get_extractor
-from extract.costs import make_cost_model
+from extract.costs import CostModel, make_cost_model
 
 from .decode import Decoder
 from .encode import Encoder
@@ -35,6 +36,7 @@ class Options:
     default_rules: bool = True
     limits: Limits = field(default_factory=Limits)
     extractor: str = "ilp"
+    extract_time_limit: float = 60.0  # seconds; the ILP falls back to the greedy answer past it
     cost_model: str = "node-count"
     target: str = "ort"
     hardware: str = "cpu"  # profile for the roofline cost model
@@ -53,7 +55,45 @@ def op_histogram(model: ModelProto) -> Counter:
     return Counter((f"{n.domain}." if n.domain not in ("", "ai.onnx") else "") + n.op_type for n in model.graph.node)
 
 
-def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None) -> Result:
+@dataclass
+class Saturated:
+    """A model after saturation: the serialized e-graph and what decoding needs. Extract
+    and decode as often as wanted (compare-costs extracts with every cost model)."""
+
+    model: ModelProto
+    opts: Options
+    data: dict  # egraph-serialize JSON with eqsat's metadata
+    egraph: EGraph
+    tensors: TensorStore
+    protos: ProtoStore
+    value_names: dict[str, list[str]]  # e-class -> original value names
+    report: dict  # everything but the extraction and the output
+    times: dict[str, float]
+
+    def extract(self, cost: CostModel | None = None, extractor: str | None = None):
+        cost = cost or cost_model(self.opts)
+        try:
+            ex = get_extractor(extractor or self.opts.extractor, self.opts.extract_time_limit).extract(self.egraph, cost)
+            check(self.egraph, ex.choice)
+        except ExtractionError as e:
+            raise OptimizeError(f"extraction failed: {e}") from None
+        return ex
+
+    def decode(self, choice: dict[str, str]) -> ModelProto:
+        return Decoder(self.model, self.egraph, choice, self.tensors, self.protos, self.value_names).decode(self.egraph.roots)
+
+
+def cost_model(opts: Options) -> CostModel:
+    try:
+        return make_cost_model(opts.cost_model, opts.hardware, opts.dims)
+    except (FileNotFoundError, KeyError) as e:
+        raise UsageError(str(e).strip("'\"")) from None
+
+
+def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None,
+             measure: bool = False) -> Saturated:
+    """Encode, saturate (rules and oracles), serialize; `measure` also times every op
+    configuration for the measured cost model (always when that is the chosen model)."""
     say = progress or (lambda _msg: None)
     times: dict[str, float] = {}
     warnings: list[str] = []
@@ -63,11 +103,7 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
 
     if opts.extractor not in EXTRACTORS:
         raise UsageError(f"unknown extractor {opts.extractor!r}; choose one of {', '.join(EXTRACTORS)}")
-
-    try:
-        cost = make_cost_model(opts.cost_model, opts.hardware, opts.dims)
-    except (FileNotFoundError, KeyError) as e:
-        raise UsageError(str(e).strip("'\"")) from None
+    cost_model(opts)  # fail early on a bad --cost-model or --hardware
 
     t0 = time.perf_counter()
     types, warning = infer_types(model)
@@ -102,7 +138,7 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     t0 = time.perf_counter()
     data = snapshot()
     phase("serialize", t0)
-    if opts.cost_model == "measured":
+    if measure or opts.cost_model == "measured":
         from .measure import Measurer
 
         t0 = time.perf_counter()
@@ -111,36 +147,17 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         phase("measure", t0)
         say(f"measured {measurer.timed} new op configurations in {times['measure']:.1f} s")
     if opts.save_egraph:
-        import json
-
         Path(opts.save_egraph).write_text(json.dumps(data))
 
-    t0 = time.perf_counter()
     egraph = EGraph.from_json(data)
-
-    try:
-        ex = get_extractor(opts.extractor).extract(egraph, cost)
-        check(egraph, ex.choice)
-    except ExtractionError as e:
-        raise OptimizeError(f"extraction failed: {e}") from None
-    phase("extract", t0)
-
-    t0 = time.perf_counter()
     let_class = data["eqsat"]["let_class"]
     value_names: dict[str, list[str]] = {}
     for name, var in enc.value_var.items():
         c = let_class.get(var)
         if c is not None:
             value_names.setdefault(c, []).append(name)
-    out = Decoder(model, egraph, ex.choice, tensors, protos, value_names).decode(egraph.roots)
-    phase("decode", t0)
-
-    before, after = op_histogram(model), op_histogram(out)
     report = {
         "nodes_before": len(model.graph.node),
-        "nodes_after": len(out.graph.node),
-        "ops_before": dict(before.most_common()),
-        "ops_after": dict(after.most_common()),
         "opaque": dict(enc.opaque.most_common()),
         "target": opts.target,
         "oracle": oracle.report(),
@@ -154,13 +171,36 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
             "rule_matches": dict(sat_report.rule_matches.most_common()),
             "rounds": sat_report.rounds,
         },
+        "warnings": warnings,
+    }
+    return Saturated(model, opts, data, egraph, tensors, protos, value_names, report, times)
+
+
+def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None) -> Result:
+    st = saturate(model, opts, progress)
+    cost = cost_model(opts)
+    t0 = time.perf_counter()
+    ex = st.extract(cost)
+    st.times["extract"] = round(time.perf_counter() - t0, 4)
+    t0 = time.perf_counter()
+    out = st.decode(ex.choice)
+    st.times["decode"] = round(time.perf_counter() - t0, 4)
+    before, after = op_histogram(model), op_histogram(out)
+    report = {
+        "nodes_before": len(model.graph.node),
+        "nodes_after": len(out.graph.node),
+        "ops_before": dict(before.most_common()),
+        "ops_after": dict(after.most_common()),
+        **{k: v for k, v in st.report.items() if k not in ("nodes_before", "warnings")},
         "extraction": {
             "extractor": ex.extractor,
             "cost_model": cost.name,
             "tree_cost": ex.tree_cost,
             "dag_cost": ex.dag_cost,
+            "time_s": round(ex.time_s, 4),
+            "notes": ex.notes,
         },
-        "times_s": times,
-        "warnings": warnings,
+        "times_s": st.times,
+        "warnings": st.report["warnings"],
     }
     return Result(out, report)

@@ -11,8 +11,10 @@ EXTRACTORS: dict[str, type[Extractor]] = {cls.name: cls for cls in (TreeGreedy, 
 DEFAULT = ILP.name
 
 
-def get_extractor(name: str) -> Extractor:
+def get_extractor(name: str, time_limit: float | None = None) -> Extractor:
+    """An extractor by name; `time_limit` (seconds) bounds those that search (the ILP)."""
     try:
-        return EXTRACTORS[name]()
+        cls = EXTRACTORS[name]
     except KeyError:
         raise KeyError(f"unknown extractor {name!r}; choose one of {', '.join(EXTRACTORS)}") from None
+    return cls(time_limit) if time_limit is not None and cls is ILP else cls()

@@ -1,0 +1,34 @@
+"""Latency of models under onnxruntime, measured side by side.
+
+`compare(models, feeds)` creates one session per model, warms each up, then runs them in
+turn (interleaved: A B C A B C ...) so that a noisy machine slows all of them alike, and
+returns each model's median time in milliseconds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+
+from onnx import ModelProto
+
+from .verify import session
+
+
+def compare(models: Sequence[ModelProto | str], feeds: dict, runs: int = 30, warmup: int = 3,
+            optimize: bool = False, threads: int = 1) -> list[float]:
+    """Median milliseconds of each model over `runs` interleaved runs. `optimize` turns
+    onnxruntime's own graph optimizations on (off by default: what the model is, is
+    what runs)."""
+    sessions = [session(m, optimize=optimize, threads=threads) for m in models]
+    for s in sessions:
+        for _ in range(warmup):
+            s.run(None, feeds)
+    times: list[list[float]] = [[] for _ in sessions]
+    for _ in range(runs):
+        for i, s in enumerate(sessions):
+            t0 = time.perf_counter()
+            s.run(None, feeds)
+            times[i].append(time.perf_counter() - t0)
+    return [statistics.median(t) * 1e3 for t in times]
