@@ -93,6 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--in-place", action="store_true", help="allow the output to overwrite the input")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
+    k = sub.add_parser("compare-costs", help="compare cost models' predictions with measured latency",
+                       description="Extract with every cost model and a sample of other valid programs from one "
+                                   "saturated e-graph, time them under onnxruntime, and report per cost model the "
+                                   "predicted cost, the measured latency and Kendall's tau.")
+    k.add_argument("input", metavar="MODEL.onnx")
+    k.add_argument("--json", metavar="FILE", type=Path, help="also write the table as JSON records")
+    k.add_argument("--samples", type=_positive_int, default=8, help="random extractions to rank (default 8)")
+    k.add_argument("--runs", type=_positive_int, default=20, help="timed runs per program (default 20)")
+    k.add_argument("--hardware", default="cpu", metavar="PROFILE")
+    k.add_argument("--dim", action="append", default=[], type=_dim, metavar="NAME=VALUE")
+    k.add_argument("--rules", metavar="FILE.egg", action="append", default=[], type=Path)
+    k.add_argument("--target", default="ort", choices=["ort", "onnx"])
+    k.add_argument("-q", "--quiet", action="store_true")
+
     c = sub.add_parser("calibrate", help="measure a hardware profile for the roofline cost model",
                        description="Measure this machine's MatMul and vector throughput, memory bandwidth and "
                                    "per-op overhead under onnxruntime, and write a hardware profile.")
@@ -149,6 +163,23 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare_costs(args: argparse.Namespace) -> int:
+    from .compare_costs import compare_costs, table
+    from .modelio import check_model, load_model
+    from .pipeline import Options
+
+    src = Path(args.input)
+    model = load_model(src)
+    check_model(model, str(src), src)
+    opts = Options(rule_files=list(args.rules), target=args.target, hardware=args.hardware, dims=dict(args.dim))
+    records, info = compare_costs(model, opts, samples=args.samples, runs=args.runs, progress=_progress(args.quiet))
+    print(f"{src}: {info['programs']} distinct programs from one e-graph")
+    print(table(records))
+    if args.json:
+        args.json.write_text(json.dumps([r.as_dict() for r in records], indent=2))
+    return 0
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .calibrate import write
 
@@ -164,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2
-        return {"optimize": cmd_optimize, "calibrate": cmd_calibrate}[args.command](args)
+        return {"optimize": cmd_optimize, "calibrate": cmd_calibrate, "compare-costs": cmd_compare_costs}[args.command](args)
     except EqsatError as e:
         print(f"eqsat: error: {e}", file=sys.stderr)
         return e.exit_code
