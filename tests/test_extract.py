@@ -171,3 +171,29 @@ print(len(g.roots), len(ex.choice), round(ex.dag_cost, 3))
     roots, chosen, cost = p.stdout.split()
     ops = res.report["nodes_after"]
     assert roots == "1" and int(chosen) > ops and ops <= float(cost) < ops + 1  # leaves cost ~0
+
+
+def test_ilp_finds_the_shared_dag_that_greedy_misses():
+    """A residual sum feeds LayerNorm and a MatMul. SkipLayerNormalization computes the
+    LayerNorm and, as its 4th output, the sum itself: taking it for both is cheapest, but
+    the greedy extractors choose each class alone and keep the Add as well."""
+    data = egraph_json(
+        {
+            "a": [("a", [], 0.001)],
+            "b": [("b", [], 0.001)],
+            "w": [("w", [], 0.001)],
+            "skip": [("SkipLayerNormalization", ["a", "b"], 6.0)],
+            "sum": [("Add", ["a", "b"], 3.0), ("Out3", ["skip"], 0.001)],
+            "ln": [("LayerNormalization", ["sum"], 5.0), ("Out0", ["skip"], 0.001)],
+            "mm": [("MatMul", ["sum", "w"], 10.0)],
+        },
+        ["ln", "mm"],
+    )
+    g = EGraph.from_json(data)
+    greedy = {n: get_extractor(n).extract(g, OpCost()) for n in ("tree-greedy", "dag-greedy")}
+    ilp = get_extractor("ilp").extract(g, OpCost())
+    check(g, ilp.choice)
+    assert g.nodes[ilp.choice["sum"]].op == "Out3" and g.nodes[ilp.choice["ln"]].op == "Out0"
+    assert ilp.dag_cost == pytest.approx(16.005)  # SkipLayerNormalization + MatMul + leaves
+    for ex in greedy.values():
+        assert ex.dag_cost == pytest.approx(19.004)  # SkipLayerNormalization and the Add
