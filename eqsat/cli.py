@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .errors import EqsatError, UsageError
+from .errors import EqsatError, OptimizeError, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--report", metavar="REPORT.json", type=Path, help="write a JSON report")
     o.add_argument("--save-egraph", metavar="FILE.json", type=Path,
                    help="write the saturated e-graph (egraph-serialize JSON with eqsat metadata)")
+    o.add_argument("--no-verify", action="store_true",
+                   help="skip comparing the optimized model with the original under onnxruntime")
+    o.add_argument("--verify-runs", type=_positive_int, default=1, metavar="N",
+                   help="sets of random inputs for verification (default 1)")
+    o.add_argument("--rtol", type=float, default=1e-3, help="verification relative tolerance (default 1e-3)")
+    o.add_argument("--atol", type=float, default=1e-4, help="verification absolute tolerance (default 1e-4)")
     o.add_argument("--in-place", action="store_true", help="allow the output to overwrite the input")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
@@ -152,8 +158,20 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         save_egraph=args.save_egraph,
     )
     res = optimize(model, opts, progress=say)
-    save_model(res.model, out)
     r = res.report
+    if args.no_verify:
+        r["verification"] = {"status": "skipped", "detail": "--no-verify", "runs": 0}
+    else:
+        from .verify import verify
+
+        v = verify(model, res.model, args.verify_runs, args.rtol, args.atol, dict(args.dim))
+        r["verification"] = v.as_dict()
+        if v.status == "failed":
+            raise OptimizeError(f"verification failed, nothing written: {v.detail}")
+        say(f"verification {v.status}: {v.detail}")
+        if v.status == "not possible":
+            print(f"eqsat: warning: verification not possible: {v.detail}", file=sys.stderr)
+    save_model(res.model, out)
     say(f"wrote {out}: {r['nodes_before']} -> {r['nodes_after']} nodes")
     if args.report:
         r = dict(r, input=str(src), output=str(out))

@@ -163,3 +163,52 @@ def onnx_checker_ok(model: ModelProto) -> str | None:
         return None
     except onnx.checker.ValidationError as e:
         return str(e).strip().splitlines()[0]
+
+
+@dataclass
+class Verification:
+    status: str  # passed | failed | not possible
+    detail: str = ""
+    runs: int = 0
+
+    def as_dict(self) -> dict:
+        return {"status": self.status, "detail": self.detail, "runs": self.runs}
+
+
+def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: float = 1e-3, atol: float = 1e-4,
+           dims: dict[str, int] | None = None) -> Verification:
+    """Compare the optimized model with the original under onnxruntime on `runs` sets of
+    random inputs (seeds 0, 1, ...). Not possible (never silently passed) when onnxruntime
+    cannot run the original or the inputs cannot be made up; failed on any difference
+    beyond rtol/atol, or when onnxruntime cannot run the optimized model."""
+    try:
+        ref_sess = session(original)
+    except Exception as e:  # noqa: BLE001 - an op onnxruntime lacks, a custom domain, ...
+        return Verification("not possible", f"onnxruntime cannot run the original: {_line(e)}")
+    try:
+        opt_sess = session(optimized)
+    except Exception as e:  # noqa: BLE001
+        return Verification("failed", f"onnxruntime cannot run the optimized model: {_line(e)}")
+    names = [o.name for o in ref_sess.get_outputs()]
+    for seed in range(runs):
+        try:
+            feeds = random_inputs(original, dims, seed=seed)
+        except EqsatError as e:
+            return Verification("not possible", str(e))
+        try:
+            expected = dict(zip(names, ref_sess.run(names, feeds), strict=True))
+        except Exception as e:  # noqa: BLE001 - e.g. random ids out of a table's range
+            return Verification("not possible", f"onnxruntime cannot run the original on random inputs: {_line(e)}")
+        try:
+            got = dict(zip(names, opt_sess.run(names, feeds), strict=True))
+        except Exception as e:  # noqa: BLE001
+            return Verification("failed", f"onnxruntime cannot run the optimized model: {_line(e)}", seed + 1)
+        bad = compare(expected, got, rtol, atol)
+        if bad:
+            return Verification("failed", "; ".join(map(str, bad[:3])) + f" (random inputs, seed {seed})", seed + 1)
+    return Verification("passed", f"{runs} run(s) within rtol {rtol:g}, atol {atol:g}", runs)
+
+
+def _line(e: Exception) -> str:
+    s = " ".join(str(e).split())
+    return s[:240]

@@ -190,3 +190,33 @@ def test_iteration_limit(capsys, tmp_path):
 def test_time_limit(capsys, tmp_path):
     _, _, sat = _saturate_chain(capsys, tmp_path, 8, "--time-limit", "0.000001")
     assert sat["stop_reason"] == "time-limit" and sat["iterations"] == 0  # checked before each round
+
+
+def test_verification_catches_a_wrong_rule_and_writes_nothing(capsys, tmp_path):
+    m = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        agraph (float[4] x) => (float[4] y) { y = Relu(x) }""")
+    src, out, rules = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "wrong.egg"
+    onnx.save(m, str(src))
+    rules.write_text('(ruleset wrong)\n(rewrite (Relu x) x :ruleset wrong :name "relu-is-identity")\n')
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", rules)
+    assert rc == 1
+    line = error_line(err)
+    assert line.startswith("eqsat: error: verification failed, nothing written: output 'y': ")
+    assert "values differ" in line and "max abs diff" in line
+    assert not out.exists()
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", rules, "--no-verify", "-q")
+    assert rc == 0 and out.exists()  # the user asked for it
+
+
+def test_verification_not_possible_is_reported_not_passed(capsys, tmp_path):
+    node = onnx.helper.make_node("Mystery", ["x"], ["y"], domain="my.ops")
+    g = onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", 1, [2])],
+                               [onnx.helper.make_tensor_value_info("y", 1, [2])])
+    m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 18), onnx.helper.make_opsetid("my.ops", 1)])
+    src, out, rep = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(m, str(src))
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--report", rep)
+    assert rc == 0 and out.exists()
+    assert "eqsat: warning: verification not possible: onnxruntime cannot run the original" in err
+    assert json.loads(rep.read_text())["verification"]["status"] == "not possible"
