@@ -102,6 +102,7 @@ class Decoder:
         self.ir4 = model.ir_version >= 4
         g = model.graph
         self.input_names = [i.name for i in g.input]
+        self.input_inits = {t.name for t in g.initializer} & set(self.input_names)
         self.taken: set[str] = set(self.input_names) | {o.name for o in g.output}
         for n in g.node:
             for a in n.attribute:
@@ -218,6 +219,10 @@ class Decoder:
         return tensor_key(t), t
 
     def emit_constant(self, eclass: str) -> str:
+        if not self.ir4:  # IR < 4: an initializer listed as a graph input is kept as it was
+            for name in self.value_names.get(eclass, ()):
+                if name in self.input_inits and eclass not in self.claimed:
+                    return name
         key, t = self.constant_tensor(eclass)
         if eclass in self.claimed:  # a graph output that is a constant
             name = self.claimed[eclass]

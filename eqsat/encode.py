@@ -186,9 +186,17 @@ class Encoder:
     # ---- model
     def encode(self) -> Encoded:
         g = self.model.graph
+        # An initializer that is also a graph input can be overridden at run time: an Input,
+        # never folded. Before IR version 4 every initializer had to be listed as an input,
+        # and runtimes (onnxruntime) treat them as constants: so does eqsat.
+        overridable = self.model.ir_version >= 4
+        inits = {t.name: t for t in g.initializer}
         inputs = {i.name for i in g.input}
         for i in g.input:
-            self._define(i.name, T.call("Input", T.string(i.name)))
+            if i.name in inits and not overridable:
+                self._define(i.name, constant_term(inits[i.name], self.tensors))
+            else:
+                self._define(i.name, T.call("Input", T.string(i.name)))
         for t in g.initializer:
             if t.name not in inputs:
                 self._define(t.name, constant_term(t, self.tensors))

@@ -52,7 +52,7 @@ class ILP(Extractor):
         notes: list[str] = []
 
         term = {c for c in egraph.classes if egraph.class_type(c) in TERM_SORTS}
-        needed = self._needed(egraph, full, term)
+        needed = sorted(self._needed(egraph, full, term))  # a fixed order: ties break the same way every run
         nodes = [n for c in needed for n in egraph.classes[c]
                  if not math.isinf(costs[n]) and egraph.nodes[n].eclass not in
                  {k for k in egraph.nodes[n].children}]
