@@ -9,11 +9,12 @@ target's -1 must never look like a symbol). `DimTable` maps the ids back to name
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import onnx
 from onnx import GraphProto, ModelProto, TypeProto
 
-SMALL_TENSOR_BYTES = 4096  # initializers above this lose their data in the inference copy
+SMALL_TENSOR_BYTES = 64 * 1024  # initializers above this lose their data in the inference copy
 SYM_BASE = -(1 << 40)  # symbolic dimension ids are SYM_BASE, SYM_BASE - 1, ...
 
 
@@ -102,21 +103,37 @@ def _skeleton(model: ModelProto) -> ModelProto:
 
 def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
     """Types of the main graph's values. Returns (types, warning): shape inference that
-    fails leaves the declared types only and says why in the warning."""
+    fails leaves the declared types only and says why in the warning.
+
+    onnxruntime's symbolic shape inference runs first when onnxruntime is installed: it
+    relates symbolic dimensions across ops (the sequence length of an attention mask built
+    from `Shape(input_ids)` is the sequence length, not a fresh unknown), which is what
+    lets rules prove that fused ops get the shapes they need. Its `auto_merge` assumes that
+    two symbolic dimensions that must broadcast together are equal; onnx's inference fills
+    in whatever it leaves unknown, and is used alone when it fails."""
     warning = None
-    inferred = None
+    sk = _skeleton(model)
+    graphs: list[GraphProto] = []
     try:
-        inferred = onnx.shape_inference.infer_shapes(
-            _skeleton(model), check_type=False, strict_mode=False, data_prop=True
-        )
+        graphs.append(onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=False, data_prop=True).graph)
     except Exception as e:  # noqa: BLE001 - inference is best effort, the reason is reported
         warning = f"shape inference failed, shapes are partly unknown: {str(e).splitlines()[0]}"
-    graph: GraphProto = inferred.graph if inferred is not None else model.graph
+    if not graphs or _has_unknown_dims(graphs[0]):  # seconds on a large model: only when it helps
+        symbolic = _ort_symbolic(sk)
+        if symbolic is not None:
+            graphs.insert(0, symbolic.graph)
+            warning = None
+    if not graphs:
+        graphs.append(model.graph)
     types: dict[str, ValueType] = {}
-    for vi in [*graph.input, *graph.value_info, *graph.output]:
-        t = type_of(vi.type)
-        if t is not None:
-            types[vi.name] = t
+    for graph in graphs:  # the first one that knows a value's shape wins
+        for vi in [*graph.input, *graph.value_info, *graph.output]:
+            t = type_of(vi.type)
+            if t is None:
+                continue
+            old = types.get(vi.name)
+            if old is None or (old.dims is None and t.dims is not None) or (not old.elem and t.elem):
+                types[vi.name] = t
     # Declared types win where inference left a value less precise.
     for vi in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
         t = type_of(vi.type)
@@ -125,3 +142,56 @@ def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
     for t in model.graph.initializer:
         types.setdefault(t.name, ValueType(t.data_type, tuple(int(d) for d in t.dims)))
     return types, warning
+
+
+def _has_unknown_dims(g: GraphProto) -> bool:
+    """Whether onnx's inference left a dimension it could not relate to anything."""
+    for vi in [*g.value_info, *g.output]:
+        t = type_of(vi.type)
+        if t is None:
+            continue
+        if t.dims is None or any(d is None or (isinstance(d, str) and d.startswith("unk__")) for d in t.dims):
+            return True
+    return False
+
+
+def _symbolic_shape_infer():
+    """onnxruntime's SymbolicShapeInference, loaded from its file alone: importing the
+    package onnxruntime.tools would import torch when it is installed (seconds)."""
+    import importlib.util
+    import sys
+
+    name = "eqsat._ort_symbolic_shape_infer"
+    if name in sys.modules:
+        return sys.modules[name].SymbolicShapeInference
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "tools" / "symbolic_shape_infer.py"
+    if not path.is_file():
+        return None
+    mod_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(mod_spec)
+    try:
+        mod_spec.loader.exec_module(module)
+    except ImportError:  # sympy or packaging missing
+        return None
+    sys.modules[name] = module
+    return module.SymbolicShapeInference
+
+
+def _ort_symbolic(model: ModelProto) -> ModelProto | None:
+    SymbolicShapeInference = _symbolic_shape_infer()
+    if SymbolicShapeInference is None:
+        return None
+    import contextlib
+    import io
+    import logging
+
+    logging.getLogger("onnxruntime.tools.symbolic_shape_infer").setLevel(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return SymbolicShapeInference.infer_shapes(model, int_max=2**31 - 1, auto_merge=True,
+                                                       guess_output_rank=False, verbose=0)
+    except Exception:  # noqa: BLE001 - unsupported ops, custom domains: onnx's inference still runs
+        return None
