@@ -117,8 +117,12 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
 
     t0 = time.perf_counter()
     tensors, protos, dims = TensorStore(), ProtoStore(), DimTable()
-    enc = Encoder(model, types, tensors, protos, dims).encode()
-    sat.run_commands(enc.commands + opset_facts(model, opts.target))
+    try:
+        enc = Encoder(model, types, tensors, protos, dims).encode()
+        sat.run_commands(enc.commands + opset_facts(model, opts.target))
+    except BaseException:
+        sat.close()
+        raise
     phase("encode", t0)
     say(f"encoded {enc.n_nodes} nodes ({sum(enc.opaque.values())} typed ops carried opaque) in {times['encode']:.2f} s")
 
@@ -130,14 +134,16 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
                          dims, protos, forbidden)
 
     oracle = Oracle(model, tensors, protos, dims, snapshot, opts.fold_limit)
-    sat_report = sat.saturate(opts.limits, hooks=[oracle] if opts.default_rules else [], progress=say)
-    times["saturate"] = round(sat_report.time_s, 4)
-    say(f"saturation stopped: {sat_report.stop_reason} after {sat_report.iterations} rounds, "
-        f"{sat_report.enodes} e-nodes, {sat_report.time_s:.2f} s")
-
-    t0 = time.perf_counter()
-    data = snapshot()
-    phase("serialize", t0)
+    try:
+        sat_report = sat.saturate(opts.limits, hooks=[oracle] if opts.default_rules else [], progress=say)
+        times["saturate"] = round(sat_report.time_s, 4)
+        say(f"saturation stopped: {sat_report.stop_reason} after {sat_report.iterations} rounds, "
+            f"{sat_report.enodes} e-nodes, {sat_report.time_s:.2f} s")
+        t0 = time.perf_counter()
+        data = snapshot()
+        phase("serialize", t0)
+    finally:
+        sat.close()
     if measure or opts.cost_model == "measured":
         from .measure import Measurer
 

@@ -53,33 +53,69 @@ class SaturationReport:
     rounds: list[dict] = field(default_factory=list)
 
 
+@dataclass
+class _Loaded:
+    """An e-graph with rule files loaded, and what they declare."""
+
+    eg: b.EGraph
+    declared: Declared
+    schedule: list
+    user_rulesets: list[str]
+
+
+# Rule files loaded once per process and set of files: loading type-checks and compiles
+# every rule (most of a small model's optimization time). Each optimization pushes the
+# e-graph, works on top, and pops back to the rules alone.
+_LOADED: dict[tuple, _Loaded] = {}
+
+
+def _key(rule_files: list[Path], default_rules: bool) -> tuple:
+    def stamp(p: Path) -> tuple:
+        try:
+            return (str(Path(p).resolve()), Path(p).stat().st_mtime_ns)
+        except OSError:
+            return (str(p), None)
+
+    defaults = default_rule_files() + [rules_dir() / SCHEDULE]
+    return (default_rules, tuple(stamp(p) for p in defaults), tuple(stamp(Path(p)) for p in rule_files))
+
+
 class Saturator:
-    """Owns the egglog e-graph: loads rules, then runs rounds under limits."""
+    """Owns an egglog e-graph: rules loaded (cached per process), then rounds under limits.
+    Call `close()` when done with it, which returns the e-graph to the rules alone."""
 
     def __init__(self, rule_files: list[Path] | None = None, default_rules: bool = True) -> None:
-        self.eg = b.EGraph()
-        self.declared = Declared()
-        self.schedule: list = []
-        self.user_rulesets: list[str] = []
-        files = default_rule_files() if default_rules else default_rule_files()[:1]  # the prelude always
-        for f in files:
-            load_rule_file(self.eg, f, self.declared)
-        n_default = len(self.declared.rulesets)
-        if default_rules:
-            sched = rules_dir() / SCHEDULE
-            if sched.is_file():
-                self.schedule = self._parse(sched.read_text(encoding="utf-8"), display_path(sched))
-        for f in rule_files or []:
-            load_rule_file(self.eg, Path(f), self.declared)
-        self.user_rulesets = self.declared.rulesets[n_default:]
+        rule_files = list(rule_files or [])
+        self._key = _key(rule_files, default_rules)
+        loaded = _LOADED.get(self._key)
+        if loaded is None:
+            loaded = _load(rule_files, default_rules)
+            _LOADED[self._key] = loaded
+        self.eg = loaded.eg
+        self.declared = loaded.declared
+        self.schedule = loaded.schedule
+        self.user_rulesets = loaded.user_rulesets
+        self._depth = 0
+        self._push()
+
+    def _push(self) -> None:
+        self.run_commands([b.Push(1)])
+        self._depth += 1
+
+    def _pop(self) -> None:
+        self.run_commands([b.Pop(SPAN, 1)])
+        self._depth -= 1
+
+    def close(self) -> None:
+        """Drop the model from the shared e-graph (back to the loaded rules)."""
+        try:
+            while self._depth > 0:
+                self._pop()
+        except Exception:  # noqa: BLE001 - a broken e-graph is not reused
+            _LOADED.pop(self._key, None)
 
     def _parse(self, text: str, path: str) -> list:
-        try:
-            return self.eg.parse_program(text, filename=path)
-        except b.EggSmolError as e:
-            from .rulefiles import format_egglog_error
-
-            raise RuleError(format_egglog_error(str(e), path, text, self.declared)) from None
+        return _parse(self.eg, text, path, self.declared)
 
     def run_commands(self, cmds: list) -> list:
         try:
@@ -89,6 +125,7 @@ class Saturator:
         except BaseException as e:
             if isinstance(e, KeyboardInterrupt | SystemExit):
                 raise
+            _LOADED.pop(self._key, None)  # do not reuse an e-graph egglog panicked on
             raise OptimizeError(f"egglog panicked: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
     def size(self) -> int:
@@ -122,7 +159,7 @@ class Saturator:
         rep.enodes_before = rep.enodes = self.size()
         cmds = self._round_commands()
         history: list[list] = []  # hook commands of each completed round
-        self.run_commands([b.Push(1)])
+        self._push()
         while True:
             if rep.iterations >= limits.iter_limit:
                 rep.stop_reason, rep.stop_detail = "iteration-limit", f"{limits.iter_limit} rounds"
@@ -168,9 +205,36 @@ class Saturator:
         return rep
 
     def _replay(self, cmds: list, history: list[list]) -> None:
-        self.run_commands([b.Pop(SPAN, 1)])
+        self._pop()
+        self._push()
         for added in history:
             if cmds:
                 self.run_commands(cmds)
             if added:
                 self.run_commands(added)
+
+
+def _parse(eg: b.EGraph, text: str, path: str, declared: Declared) -> list:
+    try:
+        return eg.parse_program(text, filename=path)
+    except b.EggSmolError as e:
+        from .rulefiles import format_egglog_error
+
+        raise RuleError(format_egglog_error(str(e), path, text, declared)) from None
+
+
+def _load(rule_files: list[Path], default_rules: bool) -> _Loaded:
+    eg = b.EGraph()
+    declared = Declared()
+    schedule: list = []
+    files = default_rule_files() if default_rules else default_rule_files()[:1]  # the prelude always
+    for f in files:
+        load_rule_file(eg, f, declared)
+    n_default = len(declared.rulesets)
+    if default_rules:
+        sched = rules_dir() / SCHEDULE
+        if sched.is_file():
+            schedule = _parse(eg, sched.read_text(encoding="utf-8"), display_path(sched), declared)
+    for f in rule_files:
+        load_rule_file(eg, Path(f), declared)
+    return _Loaded(eg, declared, schedule, declared.rulesets[n_default:])
