@@ -189,9 +189,30 @@ def _ort_symbolic(model: ModelProto) -> ModelProto | None:
     import logging
 
     logging.getLogger("onnxruntime.tools.symbolic_shape_infer").setLevel(logging.CRITICAL)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            return SymbolicShapeInference.infer_shapes(model, int_max=2**31 - 1, auto_merge=True,
-                                                       guess_output_rank=False, verbose=0)
-    except Exception:  # noqa: BLE001 - unsupported ops, custom domains: onnx's inference still runs
-        return None
+    for auto_merge in (False, True):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                out = SymbolicShapeInference.infer_shapes(model, int_max=2**31 - 1, auto_merge=auto_merge,
+                                                          guess_output_rank=False, verbose=0)
+        except Exception:  # noqa: BLE001 - unsupported ops, custom domains: onnx's inference still runs
+            continue
+        if auto_merge and _merged_named_dims(model, out):
+            return None  # it assumed two of the model's own dimensions equal: not sound
+        return out
+    return None
+
+
+def _merged_named_dims(before: ModelProto, after: ModelProto) -> bool:
+    """Whether inference unified two differently named dimensions of the graph's inputs or
+    outputs (auto_merge may unify dimensions that must broadcast together; that is only
+    safe for the unknown dimensions it made up, not for the model's own)."""
+    names: dict[str, str] = {}
+    for old_vi, new_vi in zip([*before.graph.input, *before.graph.output], [*after.graph.input, *after.graph.output],
+                              strict=False):
+        old_t, new_t = type_of(old_vi.type), type_of(new_vi.type)
+        if old_t is None or new_t is None or old_t.dims is None or new_t.dims is None:
+            continue
+        for a, b in zip(old_t.dims, new_t.dims, strict=False):
+            if isinstance(a, str) and isinstance(b, str) and names.setdefault(a, b) != b:
+                return True
+    return len(set(names.values())) < len(names)

@@ -143,6 +143,8 @@ class Folder:
         size = self._bytes(v, node.eclass)
         if size is not None and size > self.fold_limit:
             inputs = [self._bytes(v, k) for k in node.children if v.egraph.class_type(k) == "Op"]
+            inputs += [self._bytes(v, i) for k in node.children
+                       if v.egraph.class_type(k) == "OpList" for i in v.oplist(k)]
             if any(x is None for x in inputs) or size > sum(x for x in inputs if x):
                 return f"{node.op}: result of {size} bytes is over the fold limit and larger than its inputs"
         return None
