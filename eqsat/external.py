@@ -91,7 +91,19 @@ def read(t: TensorProto) -> np.ndarray:
 
 
 def content_bytes(t: TensorProto) -> int:
-    return _where(t)[2] if is_external(t) else len(t.raw_data) if t.raw_data else t.ByteSize()
+    """The size of a tensor's data, without serializing it (ByteSize fails over 2 GiB)."""
+    if is_external(t):
+        return _where(t)[2]
+    if t.raw_data:
+        return len(t.raw_data)
+    n = 1
+    for d in t.dims:
+        n *= int(d)
+    try:
+        item = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):  # strings, undefined: the proto's own size
+        return t.ByteSize()
+    return n * item
 
 
 def has_references(model: ModelProto) -> bool:

@@ -14,6 +14,8 @@ from pathlib import Path
 import onnx
 from onnx import GraphProto, ModelProto, TypeProto
 
+from .external import content_bytes
+
 SMALL_TENSOR_BYTES = 64 * 1024  # initializers above this lose their data in the inference copy
 SYM_BASE = -(1 << 40)  # symbolic dimension ids are SYM_BASE, SYM_BASE - 1, ...
 
@@ -90,7 +92,7 @@ def _skeleton(model: ModelProto) -> ModelProto:
     sg.node.extend(g.node)
     sg.sparse_initializer.extend(g.sparse_initializer)
     for t in g.initializer:
-        if t.ByteSize() <= SMALL_TENSOR_BYTES:
+        if content_bytes(t) <= SMALL_TENSOR_BYTES:
             sg.initializer.append(t)
         else:
             s = sg.initializer.add()
