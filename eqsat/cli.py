@@ -54,6 +54,7 @@ def _dim(s: str) -> tuple[str, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .plan.cli import add_optimize_plan_argument, add_plan_parser
     from .saturate import Limits
 
     lim = Limits()
@@ -98,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--atol", type=float, default=1e-4, help="verification absolute tolerance (default 1e-4)")
     o.add_argument("--in-place", action="store_true", help="allow the output to overwrite the input")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    add_optimize_plan_argument(o)
 
     k = sub.add_parser("compare-costs", help="compare cost models' predictions with measured latency",
                        description="Extract with every cost model and a sample of other valid programs from one "
@@ -112,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--rules", metavar="FILE.egg", action="append", default=[], type=Path)
     k.add_argument("--target", default="ort", choices=["ort", "onnx"])
     k.add_argument("-q", "--quiet", action="store_true")
+
+    add_plan_parser(sub)
 
     c = sub.add_parser("calibrate", help="measure a hardware profile for the roofline cost model",
                        description="Measure this machine's MatMul and vector throughput, memory bandwidth and "
@@ -144,6 +148,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     model = load_model(src)
     check_model(model, str(src), src)
     say(f"loaded {src} ({len(model.graph.node)} nodes)")
+    if args.plan:
+        from .plan.cli import check_plan_dims
+
+        check_plan_dims(model, dict(args.dim))  # an unbound dimension fails now, not after optimizing
     opts = Options(
         rule_files=list(args.rules),
         default_rules=not args.no_default_rules,
@@ -171,8 +179,17 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         say(f"verification {v.status}: {v.detail}")
         if v.status == "not possible":
             print(f"eqsat: warning: verification not possible: {v.detail}", file=sys.stderr)
+    plan = None
+    if args.plan:
+        from .plan.cli import plan_to_file, summary
+
+        plan = plan_to_file(res.model, args.plan, dict(args.dim))  # before saving: a failed plan writes nothing
+        r["plan"] = dict(summary(plan), file=str(args.plan))
     save_model(res.model, out)
     say(f"wrote {out}: {r['nodes_before']} -> {r['nodes_after']} nodes")
+    if plan is not None:
+        say(f"wrote {args.plan}: arena {plan['arena_bytes']} bytes, lower bound {plan['lower_bound_bytes']}, "
+            f"no reuse {plan['no_reuse_bytes']}")
     if args.report:
         r = dict(r, input=str(src), output=str(out))
         args.report.write_text(json.dumps(r, indent=2))
@@ -213,7 +230,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2
-        return {"optimize": cmd_optimize, "calibrate": cmd_calibrate, "compare-costs": cmd_compare_costs}[args.command](args)
+        from .plan.cli import cmd_plan
+
+        commands = {"optimize": cmd_optimize, "plan": cmd_plan, "calibrate": cmd_calibrate,
+                    "compare-costs": cmd_compare_costs}
+        return commands[args.command](args)
     except EqsatError as e:
         print(f"eqsat: error: {e}", file=sys.stderr)
         return e.exit_code

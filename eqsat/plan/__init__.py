@@ -1,0 +1,49 @@
+"""Memory planning: where every intermediate tensor of a model lives in one arena.
+
+The last stage of the pipeline: it plans the (optimized) model. Like a hotel front desk
+assigning rooms, it works out when each tensor checks in and out (its lifetime in an
+execution order) and gives tensors whose stays do not overlap the same bytes.
+
+1. `graph_from_model`: the execution order (the model's node order), each intermediate's
+   size from shape inference with symbolic dimensions bound (`dims`), its lifetime. Graph
+   inputs and initializers are not planned: the caller owns them.
+2. `eqsat.plan.order`: memory-aware topological orders; the one with the lowest peak of live
+   bytes is kept, never worse than the model's order.
+3. `eqsat.plan.inplace`: element-wise ops write over an input that dies at them; views
+   (Reshape, Squeeze, Unsqueeze, Flatten, Identity) share their input's buffer.
+4. `eqsat.plan.arena`: offsets in one arena (greedy by size with best fit, by breadth, by
+   start, by conflict); the smallest arena wins.
+5. `check_plan`: no two live buffers overlap, offsets aligned, everything inside the arena.
+6. `execute_plan`: the proof by execution, node by node through one numpy byte arena,
+   compared with onnxruntime.
+
+    from eqsat.plan import plan_model, check_plan, execute_plan
+    plan = plan_model(model, dims={"batch": 1, "sequence": 128})
+    check_plan(plan)
+    print(plan.arena_bytes, plan.lower_bound_bytes, execute_plan(model, plan).status)
+    json.dump(plan.to_dict(), f)   # the plan file
+"""
+
+from __future__ import annotations
+
+from .check import check_plan, check_tensors
+from .errors import PlanError
+from .execute import Execution, execute_plan
+from .graph import Graph, Node, TensorInfo, graph_from_model
+from .planner import Plan, PlannedTensor, plan_graph, plan_model
+
+__all__ = [
+    "Execution",
+    "Graph",
+    "Node",
+    "Plan",
+    "PlanError",
+    "PlannedTensor",
+    "TensorInfo",
+    "check_plan",
+    "check_tensors",
+    "execute_plan",
+    "graph_from_model",
+    "plan_graph",
+    "plan_model",
+]

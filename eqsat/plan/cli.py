@@ -1,0 +1,138 @@
+"""Command-line pieces for memory planning, wired into eqsat/cli.py:
+
+    eqsat plan MODEL.onnx [--dim NAME=VALUE]... [-o PLAN.json] [--alignment N] [--execute]
+    eqsat optimize IN.onnx ... --plan PLAN.json     (plans the optimized model)
+
+`add_plan_parser(subparsers)` declares the `plan` subcommand, `cmd_plan(args)` runs it,
+`add_optimize_plan_argument(parser)` adds `--plan` to `optimize`, `check_plan_dims(model,
+dims)` fails early (before optimizing) when a symbolic dimension is unbound, and
+`plan_to_file(model, path, dims, alignment)` plans, checks and writes the plan file.
+Errors are eqsat.errors exceptions: UsageError (exit 2) for an unbound dimension, PlanError
+(exit 1) for a plan that fails its checks or its proof by execution.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from onnx import ModelProto
+
+PLAN_HELP = "plan the memory of a model's intermediate tensors in one arena"
+
+
+def add_plan_parser(subparsers) -> argparse.ArgumentParser:
+    from ..cli import _dim, _positive_int
+
+    p = subparsers.add_parser(
+        "plan", help=PLAN_HELP,
+        description="Plan where every intermediate tensor of an ONNX model lives in one arena: lifetimes in a "
+                    "memory-aware execution order, in-place reuse and views, offsets by the best of several "
+                    "packing heuristics. Prints the arena, the lower bound for the order, the size without "
+                    "reuse and what in-place reuse saves.")
+    p.add_argument("input", metavar="MODEL.onnx")
+    p.add_argument("--dim", action="append", default=[], type=_dim, metavar="NAME=VALUE",
+                   help="size of a symbolic dimension (repeatable), e.g. --dim batch=8; every symbolic "
+                        "dimension of the inputs must be given")
+    p.add_argument("-o", "--output", metavar="PLAN.json", type=Path, help="write the plan as JSON")
+    p.add_argument("--alignment", type=_positive_int, default=64, metavar="N",
+                   help="offsets are multiples of N bytes (default 64)")
+    p.add_argument("--no-inplace", action="store_true", help="no in-place reuse (views still share buffers)")
+    p.add_argument("--execute", action="store_true",
+                   help="prove the plan: run the model node by node through one numpy arena laid out by the plan "
+                        "and compare the outputs with onnxruntime's")
+    p.add_argument("--rtol", type=float, default=1e-4, help="--execute relative tolerance (default 1e-4)")
+    p.add_argument("--atol", type=float, default=1e-5, help="--execute absolute tolerance (default 1e-5)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    return p
+
+
+def add_optimize_plan_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--plan", metavar="PLAN.json", type=Path,
+                        help="also plan the memory of the optimized model and write the plan (symbolic "
+                             "dimensions from --dim)")
+
+
+def check_plan_dims(model: ModelProto, dims: dict[str, int]) -> None:
+    """Raise UsageError now if planning `model` would need a dimension `dims` lacks."""
+    from .sizes import input_dims
+
+    input_dims(model, dims)
+
+
+def write_json(data: dict, path: str | os.PathLike) -> Path:
+    """Write atomically (a temporary file in the same folder, then a rename)."""
+    from ..errors import InputError
+
+    out = Path(path)
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"{out}: the output folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def plan_to_file(model: ModelProto, path: str | os.PathLike, dims: dict[str, int] | None = None,
+                 alignment: int = 64) -> dict:
+    """Plan `model`, check the plan, write it as JSON to `path`; returns the plan's dict."""
+    from . import check_plan, plan_model
+
+    plan = plan_model(model, dims or {}, alignment)
+    check_plan(plan)
+    d = plan.to_dict()
+    write_json(d, path)
+    return d
+
+
+def summary(d: dict) -> dict:
+    """The headline figures of a plan dict (for a report)."""
+    keys = ("arena_bytes", "lower_bound_bytes", "model_order_lower_bound_bytes", "no_reuse_bytes",
+            "inplace_saved_bytes", "heuristic", "order_heuristic", "alignment", "dims")
+    return {k: d[k] for k in keys}
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from ..modelio import check_model, load_model
+    from . import check_plan, execute_plan, plan_model
+    from .errors import PlanError
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(msg)
+
+    src = Path(args.input)
+    model = load_model(src)
+    check_model(model, str(src), src)
+    t0 = time.perf_counter()
+    plan = plan_model(model, dict(args.dim), args.alignment, inplace=not args.no_inplace)
+    check_plan(plan)
+    say(f"{src}: planned in {time.perf_counter() - t0:.2f} s")
+    for line in plan.summary():
+        say(f"  {line}")
+    if args.output:
+        write_json(plan.to_dict(), args.output)
+        say(f"  wrote {args.output}")
+    if args.execute:
+        ex = execute_plan(model, plan, rtol=args.rtol, atol=args.atol)
+        engines = ", ".join(f"{k} {v}" for k, v in sorted(ex.engines.items()))
+        msg = f"execution {ex.status}: {ex.detail} ({ex.seconds:.2f} s through the arena; nodes: {engines})"
+        if ex.status == "failed":
+            raise PlanError(msg)
+        if ex.status == "not possible":
+            print(f"eqsat: warning: {msg}", file=sys.stderr)
+        else:
+            say(f"  {msg}")
+    return 0

@@ -1,0 +1,231 @@
+"""Proof by execution: run the model node by node with every intermediate tensor in ONE
+numpy byte arena, at its planned offset, and compare the outputs with onnxruntime's.
+
+The arena is `np.zeros(arena_bytes, np.uint8)`; a tensor is the view
+`arena[off:off + size].view(dtype).reshape(shape)`. Each node reads its intermediate
+inputs from the arena when it runs and its outputs are copied into their planned views, so
+a plan that puts two live tensors on the same bytes clobbers one of them and the outputs
+come out wrong. To catch a plan whose lifetimes are too short as well, the bytes of each
+buffer are overwritten with 0xFF (NaN for floats) right after the step at which the plan
+says it dies (`poison`). Graph inputs and initializers stay outside the arena (the caller's
+memory), as in the plan.
+
+Nodes run under onnx's reference evaluator (`onnx.reference.ReferenceEvaluator` on a
+one-node model). Nodes it does not implement (onnxruntime's contrib ops: com.microsoft
+FusedConv, FusedMatMul, SkipLayerNormalization, BiasGelu, ..., and
+SimplifiedLayerNormalization in the default domain), the ops in `ORT_OPS`, whose
+reference implementations are Python loops (Conv takes seconds per ResNet layer) or round
+differently (BatchNormalization: an ulp per element, which 50 layers of a ResNet amplify to
+2e-5 on the logits, past atol 1e-5; LRN: 1e-3 relative, which AlexNet's softmax shows),
+and
+Softmax, LogSoftmax and Hardmax before opset 13 (the reference evaluator has only their
+opset-13 semantics) run alone under onnxruntime instead: a one-node model, its inputs fed from the arena, its outputs
+copied into it. The expected outputs come from onnxruntime running the whole model with
+graph optimizations off (the same graph that was planned), on the same inputs.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import ModelProto, helper, numpy_helper
+
+from .. import external
+from .errors import PlanError
+from .graph import Graph, graph_from_model
+from .sizes import np_dtype
+
+ORT_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv", "MaxPool",
+                     "AveragePool", "LpPool", "MaxUnpool", "MaxRoiPool", "RoiAlign", "Col2Im",
+                     "BatchNormalization", "LRN"})
+# The reference evaluator implements these ops with the semantics of this opset on only
+# (before 13, Softmax & co. flatten the input to 2-D at `axis`, default 1): older ones run
+# under onnxruntime.
+REFERENCE_SINCE = {"Softmax": 13, "LogSoftmax": 13, "Hardmax": 13}
+
+
+@dataclass
+class Execution:
+    status: str  # passed | failed | not possible
+    detail: str = ""
+    seconds: float = 0.0  # the node-by-node run through the arena
+    reference_seconds: float = 0.0  # onnxruntime on the whole model
+    engines: dict[str, int] = field(default_factory=dict)  # nodes run by each engine
+    max_abs_diff: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"status": self.status, "detail": self.detail, "seconds": round(self.seconds, 3),
+                "reference_seconds": round(self.reference_seconds, 3), "engines": self.engines,
+                "max_abs_diff": self.max_abs_diff}
+
+
+def _elem(a: np.ndarray) -> int:
+    return int(helper.np_dtype_to_tensor_dtype(a.dtype))
+
+
+def _one_node_model(model: ModelProto, node: onnx.NodeProto, inputs: dict[str, np.ndarray],
+                    out_types: dict[str, int]) -> ModelProto:
+    g = helper.make_graph(
+        [node], "node",
+        [helper.make_tensor_value_info(x, _elem(v), None) for x, v in inputs.items()],
+        [helper.make_tensor_value_info(y, out_types.get(y, 0), None) for y in node.output if y],
+    )
+    m = helper.make_model(g, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    m.functions.extend(model.functions)
+    return m
+
+
+def _run_reference(m: ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(m).run(None, feeds)
+
+
+def _run_ort(m: ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    from ..verify import ort
+
+    rt = ort()
+    so = rt.SessionOptions()
+    so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 4
+    sess = rt.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, {k: np.ascontiguousarray(v) for k, v in feeds.items()})
+
+
+def _weights(model: ModelProto) -> dict[str, np.ndarray]:
+    out = {}
+    for t in model.graph.initializer:
+        out[t.name] = external.read(t) if external.is_external(t) else numpy_helper.to_array(t)
+    return out
+
+
+def _buffers(tensors: dict[str, dict]) -> list[tuple[int, int, int]]:
+    """(last step, offset, bytes) of each alias group, from the plan."""
+    def root(name: str) -> str:
+        seen = set()
+        while tensors[name].get("alias_of") is not None and name not in seen:
+            seen.add(name)
+            name = tensors[name]["alias_of"]
+        return name
+
+    end: dict[str, int] = {}
+    for name, t in tensors.items():
+        r = root(name)
+        end[r] = max(end.get(r, -1), int(t["last_use"]))
+    return [(e, int(tensors[r]["offset"]), int(tensors[r]["size"])) for r, e in end.items()]
+
+
+def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = None, rtol: float = 1e-4,
+                 atol: float = 1e-5, poison: bool = True, ort_ops: frozenset[str] = ORT_OPS,
+                 graph: Graph | None = None) -> Execution:
+    """Run `model` through the arena of `plan` (a Plan or its dict form) and compare with
+    onnxruntime. Random inputs at the plan's dims unless `feeds` are given. Returns an
+    Execution whose status is `passed`, `failed` (with the differing output, or the node
+    whose output did not fit its planned shape) or `not possible` (onnxruntime cannot run
+    the whole model)."""
+    from ..verify import compare, random_inputs, run
+    from .planner import Plan
+
+    if isinstance(plan, Plan):
+        graph = graph if graph is not None else plan.graph
+        d = plan.to_dict()
+    else:
+        d = plan
+    dims = dict(d.get("dims") or {})
+    if graph is None:
+        graph = graph_from_model(model, dims)
+    index = graph.index()
+    try:
+        order = [index[n] for n in d["order"]]
+    except KeyError as e:
+        raise PlanError(f"the plan's order names node {e}, which the model does not have") from None
+    tensors = {t["name"]: t for t in d["tensors"]}
+    missing = [t for t in graph.tensors if t not in tensors]
+    if missing:
+        raise PlanError(f"intermediate tensor '{missing[0]}' is not in the plan")
+    if feeds is None:
+        feeds = random_inputs(model, dims)
+    weights = _weights(model)
+    arena = np.zeros(int(d["arena_bytes"]), np.uint8)
+    dtypes = {t: np_dtype(info.elem_type) for t, info in graph.tensors.items()}
+
+    def view(name: str) -> np.ndarray:
+        info = graph.tensors[name]
+        off = int(tensors[name]["offset"])
+        return arena[off:off + info.size].view(dtypes[name]).reshape(info.shape)
+
+    def value(name: str) -> np.ndarray:
+        if name in graph.tensors:
+            return view(name)
+        if name in feeds:
+            return feeds[name]
+        if name in weights:
+            return weights[name]
+        raise PlanError(f"value '{name}' is neither an intermediate, an input nor an initializer")
+
+    dying: dict[int, list[tuple[int, int]]] = {}
+    if poison:
+        for e, off, size in _buffers(tensors):
+            dying.setdefault(e, []).append((off, size))
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    engines: dict[str, int] = {}
+    t0 = time.perf_counter()
+    for step, i in enumerate(order):
+        node = graph.nodes[i]
+        proto = model.graph.node[i]
+        ins = {x: value(x) for x in node.inputs}
+        out_types = {y: graph.tensors[y].elem_type for y in node.outputs}
+        m = _one_node_model(model, proto, ins, out_types)
+        use_ort = (node.domain not in ("", "ai.onnx") or node.op_type in ort_ops
+                   or opset < REFERENCE_SINCE.get(node.op_type, 0))
+        results = None
+        if not use_ort:
+            try:
+                results = _run_reference(m, ins)
+                engines["reference"] = engines.get("reference", 0) + 1
+            except NotImplementedError:
+                use_ort = True
+        if use_ort:
+            results = _run_ort(m, ins)
+            engines["onnxruntime"] = engines.get("onnxruntime", 0) + 1
+        for y, v in zip(node.outputs, results, strict=True):
+            v = np.asarray(v)
+            info = graph.tensors[y]
+            if tuple(v.shape) != tuple(info.shape):
+                return Execution("failed", f"node '{node.name}' ({node.op_type}) produced '{y}' with shape "
+                                           f"{tuple(v.shape)}, but the plan sized it as {tuple(info.shape)}",
+                                 time.perf_counter() - t0, 0.0, engines)
+            view(y)[...] = v
+        for off, size in dying.get(step, ()):
+            arena[off:off + size] = 0xFF
+    seconds = time.perf_counter() - t0
+
+    names = [o.name for o in model.graph.output]
+    actual = {n: np.array(value(n)) for n in names}
+    t1 = time.perf_counter()
+    try:
+        expected = run(model, feeds, optimize=False)
+    except Exception as e:  # noqa: BLE001 - e.g. an op onnxruntime lacks
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return Execution("not possible", f"onnxruntime cannot run the model: {first}", seconds, 0.0, engines)
+    ref_seconds = time.perf_counter() - t1
+    diffs = {}
+    for n in names:
+        e, a = np.asarray(expected[n]), actual[n]
+        if e.shape == a.shape and e.dtype.kind in "fiu" and e.size:
+            err = np.abs(e.astype(np.float64) - a.astype(np.float64))
+            err = err[~np.isnan(err)]
+            diffs[n] = float(err.max()) if err.size else float("nan")
+    with warnings.catch_warnings():  # all-NaN outputs (a poisoned buffer) are a finding, not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        bad = compare({n: expected[n] for n in names}, actual, rtol, atol)
+    if bad:
+        return Execution("failed", "; ".join(map(str, bad[:3])), seconds, ref_seconds, engines, diffs)
+    return Execution("passed", f"{len(names)} output(s) match onnxruntime within rtol {rtol:g}, atol {atol:g}",
+                     seconds, ref_seconds, engines, diffs)

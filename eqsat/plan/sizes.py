@@ -1,0 +1,171 @@
+"""Element types, static shapes and byte sizes of every intermediate tensor.
+
+Shapes come from ONNX shape inference (`onnx.shape_inference.infer_shapes(...,
+data_prop=True)`) on a copy of the model whose symbolic input dimensions are bound to the
+sizes the user gives (`dims={"batch": 8}`). Every symbolic dimension of a graph input must
+be bound: an unbound one is a UsageError naming it. Dimensions given but not used are
+ignored.
+
+ONNX shape inference does not know onnxruntime's contrib ops (com.microsoft.FusedConv,
+SkipLayerNormalization, ...) and cannot follow every shape computation (a Range whose limit
+comes from a Shape, a Slice with computed ends, ...). The tensors it leaves without a static
+shape are measured instead: the model runs once under onnxruntime (graph optimizations off,
+so every value keeps its name) on random inputs at the bound dimensions, with those tensors
+as extra outputs. Their `shape_source` is then `run`. A data-dependent shape (NonZero,
+Unique, ...) measured that way holds for those inputs only.
+
+A tensor's size is its element count times the element size numpy uses for its type (one
+byte for bool; sub-byte types such as int4 take one byte per element, as numpy holds them).
+String tensors and non-tensor values (sequences, maps, optionals) cannot live in a byte
+arena: the planner refuses them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import ModelProto, TensorProto, helper
+
+from ..errors import UsageError
+from .errors import PlanError
+
+
+@dataclass(frozen=True)
+class TensorType:
+    elem_type: int
+    shape: tuple[int, ...]
+    size: int
+    source: str  # inferred | run
+
+
+def itemsize(elem_type: int) -> int:
+    if elem_type == TensorProto.STRING:
+        raise PlanError("string tensors cannot be placed in a byte arena")
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).itemsize
+
+
+def np_dtype(elem_type: int) -> np.dtype:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def input_dims(model: ModelProto, dims: dict[str, int]) -> dict[str, int]:
+    """The symbolic dimensions of the graph inputs, bound from `dims`; raises UsageError for
+    the first one that is not bound (or for a dimension with neither name nor size)."""
+    inits = {t.name for t in model.graph.initializer}
+    used: dict[str, int] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        if not vi.type.HasField("tensor_type"):
+            raise PlanError(f"input '{vi.name}' is not a tensor: the planner handles tensor graphs only")
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            raise UsageError(f"input '{vi.name}' has no shape: the planner needs static shapes")
+        for axis, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value"):
+                continue
+            if d.HasField("dim_param") and d.dim_param:
+                name = d.dim_param
+                if name not in dims:
+                    raise UsageError(f"dimension '{name}' is symbolic: give its size with --dim {name}=N")
+                used[name] = int(dims[name])
+            else:
+                raise UsageError(
+                    f"input '{vi.name}' has a dimension without name or size (axis {axis}): "
+                    "the planner needs static shapes"
+                )
+    return used
+
+
+def _bind(model: ModelProto, dims: dict[str, int]) -> ModelProto:
+    from ..shapes import _skeleton  # a copy without the data of large initializers
+
+    sk = _skeleton(model)
+    g = sk.graph
+    for vi in [*g.input, *g.value_info, *g.output]:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_param") and d.dim_param in dims:
+                    d.dim_value = int(dims[d.dim_param])
+    return sk
+
+
+def _static(vi: onnx.ValueInfoProto) -> tuple[int, tuple[int, ...]] | None:
+    if not vi.type.HasField("tensor_type"):
+        return None
+    tt = vi.type.tensor_type
+    if not tt.elem_type or not tt.HasField("shape"):
+        return None
+    shape = []
+    for d in tt.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return None
+        shape.append(int(d.dim_value))
+    return int(tt.elem_type), tuple(shape)
+
+
+def tensor_types(model: ModelProto, dims: dict[str, int]) -> tuple[dict[str, TensorType], dict[str, int]]:
+    """Types of every node output of the main graph. Returns (types, the dims used)."""
+    used = input_dims(model, dims)
+    sk = _bind(model, used)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=False, data_prop=True)
+        g = inferred.graph
+    except Exception:  # noqa: BLE001 - inference is best effort; the run below measures the rest
+        g = sk.graph
+    known: dict[str, tuple[int, tuple[int, ...]]] = {}
+    for vi in [*g.value_info, *g.output]:
+        s = _static(vi)
+        if s is not None:
+            known[vi.name] = s
+    produced = [(n, y) for n in model.graph.node for y in n.output if y]
+    missing = [y for _, y in produced if y not in known]
+    types: dict[str, TensorType] = {}
+    if missing:
+        for name, (elem, shape) in _types_from_run(model, missing, used).items():
+            types[name] = _make(name, elem, shape, "run")
+    for n, y in produced:
+        if y not in types:
+            if y not in known:
+                raise PlanError(f"no static shape for '{y}' (output of {n.op_type} node '{n.name}')")
+            elem, shape = known[y]
+            types[y] = _make(y, elem, shape, "inferred")
+    return types, used
+
+
+def _make(name: str, elem: int, shape: tuple[int, ...], source: str) -> TensorType:
+    if elem == TensorProto.STRING:
+        raise PlanError(f"'{name}' is a string tensor: a byte arena holds fixed-size elements only")
+    return TensorType(elem, shape, math.prod(shape) * itemsize(elem), source)
+
+
+def _types_from_run(model: ModelProto, names: list[str], dims: dict[str, int]) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """Measure the types of `names` by one onnxruntime run (graph optimizations off)."""
+    from ..verify import random_inputs, session
+
+    n_out = len(model.graph.output)
+    have = {o.name for o in model.graph.output}
+    extra = [x for x in names if x not in have]
+    model.graph.output.extend(helper.make_empty_tensor_value_info(x) for x in extra)
+    try:
+        sess = session(model, optimize=False)
+        got = sess.run(names, random_inputs(model, dims))
+    except Exception as e:  # noqa: BLE001 - any onnxruntime failure is reported with the tensors concerned
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise PlanError(
+            f"shape inference leaves {len(names)} tensor(s) without a static shape (first: '{names[0]}') "
+            f"and onnxruntime could not run the model to measure them: {first}"
+        ) from None
+    finally:
+        del model.graph.output[n_out:]
+    out: dict[str, tuple[int, tuple[int, ...]]] = {}
+    for name, v in zip(names, got, strict=True):
+        if not isinstance(v, np.ndarray):
+            raise PlanError(f"'{name}' is not a tensor: the planner handles tensor graphs only")
+        if v.dtype == object:
+            raise PlanError(f"'{name}' is a string tensor: a byte arena holds fixed-size elements only")
+        out[name] = (int(helper.np_dtype_to_tensor_dtype(v.dtype)), tuple(int(d) for d in v.shape))
+    return out
