@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from eqsat.errors import EqsatError, UsageError
+from eqsat.errors import UsageError
 from eqsat.plan import (
     Graph,
     Node,
