@@ -53,8 +53,23 @@ def _dim(s: str) -> tuple[str, int]:
     return name, v
 
 
+# Subcommands that live beside what they run: each module's `register(subparsers)` adds its
+# parsers and returns {command: handler}; a handler takes the parsed arguments and returns
+# the exit code.
+COMMAND_MODULES = ("eqsat.plan.cli", "eqsat.conformance_cmd", "eqsat.ruletool.cmd", "eqsat.viz.cmd")
+
+
+def _register(sub) -> dict:
+    import importlib
+
+    handlers = {}
+    for name in COMMAND_MODULES:
+        handlers.update(importlib.import_module(name).register(sub))
+    return handlers
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from .plan.cli import add_optimize_plan_argument, add_plan_parser
+    from .plan.cli import add_optimize_plan_argument
     from .saturate import Limits
 
     lim = Limits()
@@ -115,13 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--target", default="ort", choices=["ort", "onnx"])
     k.add_argument("-q", "--quiet", action="store_true")
 
-    add_plan_parser(sub)
-
     c = sub.add_parser("calibrate", help="measure a hardware profile for the roofline cost model",
                        description="Measure this machine's MatMul and vector throughput, memory bandwidth and "
                                    "per-op overhead under onnxruntime, and write a hardware profile.")
     c.add_argument("-o", "--output", metavar="PROFILE.json", required=True, type=Path)
     c.add_argument("--threads", type=_positive_int, default=1, help="onnxruntime threads (default 1)")
+    p.set_defaults(handlers=_register(sub))
     return p
 
 
@@ -230,10 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2
-        from .plan.cli import cmd_plan
-
-        commands = {"optimize": cmd_optimize, "plan": cmd_plan, "calibrate": cmd_calibrate,
-                    "compare-costs": cmd_compare_costs}
+        commands = {"optimize": cmd_optimize, "calibrate": cmd_calibrate, "compare-costs": cmd_compare_costs,
+                    **args.handlers}
         return commands[args.command](args)
     except EqsatError as e:
         print(f"eqsat: error: {e}", file=sys.stderr)

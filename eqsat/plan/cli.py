@@ -52,6 +52,11 @@ def add_plan_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def register(subparsers) -> dict:
+    add_plan_parser(subparsers)
+    return {"plan": cmd_plan}
+
+
 def add_optimize_plan_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plan", metavar="PLAN.json", type=Path,
                         help="also plan the memory of the optimized model and write the plan (symbolic "

@@ -1,0 +1,1 @@
+"""Tools for rule authors: listing rules, checking them for soundness by testing."""

@@ -1,0 +1,1 @@
+"""Looking at models: op histograms and rendered graphs of what changed."""

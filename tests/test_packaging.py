@@ -1,0 +1,19 @@
+"""The distribution ships every package of the source tree (a non-editable install would
+otherwise miss a folder added later)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(cfg["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for top in ("eqsat", "extract")
+             for p in (ROOT / top).rglob("__init__.py")}
+    assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
+    assert cfg["package-dir"]["eqsat.rules"] == "rules"
+    assert sorted((ROOT / "rules").glob("*.egg")), "the default rules ship as package data"
