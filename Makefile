@@ -57,6 +57,13 @@ corpus: $(BENCH_STAMP)
 	$(PY) benchmarks/corpus.py --dynamo
 	$(PY) benchmarks/light_models.py
 
+# eqsat beside onnxruntime's optimizer, onnxsim, onnxslim, onnxoptimizer, onnxscript:
+# benchmarks/RESULTS.md and benchmarks/results/peers_*.png (cached in benchmarks/out/; BENCH_ARGS for more flags).
+.PHONY: bench
+bench: $(BENCH_STAMP)
+	@test -f benchmarks/models/resnet50.dynamo.onnx -a -f benchmarks/models/light_resnet50.onnx || $(MAKE) corpus
+	$(PY) benchmarks/peers.py $(BENCH_ARGS)
+
 roundtrip-corpus: $(STAMP)
 	$(PY) benchmarks/roundtrip.py
 

@@ -1,0 +1,790 @@
+"""eqsat beside the graph optimizers people use today: nodes, time, equivalence, latency.
+
+    python benchmarks/peers.py [--models DIR] [--only NAME,...] [--tools TOOL,...] [--runs N]
+                               [--out benchmarks/out] [--results benchmarks/RESULTS.md]
+                               [--plots benchmarks/results] [--force] [--report-only]
+
+Tools: eqsat (`eqsat.pipeline.optimize` with default options: what `eqsat optimize` does with
+no flags), onnxruntime's optimizer at basic, extended and all (the model it saves through
+`SessionOptions.optimized_model_filepath`), onnxsim, onnxslim, onnxoptimizer (default
+fuse-and-elimination passes) and onnxscript's optimizer, each with its defaults. A peer
+that is not installed is reported as such, not run.
+
+For each corpus model (benchmarks/corpus.py, benchmarks/light_models.py; symbolic dims
+bound as benchmarks/memory.py does: a name with `batch` -> 1, with `seq` -> 128) and tool:
+
+- ok or the error; node count of the result (top-level graph);
+- opt s: the optimization call alone (model in memory -> model in memory; for onnxruntime,
+  the session creation that optimizes and saves); loading and saving are `io_s`;
+- equivalence: the result against the original under onnxruntime (CPU, 1 thread,
+  optimizations off) on random inputs: `identical`, `close` (max |diff| / max(1, max |ref|)
+  <= 1e-3 on every output), or `MISMATCH`;
+- latency under onnxruntime CPU, 1 intra-op thread, in two settings: onnxruntime's
+  optimizations off (ORT_DISABLE_ALL: what the tool itself did) and fully on
+  (ORT_ENABLE_ALL: what remains on top). The original and every result of the model run
+  round-robin in one process (the order reversed every round), after warm-up; the figure is
+  median(result) / median(original) in the same setting, so a noisy machine slows both;
+- eqsat only: its phase times, and its output's memory plan (eqsat.plan.plan_model): arena
+  bytes against the lower bound.
+
+Every optimization and every latency measurement runs in a child process with a timeout,
+so a crash is a row, not the end. Records are cached per (model, tool) in
+`OUT/<model>/<tool>.json` (keyed by the model file's size and mtime and the tool's version):
+a rerun only does what is missing (`--force` redoes it). The optimized models are deleted
+once measured (`--keep-models` keeps them). Writes RESULTS.md and PNG plots (matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TOOLS = ("eqsat", "ort-basic", "ort-extended", "ort-all", "onnxsim", "onnxslim", "onnxoptimizer", "onnxscript")
+SETTINGS = ("off", "all")  # onnxruntime's own optimizations when the results run
+DIM_HINTS = (("batch", 1), ("seq", 128))
+REL_TOL = 1e-3
+# the Python distribution behind each tool (its version is part of the cache key)
+DISTRIBUTION = {"eqsat": "eqsat", "ort-basic": "onnxruntime", "ort-extended": "onnxruntime",
+                "ort-all": "onnxruntime", "onnxsim": "onnxsim", "onnxslim": "onnxslim",
+                "onnxoptimizer": "onnxoptimizer", "onnxscript": "onnxscript"}
+MODULE = {"eqsat": "eqsat", "ort-basic": "onnxruntime", "ort-extended": "onnxruntime", "ort-all": "onnxruntime",
+          "onnxsim": "onnxsim", "onnxslim": "onnxslim", "onnxoptimizer": "onnxoptimizer",
+          "onnxscript": "onnxscript"}
+
+
+def dims_for(model) -> dict[str, int]:
+    """Sizes of the symbolic dims of the graph inputs: `batch` -> 1, `seq...` -> 128."""
+    inits = {t.name for t in model.graph.initializer}
+    dims: dict[str, int] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param:
+                v = next((v for hint, v in DIM_HINTS if hint in d.dim_param.lower()), None)
+                dims[d.dim_param] = 1 if v is None else v
+    return dims
+
+
+def missing(tool: str) -> str | None:
+    """Why `tool` cannot run here, or None."""
+    if tool not in MODULE:
+        return f"unknown tool {tool!r}; choose from {', '.join(TOOLS)}"
+    if importlib.util.find_spec(MODULE[tool]) is None:
+        return f"{MODULE[tool]} is not installed (pip install -e '.[bench]')"
+    return None
+
+
+def version(tool: str) -> str:
+    try:
+        return importlib.metadata.version(DISTRIBUTION.get(tool, tool))
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def fingerprint(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def _line(e: BaseException) -> str:
+    s = " ".join(str(e).split()) or type(e).__name__
+    return s[:300]
+
+
+# ---- the tools (run in the child) ------------------------------------------------------------
+
+def _ort_optimize(level: str, src: Path, dst: Path) -> dict:
+    import onnxruntime as rt
+
+    so = rt.SessionOptions()
+    so.graph_optimization_level = {"basic": rt.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                                   "extended": rt.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                                   "all": rt.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+    so.optimized_model_filepath = str(dst)
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 4
+    t0 = time.perf_counter()
+    rt.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    return {"opt_s": time.perf_counter() - t0, "io_s": 0.0}
+
+
+def _proto_tool(tool: str, src: Path, dst: Path) -> dict:
+    import onnx
+
+    t0 = time.perf_counter()
+    model = onnx.load(str(src))
+    io = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if tool == "onnxsim":
+        import onnxsim
+
+        out, ok = onnxsim.simplify(model)
+        if not ok:
+            raise RuntimeError("onnxsim: its own check of the simplified model failed")
+    elif tool == "onnxslim":
+        import onnxslim
+
+        out = onnxslim.slim(model)
+    elif tool == "onnxoptimizer":
+        import onnxoptimizer
+
+        out = onnxoptimizer.optimize(model)
+    elif tool == "onnxscript":
+        import onnxscript.optimizer
+
+        out = onnxscript.optimizer.optimize(model)
+    else:
+        raise ValueError(tool)
+    opt = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    big = out.ByteSize() > (1 << 31) - (1 << 26) if hasattr(out, "ByteSize") else False
+    onnx.save(out, str(dst), save_as_external_data=big)
+    return {"opt_s": opt, "io_s": io + time.perf_counter() - t0}
+
+
+def _eqsat(src: Path, dst: Path, dims: dict[str, int]) -> dict:
+    from eqsat.modelio import load_model, save_model
+    from eqsat.pipeline import Options, optimize
+
+    t0 = time.perf_counter()
+    model = load_model(src)
+    io = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    res = optimize(model, Options())  # the defaults of `eqsat optimize`
+    opt = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    save_model(res.model, dst, check=False)
+    io += time.perf_counter() - t0
+    r = res.report
+    extra = {"phases_s": r["times_s"], "stop_reason": r["saturation"]["stop_reason"],
+             "iterations": r["saturation"]["iterations"], "enodes": r["saturation"]["enodes"],
+             "extractor": r["extraction"]["extractor"], "extract_notes": r["extraction"]["notes"]}
+    try:
+        from eqsat.plan import plan_model
+
+        t0 = time.perf_counter()
+        plan = plan_model(res.model, dims)
+        extra["plan"] = {"arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes,
+                         "no_reuse_bytes": plan.no_reuse_bytes, "ratio": plan.ratio,
+                         "plan_s": time.perf_counter() - t0}
+    except Exception as e:  # noqa: BLE001 - a failed plan is a field, not a failed tool
+        extra["plan"] = {"error": _line(e)}
+    return {"opt_s": opt, "io_s": io, "eqsat": extra}
+
+
+def optimize_with(tool: str, src: Path, dst: Path, dims: dict[str, int]) -> dict:
+    """Optimize `src` into `dst` with `tool` in this process; timing and tool extras."""
+    if tool == "eqsat":
+        return _eqsat(src, dst, dims)
+    if tool.startswith("ort-"):
+        return _ort_optimize(tool[4:], src, dst)
+    return _proto_tool(tool, src, dst)
+
+
+def node_count(path: Path) -> int:
+    import onnx
+
+    return len(onnx.load(str(path), load_external_data=False).graph.node)
+
+
+def _session(path: Path, setting: str):
+    import onnxruntime as rt
+
+    so = rt.SessionOptions()
+    so.graph_optimization_level = (rt.GraphOptimizationLevel.ORT_DISABLE_ALL if setting == "off"
+                                   else rt.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = rt.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 4
+    return rt.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def _feeds_for(sess, feeds: dict) -> dict:
+    names = {i.name for i in sess.get_inputs()}
+    return {k: v for k, v in feeds.items() if k in names}
+
+
+def _feeds(src: Path, dims: dict[str, int]) -> dict:
+    import onnx
+
+    from eqsat.verify import random_inputs
+
+    return random_inputs(onnx.load(str(src), load_external_data=False), dims)
+
+
+def equivalence(src: Path, dst: Path, dims: dict[str, int]) -> dict:
+    """The result against the original under onnxruntime, optimizations off, random inputs."""
+    import numpy as np
+
+    feeds = _feeds(src, dims)
+    ref_s = _session(src, "off")
+    ref_names = [o.name for o in ref_s.get_outputs()]
+    ref = dict(zip(ref_names, ref_s.run(None, _feeds_for(ref_s, feeds)), strict=True))
+    del ref_s
+    try:
+        got_s = _session(dst, "off")
+        got_names = [o.name for o in got_s.get_outputs()]
+        got = dict(zip(got_names, got_s.run(None, _feeds_for(got_s, feeds)), strict=True))
+    except Exception as e:  # noqa: BLE001
+        return {"status": "error", "detail": f"onnxruntime cannot run the result: {_line(e)}"}
+    notes = []
+    if set(got_names) != set(ref_names):
+        if len(got_names) != len(ref_names):
+            return {"status": "MISMATCH", "detail": f"outputs {ref_names} became {got_names}"}
+        notes.append("outputs renamed; compared by position")
+        got = dict(zip(ref_names, (got[n] for n in got_names), strict=True))
+    worst_abs, worst_rel, identical = 0.0, 0.0, True
+    for name, a in ref.items():
+        a, b = np.asarray(a), np.asarray(got[name])
+        if a.shape != b.shape:
+            return {"status": "MISMATCH", "detail": f"output {name!r}: shape {a.shape} became {b.shape}"}
+        if a.dtype != b.dtype:
+            notes.append(f"output {name!r}: dtype {a.dtype} became {b.dtype}")
+        if a.dtype.kind not in "fc":
+            if not np.array_equal(a, b):
+                return {"status": "MISMATCH", "detail": f"output {name!r}: {int((a != b).sum())} values differ"}
+            continue
+        if a.size == 0:
+            continue
+        x, y = a.astype(np.float64), b.astype(np.float64)
+        if not np.array_equal(x, y, equal_nan=True):
+            identical = False
+        d = float(np.nanmax(np.abs(x - y))) if a.size else 0.0
+        worst_abs = max(worst_abs, d)
+        worst_rel = max(worst_rel, d / max(1.0, float(np.nanmax(np.abs(x)))))
+    status = "identical" if identical else ("close" if worst_rel <= REL_TOL else "MISMATCH")
+    return {"status": status, "max_abs_diff": worst_abs, "rel_diff": worst_rel, "detail": "; ".join(notes)}
+
+
+def latency(src: Path, results: dict[str, Path], dims: dict[str, int], setting: str, runs: int = 30,
+            warmup: int = 3, max_s: float = 120.0, min_runs: int = 10) -> dict:
+    """Median latency of the original and each result, run round-robin in this process.
+
+    Every round runs the original and every result once (the order reversed every other
+    round), so that drifting load on a shared machine hits all of them alike. Stops after
+    `runs` rounds, or after `max_s` seconds once `min_runs` rounds are done."""
+    feeds = _feeds(src, dims)
+    sessions = [("original", _session(src, setting))] + [(t, _session(p, setting)) for t, p in results.items()]
+    sessions = [(name, s, _feeds_for(s, feeds)) for name, s in sessions]
+    for _ in range(warmup):
+        for _name, s, f in sessions:
+            s.run(None, f)
+    times: dict[str, list[float]] = {name: [] for name, _, _ in sessions}
+    t_start = time.perf_counter()
+    rounds = 0
+    for i in range(runs):
+        for name, s, f in (sessions if i % 2 == 0 else sessions[::-1]):
+            t0 = time.perf_counter()
+            s.run(None, f)
+            times[name].append(time.perf_counter() - t0)
+        rounds += 1
+        if rounds >= min_runs and time.perf_counter() - t_start > max_s:
+            break
+    base = statistics.median(times["original"])
+    out = {}
+    for name, ts in times.items():
+        if name == "original":
+            continue
+        med = statistics.median(ts)
+        out[name] = {"median_ms": med * 1e3, "original_ms": base * 1e3, "ratio": med / base,
+                     "paired_ratio": statistics.median(t / o for t, o in zip(ts, times["original"], strict=True)),
+                     "runs": rounds}
+    return out
+
+
+# ---- children ----------------------------------------------------------------------------------
+
+def _child(job: dict) -> dict:
+    kind = job["kind"]
+    dims = job["dims"]
+    if kind == "optimize":
+        src, dst = Path(job["src"]), Path(job["dst"])
+        rec = optimize_with(job["tool"], src, dst, dims)
+        rec["nodes"] = node_count(dst)
+        t0 = time.perf_counter()
+        rec["equivalence"] = equivalence(src, dst, dims)
+        rec["equivalence"]["seconds"] = time.perf_counter() - t0
+        return rec
+    if kind == "latency":
+        return latency(Path(job["src"]), {t: Path(p) for t, p in job["results"].items()}, dims, job["setting"],
+                       job["runs"], job["warmup"], job["max_s"], job["min_runs"])
+    raise ValueError(kind)
+
+
+def run_child(job: dict, timeout: float) -> dict:
+    """Run one job in a child process: its JSON result, or {"error": ...}."""
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)],
+                           capture_output=True, text=True, timeout=timeout, cwd=str(ROOT))
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s", "child_s": time.perf_counter() - t0}
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        if p.returncode < 0:
+            why = f"crashed (signal {-p.returncode})"
+        else:
+            lines = [s for s in p.stderr.strip().splitlines() if s.strip()]
+            why = lines[-1].strip()[:300] if lines else f"exit status {p.returncode}"
+        return {"error": why, "child_s": wall}
+    try:
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"error": "the child printed no result", "child_s": wall}
+    out["child_s"] = wall
+    return out
+
+
+# ---- one model -----------------------------------------------------------------------------------
+
+def _load_cache(path: Path, key: dict) -> dict | None:
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return rec if all(rec.get(k) == v for k, v in key.items()) else None
+
+
+def _save(path: Path, rec: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec, indent=1, default=str))
+    tmp.replace(path)
+
+
+def optimize_record(src: Path, tool: str, dims: dict[str, int], work: Path, timeout: float) -> dict:
+    """Optimize with one tool in a child: the record (no latency yet)."""
+    import onnx
+
+    rec = {"model": src.name[:-5], "tool": tool, "version": version(tool), "fingerprint": fingerprint(src),
+           "dims": dims, "nodes_before": len(onnx.load(str(src), load_external_data=False).graph.node)}
+    why = missing(tool)
+    if why:
+        return dict(rec, ok=False, error=why, not_installed=True)
+    dst = work / f"{tool}.onnx"
+    out = run_child({"kind": "optimize", "tool": tool, "src": str(src), "dst": str(dst), "dims": dims}, timeout)
+    if "error" in out:
+        return dict(rec, ok=False, error=out["error"], child_s=out.get("child_s"))
+    return dict(rec, ok=True, result=str(dst), **out)
+
+
+def measure_latencies(src: Path, recs: dict[str, dict], dims: dict[str, int], a) -> None:
+    """Fill rec["latency"][setting] for the records that ran, grouped so that the sessions of
+    one child fit in `a.mem_budget` GiB (a model's sessions take about 2.5x its file)."""
+    todo = {t: r for t, r in recs.items() if r.get("ok") and r["equivalence"]["status"] != "error"
+            and Path(r["result"]).exists() and any(s not in r.get("latency", {}) for s in a.settings)}
+    if not todo:
+        return
+    per = max(1, int(a.mem_budget * (1 << 30) / (2.5 * src.stat().st_size)) - 1)
+    tools = list(todo)
+    groups = [tools[i:i + per] for i in range(0, len(tools), per)]
+    for setting in a.settings:
+        for group in groups:
+            job = {"kind": "latency", "src": str(src), "results": {t: todo[t]["result"] for t in group},
+                   "dims": dims, "setting": setting, "runs": a.runs, "warmup": a.warmup, "max_s": a.max_s,
+                   "min_runs": min(a.runs, 10)}
+            out = run_child(job, a.timeout)
+            if "error" in out and len(group) > 1:  # find who crashed it: one at a time
+                out = {}
+                for t in group:
+                    o = run_child(dict(job, results={t: todo[t]["result"]}), a.timeout)
+                    out[t] = o.get(t, {"error": o.get("error", "?")})
+            elif "error" in out:
+                out = {group[0]: {"error": out["error"]}}
+            for t in group:
+                todo[t].setdefault("latency", {})[setting] = out.get(t, {"error": "no result"})
+                print(f"  {src.name[:-5]} {t} latency ({setting}): {_fmt_lat(todo[t]['latency'][setting])}",
+                      flush=True)
+
+
+def _fmt_lat(lat: dict | None) -> str:
+    if not lat:
+        return "-"
+    if "error" in lat:
+        return "error: " + lat["error"]
+    return f"{lat['ratio']:.2f}x ({lat['median_ms']:.1f} / {lat['original_ms']:.1f} ms, {lat['runs']} runs)"
+
+
+def bench_model(src: Path, tools: list[str], a) -> dict[str, dict]:
+    """Every tool on one model, cached per (model, tool) under a.out/<model>/."""
+    import onnx
+
+    name = src.name[:-5]
+    work = a.out / name
+    work.mkdir(parents=True, exist_ok=True)
+    dims = dims_for(onnx.load(str(src), load_external_data=False))
+    recs: dict[str, dict] = {}
+    for tool in tools:
+        cache = work / f"{tool}.json"
+        key = {"fingerprint": fingerprint(src), "version": version(tool)}
+        rec = None if a.force else _load_cache(cache, key)
+        if rec is not None and rec.get("ok") and any(s not in rec.get("latency", {}) for s in a.settings) \
+                and not Path(rec["result"]).exists():
+            rec = None  # latency missing and the optimized model gone: redo
+        if rec is None:
+            rec = optimize_record(src, tool, dims, work, a.timeout)
+            _save(cache, rec)
+            eq = rec.get("equivalence", {})
+            print(f"  {name} {tool}: " + (f"{rec['nodes_before']} -> {rec['nodes']} nodes, {rec['opt_s']:.2f} s, "
+                                          f"{eq.get('status')} (rel {eq.get('rel_diff', 0):.1e})"
+                                          if rec["ok"] else f"error: {rec['error']}"), flush=True)
+        recs[tool] = rec
+    measure_latencies(src, recs, dims, a)
+    for tool, rec in recs.items():
+        if rec.get("ok") and not a.keep_models and all(s in rec.get("latency", {}) for s in a.settings):
+            Path(rec["result"]).unlink(missing_ok=True)
+            Path(rec["result"] + ".data").unlink(missing_ok=True)
+        _save(work / f"{tool}.json", rec)
+    return recs
+
+
+def load_all(out: Path, models: list[str] | None = None) -> list[dict]:
+    recs = []
+    for d in sorted(out.glob("*")) if out.exists() else []:
+        if not d.is_dir() or (models is not None and d.name not in models):
+            continue
+        for f in sorted(d.glob("*.json")):
+            try:
+                recs.append(json.loads(f.read_text()))
+            except (OSError, json.JSONDecodeError):
+                pass
+    return recs
+
+
+# ---- RESULTS.md and plots -----------------------------------------------------------------------
+
+def _machine() -> str:
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        with open("/proc/meminfo") as f:
+            mem = f"{int(f.readline().split()[1]) / (1 << 20):.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return f"{platform.machine()}, {cpu}, {os.cpu_count()} logical CPUs, {mem} RAM, {platform.system()} {platform.release()}"
+
+
+def _versions() -> str:
+    names = ["eqsat", "egglog", "onnx", "onnxruntime", "onnxsim", "onnxslim", "onnxoptimizer", "onnxscript",
+             "numpy", "torch", "transformers"]
+    out = []
+    for n in names:
+        try:
+            out.append(f"{n} {importlib.metadata.version(n)}")
+        except importlib.metadata.PackageNotFoundError:
+            out.append(f"{n} (not installed)")
+    return f"Python {platform.python_version()}, " + ", ".join(out)
+
+
+def _ratio(rec: dict | None, setting: str) -> float | None:
+    lat = ((rec or {}).get("latency") or {}).get(setting) or {}
+    return lat.get("ratio")
+
+
+def _cell_ratio(rec: dict | None, setting: str) -> str:
+    if rec is None:
+        return ""
+    if not rec.get("ok"):
+        return "n/i" if rec.get("not_installed") else "fail"
+    lat = (rec.get("latency") or {}).get(setting)
+    if not lat:
+        return "-"
+    if "error" in lat:
+        return "err"
+    s = f"{lat['ratio']:.2f}"
+    if rec["equivalence"]["status"] == "MISMATCH":
+        s += " (!)"
+    return s
+
+
+def _bold_best(cells: list[str]) -> list[str]:
+    vals = []
+    for c in cells:
+        try:
+            vals.append(float(c))
+        except ValueError:
+            vals.append(None)
+    best = min((v for v in vals if v is not None), default=None)
+    return [f"**{c}**" if v is not None and v == best else c for c, v in zip(cells, vals, strict=True)]
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True).stdout.strip() or "?"
+    except OSError:
+        return "?"
+
+
+def write_results(recs: list[dict], path: Path, command: str, plots: list[Path], runs_note: str) -> None:
+    by = {(r["model"], r["tool"]): r for r in recs}
+    models = sorted({r["model"] for r in recs}, key=lambda m: (m.startswith("light_"), m))
+    tools = [t for t in TOOLS if any(r["tool"] == t for r in recs)]
+    lines = [
+        "# eqsat beside the peers",
+        "",
+        f"Command: `{command}` (eqsat at commit {_git_commit()}). Written by `benchmarks/peers.py` "
+        "from the records cached in `benchmarks/out/`.",
+        "",
+        f"Machine: {_machine()}; shared with other work while measuring, so absolute times are noisy "
+        "and every latency is a ratio against the original measured in the same process, round-robin.",
+        "",
+        f"Packages: {_versions()}.",
+        "",
+        "Method: each tool with its defaults (eqsat: `eqsat optimize` defaults, target `ort`, cost model "
+        "`node-count`, ILP extractor; onnxruntime: the model saved by `optimized_model_filepath` at "
+        "ORT_ENABLE_BASIC / EXTENDED / ALL). Symbolic dims: `batch` -> 1, `seq*` -> 128. **ratio** = "
+        "median latency of the result / median latency of the original, onnxruntime CPU, 1 intra-op "
+        "thread, sequential; **off**: onnxruntime's graph optimizations disabled (ORT_DISABLE_ALL) for "
+        "both, so it shows what the tool did; **on**: ORT_ENABLE_ALL for both, what remains on top of "
+        f"onnxruntime's own optimizer. {runs_note} Lower is better; the best of a row is bold. "
+        "**opt s**: the optimization call alone (onnxruntime: session creation, which includes "
+        "loading). Equivalence: onnxruntime, optimizations off, random inputs, "
+        f"`close` = max |diff| / max(1, max |original|) <= {REL_TOL:g}. `fail`: the tool failed; "
+        "`n/i`: not installed; `(!)`: outputs differ beyond tolerance.",
+        "",
+    ]
+    for setting, title in (("off", "Latency ratio, onnxruntime optimizations off (what the tool did)"),
+                           ("all", "Latency ratio, onnxruntime optimizations on (ORT_ENABLE_ALL on top)")):
+        lines += [f"## {title}", "", "| model | " + " | ".join(tools) + " |", "|---|" + "---:|" * len(tools)]
+        for m in models:
+            cells = _bold_best([_cell_ratio(by.get((m, t)), setting) for t in tools])
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lines.append("")
+    # eqsat vs ORT_ENABLE_ALL saved model
+    lines += ["## eqsat against onnxruntime's ORT_ENABLE_ALL saved model (optimizations off)", "",
+              "| model | eqsat ratio | ort-all ratio | eqsat / ort-all | best other tool |", "|---|---:|---:|---:|---|"]
+    for m in models:
+        e, o = _ratio(by.get((m, "eqsat")), "off"), _ratio(by.get((m, "ort-all")), "off")
+        others = [(t, _ratio(by.get((m, t)), "off")) for t in tools if t != "eqsat"]
+        others = [(t, v) for t, v in others if v is not None]
+        best = min(others, key=lambda x: x[1]) if others else None
+        lines.append(f"| {m} | {e:.2f} | {o:.2f} | {e / o:.2f} | {best[0]} {best[1]:.2f} |" if e and o and best
+                     else f"| {m} | {e or '-'} | {o or '-'} | - | - |")
+    lines.append("")
+    lines += ["## Nodes (top-level graph) and optimization time", "",
+              "| model | original nodes | " + " | ".join(f"{t} nodes / opt s" for t in tools) + " |",
+              "|---|---:|" + "---:|" * len(tools)]
+    for m in models:
+        nb = next((r["nodes_before"] for r in recs if r["model"] == m), "-")
+        cells = []
+        for t in tools:
+            r = by.get((m, t))
+            if r is None:
+                cells.append("")
+            elif not r.get("ok"):
+                cells.append("n/i" if r.get("not_installed") else "fail")
+            else:
+                cells.append(f"{r['nodes']} / {r['opt_s']:.2f}")
+        lines.append(f"| {m} | {nb} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines += ["## Equivalence with the original", "",
+              "| model | " + " | ".join(tools) + " |", "|---|" + "---|" * len(tools)]
+    for m in models:
+        cells = []
+        for t in tools:
+            r = by.get((m, t))
+            if r is None:
+                cells.append("")
+            elif not r.get("ok"):
+                cells.append("n/i" if r.get("not_installed") else "fail")
+            else:
+                eq = r["equivalence"]
+                s = eq["status"]
+                if s in ("close", "MISMATCH") and "rel_diff" in eq:
+                    s += f" {eq['rel_diff']:.0e}"
+                cells.append(s)
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    lines.append("")
+    fails = [r for r in recs if not r.get("ok") and not r.get("not_installed")]
+    bad_eq = [r for r in recs if r.get("ok") and r["equivalence"]["status"] in ("MISMATCH", "error")]
+    lat_err = [(r, s) for r in recs if r.get("ok") for s, lat in (r.get("latency") or {}).items() if "error" in lat]
+    if fails or bad_eq or lat_err:
+        lines += ["## Failures", ""]
+        lines += [f"- {r['model']} / {r['tool']}: {r['error']}" for r in fails]
+        lines += [f"- {r['model']} / {r['tool']}: equivalence {r['equivalence']['status']}: "
+                  f"{r['equivalence'].get('detail') or ''} (rel diff {r['equivalence'].get('rel_diff', float('nan')):.2e})"
+                  for r in bad_eq]
+        lines += [f"- {r['model']} / {r['tool']}: latency ({s}): {r['latency'][s]['error']}" for r, s in lat_err]
+        lines.append("")
+    nis = sorted({(r["tool"], r["error"]) for r in recs if r.get("not_installed")})
+    if nis:
+        lines += ["Not installed: " + "; ".join(f"{t} ({e})" for t, e in nis), ""]
+    # eqsat phases and memory plan
+    eq_recs = [by[(m, "eqsat")] for m in models if by.get((m, "eqsat"), {}).get("ok")]
+    if eq_recs:
+        phases = ["shape_inference", "load_rules", "encode", "saturate", "serialize", "extract", "decode"]
+        lines += ["## eqsat: phases (s), stop reason and memory plan of its output", "",
+                  "Arena: eqsat.plan.plan_model on eqsat's output at the bound dims; lower bound: the largest "
+                  "sum of simultaneously live buffers in the chosen order (MiB).", "",
+                  "| model | " + " | ".join(phases) + " | stop | e-nodes | arena MiB | lower bound MiB | arena / LB |",
+                  "|---|" + "---:|" * len(phases) + "---|---:|---:|---:|---:|"]
+        for r in eq_recs:
+            x = r.get("eqsat", {})
+            ph = x.get("phases_s", {})
+            pl = x.get("plan", {})
+            plan = (f"{pl['arena_bytes'] / (1 << 20):.2f} | {pl['lower_bound_bytes'] / (1 << 20):.2f} | {pl['ratio']:.3f}"
+                    if "arena_bytes" in pl else f"error: {pl.get('error', '?')} | | ")
+            lines.append(f"| {r['model']} | " + " | ".join(f"{ph.get(p, 0):.2f}" for p in phases)
+                         + f" | {x.get('stop_reason', '?')} | {x.get('enodes', '?')} | {plan} |")
+        lines.append("")
+    if plots:
+        lines += ["## Plots", ""] + [f"![{p.stem}]({os.path.relpath(p, path.parent)})" for p in plots] + [""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+
+
+def write_plots(recs: list[dict], out_dir: Path) -> list[Path]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plots", file=sys.stderr)
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    by = {(r["model"], r["tool"]): r for r in recs}
+    models = sorted({r["model"] for r in recs}, key=lambda m: (m.startswith("light_"), m))
+    tools = [t for t in TOOLS if any(r["tool"] == t and r.get("ok") for r in recs)]
+    paths = []
+    fig, axes = plt.subplots(2, 1, figsize=(13, 8.5), sharex=True)
+    w = 0.8 / max(1, len(tools))
+    cmap = plt.get_cmap("tab10")
+    for ax, (setting, title) in zip(axes, (("off", "onnxruntime optimizations off"),
+                                           ("all", "onnxruntime optimizations on (ORT_ENABLE_ALL)")), strict=True):
+        for j, t in enumerate(tools):
+            xs, ys = [], []
+            for i, m in enumerate(models):
+                v = _ratio(by.get((m, t)), setting)
+                if v is not None:
+                    xs.append(i - 0.4 + w * (j + 0.5))
+                    ys.append(v)
+            ax.bar(xs, ys, w, label=t, color=cmap(j), edgecolor="black" if t == "eqsat" else None, linewidth=0.6)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_ylabel("latency / original")
+        ax.set_title(title, fontsize=10)
+        ax.set_ylim(0.3, 1.4)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(ncol=len(tools), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 1.25))
+    axes[1].set_xticks(range(len(models)))
+    axes[1].set_xticklabels(models, rotation=40, ha="right", fontsize=8)
+    fig.tight_layout()
+    p = out_dir / "peers_latency.png"
+    fig.savefig(p, dpi=80)
+    plt.close(fig)
+    paths.append(p)
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for j, t in enumerate(tools):
+        pts = [(r["nodes_before"], r["opt_s"]) for r in recs if r["tool"] == t and r.get("ok")]
+        if pts:
+            ax.scatter(*zip(*pts, strict=True), label=t, color=cmap(j), s=22,
+                       marker="o" if t == "eqsat" else "x" if t.startswith("ort") else "^")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes of the original model")
+    ax.set_ylabel("optimization time (s)")
+    ax.set_title("Optimization time against node count (corpus)", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    p = out_dir / "peers_opt_time.png"
+    fig.savefig(p, dpi=80)
+    plt.close(fig)
+    paths.append(p)
+    return paths
+
+
+# ---- main ---------------------------------------------------------------------------------------
+
+def corpus(models_dir: Path, only: str) -> list[Path]:
+    paths = sorted(models_dir.glob("*.onnx"), key=lambda p: p.stat().st_size)
+    if only:
+        keep = set(only.split(","))
+        paths = [p for p in paths if p.name[:-5] in keep or p.name in keep]
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", type=Path, default=ROOT / "benchmarks/models")
+    ap.add_argument("--only", default="", help="comma-separated model names (file names without .onnx)")
+    ap.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, from {','.join(TOOLS)}")
+    ap.add_argument("--runs", type=int, default=30, help="latency rounds per setting (default 30)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--max-s", type=float, default=120.0,
+                    help="stop a latency measurement after this many seconds once 10 rounds are done")
+    ap.add_argument("--settings", default="off,all", help="onnxruntime settings for latency: off,all")
+    ap.add_argument("--mem-budget", type=float, default=6.0, help="GiB of sessions in one latency child")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per child process")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/out", help="cache of records per (model, tool)")
+    ap.add_argument("--results", type=Path, default=ROOT / "benchmarks/RESULTS.md")
+    ap.add_argument("--plots", type=Path, default=ROOT / "benchmarks/results")
+    ap.add_argument("--force", action="store_true", help="ignore cached records")
+    ap.add_argument("--keep-models", action="store_true", help="keep the optimized models in OUT")
+    ap.add_argument("--report-only", action="store_true", help="only rewrite RESULTS.md and plots from the cache")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        print(json.dumps(_child(json.loads(a.child)), default=str))
+        return 0
+    a.settings = [s for s in a.settings.split(",") if s]
+    if bad := [s for s in a.settings if s not in SETTINGS]:
+        ap.error(f"unknown setting(s) {bad}; choose from {SETTINGS}")
+    tools = [t for t in a.tools.split(",") if t]
+    if bad := [t for t in tools if t not in TOOLS]:
+        ap.error(f"unknown tool(s) {bad}; choose from {', '.join(TOOLS)}")
+    paths = corpus(a.models, a.only)
+    if not paths and not a.report_only:
+        print(f"no models in {a.models}; build them with `make corpus`", file=sys.stderr)
+        return 2
+    command = "python benchmarks/peers.py" + ("" if argv is None and len(sys.argv) == 1 else " " + shlex.join(
+        sys.argv[1:] if argv is None else argv))
+    if not a.report_only:
+        for t in tools:
+            if why := missing(t):
+                print(f"{t}: {why}; recorded as not installed", file=sys.stderr)
+        for p in paths:
+            t0 = time.perf_counter()
+            print(f"{p.name} ({p.stat().st_size / (1 << 20):.0f} MiB)", flush=True)
+            bench_model(p, tools, a)
+            print(f"{p.name}: {time.perf_counter() - t0:.0f} s", flush=True)
+            _report(a, command)
+    _report(a, command)
+    return 0
+
+
+def _report(a, command: str) -> None:
+    recs = load_all(a.out)
+    if not recs:
+        return
+    plots = write_plots(recs, a.plots)
+    runs = sorted({lat["runs"] for r in recs for lat in (r.get("latency") or {}).values() if "runs" in lat})
+    note = (f"Rounds per measurement: {runs[0]} to {runs[-1]} (at most `--runs`, fewer for the slowest "
+            "models past `--max-s`), after 3 warm-up rounds." if runs else "")
+    write_results(recs, a.results, command, plots, note)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""benchmarks/peers.py on one tiny model with eqsat and onnxruntime-extended: the records'
+fields, the cache, RESULTS.md. Needs only the base install (+ onnxruntime); no timing asserted."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("onnxruntime")
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("bench_peers", ROOT / "benchmarks" / "peers.py")
+peers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(peers)
+
+TOOLS = ["eqsat", "ort-extended"]
+
+
+def tiny_model(path: Path) -> Path:
+    """x[batch, 8] -> MatMul + Add -> Identity -> Relu -> MatMul: something to fuse and remove."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "w1")
+    b1 = numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"]),
+        helper.make_node("Add", ["h0", "b1"], ["h1"]),
+        helper.make_node("Identity", ["h1"], ["h2"]),
+        helper.make_node("Relu", ["h2"], ["h3"]),
+        helper.make_node("MatMul", ["h3", "w2"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], [w1, b1, w2])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+    return path
+
+
+def args(tmp: Path) -> argparse.Namespace:
+    return argparse.Namespace(out=tmp / "out", runs=3, warmup=1, max_s=5.0, settings=["off", "all"], mem_budget=1.0,
+                              timeout=300.0, force=False, keep_models=False)
+
+
+def test_dims_and_missing(tmp_path):
+    m = onnx.load(str(tiny_model(tmp_path / "tiny.onnx")))
+    assert peers.dims_for(m) == {"batch": 1}
+    assert peers.missing("eqsat") is None and peers.missing("ort-extended") is None
+    assert "unknown tool" in peers.missing("no-such-tool")
+
+
+def test_harness_records(tmp_path):
+    src = tiny_model(tmp_path / "tiny.onnx")
+    a = args(tmp_path)
+    recs = peers.bench_model(src, TOOLS, a)
+    assert set(recs) == set(TOOLS)
+    for tool, r in recs.items():
+        assert r["model"] == "tiny" and r["tool"] == tool
+        assert r["ok"], r.get("error")
+        assert r["nodes_before"] == 5
+        assert isinstance(r["nodes"], int) and 0 < r["nodes"] <= 5
+        assert r["opt_s"] >= 0 and r["io_s"] >= 0
+        assert r["dims"] == {"batch": 1}
+        assert r["equivalence"]["status"] in ("identical", "close"), r["equivalence"]
+        for setting in ("off", "all"):
+            lat = r["latency"][setting]
+            assert "error" not in lat, lat
+            assert set(lat) >= {"median_ms", "original_ms", "ratio", "paired_ratio", "runs"}
+            assert lat["runs"] == 3 and lat["ratio"] > 0
+        assert not Path(r["result"]).exists()  # the optimized model is deleted once measured
+        assert (a.out / "tiny" / f"{tool}.json").exists()
+    x = recs["eqsat"]["eqsat"]
+    assert x["stop_reason"] and set(x["phases_s"]) >= {"encode", "saturate", "extract", "decode"}
+    assert x["plan"]["arena_bytes"] >= x["plan"]["lower_bound_bytes"] > 0
+    assert recs["eqsat"]["nodes"] < 5  # Identity removed, MatMul+Add fused
+
+    # cached: a rerun measures nothing again
+    again = peers.bench_model(src, TOOLS, a)
+    for tool in TOOLS:
+        assert again[tool]["child_s"] == recs[tool]["child_s"]
+        assert again[tool]["latency"] == recs[tool]["latency"]
+
+    out = tmp_path / "RESULTS.md"
+    peers.write_results(peers.load_all(a.out), out, "python benchmarks/peers.py --only tiny", [], "")
+    text = out.read_text()
+    assert "| tiny |" in text and "eqsat" in text and "ort-extended" in text
+    assert "Latency ratio, onnxruntime optimizations off" in text
+
+
+def test_failed_tool_is_a_record(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    out = peers.run_child({"kind": "optimize", "tool": "ort-extended", "src": str(bad), "dst": str(tmp_path / "o.onnx"),
+                           "dims": {}}, timeout=120)
+    assert "error" in out and out["error"]
+    assert json.dumps(out)
