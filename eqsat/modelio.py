@@ -40,9 +40,38 @@ def load_model(path: str | os.PathLike) -> ModelProto:
     return model
 
 
+def supported_opsets() -> dict[str, tuple[int, int]]:
+    """{domain: (oldest, newest)} opset versions of the ONNX domains the installed onnx
+    defines ("" is the default domain, ai.onnx). Ops of a newer opset have semantics eqsat
+    cannot know, and there is no opset before 1; other domains (custom ops) are free."""
+    return {d: (int(lo), int(hi)) for d, (lo, hi) in onnx.defs.C.schema_version_map().items()}
+
+
+def check_opsets(model: ModelProto, what: str) -> None:
+    """Raise InvalidModelError when the model imports an ONNX domain at an opset outside
+    `supported_opsets()`."""
+    ranges = supported_opsets()
+    for o in model.opset_import:
+        domain = "" if o.domain == "ai.onnx" else o.domain
+        if domain not in ranges:
+            continue
+        lo, hi = ranges[domain]
+        label = "the default ONNX domain (ai.onnx)" if domain == "" else f"domain {domain}"
+        if o.version < lo:
+            raise InvalidModelError(
+                f"{what}: opset {o.version} of {label} is older than supported ({lo} to {hi}); "
+                f"re-export the model with an opset from {lo} to {hi}")
+        if o.version > hi:
+            raise InvalidModelError(
+                f"{what}: opset {o.version} of {label} is newer than supported ({lo} to {hi}, the newest that "
+                f"onnx {onnx.__version__} knows); upgrade onnx or re-export the model at opset {hi} or older")
+
+
 def check_model(model: ModelProto, what: str, path: str | os.PathLike | None = None) -> None:
-    """Run the onnx checker; raises InvalidModelError naming `what` with the checker's reason.
-    A model whose weights stay on disk is checked from its file `path`."""
+    """Check the opsets (`check_opsets`), then run the onnx checker; raises
+    InvalidModelError naming `what` with the reason. A model whose weights stay on disk is
+    checked from its file `path`."""
+    check_opsets(model, what)
     try:
         if external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD:
             if path is not None:
