@@ -53,17 +53,19 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-TOOLS = ("eqsat", "ort-basic", "ort-extended", "ort-all", "onnxsim", "onnxslim", "onnxoptimizer", "onnxscript")
+TOOLS = ("eqsat", "ort-basic", "ort-extended", "ort-all", "onnxsim", "onnxslim", "onnxoptimizer", "onnxscript",
+         "control")
+# `control` is the original model itself, measured like a result: its ratio is the noise floor.
 SETTINGS = ("off", "all")  # onnxruntime's own optimizations when the results run
 DIM_HINTS = (("batch", 1), ("seq", 128))
 REL_TOL = 1e-3
 # the Python distribution behind each tool (its version is part of the cache key)
 DISTRIBUTION = {"eqsat": "eqsat", "ort-basic": "onnxruntime", "ort-extended": "onnxruntime",
                 "ort-all": "onnxruntime", "onnxsim": "onnxsim", "onnxslim": "onnxslim",
-                "onnxoptimizer": "onnxoptimizer", "onnxscript": "onnxscript"}
+                "onnxoptimizer": "onnxoptimizer", "onnxscript": "onnxscript", "control": "onnx"}
 MODULE = {"eqsat": "eqsat", "ort-basic": "onnxruntime", "ort-extended": "onnxruntime", "ort-all": "onnxruntime",
           "onnxsim": "onnxsim", "onnxslim": "onnxslim", "onnxoptimizer": "onnxoptimizer",
-          "onnxscript": "onnxscript"}
+          "onnxscript": "onnxscript", "control": "onnx"}
 
 
 def dims_for(model) -> dict[str, int]:
@@ -90,10 +92,26 @@ def missing(tool: str) -> str | None:
 
 
 def version(tool: str) -> str:
+    """The tool's version; for eqsat also the git commit of this checkout, so that a new
+    commit is measured again."""
     try:
-        return importlib.metadata.version(DISTRIBUTION.get(tool, tool))
+        v = importlib.metadata.version(DISTRIBUTION.get(tool, tool))
     except importlib.metadata.PackageNotFoundError:
         return "?"
+    if tool == "eqsat" and _git_commit() != "?":
+        v += "+g" + _git_commit()
+    return v
+
+
+def eqsat_source() -> str:
+    """The commit eqsat ran from, and whether eqsat/, extract/ or rules/ had uncommitted changes."""
+    try:
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "eqsat", "extract", "rules"],
+                               capture_output=True, text=True).stdout.split("\n")
+    except OSError:
+        return "?"
+    dirty = sorted({ln[3:].strip() for ln in dirty if ln.strip()})
+    return _git_commit() + (f" + uncommitted changes in {', '.join(dirty)}" if dirty else "")
 
 
 def fingerprint(path: Path) -> str:
@@ -173,7 +191,8 @@ def _eqsat(src: Path, dst: Path, dims: dict[str, int]) -> dict:
     r = res.report
     extra = {"phases_s": r["times_s"], "stop_reason": r["saturation"]["stop_reason"],
              "iterations": r["saturation"]["iterations"], "enodes": r["saturation"]["enodes"],
-             "extractor": r["extraction"]["extractor"], "extract_notes": r["extraction"]["notes"]}
+             "extractor": r["extraction"]["extractor"], "extract_notes": r["extraction"]["notes"],
+             "source": eqsat_source()}
     try:
         from eqsat.plan import plan_model
 
@@ -193,6 +212,12 @@ def optimize_with(tool: str, src: Path, dst: Path, dims: dict[str, int]) -> dict
         return _eqsat(src, dst, dims)
     if tool.startswith("ort-"):
         return _ort_optimize(tool[4:], src, dst)
+    if tool == "control":
+        import shutil
+
+        t0 = time.perf_counter()
+        shutil.copyfile(src, dst)
+        return {"opt_s": 0.0, "io_s": time.perf_counter() - t0}
     return _proto_tool(tool, src, dst)
 
 
@@ -560,7 +585,9 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
         f"onnxruntime's own optimizer. {runs_note} Lower is better; the best of a row is bold. "
         "**opt s**: the optimization call alone (onnxruntime: session creation, which includes "
         "loading). Equivalence: onnxruntime, optimizations off, random inputs, "
-        f"`close` = max |diff| / max(1, max |original|) <= {REL_TOL:g}. `fail`: the tool failed; "
+        f"`close` = max |diff| / max(1, max |original|) <= {REL_TOL:g}. **control**: the original "
+        "model itself measured as a result, in its own round-robin with the original: how far from 1.00 "
+        "noise alone moves a ratio. `fail`: the tool failed; "
         "`n/i`: not installed; `(!)`: outputs differ beyond tolerance.",
         "",
     ]
@@ -568,7 +595,9 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
                            ("all", "Latency ratio, onnxruntime optimizations on (ORT_ENABLE_ALL on top)")):
         lines += [f"## {title}", "", "| model | " + " | ".join(tools) + " |", "|---|" + "---:|" * len(tools)]
         for m in models:
-            cells = _bold_best([_cell_ratio(by.get((m, t)), setting) for t in tools])
+            cells = _bold_best([_cell_ratio(by.get((m, t)), setting) for t in tools if t != "control"])
+            if "control" in tools:
+                cells.append(_cell_ratio(by.get((m, "control")), setting))
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
     # eqsat vs ORT_ENABLE_ALL saved model
@@ -576,7 +605,7 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
               "| model | eqsat ratio | ort-all ratio | eqsat / ort-all | best other tool |", "|---|---:|---:|---:|---|"]
     for m in models:
         e, o = _ratio(by.get((m, "eqsat")), "off"), _ratio(by.get((m, "ort-all")), "off")
-        others = [(t, _ratio(by.get((m, t)), "off")) for t in tools if t != "eqsat"]
+        others = [(t, _ratio(by.get((m, t)), "off")) for t in tools if t not in ("eqsat", "control")]
         others = [(t, v) for t, v in others if v is not None]
         best = min(others, key=lambda x: x[1]) if others else None
         lines.append(f"| {m} | {e:.2f} | {o:.2f} | {e / o:.2f} | {best[0]} {best[1]:.2f} |" if e and o and best
@@ -666,7 +695,7 @@ def write_plots(recs: list[dict], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     by = {(r["model"], r["tool"]): r for r in recs}
     models = sorted({r["model"] for r in recs}, key=lambda m: (m.startswith("light_"), m))
-    tools = [t for t in TOOLS if any(r["tool"] == t and r.get("ok") for r in recs)]
+    tools = [t for t in TOOLS if t != "control" and any(r["tool"] == t and r.get("ok") for r in recs)]
     paths = []
     fig, axes = plt.subplots(2, 1, figsize=(13, 8.5), sharex=True)
     w = 0.8 / max(1, len(tools))
