@@ -77,11 +77,13 @@ def default_optimize(model: ModelProto) -> ModelProto:
     return optimize(model, Options()).model
 
 
-def run_conformance(args: argparse.Namespace, optimize_fn: Callable[[ModelProto], ModelProto] = default_optimize,
+def run_conformance(args: argparse.Namespace, optimize_fn: Callable[[ModelProto], ModelProto] | None = None,
                     cases=None) -> tuple[list, dict]:
-    """Run the selected cases; returns (verdicts, summary). `cases` defaults to every case."""
+    """Run the selected cases (`args`: only, sample, rtol, atol, quiet); returns (verdicts,
+    summary). `optimize_fn` defaults to `default_optimize`, `cases` to every case."""
     from .conformance import STATUSES, all_cases, check_expected, pass_rate
 
+    optimize_fn = optimize_fn or default_optimize
     say = (lambda _m: None) if args.quiet else (lambda m: print(f"eqsat: {m}", file=sys.stderr, flush=True))
     t0 = time.perf_counter()
     if cases is None:

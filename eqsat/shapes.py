@@ -182,9 +182,19 @@ def _symbolic_shape_infer():
     return module.SymbolicShapeInference
 
 
+def _computed_split_sizes(model: ModelProto) -> bool:
+    """Whether a Split (or SplitToSequence) takes its sizes from a value computed at run
+    time. onnxruntime's inference then guesses an equal split, and every shape after it
+    may be wrong (Split(x[..., 8], [8, 0]) would give two halves of 4)."""
+    consts = {t.name for t in model.graph.initializer}
+    consts.update(o for n in model.graph.node if n.op_type == "Constant" for o in n.output)
+    return any(n.op_type in ("Split", "SplitToSequence") and n.domain in ("", "ai.onnx") and len(n.input) > 1
+               and n.input[1] and n.input[1] not in consts for n in model.graph.node)
+
+
 def _ort_symbolic(model: ModelProto) -> ModelProto | None:
     SymbolicShapeInference = _symbolic_shape_infer()
-    if SymbolicShapeInference is None:
+    if SymbolicShapeInference is None or _computed_split_sizes(model):
         return None
     import contextlib
     import io

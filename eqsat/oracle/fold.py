@@ -186,6 +186,9 @@ class Folder:
             outs = ReferenceEvaluator(model).run(None, {})
         result = {}
         for c, arr in zip(targets, outs, strict=True):
+            if not isinstance(arr, np.ndarray | np.generic):  # a sequence, map or optional: no tensor literal
+                self._refuse(f"{v.egraph.nodes[const[c]].op}: result is a {type(arr).__name__}, not a tensor", c)
+                continue
             arr = np.asarray(arr)
             dt = v.dtype(c)
             if dt in CTOR_TO_CODE and arr.dtype != np_dtype(CTOR_TO_CODE[dt]):
