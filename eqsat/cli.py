@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--dim", action="append", default=[], type=_dim, metavar="NAME=VALUE",
                    help="size of a symbolic dimension for cost models (repeatable), e.g. --dim batch=8")
     o.add_argument("--report", metavar="REPORT.json", type=Path, help="write a JSON report")
+    o.add_argument("--explain", action="store_true",
+                   help="print, for each output node, the rules that produced it and the original nodes it "
+                        "replaced (also an `explain` section in --report); loads instrumented rules, slower")
     o.add_argument("--save-egraph", metavar="FILE.json", type=Path,
                    help="write the saturated e-graph (egraph-serialize JSON with eqsat metadata)")
     o.add_argument("--no-verify", action="store_true",
@@ -178,6 +181,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         dims=dict(args.dim),
         fold_limit=args.fold_limit,
         save_egraph=args.save_egraph,
+        explain=args.explain,
     )
     res = optimize(model, opts, progress=say)
     r = res.report
@@ -207,6 +211,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if args.report:
         r = dict(r, input=str(src), output=str(out))
         args.report.write_text(json.dumps(r, indent=2))
+    if args.explain:
+        from .explain import format_text
+
+        print(format_text(r["explain"]))
     for w in res.report["warnings"]:
         print(f"eqsat: warning: {w}", file=sys.stderr)
     return 0

@@ -43,6 +43,7 @@ class Options:
     dims: dict[str, int] = field(default_factory=dict)  # sizes of symbolic dimensions, by name
     fold_limit: int = FOLD_LIMIT
     save_egraph: Path | None = None
+    explain: bool = False  # instrumented rules; the report gets an `explain` section (eqsat.explain)
 
 
 @dataclass
@@ -69,6 +70,8 @@ class Saturated:
     value_names: dict[str, list[str]]  # e-class -> original value names
     report: dict  # everything but the extraction and the output
     times: dict[str, float]
+    explain_rows: list | None = None  # provenance rows (eqsat.explain.split_rows), with opts.explain
+    decoder: Decoder | None = None  # the last decode's, for explain
 
     def extract(self, cost: CostModel | None = None, extractor: str | None = None):
         cost = cost or cost_model(self.opts)
@@ -80,7 +83,8 @@ class Saturated:
         return ex
 
     def decode(self, choice: dict[str, str]) -> ModelProto:
-        return Decoder(self.model, self.egraph, choice, self.tensors, self.protos, self.value_names).decode(self.egraph.roots)
+        self.decoder = Decoder(self.model, self.egraph, choice, self.tensors, self.protos, self.value_names)
+        return self.decoder.decode(self.egraph.roots)
 
 
 def cost_model(opts: Options) -> CostModel:
@@ -112,7 +116,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     phase("shape_inference", t0)
 
     t0 = time.perf_counter()
-    sat = Saturator(opts.rule_files, opts.default_rules)
+    sat = Saturator(opts.rule_files, opts.default_rules, explain=opts.explain)
     phase("load_rules", t0)
 
     t0 = time.perf_counter()
@@ -129,9 +133,16 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     roots = [enc.value_var[o] for o in enc.outputs]
     forbidden = forbidden_constructors(model, opts.target)
 
+    rows: list = []
+
     def snapshot() -> dict:
-        return serialize(sat.eg, roots, enc.outputs, list(sat.declared.constructors), sat.declared.functions,
+        data = serialize(sat.eg, roots, enc.outputs, list(sat.declared.constructors), sat.declared.functions,
                          dims, protos, forbidden)
+        if opts.explain:
+            from .explain import split_rows
+
+            rows[:] = split_rows(data)
+        return data
 
     oracle = Oracle(model, tensors, protos, dims, snapshot, opts.fold_limit)
     try:
@@ -179,7 +190,8 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         },
         "warnings": warnings,
     }
-    return Saturated(model, opts, data, egraph, tensors, protos, value_names, report, times)
+    return Saturated(model, opts, data, egraph, tensors, protos, value_names, report, times,
+                     rows if opts.explain else None)
 
 
 def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None) -> Result:
@@ -209,4 +221,10 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "times_s": st.times,
         "warnings": st.report["warnings"],
     }
+    if opts.explain:
+        from .explain import explain
+
+        t0 = time.perf_counter()
+        report["explain"] = explain(model, out, st.egraph, ex.choice, st.decoder, st.value_names, st.explain_rows or [])
+        st.times["explain"] = round(time.perf_counter() - t0, 4)
     return Result(out, report)

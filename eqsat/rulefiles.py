@@ -84,11 +84,12 @@ class Declared:
                     self.rules[c.rule.name] = c.rule.ruleset
 
 
-def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared) -> None:
-    """Parse and run one rule file; egglog errors become RuleError(FILE:LINE:COL: ...)."""
+def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared, transform=None) -> None:
+    """Parse and run one rule file; egglog errors become RuleError(FILE:LINE:COL: ...).
+    `transform`, if given, maps the parsed commands to the ones run (eqsat.provenance)."""
     try:
         cmds = eg.parse_program(text, filename=path)
-        eg.run_program(*cmds)
+        eg.run_program(*(transform(cmds) if transform else cmds))
     except b.EggSmolError as e:
         raise RuleError(format_egglog_error(str(e), path, text, declared)) from None
     except BaseException as e:  # egglog panics are BaseException (pyo3 PanicException)
@@ -98,7 +99,7 @@ def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared) -> No
     declared.absorb(cmds, path)
 
 
-def load_rule_file(eg: b.EGraph, path: Path, declared: Declared) -> None:
+def load_rule_file(eg: b.EGraph, path: Path, declared: Declared, transform=None) -> None:
     shown = display_path(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -106,7 +107,7 @@ def load_rule_file(eg: b.EGraph, path: Path, declared: Declared) -> None:
         raise RuleError(f"{shown}: no such rule file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise RuleError(f"{shown}: cannot read rule file: {e}") from None
-    load_rule_text(eg, text, shown, declared)
+    load_rule_text(eg, text, shown, declared, transform)
 
 
 _SPAN = re.compile(r"In (\d+):(\d+)-(\d+) of ([^:\n]*): ?(.*)")

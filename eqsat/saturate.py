@@ -69,7 +69,7 @@ class _Loaded:
 _LOADED: dict[tuple, _Loaded] = {}
 
 
-def _key(rule_files: list[Path], default_rules: bool) -> tuple:
+def _key(rule_files: list[Path], default_rules: bool, explain: bool = False) -> tuple:
     def stamp(p: Path) -> tuple:
         try:
             return (str(Path(p).resolve()), Path(p).stat().st_mtime_ns)
@@ -77,19 +77,22 @@ def _key(rule_files: list[Path], default_rules: bool) -> tuple:
             return (str(p), None)
 
     defaults = default_rule_files() + [rules_dir() / SCHEDULE]
-    return (default_rules, tuple(stamp(p) for p in defaults), tuple(stamp(Path(p)) for p in rule_files))
+    return (default_rules, explain, tuple(stamp(p) for p in defaults), tuple(stamp(Path(p)) for p in rule_files))
 
 
 class Saturator:
     """Owns an egglog e-graph: rules loaded (cached per process), then rounds under limits.
-    Call `close()` when done with it, which returns the e-graph to the rules alone."""
+    Call `close()` when done with it, which returns the e-graph to the rules alone.
+    `explain` loads the rules instrumented to record what they build (eqsat.provenance),
+    into an e-graph of their own: the default path never runs instrumented rules."""
 
-    def __init__(self, rule_files: list[Path] | None = None, default_rules: bool = True) -> None:
+    def __init__(self, rule_files: list[Path] | None = None, default_rules: bool = True,
+                 explain: bool = False) -> None:
         rule_files = list(rule_files or [])
-        self._key = _key(rule_files, default_rules)
+        self._key = _key(rule_files, default_rules, explain)
         loaded = _LOADED.get(self._key)
         if loaded is None:
-            loaded = _load(rule_files, default_rules)
+            loaded = _load(rule_files, default_rules, explain)
             _LOADED[self._key] = loaded
         self.eg = loaded.eg
         self.declared = loaded.declared
@@ -223,18 +226,23 @@ def _parse(eg: b.EGraph, text: str, path: str, declared: Declared) -> list:
         raise RuleError(format_egglog_error(str(e), path, text, declared)) from None
 
 
-def _load(rule_files: list[Path], default_rules: bool) -> _Loaded:
+def _load(rule_files: list[Path], default_rules: bool, explain: bool = False) -> _Loaded:
     eg = b.EGraph()
     declared = Declared()
     schedule: list = []
+    transform = None
+    if explain:
+        from .provenance import Instrumenter
+
+        transform = Instrumenter()
     files = default_rule_files() if default_rules else default_rule_files()[:1]  # the prelude always
     for f in files:
-        load_rule_file(eg, f, declared)
+        load_rule_file(eg, f, declared, transform)
     n_default = len(declared.rulesets)
     if default_rules:
         sched = rules_dir() / SCHEDULE
         if sched.is_file():
             schedule = _parse(eg, sched.read_text(encoding="utf-8"), display_path(sched), declared)
     for f in rule_files:
-        load_rule_file(eg, Path(f), declared)
+        load_rule_file(eg, Path(f), declared, transform)
     return _Loaded(eg, declared, schedule, declared.rulesets[n_default:])
