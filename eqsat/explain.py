@@ -104,6 +104,10 @@ def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str
     onodes = list(g.node)
     o_out = [[orig_class.get(v) if v else None for v in n.output] for n in onodes]
     o_in = [[orig_class.get(v) if v else None for v in n.input] for n in onodes]
+    users: dict[str, list[int]] = defaultdict(list)  # value name -> original nodes reading it
+    for k, n in enumerate(onodes):
+        for v in n.input:
+            users[v].append(k)
     by_out_class: dict[str, list[int]] = defaultdict(list)
     for k, cs in enumerate(o_out):
         for c in cs:
@@ -147,6 +151,11 @@ def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str
                     if x is not None and x not in reg and x not in live:
                         reg.add(x)
                         todo.append(x)
+        # Equal constants share an e-class: keep a Constant node only where a node it feeds is
+        # replaced here (not the same constant of every other layer).
+        keep = set(replaced)
+        replaced = [k for k in replaced if onodes[k].op_type != "Constant"
+                    or any(u in keep and onodes[u].op_type != "Constant" for v in onodes[k].output for u in users[v])]
         return sorted(replaced), reg
 
     def facts_of(reg: set[str]) -> set[str]:
