@@ -1,0 +1,167 @@
+"""Small ONNX graphs from op-language nodes: the checker's instantiation target.
+
+Contract: a `GraphBuilder` collects graph inputs (random feeds), initializers and nodes,
+each op-language constructor written as its ONNX node in the newest form (the op table in
+`eqsat.lang.ops` says inputs, attributes, defaults, domains). `infer(name)` gives the
+static shape and element type ONNX shape inference finds for a value; `run(outputs)` runs
+the graph under onnxruntime and returns the named values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
+
+from ..lang.dtypes import CTOR_TO_CODE, np_dtype
+from ..lang.ops import BY_CTOR, OpSpec
+from .prims import DV
+
+OPSET = 23
+IR_VERSION = 10
+MS = "com.microsoft"
+
+
+class BuildError(Exception):
+    """The nodes do not make a valid graph (the instantiation is rejected, not the rule)."""
+
+
+def dtype_code(v: DV) -> int:
+    if v.ctor == "DTypeCode":
+        return int(v.args[0])
+    return CTOR_TO_CODE[v.ctor]
+
+
+class GraphBuilder:
+    def __init__(self) -> None:
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.feeds: dict[str, np.ndarray] = {}
+        self.inits: dict[str, TensorProto] = {}
+        self.consts: dict[str, np.ndarray] = {}  # initializer values, for reports
+        self.nodes: list[onnx.NodeProto] = []
+        self.types: dict[str, tuple[int, tuple | None]] = {}  # value -> (elem type, shape)
+        self._n = 0
+
+    def fresh(self, hint: str) -> str:
+        self._n += 1
+        return f"{hint.replace('~', '_')}_{self._n}"
+
+    # ---- leaves
+    def add_input(self, hint: str, arr: np.ndarray) -> str:
+        name = self.fresh(hint)
+        self.inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape))
+        self.feeds[name] = arr
+        self.types[name] = (helper.np_dtype_to_tensor_dtype(arr.dtype), tuple(arr.shape))
+        return name
+
+    def add_const(self, hint: str, arr: np.ndarray) -> str:
+        name = self.fresh(hint)
+        self.inits[name] = numpy_helper.from_array(np.asarray(arr), name)
+        self.consts[name] = np.asarray(arr)
+        self.types[name] = (helper.np_dtype_to_tensor_dtype(np.asarray(arr).dtype), tuple(np.shape(arr)))
+        return name
+
+    def literal(self, ctor: str, args: list, hint: str = "lit") -> str:
+        """Ints / ScalarF / ScalarI as an initializer."""
+        if ctor == "Ints":
+            return self.add_const(hint, np.array(list(args[0]), dtype=np.int64))
+        v, t, shape = args
+        arr = np.array(v).astype(np_dtype(dtype_code(t))).reshape(tuple(shape))
+        return self.add_const(hint, arr)
+
+    # ---- nodes
+    def add_node(self, ctor: str, args: list, hint: str = "v") -> list[str]:
+        """`args` in constructor order: value names ('' for Absent) or lists of them for an
+        OpList, then attribute values, then the number of outputs. Returns output names."""
+        spec = BY_CTOR.get(ctor)
+        if spec is None:
+            raise BuildError(f"no ONNX op for constructor {ctor}")
+        args = list(args)
+        inputs: list[str] = []
+        for inp in spec.inputs:
+            a = args.pop(0)
+            inputs.extend(a if inp.endswith("*") else [a])
+        while inputs and inputs[-1] == "":
+            inputs.pop()
+        attrs = []
+        for a in spec.attrs:
+            attr = _attr(spec, a, args.pop(0), self)
+            if attr is not None:
+                attrs.append(attr)
+        if spec.captures:
+            raise BuildError(f"{ctor} has subgraphs")
+        n_out = int(args.pop(0)) if spec.n_outputs else 1
+        outs = [self.fresh(hint) for _ in range(n_out)]
+        node = helper.make_node(spec.onnx_type, inputs, outs, domain=spec.domain or None)
+        node.attribute.extend(attrs)
+        self.nodes.append(node)
+        return outs
+
+    def model(self, outputs: list[str]) -> onnx.ModelProto:
+        g = helper.make_graph(
+            self.nodes, "ruletool", self.inputs,
+            [helper.make_empty_tensor_value_info(o) for o in outputs],
+            initializer=list(self.inits.values()),
+        )
+        m = helper.make_model(
+            g, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)], ir_version=IR_VERSION
+        )
+        return m
+
+    def infer(self) -> None:
+        """Shapes and types of every value, by ONNX shape inference (unknown ones stay)."""
+        outs = [o for n in self.nodes for o in n.output if o and o not in self.types]
+        if not outs:
+            return
+        m = self.model([])
+        try:
+            m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+        except Exception as e:  # noqa: BLE001 - an invalid node: the instantiation is rejected
+            raise BuildError(str(e).splitlines()[-1][:300]) from None
+        for vi in m.graph.value_info:
+            tt = vi.type.tensor_type
+            if not tt.HasField("shape"):
+                continue
+            dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+            if None in dims:
+                continue
+            self.types[vi.name] = (tt.elem_type, dims)
+
+    def run(self, outputs: list[str]) -> dict[str, np.ndarray]:
+        from ..verify import session
+
+        m = self.model(outputs)
+        try:
+            sess = session(m, optimize=False)
+            res = sess.run(None, self.feeds)
+        except Exception as e:  # noqa: BLE001 - onnxruntime's errors have many types
+            raise BuildError(" ".join(str(e).split())[:400]) from None
+        return dict(zip(outputs, res, strict=True))
+
+
+def _attr(spec: OpSpec, a, v, gb: GraphBuilder) -> AttributeProto | None:
+    k = a.kind
+    if k in ("int", "float", "str"):
+        if a.default is not None and v == a.default:
+            return None
+        t = {"int": AttributeProto.INT, "float": AttributeProto.FLOAT, "str": AttributeProto.STRING}[k]
+        return helper.make_attribute(a.name, v, attr_type=t)
+    if k in ("ints", "floats"):
+        if not v:
+            return None
+        t = AttributeProto.INTS if k == "ints" else AttributeProto.FLOATS
+        return helper.make_attribute(a.name, list(v), attr_type=t)
+    if k == "dtype":
+        return helper.make_attribute(a.name, dtype_code(v), attr_type=AttributeProto.INT)
+    if k in ("int?", "float?"):
+        if v.ctor in ("NoInt", "NoFloat"):
+            return None
+        t = AttributeProto.INT if k == "int?" else AttributeProto.FLOAT
+        return helper.make_attribute(a.name, v.args[0], attr_type=t)
+    if k == "tensor":
+        if v == "":
+            return None
+        if v not in gb.consts:
+            raise BuildError(f"{spec.ctor}.{a.name} needs a constant tensor")
+        return helper.make_attribute(a.name, numpy_helper.from_array(gb.consts[v], ""), attr_type=AttributeProto.TENSOR)
+    raise BuildError(f"{spec.ctor}: attribute kind {k} is not supported by the checker")

@@ -1,0 +1,220 @@
+"""`eqsat rules check`: soundness of rules by testing.
+
+For each rule with something to check (a `union`, or a `set` of `shape` / `dtype`), the
+checker unfolds the relations of its query into the rules that derive them
+(`unfold.py`), instantiates the query as a small ONNX graph with random shapes, values and
+attributes that satisfy its guards (`instantiate.py`), builds the terms the rule's actions
+create on the same inputs, and runs everything once under onnxruntime. Both sides of each
+union must agree (shape, dtype, values within a tolerance), and a set shape or dtype must
+be the one onnxruntime produces.
+
+Contract: `check_rules(rules, prog, ...)` returns one `Result` per rule:
+- `ok`: checked on `runs` instantiations, no difference;
+- `unsound`: a counterexample (`detail`: the inputs, both outputs);
+- `unchecked`: no instantiation found or possible (`detail` says why);
+- `facts`: the rule only derives facts (relations) for other rules; `covered_by` names the
+  checked rules whose unfoldings used it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .build import BuildError
+from .instantiate import Instance, Reject, Unsupported
+from .model import Program, Rule
+from .prims import NoMatch
+from .unfold import variants
+
+TRIALS = 24  # random tries per unfolding
+RUNS = 4  # instantiations to run per rule
+MAX_UNFOLDINGS = 8  # unfoldings tried per rule
+
+
+@dataclass
+class Result:
+    rule: Rule
+    status: str  # ok | unsound | unchecked | facts
+    detail: str = ""
+    runs: int = 0
+    covered_by: list[str] = field(default_factory=list)
+    via: list[str] = field(default_factory=list)
+
+
+def _has_checks(rule: Rule) -> bool:
+    for a in rule.actions:
+        if isinstance(a, list) and a and (a[0] == "union" or (a[0] == "set" and isinstance(a[1], list)
+                                                               and str(a[1][0]) in ("shape", "dtype"))):
+            return True
+    return False
+
+
+def _tol(arr: np.ndarray) -> tuple[float, float]:
+    if arr.dtype in (np.float16,):
+        return 2e-2, 2e-2
+    return 1e-3, 1e-4
+
+
+def _fmt(arr: np.ndarray) -> str:
+    a = np.asarray(arr)
+    body = np.array2string(a, precision=4, threshold=24, edgeitems=3, separator=", ").replace("\n", "")
+    body = " ".join(body.split())
+    return f"{a.dtype}{list(a.shape)} {body}"
+
+
+def _compare(what: str, lhs: np.ndarray, rhs: np.ndarray) -> str | None:
+    lhs, rhs = np.asarray(lhs), np.asarray(rhs)
+    if lhs.shape != rhs.shape:
+        return f"{what}: shape {list(lhs.shape)} before, {list(rhs.shape)} after"
+    if lhs.dtype != rhs.dtype:
+        return f"{what}: dtype {lhs.dtype} before, {rhs.dtype} after"
+    if lhs.dtype.kind in "fc":
+        rtol, atol = _tol(lhs)
+        a, b = lhs.astype(np.float64), rhs.astype(np.float64)
+        bad = ~np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        bad = lhs != rhs
+    if not bad.any():
+        return None
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    return f"{what}: values differ at {list(idx)}: {lhs[idx].item()!r} before, {rhs[idx].item()!r} after"
+
+
+def _counterexample(inst: Instance, problem: str, lhs, rhs) -> str:
+    lines = [problem]
+    for v, name in inst.leaves:
+        arr = inst.gb.feeds.get(name, inst.gb.consts.get(name))
+        lines.append(f"  {v.split('~')[0]} = {_fmt(arr)}")
+    shown = {v for v, _ in inst.leaves}
+    for k, v in sorted(inst.env.items()):
+        if "~" not in k and not k.startswith("_") and k not in shown and k != "__root":
+            lines.append(f"  {k} = {v}")
+    if lhs is not None:
+        lines.append(f"  before: {_fmt(lhs)}")
+        lines.append(f"  after:  {_fmt(rhs)}")
+    return "\n".join(lines)
+
+
+def _run_once(inst: Instance) -> tuple[str | None, str]:
+    """Run an instance: (None, '') when both sides agree, else (problem, counterexample)."""
+    outs: list[str] = []
+    pairs = []
+    for what, lhs, rhs in inst.checks:  # a union of nodes with several outputs: each output
+        if isinstance(lhs, tuple) and isinstance(rhs, tuple) and len(lhs) == len(rhs):
+            pairs += [(f"{what} output {k}", a, b) for k, (a, b) in enumerate(zip(lhs, rhs, strict=True))]
+        elif isinstance(lhs, tuple) or isinstance(rhs, tuple):
+            raise Unsupported("a union of a node with several outputs and one with another number")
+        else:
+            pairs.append((what, lhs, rhs))
+    inst.checks = pairs
+    for _, lhs, rhs in inst.checks:
+        if not isinstance(lhs, str) or not isinstance(rhs, str):
+            if lhs != rhs:
+                return "unsound", _counterexample(inst, f"values differ: {lhs!r} before, {rhs!r} after", None, None)
+            continue
+        if lhs == "" or rhs == "":
+            if lhs != rhs:
+                return "unsound", _counterexample(inst, "one side is an absent input", None, None)
+            continue
+        outs += [lhs, rhs]
+    for _, target, _kind, _ in inst.claims:
+        if isinstance(target, str) and target:
+            outs.append(target)
+    outs = list(dict.fromkeys(outs))
+    if not outs:
+        return None, ""
+    try:
+        res = inst.gb.run(outs)
+    except BuildError as e:
+        # the matched side alone: if it runs, the rewritten side is what fails
+        lhs_only = list(dict.fromkeys(c[1] for c in inst.checks if isinstance(c[1], str) and c[1]))
+        try:
+            inst.gb.run(lhs_only)
+        except BuildError:
+            raise Reject(str(e)) from None
+        return "unsound", _counterexample(inst, f"the rewritten graph fails under onnxruntime: {e}", None, None)
+    for what, lhs, rhs in inst.checks:
+        if isinstance(lhs, str) and lhs and isinstance(rhs, str) and rhs:
+            problem = _compare(what, res[lhs], res[rhs])
+            if problem:
+                return "unsound", _counterexample(inst, problem, res[lhs], res[rhs])
+    for what, target, kind, expected in inst.claims:
+        if not (isinstance(target, str) and target):
+            continue
+        arr = np.asarray(res[target])
+        if kind == "shape":
+            if tuple(expected) != tuple(arr.shape):
+                return "unsound", _counterexample(
+                    inst, f"{what}: claims shape {list(expected)}, onnxruntime gives {list(arr.shape)}", None, None)
+        else:
+            from onnx import helper
+
+            from .build import dtype_code
+
+            code = helper.np_dtype_to_tensor_dtype(arr.dtype)
+            if dtype_code(expected) != code:
+                return "unsound", _counterexample(
+                    inst, f"{what}: claims dtype {expected}, onnxruntime gives {arr.dtype}", None, None)
+    return None, ""
+
+
+def check_rule(rule: Rule, prog: Program, seed: int = 0) -> Result:
+    if not _has_checks(rule):
+        return Result(rule, "facts", "derives facts for other rules only")
+    reasons: list[str] = []
+    runs = 0
+    via_used: list[str] = []
+    for k, var in enumerate(variants(rule, prog)):
+        if k >= MAX_UNFOLDINGS or runs >= RUNS:
+            break
+        rng = np.random.default_rng([seed, k, len(rule.name)])
+        last = ""
+        for trial in range(TRIALS):
+            try:
+                inst = Instance(var, rule.actions, prog, rng, trial)
+                inst.build()
+                status, detail = _run_once(inst)
+            except Reject as e:
+                last = str(e) or "no instantiation satisfied the guards"
+                continue
+            except NoMatch as e:
+                last = f"the guards did not hold ({e})"
+                continue
+            except Unsupported as e:
+                last = str(e)
+                reasons.append(last)
+                break
+            if status == "unsound":
+                return Result(rule, "unsound", detail, runs, via=var.via)
+            runs += 1
+            via_used += var.via
+            if runs >= RUNS:
+                break
+        else:
+            reasons.append(f"no instantiation in {TRIALS} tries ({last})")
+    if runs:
+        return Result(rule, "ok", runs=runs, via=list(dict.fromkeys(via_used)))
+    if not reasons:
+        reasons.append("nothing derives the relations its query needs")
+    return Result(rule, "unchecked", _best_reason(reasons))
+
+
+def _best_reason(reasons: list[str]) -> str:
+    for r in reasons:
+        if not r.startswith("no instantiation"):
+            return r
+    return reasons[0]
+
+
+def check_rules(rules: list[Rule], prog: Program, seed: int = 0) -> list[Result]:
+    results = [check_rule(r, prog, seed) for r in rules]
+    by_label = {r.rule.label: r for r in results}
+    for r in results:
+        if r.status == "ok":
+            for name in r.via:
+                dep = by_label.get(name)
+                if dep is not None and dep.status == "facts" and r.rule.label not in dep.covered_by:
+                    dep.covered_by.append(r.rule.label)
+    return results
