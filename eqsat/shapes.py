@@ -199,11 +199,15 @@ def _ort_symbolic(model: ModelProto) -> ModelProto | None:
     import contextlib
     import io
     import logging
+    import tempfile
 
     logging.getLogger("onnxruntime.tools.symbolic_shape_infer").setLevel(logging.CRITICAL)
     for auto_merge in (False, True):
         try:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            # On incomplete inference it saves `sym_shape_infer_temp.onnx` (and external data
+            # files) into the working directory before raising: keep that out of the user's folder.
+            with tempfile.TemporaryDirectory(prefix="eqsat-shapes-") as scratch, contextlib.chdir(scratch), \
+                    contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 out = SymbolicShapeInference.infer_shapes(model, int_max=2**31 - 1, auto_merge=auto_merge,
                                                           guess_output_rank=False, verbose=0)
         except Exception:  # noqa: BLE001 - unsupported ops, custom domains: onnx's inference still runs
