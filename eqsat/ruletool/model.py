@@ -71,7 +71,10 @@ def _comment_for(form: SList, comments: dict[int, Comment], code: dict[int, SLis
     block, k = [], form.line - 1
     while k in comments and k not in code:
         t = comments[k].text
-        if t.startswith(("---", "===")):  # a section header, not the rule's comment
+        if t.startswith(("---", "===")):  # a section header: its title, if it has one
+            title = t.strip("-= ")
+            if title and not block:
+                block.insert(0, title)
             break
         block.insert(0, t)
         k -= 1
