@@ -3,7 +3,7 @@ derive them, nested patterns flattened, equal variables merged.
 
 Contract: `variants(rule, prog)` yields `Variant`s, each a conjunctive query without
 relation atoms (every relation atom replaced by the body of one rule or fact that derives
-it, variables renamed apart), in a deterministic order, simplest derivations first. A
+it, variables renamed apart), depth first with deriving rules in file order. A
 relation that nothing derives, or a derivation deeper than `MAX_DEPTH`, gives no variant.
 """
 
