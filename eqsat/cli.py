@@ -261,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("eqsat: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `eqsat rules list | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at interpreter exit
+        return 141
 
 
 if __name__ == "__main__":

@@ -220,3 +220,14 @@ def test_verification_not_possible_is_reported_not_passed(capsys, tmp_path):
     assert rc == 0 and out.exists()
     assert "eqsat: warning: verification not possible: onnxruntime cannot run the original" in err
     assert json.loads(rep.read_text())["verification"]["status"] == "not possible"
+
+
+def test_a_closed_pipe_is_not_a_traceback():
+    # `eqsat rules list | head -1`: the reader leaves early
+    p = subprocess.Popen([sys.executable, "-m", "eqsat", "rules", "list"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait() in (0, 141), err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
