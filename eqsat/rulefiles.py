@@ -116,14 +116,15 @@ _SPAN = re.compile(r"In (\d+):(\d+)-(\d+) of ([^:\n]*): ?(.*)")
 def format_egglog_error(msg: str, path: str, text: str, declared: Declared) -> str:
     """`In 3:5-9 of x.egg: (B x)\\nUnbound function B` -> `PATH:3:5: unknown constructor or
     function B; did you mean Abs?`."""
-    lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
+    # egglog 14 reports a primitive that fails in an action as `Panic: In 1:9-16 of F: (log2 0): ...`
+    lines = [ln.strip().removeprefix("Panic: ") for ln in msg.strip().splitlines() if ln.strip()]
     spans = [m for m in (_SPAN.match(ln) for ln in lines) if m]
     rest = [ln for ln in lines if not _SPAN.match(ln)]
     if spans:
         line, col = int(spans[-1].group(1)), int(spans[-1].group(2))
     else:
         line, col = 1, 1
-    body = rest[-1] if rest else lines[-1] if lines else "error"
+    body = rest[-1] if rest else spans[-1].group(5) if spans and spans[-1].group(5) else lines[-1] if lines else "error"
     hint = ""
     if "unexpected end of file" in body:
         where = _unclosed_paren(text)

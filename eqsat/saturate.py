@@ -11,6 +11,7 @@ may add facts; saturation ends when a round and its hooks change nothing.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -30,6 +31,8 @@ from .rulefiles import (
 )
 
 SPAN = b.PanicSpan()
+_RULES_FAILED = "egglog failed while running the rules: {}; check the --rules files (nothing written)"
+_SPAN_DETAIL = re.compile(r"In \d+:\d+-\d+ of [^:]*: (.*)")
 
 
 @dataclass
@@ -124,12 +127,18 @@ class Saturator:
         try:
             return self.eg.run_program(*cmds)
         except b.EggSmolError as e:
-            raise OptimizeError(f"egglog rejected the encoded model: {str(e).splitlines()[-1]}") from None
-        except BaseException as e:
+            last = str(e).splitlines()[-1] if str(e) else type(e).__name__
+            if "Panic: " not in str(e):
+                raise OptimizeError(f"egglog rejected the encoded model: {last}") from None
+            # egglog 14: a primitive failed in a rule's action (`Panic: In 2:5-9 of F: (log2 0): ...`)
+            _LOADED.pop(self._key, None)
+            m = _SPAN_DETAIL.search(last)
+            raise OptimizeError(_RULES_FAILED.format(m.group(1) if m else last)) from None
+        except BaseException as e:  # egglog 13 panics are BaseException (pyo3 PanicException)
             if isinstance(e, KeyboardInterrupt | SystemExit):
                 raise
             _LOADED.pop(self._key, None)  # do not reuse an e-graph egglog panicked on
-            raise OptimizeError(f"egglog panicked: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+            raise OptimizeError(_RULES_FAILED.format(str(e).splitlines()[0] if str(e) else type(e).__name__)) from None
 
     def size(self) -> int:
         """E-nodes: rows of constructor tables (function tables not counted)."""
