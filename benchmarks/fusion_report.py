@@ -72,7 +72,7 @@ def report(path: Path, target: str, tmp: Path) -> dict:
         "rel_diff": diff,
         "seconds": secs,
         "left": {k: hist[k] for k in LEFT_OVER if hist.get(k)},
-        "fused": {k: v for k, v in hist.items() if "." in k or k in ("LayerNormalization", "Gelu", "Attention")},
+        "fused": {k: v for k, v in hist.items() if "." in k or k in ("LayerNormalization", "RMSNormalization", "Gelu", "Attention")},
         "hist": dict(hist.most_common()),
         "ort_hist": dict(op_histogram(ortx).most_common()),
         "rules": res.report["saturation"]["rule_matches"],
