@@ -401,7 +401,10 @@ class Decoder:
         if n.op == "AStrs":
             return helper.make_attribute(name, self.vec(k), attr_type=AttributeProto.STRINGS)
         if n.op == "ATensor":
-            return helper.make_attribute(name, _renamed(self.tensors.proto(self.lit(k)), ""), attr_type=AttributeProto.TENSOR)
+            key = self.lit(k)
+            t = self.tensors.proto(key)  # an exact key's tensor keeps its name and doc string
+            return helper.make_attribute(name, t if self.tensors.is_exact(key) else _renamed(t, ""),
+                                         attr_type=AttributeProto.TENSOR)
         if n.op == "AGraph":
             return helper.make_attribute(name, self.protos.graphs[self.lit(k)].graph, attr_type=AttributeProto.GRAPH)
         if n.op == "ARaw":

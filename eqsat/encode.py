@@ -416,7 +416,7 @@ class Encoder:
         self._define_outputs(node, term)
 
     def _attr_val(self, a: AttributeProto):
-        if a.ref_attr_name:
+        if a.ref_attr_name or a.doc_string:  # kept whole: the decoder rebuilds neither
             return T.call("ARaw", T.string(self.protos.add_attr(a)))
         try:
             if a.type == AttributeProto.INT:
@@ -433,8 +433,8 @@ class Encoder:
                 return T.call("AStrs", T.svec([s.decode("utf-8") for s in a.strings]))
         except UnicodeDecodeError:
             pass
-        if a.type == AttributeProto.TENSOR:
-            return T.call("ATensor", T.string(self.tensors.add(a.t)))
+        if a.type == AttributeProto.TENSOR:  # exact: the tensor's name and doc string come back
+            return T.call("ATensor", T.string(self.tensors.add_exact(a.t)))
         if a.type == AttributeProto.GRAPH:
             return T.call("AGraph", T.string(self.protos.add_graph(a.g, graph_outer_refs(a.g))))
         return T.call("ARaw", T.string(self.protos.add_attr(a)))

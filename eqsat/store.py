@@ -31,9 +31,30 @@ def tensor_key(t: TensorProto) -> str:
     return "t" + h.hexdigest()[:32]
 
 
+# The fields of a TensorProto that make up its value; the others (name, doc_string,
+# segment, metadata_props) only describe it.
+_CONTENT_FIELDS = frozenset({
+    "dims", "data_type", "float_data", "int32_data", "string_data", "int64_data", "raw_data",
+    "external_data", "data_location", "double_data", "uint64_data",
+})
+
+
+def tensor_envelope(t: TensorProto) -> bytes:
+    """The fields of `t` that are not its value (name, doc_string, ...), serialized
+    deterministically; b"" when it has none. Any field a newer onnx adds counts here."""
+    e = TensorProto()
+    e.CopyFrom(t)
+    for f in _CONTENT_FIELDS:
+        e.ClearField(f)
+    return e.SerializeToString(deterministic=True)
+
+
 @dataclass
 class TensorStore:
-    """key -> TensorProto. The first name a tensor was seen under is kept as its name."""
+    """key -> TensorProto. Keys from `add` are content keys: equal values share one key
+    (the first name a tensor was seen under is kept as its name), so equal constants become
+    one e-class. Keys from `add_exact` also cover name, doc_string and the other describing
+    fields, and `proto` returns such a tensor exactly as it was added."""
 
     protos: dict[str, TensorProto] = field(default_factory=dict)
     _arrays: dict[str, np.ndarray] = field(default_factory=dict)
@@ -43,6 +64,19 @@ class TensorStore:
         if key not in self.protos:
             self.protos[key] = t
         return key
+
+    def add_exact(self, t: TensorProto) -> str:
+        """A key for `t` whose `proto` is `t` itself, every field included: for tensors
+        that are attributes of carried ops, which must come back as they were."""
+        env = tensor_envelope(t)
+        key = "x" + tensor_key(t)[1:] + hashlib.sha256(env).hexdigest()[:16]
+        self.protos.setdefault(key, t)
+        return key
+
+    @staticmethod
+    def is_exact(key: str) -> bool:
+        """Whether `key` came from `add_exact` (its tensor keeps its name)."""
+        return key.startswith("x")
 
     def add_array(self, arr: np.ndarray, name: str = "") -> str:
         return self.add(numpy_helper.from_array(np.asarray(arr), name))
