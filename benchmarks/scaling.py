@@ -127,7 +127,7 @@ def child(layers: int) -> dict:
     build_s = time.perf_counter() - t0
     base = _rss_kib()
     t0 = time.perf_counter()
-    res = optimize(model, Options())
+    res = optimize(model, Options(), progress=lambda msg: print(f"progress: {msg}", file=sys.stderr, flush=True))
     total = time.perf_counter() - t0
     r = res.report
     return {"layers": layers, "nodes": len(model.graph.node), "nodes_after": len(res.model.graph.node),
@@ -148,16 +148,20 @@ def run_size(nodes: int, timeout: float) -> dict:
     except subprocess.TimeoutExpired as e:
         err = (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
         return {"target": nodes, "layers": layers, "nodes": layers * NODES_PER_LAYER + 1,
-                "error": f"timed out after {timeout:.0f} s", "progress": err.strip().splitlines()[-3:]}
+                "error": f"timed out after {timeout:.0f} s", "progress": _progress(err)[-3:]}
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         why = f"crashed (signal {-p.returncode})" if p.returncode < 0 else \
             ((p.stderr.strip().splitlines() or ["?"])[-1])[:300]
         return {"target": nodes, "layers": layers, "nodes": layers * NODES_PER_LAYER + 1, "error": why,
-                "wall_s": wall}
+                "wall_s": wall, "progress": _progress(p.stderr)[-3:]}
     out = json.loads(p.stdout.strip().splitlines()[-1])
     out.update(target=nodes, wall_s=wall)
     return out
+
+
+def _progress(stderr: str) -> list[str]:
+    return [ln[len("progress: "):] for ln in stderr.splitlines() if ln.startswith("progress: ")]
 
 
 def write(rows: list[dict], out: Path, command: str) -> None:
@@ -185,7 +189,9 @@ def write(rows: list[dict], out: Path, command: str) -> None:
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['nodes']} | {r['layers']} | error: {r['error']} |" + " |" * (len(PHASES) + 9))
+            last = "; ".join(r.get("progress") or [])
+            lines.append(f"| {r['nodes']} | {r['layers']} | error: {r['error']}" + (f" (last progress: {last})" if last else "")
+                         + f" | {r.get('wall_s', 0):.0f} s |" + " |" * (len(PHASES) + 8))
             continue
         ph = r["phases_s"]
         ex = r["extractor"] + (f" ({'; '.join(r['extract_notes'])})" if r.get("extract_notes") else "")
