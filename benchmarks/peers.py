@@ -92,20 +92,54 @@ def missing(tool: str) -> str | None:
     return None
 
 
+EQSAT_SRC: Path | None = None  # --eqsat-commit: eqsat/, extract/, rules/ exported from that commit
+
+
 def version(tool: str) -> str:
     """The tool's version; for eqsat also the last commit that changed eqsat/, extract/ or
-    rules/, so that a new one is measured again."""
+    rules/ (`.dirty` with uncommitted changes there), or the commit given by --eqsat-commit,
+    so that another eqsat is measured again."""
     try:
         v = importlib.metadata.version(DISTRIBUTION.get(tool, tool))
     except importlib.metadata.PackageNotFoundError:
         return "?"
+    if tool == "eqsat" and EQSAT_SRC is not None:
+        return v + "+g" + (EQSAT_SRC / "COMMIT").read_text().strip()
     if tool == "eqsat" and (c := _git_commit("eqsat", "extract", "rules")) != "?":
-        v += "+g" + c
+        v += "+g" + c + (".dirty" if "uncommitted" in eqsat_source() else "")
     return v
+
+
+def export_eqsat(rev: str, out: Path) -> Path:
+    """eqsat/, extract/ and rules/ of commit `rev` (git archive: the checkout is not touched)
+    in OUT/eqsat-src-<hash>/, the rules also as the package eqsat.rules."""
+    h = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], capture_output=True, text=True,
+                       check=True).stdout.strip()
+    d = out / f"eqsat-src-{h}"
+    if not (d / "COMMIT").exists():
+        import io
+        import shutil
+        import tarfile
+
+        tar = subprocess.run(["git", "-C", str(ROOT), "archive", h, "eqsat", "extract", "rules"], capture_output=True,
+                             check=True).stdout
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+            t.extractall(d, filter="data")
+        shutil.copytree(d / "rules", d / "eqsat" / "rules")
+        (d / "COMMIT").write_text(h + "\n")
+    return d
 
 
 def eqsat_source() -> str:
     """The commit eqsat ran from, and whether eqsat/, extract/ or rules/ had uncommitted changes."""
+    import eqsat
+
+    if EQSAT_SRC is not None or not Path(eqsat.__file__).resolve().is_relative_to(ROOT):
+        d = Path(eqsat.__file__).resolve().parent.parent
+        c = d / "COMMIT"
+        return (c.read_text().strip() + f" (exported to {d})") if c.exists() else str(d)
     try:
         dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "eqsat", "extract", "rules"],
                                capture_output=True, text=True).stdout.split("\n")
@@ -343,6 +377,10 @@ def _p10(xs: list[float]) -> float:
 # ---- children ----------------------------------------------------------------------------------
 
 def _child(job: dict) -> dict:
+    global EQSAT_SRC
+    if job.get("eqsat_src"):
+        EQSAT_SRC = Path(job["eqsat_src"])
+        sys.path.insert(0, job["eqsat_src"])
     kind = job["kind"]
     dims = job["dims"]
     if kind == "optimize":
@@ -409,7 +447,8 @@ def optimize_record(src: Path, tool: str, dims: dict[str, int], work: Path, time
     if why:
         return dict(rec, ok=False, error=why, not_installed=True)
     dst = work / f"{tool}.onnx"
-    out = run_child({"kind": "optimize", "tool": tool, "src": str(src), "dst": str(dst), "dims": dims}, timeout)
+    out = run_child({"kind": "optimize", "tool": tool, "src": str(src), "dst": str(dst), "dims": dims,
+                     "eqsat_src": str(EQSAT_SRC) if EQSAT_SRC else None}, timeout)
     if "error" in out:
         return dict(rec, ok=False, error=out["error"], child_s=out.get("child_s"))
     return dict(rec, ok=True, result=str(dst), **out)
@@ -429,7 +468,7 @@ def measure_latencies(src: Path, recs: dict[str, dict], dims: dict[str, int], a)
         for group in groups:
             job = {"kind": "latency", "src": str(src), "results": {t: todo[t]["result"] for t in group},
                    "dims": dims, "setting": setting, "runs": a.runs, "warmup": a.warmup, "max_s": a.max_s,
-                   "min_runs": min(a.runs, 10)}
+                   "min_runs": min(a.runs, 10), "eqsat_src": str(EQSAT_SRC) if EQSAT_SRC else None}
             out = run_child(job, a.timeout)
             if "error" in out and len(group) > 1:  # find who crashed it: one at a time
                 out = {}
@@ -576,7 +615,7 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
     lines = [
         "# eqsat beside the peers",
         "",
-        f"Command: `{command}` (eqsat at commit {_git_commit()}). Written by `benchmarks/peers.py` "
+        f"Command: `{command}` (checkout at commit {_git_commit()}; eqsat as each record says below). Written by `benchmarks/peers.py` "
         "from the records cached in its `--out` folder; the notes at the end are written by hand.",
         "",
         f"Machine: {_machine()}; shared with other work while measuring, so absolute times are noisy "
@@ -673,7 +712,8 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
         phases = ["shape_inference", "load_rules", "encode", "saturate", "serialize", "extract", "decode"]
         lines += ["## eqsat: phases (s), stop reason and memory plan of its output", "",
                   "Arena: eqsat.plan.plan_model on eqsat's output at the bound dims; lower bound: the largest "
-                  "sum of simultaneously live buffers in the chosen order (MiB).", "",
+                  "sum of simultaneously live buffers in the chosen order (MiB). eqsat ran from: "
+                  + "; ".join(sorted({str(r.get("eqsat", {}).get("source", "?"))[:200] for r in eq_recs})) + ".", "",
                   "| model | " + " | ".join(phases) + " | stop | e-nodes | arena MiB | lower bound MiB | arena / LB |",
                   "|---|" + "---:|" * len(phases) + "---|---:|---:|---:|---:|"]
         for r in eq_recs:
@@ -785,11 +825,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="ignore cached records")
     ap.add_argument("--keep-models", action="store_true", help="keep the optimized models in OUT")
     ap.add_argument("--report-only", action="store_true", help="only rewrite RESULTS.md and plots from the cache")
+    ap.add_argument("--eqsat-commit", metavar="REV",
+                    help="run eqsat as of this commit (exported with git archive), not the working tree")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         print(json.dumps(_child(json.loads(a.child)), default=str))
         return 0
+    global EQSAT_SRC
+    if a.eqsat_commit:
+        EQSAT_SRC = export_eqsat(a.eqsat_commit, a.out)
+        print(f"eqsat from {EQSAT_SRC}", flush=True)
     a.settings = [s for s in a.settings.split(",") if s]
     if bad := [s for s in a.settings if s not in SETTINGS]:
         ap.error(f"unknown setting(s) {bad}; choose from {SETTINGS}")

@@ -126,12 +126,12 @@ def child(layers: int) -> dict:
     model = build(layers)
     build_s = time.perf_counter() - t0
     base = _rss_kib()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_s(resource.RUSAGE_SELF)
     res = optimize(model, Options(), progress=lambda msg: print(f"progress: {msg}", file=sys.stderr, flush=True))
-    total = time.perf_counter() - t0
+    total, cpu = time.perf_counter() - t0, _cpu_s(resource.RUSAGE_SELF) - c0
     r = res.report
     return {"layers": layers, "nodes": len(model.graph.node), "nodes_after": len(res.model.graph.node),
-            "build_s": build_s, "optimize_s": total, "phases_s": r["times_s"],
+            "build_s": build_s, "optimize_s": total, "optimize_cpu_s": cpu, "phases_s": r["times_s"],
             "stop_reason": r["saturation"]["stop_reason"], "iterations": r["saturation"]["iterations"],
             "enodes": r["saturation"]["enodes"], "eclasses": r["saturation"]["eclasses"],
             "extractor": r["extraction"]["extractor"], "extract_notes": r["extraction"]["notes"],
@@ -139,22 +139,30 @@ def child(layers: int) -> dict:
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def _cpu_s(who: int) -> float:
+    u = resource.getrusage(who)
+    return u.ru_utime + u.ru_stime
+
+
 def run_size(nodes: int, timeout: float) -> dict:
+    """One size in a child; on a timeout or crash, how far it got: its progress lines and
+    the CPU seconds it had used (the machine is shared: wall time alone says little)."""
     layers = max(1, round(nodes / NODES_PER_LAYER))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu_s(resource.RUSAGE_CHILDREN)
     try:
         p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(layers)],
                            capture_output=True, text=True, timeout=timeout, cwd=str(ROOT))
     except subprocess.TimeoutExpired as e:
         err = (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
         return {"target": nodes, "layers": layers, "nodes": layers * NODES_PER_LAYER + 1,
-                "error": f"timed out after {timeout:.0f} s", "progress": _progress(err)[-3:]}
+                "error": f"timed out after {timeout:.0f} s", "progress": _progress(err)[-3:],
+                "wall_s": time.perf_counter() - t0, "cpu_s": _cpu_s(resource.RUSAGE_CHILDREN) - c0}
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         why = f"crashed (signal {-p.returncode})" if p.returncode < 0 else \
             ((p.stderr.strip().splitlines() or ["?"])[-1])[:300]
         return {"target": nodes, "layers": layers, "nodes": layers * NODES_PER_LAYER + 1, "error": why,
-                "wall_s": wall, "progress": _progress(p.stderr)[-3:]}
+                "wall_s": wall, "cpu_s": _cpu_s(resource.RUSAGE_CHILDREN) - c0, "progress": _progress(p.stderr)[-3:]}
     out = json.loads(p.stdout.strip().splitlines()[-1])
     out.update(target=nodes, wall_s=wall)
     return out
@@ -191,7 +199,8 @@ def write(rows: list[dict], out: Path, command: str) -> None:
         if "error" in r:
             last = "; ".join(r.get("progress") or [])
             lines.append(f"| {r['nodes']} | {r['layers']} | error: {r['error']}" + (f" (last progress: {last})" if last else "")
-                         + f" | {r.get('wall_s', 0):.0f} s |" + " |" * (len(PHASES) + 8))
+                         + f" | {r.get('wall_s', 0):.0f} s wall"
+                         + (f", {r['cpu_s']:.0f} s CPU" if "cpu_s" in r else "") + " |" + " |" * (len(PHASES) + 8))
             continue
         ph = r["phases_s"]
         ex = r["extractor"] + (f" ({'; '.join(r['extract_notes'])})" if r.get("extract_notes") else "")
