@@ -649,14 +649,25 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
         lines.append("")
     # eqsat vs ORT_ENABLE_ALL saved model
     lines += ["## eqsat against onnxruntime's ORT_ENABLE_ALL saved model (optimizations off)", "",
-              "| model | eqsat ratio | ort-all ratio | eqsat / ort-all | best other tool |", "|---|---:|---:|---:|---|"]
+              "Ratios to the original (median; p10: ratio of the 10th percentiles); eqsat / ort-all > 1 means "
+              "eqsat's output is slower than onnxruntime's saved model; control: the original against itself.", "",
+              "| model | eqsat | ort-all | eqsat / ort-all | eqsat p10 | ort-all p10 | best other tool | control |",
+              "|---|---:|---:|---:|---:|---:|---|---:|"]
+
+    def lat(m: str, t: str, key: str = "ratio") -> float | None:
+        return (((by.get((m, t)) or {}).get("latency") or {}).get("off") or {}).get(key)
+
+    def f2(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
     for m in models:
-        e, o = _ratio(by.get((m, "eqsat")), "off"), _ratio(by.get((m, "ort-all")), "off")
-        others = [(t, _ratio(by.get((m, t)), "off")) for t in tools if t not in ("eqsat", "control")]
+        e, o = lat(m, "eqsat"), lat(m, "ort-all")
+        others = [(t, lat(m, t)) for t in tools if t not in ("eqsat", "control")]
         others = [(t, v) for t, v in others if v is not None]
         best = min(others, key=lambda x: x[1]) if others else None
-        lines.append(f"| {m} | {e:.2f} | {o:.2f} | {e / o:.2f} | {best[0]} {best[1]:.2f} |" if e and o and best
-                     else f"| {m} | {e or '-'} | {o or '-'} | - | - |")
+        lines.append(f"| {m} | {f2(e)} | {f2(o)} | {f2(e / o) if e and o else '-'} | {f2(lat(m, 'eqsat', 'p10_ratio'))} "
+                     f"| {f2(lat(m, 'ort-all', 'p10_ratio'))} | {f'{best[0]} {best[1]:.2f}' if best else '-'} "
+                     f"| {f2(lat(m, 'control'))} |")
     lines.append("")
     lines += ["## Nodes (top-level graph) and optimization time", "",
               "| model | original nodes | " + " | ".join(f"{t} nodes / opt s" for t in tools) + " |",
