@@ -55,6 +55,25 @@ def all_names(g: GraphProto, out: set[str] | None = None) -> set[str]:
     return out
 
 
+def defined_names(g: GraphProto, out: set[str] | None = None) -> set[str]:
+    """Every value name that a graph or a subgraph in it defines (inputs, initializers,
+    node outputs), not the names it reads from enclosing scopes."""
+    out = set() if out is None else out
+    out.update(i.name for i in g.input)
+    out.update(t.name for t in g.initializer)
+    out.update(t.values.name for t in g.sparse_initializer)
+    for n in g.node:
+        out.update(n.output)
+        for a in n.attribute:
+            if a.type == AttributeProto.GRAPH:
+                defined_names(a.g, out)
+            elif a.type == AttributeProto.GRAPHS:
+                for sub in a.graphs:
+                    defined_names(sub, out)
+    out.discard("")
+    return out
+
+
 def rename_outer(g: GraphProto, mapping: Mapping[str, str]) -> GraphProto:
     """A copy of subgraph `g` whose references to enclosing-scope names follow `mapping`."""
     g2 = GraphProto()
@@ -104,10 +123,10 @@ class Decoder:
         self.input_names = [i.name for i in g.input]
         self.input_inits = {t.name for t in g.initializer} & set(self.input_names)
         self.taken: set[str] = set(self.input_names) | {o.name for o in g.output}
-        for n in g.node:
+        for n in g.node:  # names that subgraphs define (those they read from here keep theirs)
             for a in n.attribute:
                 for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
-                    all_names(sub, self.taken)
+                    defined_names(sub, self.taken)
         self.orig_by_output = {o: n for n in g.node for o in n.output if o}
         self.node_names: set[str] = {n.name for n in g.node if n.name}
         self.used_node_names: set[str] = set()

@@ -195,7 +195,14 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
 
 
 def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None) -> Result:
+    from .subgraphs import optimize_subgraphs  # each subgraph is optimized as a model of its own
+
+    t0 = time.perf_counter()
+    model, subgraphs = optimize_subgraphs(model, opts, progress)
+    t_sub = round(time.perf_counter() - t0, 4)
     st = saturate(model, opts, progress)
+    if subgraphs:
+        st.times["subgraphs"] = t_sub
     cost = cost_model(opts)
     t0 = time.perf_counter()
     ex = st.extract(cost)
@@ -221,6 +228,8 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "times_s": st.times,
         "warnings": st.report["warnings"],
     }
+    if subgraphs:
+        report["subgraphs"] = subgraphs
     if opts.explain:
         from .explain import explain
 
