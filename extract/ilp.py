@@ -21,6 +21,7 @@ answer, and the extraction says so in its notes.
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import numpy as np
@@ -32,6 +33,7 @@ from .egraph import EGraph
 from .tree_greedy import TreeGreedy
 
 TERM_SORTS = ("Op", "OpList", "")
+_DISP = bool(os.environ.get("EQSAT_ILP_DISP"))  # print HiGHS's log (for studying hard e-graphs)
 
 
 class ILP(Extractor):
@@ -113,7 +115,7 @@ class ILP(Extractor):
             del vals[len(vals) - sum(len(c) for c in cuts):]
             res = milp(c_vec, constraints=LinearConstraint(a, lo_all, hi_all), integrality=np.ones(n_x),
                        bounds=Bounds(np.zeros(n_x), np.ones(n_x)),
-                       options={"time_limit": remaining, "disp": False})
+                       options={"time_limit": remaining, "disp": _DISP})
             if res.x is None:
                 break
             chosen = {c: nodes[i] for c in classes for i in by_class[c] if res.x[i] > 0.5}
