@@ -292,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per size")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/scaling.md")
     ap.add_argument("--json", type=Path, help="also write (and resume from) the rows as JSON")
+    ap.add_argument("--report-only", action="store_true", help="only rewrite the markdown from --json")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -299,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = "python benchmarks/scaling.py" + (" " + " ".join(sys.argv[1:]) if argv is None and sys.argv[1:] else "")
     rows = json.loads(a.json.read_text()) if a.json and a.json.exists() else []
+    if a.report_only:
+        write(rows, a.out, command)
+        return 0
     done = {r["target"] for r in rows if "error" not in r}
     for size in (int(s) for s in a.sizes.split(",") if s):
         if size in done:
