@@ -14,8 +14,8 @@ Only term classes (sort Op and OpList) take part: value classes (integers, vecto
 attributes) have a single node each and cost nothing to share; they are filled in
 afterwards. A node that is its own child cannot be in an acyclic choice and is dropped.
 With a time limit (default 60 s) over all rounds; when the optimum is not proven in time,
-the best acyclic solution found is used if it beats the greedy answer, else the greedy
-answer, and the extraction says so in its notes.
+the best acyclic solution found is used if it beats the greedy answers (tree and DAG), else
+the better greedy answer, and the extraction says so in its notes.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import numpy as np
 from .base import Extraction, Extractor
 from .check import ExtractionError, dag_cost, reachable, tree_cost
 from .costs import CostModel
+from .dag_greedy import DagGreedy
 from .egraph import EGraph
 from .tree_greedy import TreeGreedy
 
@@ -49,7 +50,9 @@ class ILP(Extractor):
 
         t0 = time.perf_counter()
         costs = cost.costs(egraph)
-        greedy = TreeGreedy().extract(egraph, cost)
+        # The fallback: the better of the two greedy answers (DAG greedy pays shared values once).
+        greedy = min((TreeGreedy().extract(egraph, cost), DagGreedy().extract(egraph, cost)),
+                     key=lambda e: e.dag_cost)
         full = TreeGreedy().choose_all(egraph, cost)
         notes: list[str] = []
 
