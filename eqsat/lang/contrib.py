@@ -5,6 +5,11 @@ domain. The onnx checker rejects a node whose op its registry does not know in t
 domain, so eqsat registers their schemas in onnx's registry (for this process) before it
 checks a model it wrote. A model holding them is an onnxruntime model: other runtimes, and
 an onnx checker without these schemas, reject it. Target `onnx` never produces them.
+
+It also registers eqsat's internal ops (domain `eqsat.internal`), which rules apply to
+constants only and the folding oracle evaluates (eqsat/oracle/layout.py): `ReorderFilter`
+turns a Conv filter into the blocked layout of onnxruntime's NCHWc convolution. No model
+imports that domain, so extraction never chooses them and no written model holds them.
 """
 
 from __future__ import annotations
@@ -37,6 +42,27 @@ def _simplified_layer_norm() -> defs.OpSchema:
     )
 
 
+INTERNAL_DOMAIN = "eqsat.internal"
+
+
+def _reorder_filter() -> defs.OpSchema:
+    p = defs.OpSchema.FormalParameter
+    a = defs.OpSchema.Attribute
+    string, integer = defs.OpSchema.AttrType.STRING, defs.OpSchema.AttrType.INT
+    return defs.OpSchema(
+        "ReorderFilter", INTERNAL_DOMAIN, 1,
+        doc="eqsat: a 4-D Conv filter [O, I, KH, KW] in onnxruntime's NCHWc filter layout "
+            "(OIHWBiBo: [O/b, I/b, KH, KW, b_i, b_o]; OIHWBo: [O/b, I, KH, KW, b_o]), same shape",
+        inputs=[p("W", "T")],
+        outputs=[p("Y", "T")],
+        type_constraints=[("T", ["tensor(float)"], "")],
+        attributes=[
+            a("block", integer, "the channel block size b", required=True),
+            a("layout", string, "OIHWBiBo or OIHWBo", required=True),
+        ],
+    )
+
+
 def register() -> None:
     """Make onnx's checker accept onnxruntime's ai.onnx-domain contrib ops (idempotent)."""
     global _registered
@@ -46,4 +72,8 @@ def register() -> None:
         defs.get_schema("SimplifiedLayerNormalization", 1, "")
     except defs.SchemaError:
         defs.register_schema(_simplified_layer_norm())
+    try:
+        defs.get_schema("ReorderFilter", 1, INTERNAL_DOMAIN)
+    except defs.SchemaError:
+        defs.register_schema(_reorder_filter())
     _registered = True

@@ -350,6 +350,47 @@ SPECS += [
     ),
 ]
 
+# onnxruntime's NCHWc layout ops (rules/layout.egg): CPU kernels on channel-blocked tensors.
+_NCHWC = "com.microsoft.nchwc"
+SPECS += [
+    OpSpec("NchwcReorderInput", attrs=(Attr("channels_last", "int", 0),), op_type="ReorderInput",
+           domain=_NCHWC, contrib=True),
+    OpSpec("NchwcReorderOutput", attrs=(Attr("channels", "int", 0), Attr("channels_last", "int", 0)),
+           op_type="ReorderOutput", domain=_NCHWC, contrib=True),
+    # Without an activation: listed before NchwcConv, which an input model's nodes encode to.
+    OpSpec("NchwcConvPlain", ("X", "W", "B?", "Sum?"), _CONV_ATTRS, op_type="Conv", domain=_NCHWC, contrib=True),
+    OpSpec(
+        "NchwcConv",
+        ("X", "W", "B?", "Sum?"),
+        (Attr("activation", "str"), Attr("activation_params", "floats"), *_CONV_ATTRS),
+        op_type="Conv",
+        domain=_NCHWC,
+        contrib=True,
+    ),
+    OpSpec(
+        "NchwcMaxPool",
+        attrs=(*_POOL_COMMON, Attr("dilations", "ints"), Attr("kernel_shape", "ints"), Attr("pads", "ints"),
+               Attr("storage_order", "int", 0), Attr("strides", "ints")),
+        op_type="MaxPool",
+        domain=_NCHWC,
+        contrib=True,
+    ),
+    OpSpec(
+        "NchwcAveragePool",
+        attrs=(*_POOL_COMMON, Attr("count_include_pad", "int", 0), Attr("dilations", "ints"),
+               Attr("kernel_shape", "ints"), Attr("pads", "ints"), Attr("strides", "ints")),
+        op_type="AveragePool",
+        domain=_NCHWC,
+        contrib=True,
+    ),
+    OpSpec("NchwcGlobalAveragePool", op_type="GlobalAveragePool", domain=_NCHWC, contrib=True),
+    OpSpec("NchwcGlobalMaxPool", op_type="GlobalMaxPool", domain=_NCHWC, contrib=True),
+    # eqsat-internal (schema registered by eqsat.lang.contrib): a filter in a blocked layout.
+    # Rules apply it to constant weights only; the folding oracle evaluates it; no model
+    # imports its domain, so extraction never chooses it (eqsat.target.forbidden_constructors).
+    OpSpec("ReorderFilter", ("W",), (Attr("block", "int"), Attr("layout", "str")), domain="eqsat.internal"),
+]
+
 BY_CTOR: dict[str, OpSpec] = {s.ctor: s for s in SPECS}
 BY_ONNX: dict[tuple[str, str], OpSpec] = {(s.domain, s.onnx_type): s for s in SPECS}
 

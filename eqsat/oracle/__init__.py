@@ -3,19 +3,33 @@ egglog rules cannot compute (tensor arithmetic, shape arithmetic, subgraphs).
 
 `Oracle` is the saturation hook: it serializes the e-graph once per round and runs
 constant folding (fold.py), symbolic shape rewriting (symbolic.py, reshape.py) and If
-inlining (inline_if.py) on that view.
+inlining (inline_if.py) on that view. The view sees eqsat's internal ops (ReorderFilter,
+layout.py), which extraction never may choose: they exist to be folded here.
 """
 
 from __future__ import annotations
 
 from onnx import ModelProto
 
+from ..lang.contrib import INTERNAL_DOMAIN
+from ..lang.ops import SPECS
 from ..shapes import DimTable
 from ..store import ProtoStore, TensorStore
 from .fold import Folder
 from .inline_if import IfInliner
 from .reshape import ReshapeTargets
 from .view import View
+
+INTERNAL_CTORS = frozenset(s.ctor for s in SPECS if s.domain == INTERNAL_DOMAIN)
+
+
+def _with_internal_ops(data: dict) -> dict:
+    """The serialized e-graph with eqsat's internal ops no longer forbidden."""
+    meta = data.get("eqsat")
+    if not meta or not meta.get("forbidden"):
+        return data
+    forbidden = [c for c in meta["forbidden"] if c not in INTERNAL_CTORS]
+    return {**data, "eqsat": {**meta, "forbidden": forbidden}}
 
 
 class Oracle:
@@ -29,7 +43,7 @@ class Oracle:
 
     def __call__(self, _saturator) -> list:
         self.rounds += 1
-        v = View.of(self.serialize(), prefix=f"$o{self.rounds}_")
+        v = View.of(_with_internal_ops(self.serialize()), prefix=f"$o{self.rounds}_")
         facts = self.folder(v) + self.reshapes(v) + self.inliner(v)
         return v.lets + facts
 

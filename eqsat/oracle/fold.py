@@ -14,6 +14,10 @@ It refuses, and says why in the report:
   otherwise be folded at the wrong precision);
 - a result whose dtype differs from the e-class's.
 Initializers that are also graph inputs are `Input`s, never constants.
+
+eqsat's internal ops (domain eqsat.internal: ReorderFilter, eqsat/oracle/layout.py) fold
+like any op; extraction never chooses them, so a value computed by one reaches the output
+model only as the folded constant.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from ..lang import terms as T
 from ..lang.dtypes import CTOR_TO_CODE, np_dtype
 from ..lang.ops import BY_CTOR
 from ..store import ProtoStore, TensorStore
+from .layout import NEW_OPS
 from .symbolic import SymValues, concrete
 from .view import View
 
@@ -183,7 +188,7 @@ class Folder:
         model = dec.decode(targets)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            outs = ReferenceEvaluator(model).run(None, {})
+            outs = ReferenceEvaluator(model, new_ops=NEW_OPS).run(None, {})
         result = {}
         for c, arr in zip(targets, outs, strict=True):
             if not isinstance(arr, np.ndarray | np.generic):  # a sequence, map or optional: no tensor literal

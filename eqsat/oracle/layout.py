@@ -1,0 +1,52 @@
+"""Blocked filter layouts of onnxruntime's NCHWc convolution, for the folding oracle.
+
+`ReorderFilter(W, block, layout)` (domain eqsat.internal, rules/layout.egg) is evaluated here
+when the folding oracle folds it; it never reaches an output model. The layouts are MLAS's
+(onnxruntime's `NchwcTransformer`, checked against its saved optimized models):
+
+- OIHWBiBo, for a convolution whose input is blocked: [O/b, I/b, KH, KW, b_i, b_o], element
+  [o, i, kh, kw] at [o // b, i // b, kh, kw, i % b, o % b]. Grouped convolutions use it on the
+  whole filter (each group's output channels are whole blocks).
+- OIHWBo, for a depthwise convolution and for one whose input stays NCHW (fewer input
+  channels than the block): [O/b, I, KH, KW, b_o].
+
+The result keeps the filter's shape [O, I, KH, KW] (O is a multiple of b), as onnxruntime's
+initializers do; only the element order changes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx.reference.op_run import OpRun
+
+LAYOUTS = ("OIHWBiBo", "OIHWBo")
+
+
+def reorder_filter(w: np.ndarray, block: int, layout: str) -> np.ndarray:
+    if w.ndim != 4:
+        raise ValueError(f"ReorderFilter: a 4-D filter expected, got shape {list(w.shape)}")
+    o, i, kh, kw = w.shape
+    if block <= 0 or o % block:
+        raise ValueError(f"ReorderFilter: {o} output channels are not a multiple of the block {block}")
+    if layout == "OIHWBiBo":
+        if i % block:
+            raise ValueError(f"ReorderFilter: {i} input channels are not a multiple of the block {block}")
+        r = w.reshape(o // block, block, i // block, block, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+    elif layout == "OIHWBo":
+        r = w.reshape(o // block, block, i, kh, kw).transpose(0, 2, 3, 4, 1)
+    else:
+        raise ValueError(f"ReorderFilter: unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
+    return np.ascontiguousarray(r).reshape(w.shape)
+
+
+class ReorderFilter(OpRun):
+    """onnx's reference evaluator runs eqsat.internal.ReorderFilter with this."""
+
+    op_domain = "eqsat.internal"
+
+    def _run(self, w, block=None, layout=None):  # noqa: D102 - OpRun's protocol
+        lay = layout.decode() if isinstance(layout, bytes) else layout
+        return (reorder_filter(np.asarray(w), int(block), lay),)
+
+
+NEW_OPS = [ReorderFilter]
