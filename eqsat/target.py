@@ -6,19 +6,64 @@
 
 Rules see the target as `(opset DOMAIN)` facts and guard on them; extraction also never
 picks an op the target lacks (a safety net for user rules that do not guard).
+
+NCHWc (opt-in, `EQSAT_NCHWC=1`): for `ort`, where onnxruntime's CPU kernels have a
+channel-blocked layout (MLAS), the facts also say so: `(opset "com.microsoft.nchwc")` is 1
+and `(layout-block "nchwc")` is the block size that the installed onnxruntime uses on this
+machine (8 with AVX2, 16 with AVX-512), probed once per process; rules/layout.egg guards on
+both. A model that holds NCHWc ops and blocked filters runs correctly only where
+onnxruntime has the same block size, on its CPU execution provider (as onnxruntime's own
+saved ORT_ENABLE_ALL models). It is opt-in because the exact (ILP) extractor does not prove
+an optimum within its time limit on CNN e-graphs that hold both layouts (the greedy answer
+is then used, after the limit); `EQSAT_NCHWC_BLOCK=N` forces a block size (tests).
+eqsat's internal ops (domain eqsat.internal) are always forbidden: they exist to be folded.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+
 import onnx
-from onnx import ModelProto
+from onnx import ModelProto, TensorProto, helper
 
 from .errors import UsageError
 from .lang import terms as T
+from .lang.contrib import INTERNAL_DOMAIN
 from .lang.ops import SPECS
 
 TARGETS = ("ort", "onnx")
 MS_DOMAIN = "com.microsoft"
+NCHWC_DOMAIN = "com.microsoft.nchwc"
+
+
+@functools.cache
+def nchwc_block() -> int:
+    """onnxruntime's NCHWc channel block on this machine, or 0 where it is not used (the
+    layout not enabled with EQSAT_NCHWC=1, no onnxruntime, a CPU without blocked kernels).
+    Cached per process (tests clear it with nchwc_block.cache_clear()). Probed by running
+    ReorderInput on four channels (its minimum): the output pads them to one block."""
+    if os.environ.get("EQSAT_NCHWC", "0") in ("", "0"):
+        return 0
+    forced = os.environ.get("EQSAT_NCHWC_BLOCK")
+    if forced:
+        return max(0, int(forced))
+    try:
+        import numpy as np
+        import onnxruntime as ort
+
+        node = helper.make_node("ReorderInput", ["x"], ["y"], domain=NCHWC_DOMAIN)
+        g = helper.make_graph([node], "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 1, 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(NCHWC_DOMAIN, 1)])
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        block = int(sess.run(None, {"x": np.ones((1, 4, 1, 1), np.float32)})[0].shape[1])
+    except Exception:  # noqa: BLE001 - no onnxruntime or no NCHWc kernels: no blocked layout
+        return 0
+    return block if block > 1 else 0
 
 
 def model_opsets(model: ModelProto) -> dict[str, int]:
@@ -32,17 +77,25 @@ def opset_facts(model: ModelProto, target: str) -> list:
     facts = [T.set_fn("opset", [T.string(d)], T.i64(v)) for d, v in sorted(ops.items()) if d in ("", MS_DOMAIN)]
     if target == "ort":
         facts.append(T.set_fn("opset", [T.string(MS_DOMAIN)], T.i64(max(1, ops.get(MS_DOMAIN, 1)))))
+        block = nchwc_block()
+        if block:
+            facts.append(T.set_fn("opset", [T.string(NCHWC_DOMAIN)], T.i64(1)))
+            facts.append(T.set_fn("layout-block", [T.string("nchwc")], T.i64(block)))
     return facts
 
 
 def forbidden_constructors(model: ModelProto, target: str) -> list[str]:
-    """Typed ops an extraction must not choose: contrib ops for target onnx, and standard
-    ops that do not exist at the model's opset (LayerNormalization before 17, ...)."""
+    """Typed ops an extraction must not choose: contrib ops for target onnx (NCHWc ops also
+    where onnxruntime has no blocked layout), eqsat's internal ops always, and standard ops
+    that do not exist at the model's opset (LayerNormalization before 17, ...)."""
     ops = model_opsets(model)
     out = []
     for spec in SPECS:
+        if spec.domain == INTERNAL_DOMAIN:
+            out.append(spec.ctor)
+            continue
         if spec.contrib:
-            if target != "ort":
+            if target != "ort" or (spec.domain == NCHWC_DOMAIN and not nchwc_block()):
                 out.append(spec.ctor)
             continue
         version = ops.get(spec.domain)
