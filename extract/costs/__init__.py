@@ -17,6 +17,9 @@ def make_cost_model(name: str, hardware: str = "cpu", dims: dict[str, int] | Non
         raise KeyError(f"unknown cost model {name!r}; choose one of {', '.join(COST_MODELS)}")
     if name in (Roofline.name, Measured.name):
         return COST_MODELS[name](hardware, dims)
+    if name == NodeCount.name:
+        Hardware.load(hardware)  # fail early on a bad profile; node count reads it for layouts only
+        return NodeCount(hardware, dims)
     return COST_MODELS[name]()
 
 

@@ -3,25 +3,84 @@
 cheapest program has the fewest ops. Among programs with as many ops, constants break the
 tie by their size (1e-9 per byte): a program that keeps one weight beats one that needs a
 second, rewritten copy of it (Conv+BatchNormalization whose Conv output is also used
-elsewhere keeps the BatchNormalization)."""
+elsewhere keeps the BatchNormalization).
+
+Layouts. Where the e-graph offers onnxruntime's channel-blocked (NCHWc) form of
+convolutions and pooling (rules/layout.egg, target ort), the choice between layouts is one
+of time, not of op count: a blocked region computes the same ops, each faster, between a
+ReorderInput and a ReorderOutput that only move data. So, and only in such e-graphs:
+- ReorderInput / ReorderOutput are not counted as ops (they cost REORDER_COST, less than
+  a leaf, so that the nodes a blocked region adds do not outweigh its time);
+- every layout-sensitive op (the reorders, Conv, FusedConv, the NCHWc convolutions and the
+  pooling ops in both layouts) also costs its roofline time (extract/costs/roofline.py: the
+  hardware profile's rates, with its measured speed-up of blocked convolution) times
+  TIME_SHARE / T, where T is the sum over e-classes of their costliest layout-sensitive
+  node's time: a program chooses at most one node per e-class, so its time term is below
+  TIME_SHARE < 1 op.
+So the op count still decides first, and among programs with as many computing ops, the
+predicted time of convolution, pooling and reorders decides (the blocked form is chosen
+where its faster convolutions pay for the reorders). On a profile without the layout, the
+blocked ops cost math.inf and are never chosen. Every cost stays > 0 and a term costs more
+than each of its subterms (monotonic), as the contract asks. E-graphs without NCHWc nodes
+(other models, target onnx) are costed exactly as without layouts.
+"""
 
 from __future__ import annotations
+
+import math
 
 from ..egraph import EGraph, Node
 from .base import CostModel
 
 LEAF_COST = 1e-3
 BYTE_COST = 1e-9
+TIME_SHARE = 0.9  # the most a program's layout-sensitive time may add: below one op
+REORDER_COST = 1e-6  # a layout conversion's own cost (its time is added): not an op
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
                "U16": 2, "U32": 4, "U64": 8, "Bool": 1}
 # Term structure that is not an operator of the output model.
 STRUCTURE = frozenset(
     {"Input", "Const", "Ints", "ScalarF", "ScalarI", "Absent", "Out", "Nil", "Cons", "ANil", "ACons"}
 )
+REORDERS = frozenset({"NchwcReorderInput", "NchwcReorderOutput"})
+LAYOUT_SENSITIVE = REORDERS | {
+    "Conv", "FusedConv", "NchwcConv", "NchwcConvPlain", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+    "NchwcMaxPool", "NchwcAveragePool", "NchwcGlobalAveragePool", "NchwcGlobalMaxPool",
+}
 
 
 class NodeCount(CostModel):
     name = "node-count"
+
+    def __init__(self, hardware=None, dims: dict[str, int] | None = None) -> None:
+        self.hardware = hardware or "cpu"  # a profile name, path or Hardware: only read for layouts
+        self.dims = dims
+        self._timer = None  # a Roofline, for e-graphs with layout alternatives
+        self._timed: int | None = None  # id of the e-graph it was set up for
+        self._weight = 0.0  # cost per predicted microsecond, for that e-graph
+
+    def _layout_timer(self, egraph: EGraph):
+        if self._timed != id(egraph):
+            from .roofline import NCHWC_OPS, Roofline
+
+            self._timed = id(egraph)
+            self._timer = None
+            if any(n.op in NCHWC_OPS for n in egraph.nodes.values()):
+                self._timer = Roofline(self.hardware, self.dims)
+                self._timer._setup(egraph)
+                worst: dict[str, float] = {}
+                for n in egraph.nodes.values():
+                    if n.op in LAYOUT_SENSITIVE:
+                        t = self._timer.node_cost(egraph, n)
+                        if math.isfinite(t) and t > worst.get(n.eclass, 0.0):
+                            worst[n.eclass] = t
+                total = sum(worst.values())
+                self._weight = TIME_SHARE / total if total > 0 else 0.0
+        return self._timer
+
+    def costs(self, egraph: EGraph) -> dict[str, float]:
+        self._timed = None
+        return super().costs(egraph)
 
     def node_cost(self, egraph: EGraph, node: Node) -> float:
         if node.op == "Const":
@@ -30,7 +89,15 @@ class NodeCount(CostModel):
             return LEAF_COST
         if egraph.class_type(node.eclass) not in ("", "Op"):
             return LEAF_COST  # DType, OptInt, AttrVal, ... values
-        return float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))  # If: 1 + its branches
+        ops = float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))  # If: 1 + its branches
+        if node.op in LAYOUT_SENSITIVE:
+            timer = self._layout_timer(egraph)
+            if timer is not None:
+                t = timer.node_cost(egraph, node)
+                if not math.isfinite(t):
+                    return math.inf
+                return (REORDER_COST if node.op in REORDERS else ops) + self._weight * t
+        return ops
 
 
 def const_bytes(egraph: EGraph, eclass: str) -> float:

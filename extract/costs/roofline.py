@@ -6,13 +6,20 @@ inputs and output; the rates from a hardware profile (extract/hardware/*.json).
 Symbolic dimensions take the sizes bound by the caller (`dims`, by name), else
 DEFAULT_DIM. A value with an unknown shape counts 0 bytes (the op then costs its
 overhead). Costs are in microseconds, finite and > 0 for ops (the CostModel contract).
+
+Layouts: a profile lists the data layouts its hardware has kernels for beyond NCHW
+(`layouts`). `nchwc` (onnxruntime's channel-blocked CPU kernels, rules/layout.egg) gives
+`conv_speedup`, the measured ratio of a blocked convolution's throughput to an NCHW one's on
+that machine: a NchwcConv computes at matmul_gflops * conv_speedup; ReorderInput and
+ReorderOutput are copies (memory-bound). On a profile without the layout, its ops cost
+math.inf: they are never chosen.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..egraph import EGraph, Node
@@ -27,7 +34,11 @@ DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16
 
 MATMUL = {"MatMul", "FusedMatMul"}
 GEMM = {"Gemm", "FusedGemm"}
-CONV = {"Conv", "FusedConv"}
+CONV = {"Conv", "FusedConv", "NchwcConv", "NchwcConvPlain"}
+NCHWC_OPS = frozenset({"NchwcConv", "NchwcConvPlain", "NchwcReorderInput", "NchwcReorderOutput", "NchwcMaxPool", "NchwcAveragePool",
+                       "NchwcGlobalAveragePool", "NchwcGlobalMaxPool"})
+POOL = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "NchwcMaxPool", "NchwcAveragePool",
+        "NchwcGlobalAveragePool", "NchwcGlobalMaxPool"}
 ATTENTION = {"MultiHeadAttention", "Attention"}
 TRANSCENDENTAL = {"Erf", "Tanh", "Exp", "Log", "Sigmoid", "Gelu", "GeluMs", "FastGelu", "BiasGelu", "QuickGelu",
                   "Softmax", "LogSoftmax", "Sqrt", "Reciprocal", "Pow", "HardSwish", "Softplus", "Sin", "Cos",
@@ -48,6 +59,10 @@ class Hardware:
     kernel_overhead_us: float  # fixed cost of launching / dispatching one op
     transcendental_flops: float = 10.0  # FLOPs charged per element of Erf, Tanh, Exp, ...
     source: str = ""
+    layouts: dict = field(default_factory=dict)  # layout -> its parameters ("nchwc": block, conv_speedup)
+
+    def has_layout(self, name: str) -> bool:
+        return name in self.layouts
 
     @classmethod
     def load(cls, name_or_path: str | Path) -> Hardware:
@@ -142,7 +157,7 @@ class Roofline(CostModel):
             return 5.0 * out_n, "vector"
         if op.startswith("Reduce"):
             return sum(self.numel(egraph, i) or 0.0 for i in inputs[:1]), "vector"
-        if op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"):
+        if op in POOL:
             return sum(self.numel(egraph, i) or 0.0 for i in inputs[:1]), "vector"
         return out_n, "vector"
 
@@ -164,10 +179,14 @@ class Roofline(CostModel):
         hw = self.hw
         if node.op in VIEWS:
             return hw.kernel_overhead_us * 0.25
+        if node.op in NCHWC_OPS and not hw.has_layout("nchwc"):
+            return math.inf  # the hardware has no blocked kernels
         inputs = self.op_inputs(egraph, node)
         flops, kind = self.flops(egraph, node, inputs)
         moved = self.nbytes(egraph, node.eclass) + sum(self.nbytes(egraph, i) for i in inputs)
         rate = hw.matmul_gflops if kind == "matmul" else hw.vector_gflops
+        if node.op in ("NchwcConv", "NchwcConvPlain"):
+            rate *= float(hw.layouts["nchwc"].get("conv_speedup", 1.0))
         compute_us = flops / (rate * 1e3)
         memory_us = moved / (hw.mem_gbps * 1e3)
         weight = float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))
