@@ -1,0 +1,244 @@
+"""rules/layout.egg: onnxruntime's NCHWc (channel-blocked) convolution and pooling for target
+ort. Conv / FusedConv / pooling chains whose channels are multiples of the block become
+com.microsoft.nchwc ops with one ReorderOutput at the end (and a ReorderInput where the
+input is not produced blocked), the filters folded into the blocked layout by the folding
+oracle; onnxruntime (its own optimizations off) gives the original's outputs. Channels that
+are not multiples of the block, target onnx, the layout not enabled, and a hardware profile
+without the layout leave the model in NCHW."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from eqsat.oracle.layout import reorder_filter
+from eqsat.pipeline import Options, optimize
+from eqsat.target import nchwc_block
+from eqsat.verify import compare, random_inputs, run
+
+from ..conftest import op_list
+
+RNG = np.random.default_rng(0)
+NCHWC = "com.microsoft.nchwc"
+
+
+def _cpu_has_vector_units() -> bool:
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    return bool(re.search(r"\bavx2\b|\bavx512f\b", text))
+
+
+@pytest.fixture
+def block(monkeypatch) -> int:
+    """The layout enabled (EQSAT_NCHWC=1): onnxruntime's block size on this machine."""
+    monkeypatch.setenv("EQSAT_NCHWC", "1")
+    monkeypatch.delenv("EQSAT_NCHWC_BLOCK", raising=False)
+    nchwc_block.cache_clear()
+    b = nchwc_block()
+    yield b
+    nchwc_block.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_probe():
+    nchwc_block.cache_clear()
+    yield
+    nchwc_block.cache_clear()
+
+
+def test_block_size_is_probed_from_onnxruntime(block):
+    if not _cpu_has_vector_units():
+        pytest.skip("this CPU has neither AVX2 nor AVX-512: onnxruntime has no NCHWc kernels here")
+    text = Path("/proc/cpuinfo").read_text()
+    assert block == (16 if re.search(r"\bavx512f\b", text) else 8)
+
+
+# ---- model builders (channels scale with the block)
+
+def _w(cout: int, cin: int, k: int) -> np.ndarray:
+    return (RNG.standard_normal((cout, cin, k, k)) * (1.0 / np.sqrt(cin * k * k))).astype(np.float32)
+
+
+class G:
+    """A small graph builder: initializers, nodes, one input, outputs."""
+
+    def __init__(self, cin: int, hw: int):
+        self.nodes, self.inits, self.cin, self.hw = [], [], cin, hw
+        self.n = 0
+
+    def conv(self, x: str, cin: int, cout: int, k: int = 3, group: int = 1, stride: int = 1) -> str:
+        self.n += 1
+        w, b, y = f"w{self.n}", f"b{self.n}", f"c{self.n}"
+        self.inits += [numpy_helper.from_array(_w(cout, cin // group, k), w),
+                       numpy_helper.from_array(RNG.standard_normal(cout).astype(np.float32), b)]
+        self.nodes.append(helper.make_node("Conv", [x, w, b], [y], pads=[k // 2] * 4, group=group,
+                                           strides=[stride, stride], kernel_shape=[k, k]))
+        return y
+
+    def op(self, op: str, *xs: str, **attrs) -> str:
+        self.n += 1
+        y = f"{op.lower()}{self.n}"
+        self.nodes.append(helper.make_node(op, list(xs), [y], **attrs))
+        return y
+
+    def model(self, *outs: str) -> onnx.ModelProto:
+        g = helper.make_graph(
+            self.nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, self.cin, self.hw, self.hw])],
+            [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in outs], self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        return onnx.shape_inference.infer_shapes(m)
+
+
+def check(model: onnx.ModelProto, expect_ops, fired=(), not_fired=(), **opts):
+    """Optimize; check the sorted op list, the rules that fired, the onnx checker, and
+    onnxruntime's outputs with its own optimizations off (so that it runs the NCHW original
+    as written) against the original's."""
+    res = optimize(model, Options(**opts))
+    got = sorted(op_list(res.model))
+    assert got == sorted(expect_ops), f"ops after optimization: {got}"
+    matches = res.report["saturation"]["rule_matches"]
+    for name in fired:
+        assert matches.get(name, 0) > 0, f"rule {name} did not fire; fired: {sorted(matches)}"
+    for name in not_fired:
+        assert matches.get(name, 0) == 0, f"rule {name} fired but must not"
+    onnx.checker.check_model(res.model)
+    feeds = random_inputs(model)
+    bad = compare(run(model, feeds, optimize=False), run(res.model, feeds, optimize=False), 1e-4, 1e-4)
+    assert not bad, "; ".join(map(str, bad))
+    assert all(o.domain != "eqsat.internal" for o in res.model.opset_import)
+    assert all(n.domain != "eqsat.internal" for n in res.model.graph.node)
+    return res
+
+
+def _resnet_like(c: int, hw: int = 56) -> onnx.ModelProto:
+    """image conv (3 channels) + Relu, MaxPool, conv + Relu, conv + residual Add + Relu,
+    depthwise conv, GlobalAveragePool."""
+    g = G(3, hw)
+    r0 = g.op("Relu", g.conv("x", 3, c, k=7, stride=2))
+    p0 = g.op("MaxPool", r0, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    r1 = g.op("Relu", g.conv(p0, c, c))
+    r2 = g.op("Relu", g.op("Add", g.conv(r1, c, c), p0))
+    y = g.op("GlobalAveragePool", g.conv(r2, c, c, group=c))
+    return g.model(y)
+
+
+def test_conv_chain_stays_blocked_from_image_to_pooling(block):
+    c = 2 * block
+    res = check(_resnet_like(c),
+                [f"{NCHWC}.Conv"] * 4 + [f"{NCHWC}.MaxPool", f"{NCHWC}.GlobalAveragePool", f"{NCHWC}.ReorderOutput"],
+                fired=["nchwc-conv", "nchwc-conv-nchw-input", "nchwc-conv-depthwise", "nchwc-max-pool",
+                       "nchwc-global-average-pool", "nchwc-conv-blocked-input", "nchwc-conv-blocked-sum",
+                       "nchwc-candidate-fused-conv-sum", "nchwc-conv-plain"])
+    nodes = res.model.graph.node
+    # the image conv reads the NCHW input directly (3 < block channels): no ReorderInput
+    assert nodes[0].op_type == "Conv" and nodes[0].domain == NCHWC and nodes[0].input[0] == "x"
+    # the residual rides in the blocked conv's Sum input, with the fused Relu
+    summed = [n for n in nodes if n.op_type == "Conv" and len(n.input) == 4]
+    assert len(summed) == 1
+    assert helper.get_attribute_value(next(a for a in summed[0].attribute if a.name == "activation")) == b"Relu"
+    # the depthwise conv has no activation attribute (onnxruntime rejects "Identity")
+    dw = [n for n in nodes if n.op_type == "Conv" and any(a.name == "group" and a.i == c for a in n.attribute)]
+    assert len(dw) == 1 and not any(a.name == "activation" for a in dw[0].attribute)
+    out = [n for n in nodes if n.op_type == "ReorderOutput"]
+    assert [a.i for a in out[0].attribute if a.name == "channels"] == [c]
+
+
+def test_filters_are_folded_into_onnxruntimes_layout(block):
+    """The filters in the output are the originals reordered (the eqsat-internal
+    ReorderFilter was folded), the same values in another order."""
+    c = 2 * block
+    m = _resnet_like(c)
+    res = check(m, [f"{NCHWC}.Conv"] * 4 + [f"{NCHWC}.MaxPool", f"{NCHWC}.GlobalAveragePool", f"{NCHWC}.ReorderOutput"])
+    orig = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer if len(i.dims) == 4}
+    inits = {i.name: numpy_helper.to_array(i) for i in res.model.graph.initializer}
+    filters = [inits[n.input[1]] for n in res.model.graph.node if n.op_type == "Conv"]
+    assert len(filters) == 4 and res.report["oracle"]["folded"] >= 4
+    for f in filters:
+        match = [w for w in orig.values() if w.shape == f.shape and np.array_equal(np.sort(w.ravel()), np.sort(f.ravel()))]
+        assert match, f"filter of shape {f.shape} is no reordering of an original"
+        layout = "OIHWBo" if f.shape[1] in (1, 3) else "OIHWBiBo"
+        assert np.array_equal(f, reorder_filter(match[0], block, layout))
+        assert not np.array_equal(f, match[0])
+
+
+@pytest.mark.parametrize("case", ["plain", "image", "depthwise", "grouped"])
+def test_reorder_filter_matches_onnxruntimes_own_transformer(block, tmp_path, case):
+    """onnxruntime's ORT_ENABLE_ALL saved model of one Conv holds the filter in its blocked
+    layout: ReorderFilter gives the same tensor. plain: 2 blocks in, 2 out; image: 3 input
+    channels (NCHW input); depthwise: group = channels; grouped: 2 groups of one block."""
+    import onnxruntime as ort
+
+    cout = 2 * block
+    cin, group, layout = {"plain": (cout, 1, "OIHWBiBo"), "image": (3, 1, "OIHWBo"),
+                          "depthwise": (cout, cout, "OIHWBo"), "grouped": (cout, 2, "OIHWBiBo")}[case]
+    g = G(cin, 8)
+    g.conv("x", cin, cout, group=group)
+    m = g.model("c1")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
+    so.log_severity_level = 4
+    ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    saved = onnx.load(str(tmp_path / "ort.onnx"))
+    conv = next(n for n in saved.graph.node if n.domain == NCHWC and n.op_type == "Conv")
+    got = numpy_helper.to_array(next(i for i in saved.graph.initializer if i.name == conv.input[1]))
+    w = numpy_helper.to_array(m.graph.initializer[0])
+    assert np.array_equal(got.ravel(), reorder_filter(w, block, layout).ravel())
+
+
+def test_pooling_concat_add_relu_run_blocked(block):
+    """Concat along channels, AveragePool, and Add + Relu of blocked values stay blocked."""
+    c = 2 * block
+    g = G(c, 28)
+    a = g.op("Relu", g.conv("x", c, c))
+    b = g.op("Relu", g.conv("x", c, c, k=1))
+    cat = g.op("Concat", a, b, axis=1)
+    pooled = g.op("AveragePool", cat, kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    s = g.op("Relu", g.op("Add", g.conv(pooled, 2 * c, c), g.conv(pooled, 2 * c, c, k=1)))
+    y = g.conv(s, c, c)
+    check(g.model(y),
+          [f"{NCHWC}.Conv"] * 4 + [f"{NCHWC}.Conv", f"{NCHWC}.AveragePool", "Concat", f"{NCHWC}.ReorderInput",
+                                   f"{NCHWC}.ReorderOutput"],
+          fired=["nchwc-concat-2", "nchwc-average-pool", "nchwc-average-pool-blocked-input"])
+
+
+# ---- where the layout must not be used
+
+def test_channels_not_a_multiple_of_the_block_stay_nchw(block):
+    c = block + block // 2  # not a multiple, and not fewer than the block (the image path)
+    check(_resnet_like(c),
+          ["com.microsoft.FusedConv"] * 3 + ["Conv", "MaxPool", "GlobalAveragePool"],
+          not_fired=["nchwc-conv", "nchwc-conv-depthwise", "nchwc-max-pool", "nchwc-global-average-pool"])
+
+
+def test_target_onnx_has_no_nchwc_ops(block):
+    check(_resnet_like(2 * block), ["Conv"] * 4 + ["Relu"] * 3 + ["Add", "MaxPool", "GlobalAveragePool"],
+          not_fired=["nchwc-conv", "nchwc-candidate-conv"], target="onnx")
+
+
+def test_layout_is_off_unless_enabled(monkeypatch):
+    monkeypatch.delenv("EQSAT_NCHWC", raising=False)
+    nchwc_block.cache_clear()
+    check(_resnet_like(32), ["com.microsoft.FusedConv"] * 3 + ["Conv", "MaxPool", "GlobalAveragePool"],
+          not_fired=["nchwc-candidate-conv", "nchwc-conv"])
+
+
+def test_profile_without_the_layout_never_chooses_it(block):
+    """The rules fire, but the h200 profile lists no NCHWc kernels: the blocked ops cost
+    math.inf under the default cost model and under the roofline."""
+    for cost_model in ("node-count", "roofline"):
+        check(_resnet_like(2 * block), ["com.microsoft.FusedConv"] * 3 + ["Conv", "MaxPool", "GlobalAveragePool"],
+              fired=["nchwc-conv"], hardware="h200", cost_model=cost_model)
+
+
+def test_small_images_keep_nchw_when_the_reorders_do_not_pay(block):
+    """One conv on a 4x4 image: the roofline time of two reorders beats the blocked conv's
+    saving, so the default cost model keeps the NCHW conv although the rule fired."""
+    g = G(2 * block, 4)
+    y = g.conv("x", 2 * block, 2 * block, k=1)
+    check(g.model(y), ["Conv"], fired=["nchwc-conv"])
