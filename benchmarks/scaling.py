@@ -191,22 +191,23 @@ def write(rows: list[dict], out: Path, command: str) -> None:
         "then the greedy answer). Peak RSS: the child's `ru_maxrss` (after imports and the model build: "
         "`RSS before`).",
         "",
-        "| nodes | layers | nodes after | total s | " + " | ".join(PHASES)
+        "| nodes | layers | nodes after | total s | CPU s | " + " | ".join(PHASES)
         + " | stop | e-nodes | extraction | RSS before MiB | peak RSS MiB | s / 1k nodes | MiB / 1k nodes |",
-        "|---:|---:|---:|---:|" + "---:|" * len(PHASES) + "---|---:|---|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|" + "---:|" * len(PHASES) + "---|---:|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         if "error" in r:
             last = "; ".join(r.get("progress") or [])
             lines.append(f"| {r['nodes']} | {r['layers']} | error: {r['error']}" + (f" (last progress: {last})" if last else "")
                          + f" | {r.get('wall_s', 0):.0f} s wall"
-                         + (f", {r['cpu_s']:.0f} s CPU" if "cpu_s" in r else "") + " |" + " |" * (len(PHASES) + 8))
+                         + (f", {r['cpu_s']:.0f} s CPU" if "cpu_s" in r else "") + " |" + " |" * (len(PHASES) + 9))
             continue
         ph = r["phases_s"]
         ex = r["extractor"] + (f" ({'; '.join(r['extract_notes'])})" if r.get("extract_notes") else "")
         grow = r["peak_rss_mib"] - r["rss_after_build_mib"]
         lines.append(
             f"| {r['nodes']} | {r['layers']} | {r['nodes_after']} | {r['optimize_s']:.1f} | "
+            + (f"{r['optimize_cpu_s']:.1f} | " if "optimize_cpu_s" in r else "- | ")
             + " | ".join(f"{ph.get(p, 0):.2f}" for p in PHASES)
             + f" | {r['stop_reason']} ({r['iterations']} rounds) | {r['enodes']} | {ex} | "
               f"{r['rss_after_build_mib']:.0f} | {r['peak_rss_mib']:.0f} | "
@@ -218,6 +219,9 @@ def write(rows: list[dict], out: Path, command: str) -> None:
         k = math.log(b["optimize_s"] / a["optimize_s"]) / math.log(b["nodes"] / a["nodes"])
         lines += ["", f"Growth of the total time from {a['nodes']} to {b['nodes']} nodes: exponent "
                       f"{k:.2f} (time ~ nodes^k; 1 is linear)."]
+        if "optimize_cpu_s" in a and "optimize_cpu_s" in b:
+            kc = math.log(b["optimize_cpu_s"] / a["optimize_cpu_s"]) / math.log(b["nodes"] / a["nodes"])
+            lines.append(f"Growth of the CPU time (less sensitive to other work on the machine): exponent {kc:.2f}.")
         for p in PHASES:
             if a["phases_s"].get(p, 0) > 0.05 and b["phases_s"].get(p, 0) > 0:
                 kp = math.log(b["phases_s"][p] / a["phases_s"][p]) / math.log(b["nodes"] / a["nodes"])
@@ -261,6 +265,8 @@ def plot(rows: list[dict], out_dir: Path) -> list[Path]:
         if max(ys) > 0.01:
             ax1.plot(n, ys, marker="o", label=p)
     ax1.plot(n, [r["optimize_s"] for r in ok], marker="s", color="black", label="total")
+    if all("optimize_cpu_s" in r for r in ok):
+        ax1.plot(n, [r["optimize_cpu_s"] for r in ok], marker="s", color="black", linestyle="--", label="total CPU")
     lo = ok[0]
     ax1.plot(n, [lo["optimize_s"] * x / lo["nodes"] for x in n], linestyle=":", color="gray", label="linear")
     ax1.set_xscale("log")
