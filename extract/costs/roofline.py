@@ -10,8 +10,11 @@ overhead). Costs are in microseconds, finite and > 0 for ops (the CostModel cont
 Layouts: a profile lists the data layouts its hardware has kernels for beyond NCHW
 (`layouts`). `nchwc` (onnxruntime's channel-blocked CPU kernels, rules/layout.egg) gives
 `conv_speedup`, the measured ratio of a blocked convolution's throughput to an NCHW one's on
-that machine: a NchwcConv computes at matmul_gflops * conv_speedup; ReorderInput and
-ReorderOutput are copies (memory-bound). On a profile without the layout, its ops cost
+that machine: a NchwcConv computes at matmul_gflops * conv_speedup, a depthwise one at the
+layout's `depthwise_gflops`; ReorderInput and ReorderOutput are copies (memory-bound). A
+depthwise convolution (one input channel per group, as many groups as channels) is no
+GEMM: it computes at the profile's `depthwise_gflops` where the profile measured it (an NCHW
+depthwise Conv ran at about 5 GFLOP/s on the development CPU, 30x below its GEMM rate). On a profile without the layout, its ops cost
 math.inf: they are never chosen.
 """
 
@@ -59,6 +62,7 @@ class Hardware:
     kernel_overhead_us: float  # fixed cost of launching / dispatching one op
     transcendental_flops: float = 10.0  # FLOPs charged per element of Erf, Tanh, Exp, ...
     source: str = ""
+    depthwise_gflops: float | None = None  # depthwise convolution (NCHW) throughput; None: matmul_gflops
     layouts: dict = field(default_factory=dict)  # layout -> its parameters ("nchwc": block, conv_speedup)
 
     def has_layout(self, name: str) -> bool:
@@ -161,6 +165,14 @@ class Roofline(CostModel):
             return sum(self.numel(egraph, i) or 0.0 for i in inputs[:1]), "vector"
         return out_n, "vector"
 
+    def depthwise(self, egraph: EGraph, inputs: list[str]) -> bool:
+        """A convolution with one input channel per group and as many groups as channels."""
+        if len(inputs) < 2:
+            return False
+        w = egraph.class_data.get(inputs[1], {}).get("shape")
+        x = egraph.class_data.get(inputs[0], {}).get("shape")
+        return bool(w and x and len(w) >= 3 and len(x) >= 2 and w[1] == 1 and w[0] == x[1] and w[0] > 1)
+
     def _gemm_k(self, egraph: EGraph, node: Node, inputs: list[str]) -> float | None:
         # Gemm A B C | alpha beta transA transB (FusedGemm has activation attributes first)
         trans_a_pos = 5 if node.op == "Gemm" else 9
@@ -185,8 +197,12 @@ class Roofline(CostModel):
         flops, kind = self.flops(egraph, node, inputs)
         moved = self.nbytes(egraph, node.eclass) + sum(self.nbytes(egraph, i) for i in inputs)
         rate = hw.matmul_gflops if kind == "matmul" else hw.vector_gflops
-        if node.op in ("NchwcConv", "NchwcConvPlain"):
+        blocked = node.op in ("NchwcConv", "NchwcConvPlain")
+        if blocked:
             rate *= float(hw.layouts["nchwc"].get("conv_speedup", 1.0))
+        if node.op in CONV and self.depthwise(egraph, inputs):
+            dw = hw.layouts["nchwc"].get("depthwise_gflops") if blocked else hw.depthwise_gflops
+            rate = float(dw) if dw else rate
         compute_us = flops / (rate * 1e3)
         memory_us = moved / (hw.mem_gbps * 1e3)
         weight = float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))
