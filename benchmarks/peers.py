@@ -775,12 +775,17 @@ def write_plots(recs: list[dict], out_dir: Path) -> list[Path]:
                     xs.append(i - 0.4 + w * (j + 0.5))
                     ys.append(v)
             ax.bar(xs, ys, w, label=t, color=cmap(j), edgecolor="black" if t == "eqsat" else None, linewidth=0.6)
+        ctl = [(i, _ratio(by.get((m, "control")), setting)) for i, m in enumerate(models)]
+        ctl = [(i, v) for i, v in ctl if v is not None]
+        if ctl:
+            ax.scatter(*zip(*ctl, strict=True), marker="_", s=900, color="black", linewidths=2.0, zorder=3,
+                       label="control (original vs itself: noise)")
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_ylabel("latency / original")
         ax.set_title(title, fontsize=10)
         ax.set_ylim(0.3, 1.4)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(ncol=len(tools), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 1.25))
+    axes[0].legend(ncol=(len(tools) + 2) // 2, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 1.35))
     axes[1].set_xticks(range(len(models)))
     axes[1].set_xticklabels(models, rotation=40, ha="right", fontsize=8)
     fig.tight_layout()
