@@ -85,17 +85,23 @@ def opset_facts(model: ModelProto, target: str) -> list:
 
 
 def forbidden_constructors(model: ModelProto, target: str) -> list[str]:
-    """Typed ops an extraction must not choose: contrib ops for target onnx (NCHWc ops also
-    where onnxruntime has no blocked layout), eqsat's internal ops always, and standard ops
-    that do not exist at the model's opset (LayerNormalization before 17, ...)."""
+    """Typed ops an extraction must not choose: contrib ops for target onnx (NCHWc ops there
+    unless the input model holds them), eqsat's internal ops always, and standard ops that
+    do not exist at the model's opset (LayerNormalization before 17, ...)."""
     ops = model_opsets(model)
     out = []
     for spec in SPECS:
         if spec.domain == INTERNAL_DOMAIN:
             out.append(spec.ctor)
             continue
+        if spec.domain == NCHWC_DOMAIN:
+            # onnxruntime ops, also where eqsat does not produce them (layout off): an input
+            # model's own NCHWc ops (an onnxruntime-optimized model) stay extractable
+            if target != "ort" and NCHWC_DOMAIN not in ops:
+                out.append(spec.ctor)
+            continue
         if spec.contrib:
-            if target != "ort" or (spec.domain == NCHWC_DOMAIN and not nchwc_block()):
+            if target != "ort":
                 out.append(spec.ctor)
             continue
         version = ops.get(spec.domain)

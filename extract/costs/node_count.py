@@ -19,8 +19,10 @@ ReorderInput and a ReorderOutput that only move data. So, and only in such e-gra
   TIME_SHARE < 1 op.
 So the op count still decides first, and among programs with as many computing ops, the
 predicted time of convolution, pooling and reorders decides (the blocked form is chosen
-where its faster convolutions pay for the reorders). On a profile without the layout, the
-blocked ops cost math.inf and are never chosen. Every cost stays > 0 and a term costs more
+where its faster convolutions pay for the reorders). On a profile without the layout, every
+NCHWc op (reorders included) costs NO_LAYOUT_OPS = 2 ops: never chosen where an NCHW
+alternative exists, yet finite, so that an input model's own NCHWc ops (an
+onnxruntime-optimized model) can still be extracted. Every cost stays > 0 and a term costs more
 than each of its subterms (monotonic), as the contract asks. E-graphs without NCHWc nodes
 (other models, target onnx) are costed exactly as without layouts.
 """
@@ -36,6 +38,7 @@ LEAF_COST = 1e-3
 BYTE_COST = 1e-9
 TIME_SHARE = 0.9  # the most a program's layout-sensitive time may add: below one op
 REORDER_COST = 1e-6  # a layout conversion's own cost (its time is added): not an op
+NO_LAYOUT_OPS = 2.0  # an NCHWc op on a profile without the layout: more than any alternative
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
                "U16": 2, "U32": 4, "U64": 8, "Bool": 1}
 # Term structure that is not an operator of the output model.
@@ -43,6 +46,8 @@ STRUCTURE = frozenset(
     {"Input", "Const", "Ints", "ScalarF", "ScalarI", "Absent", "Out", "Nil", "Cons", "ANil", "ACons"}
 )
 REORDERS = frozenset({"NchwcReorderInput", "NchwcReorderOutput"})
+NCHWC_OPS = REORDERS | {"NchwcConv", "NchwcConvPlain", "NchwcMaxPool", "NchwcAveragePool", "NchwcGlobalAveragePool",
+                        "NchwcGlobalMaxPool"}
 LAYOUT_SENSITIVE = REORDERS | {
     "Conv", "FusedConv", "NchwcConv", "NchwcConvPlain", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
     "NchwcMaxPool", "NchwcAveragePool", "NchwcGlobalAveragePool", "NchwcGlobalMaxPool",
@@ -58,15 +63,17 @@ class NodeCount(CostModel):
         self._timer = None  # a Roofline, for e-graphs with layout alternatives
         self._timed: int | None = None  # id of the e-graph it was set up for
         self._weight = 0.0  # cost per predicted microsecond, for that e-graph
+        self._layout: bool | None = None  # whether the profile has NCHWc kernels
 
     def _layout_timer(self, egraph: EGraph):
         if self._timed != id(egraph):
-            from .roofline import NCHWC_OPS, Roofline
+            from .roofline import Roofline
 
             self._timed = id(egraph)
             self._timer = None
-            if any(n.op in NCHWC_OPS for n in egraph.nodes.values()):
-                self._timer = Roofline(self.hardware, self.dims)
+            timer = Roofline(self.hardware, self.dims)
+            if timer.hw.has_layout("nchwc") and any(n.op in NCHWC_OPS for n in egraph.nodes.values()):
+                self._timer = timer
                 self._timer._setup(egraph)
                 worst: dict[str, float] = {}
                 for n in egraph.nodes.values():
@@ -77,6 +84,14 @@ class NodeCount(CostModel):
                 total = sum(worst.values())
                 self._weight = TIME_SHARE / total if total > 0 else 0.0
         return self._timer
+
+    def _has_layout(self) -> bool:
+        if self._layout is None:
+            from .roofline import Hardware
+
+            hw = self.hardware if isinstance(self.hardware, Hardware) else Hardware.load(self.hardware)
+            self._layout = hw.has_layout("nchwc")
+        return self._layout
 
     def costs(self, egraph: EGraph) -> dict[str, float]:
         self._timed = None
@@ -90,12 +105,12 @@ class NodeCount(CostModel):
         if egraph.class_type(node.eclass) not in ("", "Op"):
             return LEAF_COST  # DType, OptInt, AttrVal, ... values
         ops = float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))  # If: 1 + its branches
+        if node.op in NCHWC_OPS and not self._has_layout():
+            return NO_LAYOUT_OPS
         if node.op in LAYOUT_SENSITIVE:
             timer = self._layout_timer(egraph)
             if timer is not None:
                 t = timer.node_cost(egraph, node)
-                if not math.isfinite(t):
-                    return math.inf
                 return (REORDER_COST if node.op in REORDERS else ops) + self._weight * t
         return ops
 

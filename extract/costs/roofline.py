@@ -15,7 +15,8 @@ layout's `depthwise_gflops`; ReorderInput and ReorderOutput are copies (memory-b
 depthwise convolution (one input channel per group, as many groups as channels) is no
 GEMM: it computes at the profile's `depthwise_gflops` where the profile measured it (an NCHW
 depthwise Conv ran at about 5 GFLOP/s on the development CPU, 30x below its GEMM rate). On a profile without the layout, its ops cost
-math.inf: they are never chosen.
+NO_LAYOUT_US (a second): never chosen where an NCHW alternative exists, yet finite, so that
+an input model's own NCHWc ops (an onnxruntime-optimized model) can still be extracted.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from ..egraph import EGraph, Node
 from .base import CostModel
-from .node_count import LEAF_COST, STRUCTURE
+from .node_count import LEAF_COST, NCHWC_OPS, STRUCTURE
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
 DEFAULT_DIM = 16
@@ -38,8 +39,7 @@ DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16
 MATMUL = {"MatMul", "FusedMatMul"}
 GEMM = {"Gemm", "FusedGemm"}
 CONV = {"Conv", "FusedConv", "NchwcConv", "NchwcConvPlain"}
-NCHWC_OPS = frozenset({"NchwcConv", "NchwcConvPlain", "NchwcReorderInput", "NchwcReorderOutput", "NchwcMaxPool", "NchwcAveragePool",
-                       "NchwcGlobalAveragePool", "NchwcGlobalMaxPool"})
+NO_LAYOUT_US = 1e6
 POOL = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "NchwcMaxPool", "NchwcAveragePool",
         "NchwcGlobalAveragePool", "NchwcGlobalMaxPool"}
 ATTENTION = {"MultiHeadAttention", "Attention"}
@@ -192,7 +192,7 @@ class Roofline(CostModel):
         if node.op in VIEWS:
             return hw.kernel_overhead_us * 0.25
         if node.op in NCHWC_OPS and not hw.has_layout("nchwc"):
-            return math.inf  # the hardware has no blocked kernels
+            return NO_LAYOUT_US  # the hardware has no blocked kernels
         inputs = self.op_inputs(egraph, node)
         flops, kind = self.flops(egraph, node, inputs)
         moved = self.nbytes(egraph, node.eclass) + sum(self.nbytes(egraph, i) for i in inputs)

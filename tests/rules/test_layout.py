@@ -253,3 +253,27 @@ def test_lone_depthwise_conv_pays_for_its_reorders(block):
     y = g.conv("x", c, c, group=c)
     check(g.model(y), [f"{NCHWC}.ReorderInput", f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput"],
           fired=["nchwc-conv-depthwise"])
+
+
+@pytest.mark.parametrize("target", ["ort", "onnx"])
+def test_onnxruntime_optimized_model_round_trips_with_the_layout_off(monkeypatch, tmp_path, target):
+    """A model that already holds NCHWc ops (onnxruntime's ORT_ENABLE_ALL saved model) is
+    optimized with the layout off: its NCHWc ops (Conv with and without activation, Sum
+    input, pooling, reorders) encode, stay extractable and come back equal."""
+    import onnxruntime as ort
+
+    monkeypatch.delenv("EQSAT_NCHWC", raising=False)
+    m = _resnet_like(32)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
+    so.log_severity_level = 4
+    ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    saved = onnx.load(str(tmp_path / "ort.onnx"))
+    if not any(n.domain == NCHWC for n in saved.graph.node):
+        pytest.skip("onnxruntime made no NCHWc ops on this CPU")
+    res = optimize(saved, Options(target=target))
+    assert sorted(op_list(res.model)) == sorted(op_list(saved))
+    feeds = random_inputs(m)
+    bad = compare(run(saved, feeds, optimize=False), run(res.model, feeds, optimize=False), 1e-5, 1e-5)
+    assert not bad, "; ".join(map(str, bad))
