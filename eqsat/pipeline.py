@@ -44,6 +44,7 @@ class Options:
     fold_limit: int = FOLD_LIMIT
     save_egraph: Path | None = None
     explain: bool = False  # instrumented rules; the report gets an `explain` section (eqsat.explain)
+    layout: str = "nchw"  # nchwc: also onnxruntime's channel-blocked CPU layout (eqsat.target)
 
 
 @dataclass
@@ -123,7 +124,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     tensors, protos, dims = TensorStore(), ProtoStore(), DimTable()
     try:
         enc = Encoder(model, types, tensors, protos, dims).encode()
-        sat.run_commands(enc.commands + opset_facts(model, opts.target))
+        sat.run_commands(enc.commands + opset_facts(model, opts.target, opts.layout))
     except BaseException:
         sat.close()
         raise

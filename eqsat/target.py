@@ -7,7 +7,7 @@
 Rules see the target as `(opset DOMAIN)` facts and guard on them; extraction also never
 picks an op the target lacks (a safety net for user rules that do not guard).
 
-NCHWc (opt-in, `EQSAT_NCHWC=1`): for `ort`, where onnxruntime's CPU kernels have a
+NCHWc (opt-in: `eqsat optimize --layout nchwc`, or `EQSAT_NCHWC=1`): for `ort`, where onnxruntime's CPU kernels have a
 channel-blocked layout (MLAS), the facts also say so: `(opset "com.microsoft.nchwc")` is 1
 and `(layout-block "nchwc")` is the block size that the installed onnxruntime uses on this
 machine (8 with AVX2, 16 with AVX-512), probed once per process; rules/layout.egg guards on
@@ -38,12 +38,13 @@ NCHWC_DOMAIN = "com.microsoft.nchwc"
 
 
 @functools.cache
-def nchwc_block() -> int:
+def nchwc_block(enabled: bool = False) -> int:
     """onnxruntime's NCHWc channel block on this machine, or 0 where it is not used (the
-    layout not enabled with EQSAT_NCHWC=1, no onnxruntime, a CPU without blocked kernels).
+    layout not enabled by `enabled` (`--layout nchwc`) or EQSAT_NCHWC=1, no onnxruntime, a
+    CPU without blocked kernels).
     Cached per process (tests clear it with nchwc_block.cache_clear()). Probed by running
     ReorderInput on four channels (its minimum): the output pads them to one block."""
-    if os.environ.get("EQSAT_NCHWC", "0") in ("", "0"):
+    if not enabled and os.environ.get("EQSAT_NCHWC", "0") in ("", "0"):
         return 0
     forced = os.environ.get("EQSAT_NCHWC_BLOCK")
     if forced:
@@ -70,14 +71,14 @@ def model_opsets(model: ModelProto) -> dict[str, int]:
     return {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
 
 
-def opset_facts(model: ModelProto, target: str) -> list:
+def opset_facts(model: ModelProto, target: str, layout: str = "nchw") -> list:
     if target not in TARGETS:
         raise UsageError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     ops = model_opsets(model)
     facts = [T.set_fn("opset", [T.string(d)], T.i64(v)) for d, v in sorted(ops.items()) if d in ("", MS_DOMAIN)]
     if target == "ort":
         facts.append(T.set_fn("opset", [T.string(MS_DOMAIN)], T.i64(max(1, ops.get(MS_DOMAIN, 1)))))
-        block = nchwc_block()
+        block = nchwc_block(layout == "nchwc")
         if block:
             facts.append(T.set_fn("opset", [T.string(NCHWC_DOMAIN)], T.i64(1)))
             facts.append(T.set_fn("layout-block", [T.string("nchwc")], T.i64(block)))

@@ -277,3 +277,19 @@ def test_onnxruntime_optimized_model_round_trips_with_the_layout_off(monkeypatch
     feeds = random_inputs(m)
     bad = compare(run(saved, feeds, optimize=False), run(res.model, feeds, optimize=False), 1e-5, 1e-5)
     assert not bad, "; ".join(map(str, bad))
+
+
+def test_cli_layout_option_enables_it_without_the_environment(monkeypatch, tmp_path, capsys):
+    from eqsat.cli import main
+
+    monkeypatch.delenv("EQSAT_NCHWC", raising=False)
+    monkeypatch.delenv("EQSAT_NCHWC_BLOCK", raising=False)
+    nchwc_block.cache_clear()
+    if not nchwc_block(True):
+        pytest.skip("onnxruntime has no NCHWc kernels on this CPU")  # the layout cannot be enabled here
+    src, plain, blocked = tmp_path / "m.onnx", tmp_path / "plain.onnx", tmp_path / "blocked.onnx"
+    onnx.save(_resnet_like(2 * nchwc_block(True)), str(src))
+    assert main(["optimize", str(src), "-o", str(plain), "-q"]) == 0, capsys.readouterr().err
+    assert main(["optimize", str(src), "-o", str(blocked), "--layout", "nchwc", "-q"]) == 0, capsys.readouterr().err
+    assert not [n for n in onnx.load(str(plain)).graph.node if n.domain == NCHWC]
+    assert [n for n in onnx.load(str(blocked)).graph.node if n.domain == NCHWC]  # verified against the original
