@@ -888,6 +888,12 @@ def _report(a, command: str) -> None:
     runs = sorted({lat["runs"] for r in recs for lat in (r.get("latency") or {}).values() if "runs" in lat})
     note = (f"Rounds per measurement: {runs[0]} to {runs[-1]} (at most `--runs`, fewer for the slowest "
             "models past `--max-s`), after 3 warm-up rounds." if runs else "")
+    if a.report_only and a.results.exists():  # keep the command that measured
+        import re
+
+        m = re.search(r"^Command: `([^`]*)`", a.results.read_text(), re.M)
+        if m and "--report-only" not in m.group(1):
+            command = m.group(1)
     write_results(recs, a.results, command, plots, note)
 
 
