@@ -140,7 +140,8 @@ def eqsat_source() -> str:
     if EQSAT_SRC is not None or not Path(eqsat.__file__).resolve().is_relative_to(ROOT):
         d = Path(eqsat.__file__).resolve().parent.parent
         c = d / "COMMIT"
-        return (c.read_text().strip() + f" (exported to {d})") if c.exists() else str(d)
+        shown = d.relative_to(ROOT) if d.is_relative_to(ROOT) else d.name  # no machine paths in results
+        return (c.read_text().strip() + f" (exported to {shown})") if c.exists() else str(shown)
     try:
         dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "eqsat", "extract", "rules"],
                                capture_output=True, text=True).stdout.split("\n")
