@@ -45,16 +45,54 @@ def _alloc(graph: Graph, i: int, size: dict[str, int]) -> int:
     return sum(size[y] for y in n.outputs)
 
 
+class _Ready:
+    """The nodes ready to schedule, best key first. A node whose key changed is pushed again;
+    stale heap entries are skipped (each push bumps the node's version)."""
+
+    def __init__(self, key: Callable[[int], tuple], n: int) -> None:
+        self.key, self.version, self.heap, self.nodes = key, [0] * n, [], set()
+
+    def __bool__(self) -> bool:
+        return bool(self.nodes)
+
+    def __contains__(self, i: int) -> bool:
+        return i in self.nodes
+
+    def add(self, i: int) -> None:
+        self.nodes.add(i)
+        self.rescore(i)
+
+    def rescore(self, i: int) -> None:
+        self.version[i] += 1
+        heapq.heappush(self.heap, (self.key(i), self.version[i], i))
+
+    def take(self, i: int) -> int:
+        self.nodes.discard(i)
+        self.version[i] += 1  # drop its heap entry
+        return i
+
+    def pop(self) -> int:
+        while True:
+            _, v, j = heapq.heappop(self.heap)
+            if v == self.version[j] and j in self.nodes:
+                return self.take(j)
+
+
+def _successors(preds: list[set[int]]) -> list[set[int]]:
+    succs: list[set[int]] = [set() for _ in preds]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            succs[p].add(i)
+    return succs
+
+
 def forward(graph: Graph, alignment: int, mode: str) -> list[int]:
     """A list schedule from the inputs: mode `net`, `alloc` or `chain`."""
     size = _sizes(graph, alignment)
     outs = set(graph.outputs)
     n = len(graph.nodes)
     preds = _producers(graph)
-    succs: list[set[int]] = [set() for _ in range(n)]
-    for i, ps in enumerate(preds):
-        for p in ps:
-            succs[p].add(i)
+    succs = _successors(preds)
     waiting = [len(ps) for ps in preds]
     remaining = {t: len(set(cs)) for t, cs in graph.consumers.items()}
     alloc = [_alloc(graph, i, size) for i in range(n)]
@@ -67,34 +105,15 @@ def forward(graph: Graph, alignment: int, mode: str) -> list[int]:
         net = alloc[i] - freed(i)
         return (alloc[i], net, i) if mode == "alloc" else (net, i)
 
-    version = [0] * n
-    heap: list[tuple] = []
-    ready: set[int] = set()
-
-    def push(i: int) -> None:
-        version[i] += 1
-        heapq.heappush(heap, (key(i), version[i], i))
-
+    ready = _Ready(key, n)
     for i in range(n):
         if waiting[i] == 0:
             ready.add(i)
-            push(i)
     order: list[int] = []
     last = -1
     while ready:
-        pick = -1
-        if mode == "chain" and last >= 0:
-            cands = [j for j in succs[last] if j in ready]
-            if cands:
-                pick = min(cands, key=key)
-        if pick < 0:
-            while True:
-                _, v, j = heapq.heappop(heap)
-                if v == version[j] and j in ready:
-                    pick = j
-                    break
-        ready.discard(pick)
-        version[pick] += 1  # drop its heap entry
+        cands = [j for j in succs[last] if j in ready] if mode == "chain" and last >= 0 else []
+        pick = ready.take(min(cands, key=key)) if cands else ready.pop()
         order.append(pick)
         last = pick
         for x in graph.nodes[pick].inputs:
@@ -103,12 +122,11 @@ def forward(graph: Graph, alignment: int, mode: str) -> list[int]:
                 if remaining[x] == 1:  # its last reader now frees it: rescore that reader
                     for c in graph.consumers[x]:
                         if c in ready:
-                            push(c)
+                            ready.rescore(c)
         for j in succs[pick]:
             waiting[j] -= 1
             if waiting[j] == 0:
                 ready.add(j)
-                push(j)
     return order
 
 
@@ -118,11 +136,7 @@ def reverse(graph: Graph, alignment: int) -> list[int]:
     outs = set(graph.outputs)
     n = len(graph.nodes)
     preds = _producers(graph)
-    succs: list[set[int]] = [set() for _ in range(n)]
-    for i, ps in enumerate(preds):
-        for p in ps:
-            succs[p].add(i)
-    waiting = [len(s) for s in succs]
+    waiting = [len(s) for s in _successors(preds)]
     live: set[str] = set(t for t in graph.tensors if t in outs)
 
     def key(i: int) -> tuple:
@@ -134,26 +148,13 @@ def reverse(graph: Graph, alignment: int) -> list[int]:
             newly = 0
         return (newly - dead, -i)
 
-    heap: list[tuple] = []
-    version = [0] * n
-    ready: set[int] = set()
-
-    def push(i: int) -> None:
-        version[i] += 1
-        heapq.heappush(heap, (key(i), version[i], i))
-
+    ready = _Ready(key, n)
     for i in range(n):
         if waiting[i] == 0:
             ready.add(i)
-            push(i)
     rev: list[int] = []
     while ready:
-        while True:
-            _, v, j = heapq.heappop(heap)
-            if v == version[j] and j in ready:
-                break
-        ready.discard(j)
-        version[j] += 1
+        j = ready.pop()
         rev.append(j)
         node = graph.nodes[j]
         for y in node.outputs:
@@ -163,12 +164,11 @@ def reverse(graph: Graph, alignment: int) -> list[int]:
                 live.add(x)
                 for c in graph.consumers[x]:  # readers still waiting see x as live now
                     if c in ready:
-                        push(c)
+                        ready.rescore(c)
         for p in preds[j]:
             waiting[p] -= 1
             if waiting[p] == 0:
                 ready.add(p)
-                push(p)
     rev.reverse()
     return rev
 
