@@ -110,7 +110,7 @@ def load_rule_file(eg: b.EGraph, path: Path, declared: Declared, transform=None)
     load_rule_text(eg, text, shown, declared, transform)
 
 
-_SPAN = re.compile(r"In (\d+):(\d+)-(\d+) of ([^:\n]*): ?(.*)")
+SPAN_RE = re.compile(r"In (\d+):(\d+)-(\d+) of ([^:\n]*): ?(.*)")  # egglog's source spans
 
 
 def format_egglog_error(msg: str, path: str, text: str, declared: Declared) -> str:
@@ -118,8 +118,8 @@ def format_egglog_error(msg: str, path: str, text: str, declared: Declared) -> s
     function B; did you mean Abs?`."""
     # egglog 14 reports a primitive that fails in an action as `Panic: In 1:9-16 of F: (log2 0): ...`
     lines = [ln.strip().removeprefix("Panic: ") for ln in msg.strip().splitlines() if ln.strip()]
-    spans = [m for m in (_SPAN.match(ln) for ln in lines) if m]
-    rest = [ln for ln in lines if not _SPAN.match(ln)]
+    spans = [m for m in (SPAN_RE.match(ln) for ln in lines) if m]
+    rest = [ln for ln in lines if not SPAN_RE.match(ln)]
     if spans:
         line, col = int(spans[-1].group(1)), int(spans[-1].group(2))
     else:

@@ -11,7 +11,6 @@ may add facts; saturation ends when a round and its hooks change nothing.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from egglog import bindings as b
 from .errors import OptimizeError, RuleError
 from .rulefiles import (
     SCHEDULE,
+    SPAN_RE,
     Declared,
     default_rule_files,
     display_path,
@@ -32,7 +32,6 @@ from .rulefiles import (
 
 SPAN = b.PanicSpan()
 _RULES_FAILED = "egglog failed while running the rules: {}; check the --rules files (nothing written)"
-_SPAN_DETAIL = re.compile(r"In \d+:\d+-\d+ of [^:]*: (.*)")
 
 
 @dataclass
@@ -132,8 +131,8 @@ class Saturator:
                 raise OptimizeError(f"egglog rejected the encoded model: {last}") from None
             # egglog 14: a primitive failed in a rule's action (`Panic: In 2:5-9 of F: (log2 0): ...`)
             _LOADED.pop(self._key, None)
-            m = _SPAN_DETAIL.search(last)
-            raise OptimizeError(_RULES_FAILED.format(m.group(1) if m else last)) from None
+            m = SPAN_RE.match(last.removeprefix("Panic: "))
+            raise OptimizeError(_RULES_FAILED.format(m.group(5) if m else last)) from None
         except BaseException as e:  # egglog 13 panics are BaseException (pyo3 PanicException)
             if isinstance(e, KeyboardInterrupt | SystemExit):
                 raise
