@@ -1,7 +1,12 @@
-"""ONNX graph -> egglog commands that build one term per value.
+"""ONNX graph -> egglog actions that build one term per value.
 
-Every value of the main graph gets a global `$vN` bound to its term; the shape and dtype
-of every value whose type is known are set with the `shape` and `dtype` functions. Nodes
+The actions are sent as one batch (`Saturator.run_batch`: one one-shot rule), in which
+every value of the main graph is a local `let` name `vK` bound to its term, and its e-class
+also holds the handle `(Value N)` by which later batches and the serializer find it (its
+number N in `Encoded.value_id`). A command per value, with an egglog global each, made
+loading quadratic (each command cost time in proportion to the globals before it:
+benchmarks/results/scaling.md). The shape
+and dtype of every value whose type is known are set with the `shape` and `dtype` functions. Nodes
 that the op language types (eqsat.lang.ops) become their constructor; any other node is
 carried as `Opaque` with its attributes, and a node with subgraphs lists the outer values
 those subgraphs read (its captures) so that the decoder can rename them.
@@ -136,7 +141,7 @@ def constant_node_tensor(node: NodeProto) -> TensorProto | None:
 @dataclass
 class Encoded:
     commands: list
-    value_var: dict[str, str]  # ONNX value name -> egglog global
+    value_id: dict[str, int]  # ONNX value name -> N: its e-class is (value N)
     outputs: list[str]
     opaque: Counter = field(default_factory=Counter)  # "op_type: reason" -> count
     n_nodes: int = 0
@@ -150,7 +155,7 @@ class Encoder:
         tensors: TensorStore,
         protos: ProtoStore,
         dims: DimTable,
-        prefix: str = "$v",
+        prefix: str = "v",
     ) -> None:
         self.model = model
         self.prefix = prefix
@@ -164,7 +169,7 @@ class Encoder:
         self.opaque: Counter = Counter()
         self._n = 0
 
-    # ---- globals
+    # ---- names (local to the batch that loads the model: Saturator.run_batch)
     def _bind(self, expr) -> str:
         name = f"{self.prefix}{self._n}"
         self._n += 1
@@ -209,12 +214,15 @@ class Encoder:
         used = self._used_names(g)
         for node in _topological(g):
             self._node(node, used)
+        ids: dict[str, int] = {}
         for value in self.var:
             self._set_type(value)
+            ids[value] = len(ids)
+            self.cmds.append(T.union(T.value(ids[value]), T.var(self.var[value])))
         for o in g.output:
             if o.name not in self.var:
                 raise InvalidModelError(f"graph output '{o.name}' is not produced by any node or input")
-        return Encoded(self.cmds, dict(self.var), [o.name for o in g.output], self.opaque, len(g.node))
+        return Encoded(self.cmds, ids, [o.name for o in g.output], self.opaque, len(g.node))
 
     def encode_subgraph(self, g: GraphProto, env: dict[str, object]) -> list:
         """Terms for the outputs of subgraph `g`, whose outer references are the

@@ -124,14 +124,14 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     tensors, protos, dims = TensorStore(), ProtoStore(), DimTable()
     try:
         enc = Encoder(model, types, tensors, protos, dims).encode()
-        sat.run_commands(enc.commands + opset_facts(model, opts.target, opts.layout))
+        sat.run_batch(enc.commands + opset_facts(model, opts.target, opts.layout))
     except BaseException:
         sat.close()
         raise
     phase("encode", t0)
     say(f"encoded {enc.n_nodes} nodes ({sum(enc.opaque.values())} typed ops carried opaque) in {times['encode']:.2f} s")
 
-    roots = [enc.value_var[o] for o in enc.outputs]
+    roots = [enc.value_id[o] for o in enc.outputs]
     forbidden = forbidden_constructors(model, opts.target)
 
     rows: list = []
@@ -168,10 +168,10 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         Path(opts.save_egraph).write_text(json.dumps(data))
 
     egraph = EGraph.from_json(data)
-    let_class = data["eqsat"]["let_class"]
+    value_class = data["eqsat"]["value_class"]
     value_names: dict[str, list[str]] = {}
-    for name, var in enc.value_var.items():
-        c = let_class.get(var)
+    for name, vid in enc.value_id.items():
+        c = value_class.get(str(vid))
         if c is not None:
             value_names.setdefault(c, []).append(name)
     report = {

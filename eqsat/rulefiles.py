@@ -60,6 +60,14 @@ class Declared:
     rules: dict[str, str] = field(default_factory=dict)  # rule name -> ruleset
     ruleset_files: dict[str, str] = field(default_factory=dict)  # ruleset -> declaring file
 
+    def _constructor(self, c, sort: str, args: list[str]) -> None:
+        """A term constructor; an `:unextractable` one (a handle such as `Value`) is listed
+        with the functions: no extraction or size count treats it as a term."""
+        if getattr(c, "unextractable", False):
+            self.functions.append(c.name)
+        else:
+            self.constructors[c.name] = (sort, args)
+
     def absorb(self, cmds: list, path: str) -> None:
         for c in cmds:
             if isinstance(c, b.AddRuleset):
@@ -67,13 +75,13 @@ class Declared:
                 self.ruleset_files[c.name] = path
             elif isinstance(c, b.Datatype):
                 for v in c.variants:
-                    self.constructors[v.name] = (c.name, list(v.types))
+                    self._constructor(v, c.name, list(v.types))
             elif isinstance(c, b.Datatypes):
                 for _span, sort, sub in c.datatypes:
                     for v in getattr(sub, "variants", []):
-                        self.constructors[v.name] = (sort, list(v.types))
+                        self._constructor(v, sort, list(v.types))
             elif isinstance(c, b.Constructor):
-                self.constructors[c.name] = (c.schema.output, list(c.schema.input))
+                self._constructor(c, c.schema.output, list(c.schema.input))
             elif isinstance(c, (b.FunctionCommand, b.Relation)):
                 self.functions.append(c.name)
             elif isinstance(c, (b.RewriteCommand, b.BiRewriteCommand)):

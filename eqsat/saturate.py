@@ -11,6 +11,7 @@ may add facts; saturation ends when a round and its hooks change nothing.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -69,6 +70,7 @@ class _Loaded:
 # every rule (most of a small model's optimization time). Each optimization pushes the
 # e-graph, works on top, and pops back to the rules alone.
 _LOADED: dict[tuple, _Loaded] = {}
+_BATCHES = itertools.count(1)  # names of run_batch's one-shot rulesets, unique per process
 
 
 def _key(rule_files: list[Path], default_rules: bool, explain: bool = False) -> tuple:
@@ -139,6 +141,33 @@ class Saturator:
             _LOADED.pop(self._key, None)  # do not reuse an e-graph egglog panicked on
             raise OptimizeError(_RULES_FAILED.format(str(e).splitlines()[0] if str(e) else type(e).__name__)) from None
 
+    def run_batch(self, cmds: list) -> None:
+        """Run commands, each run of consecutive actions (`let`, `union`, `set`) as one
+        one-shot rule in a ruleset of its own, run once: egglog then does the work of one
+        command for the whole batch instead of one per action (a command costs time in
+        proportion to the e-graph, so separate commands made encoding quadratic). `let`
+        names are local to their batch. The rules live until the next pop."""
+        out: list = []
+        actions: list = []
+
+        def flush() -> None:
+            if actions:
+                rs = f"eqsat-batch-{next(_BATCHES)}"
+                out.extend([b.AddRuleset(SPAN, rs),
+                            b.RuleCommand(b.Rule(SPAN, list(actions), [], rs, rs)),
+                            b.RunSchedule(b.Run(SPAN, b.RunConfig(rs, None)))])
+                actions.clear()
+
+        for c in cmds:
+            if isinstance(c, b.ActionCommand):
+                actions.append(c.action)
+            else:
+                flush()
+                out.append(c)
+        flush()
+        if out:
+            self.run_commands(out)
+
     def size(self) -> int:
         """E-nodes: rows of constructor tables (function tables not counted)."""
         sizes = self.run_commands([b.PrintSize(SPAN, None)])[0].sizes
@@ -190,7 +219,7 @@ class Saturator:
             for hook in hooks or []:
                 new = hook(self)
                 if new:
-                    self.run_commands(new)
+                    self.run_batch(new)
                     added.extend(new)
             changed |= bool(added)
             n = self.size()
@@ -222,7 +251,7 @@ class Saturator:
             if cmds:
                 self.run_commands(cmds)
             if added:
-                self.run_commands(added)
+                self.run_batch(added)
 
 
 def _parse(eg: b.EGraph, text: str, path: str, declared: Declared) -> list:

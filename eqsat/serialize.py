@@ -24,18 +24,17 @@ from .store import ProtoStore
 FORMAT = 1
 
 
-def serialize(eg: b.EGraph, root_vars: list[str], output_names: list[str], constructors: list[str],
+def serialize(eg: b.EGraph, root_ids: list[int], output_names: list[str], constructors: list[str],
               functions: list[str], dims: DimTable, protos: ProtoStore | None = None,
               forbidden: list[str] = ()) -> dict:
-    ser = eg.serialize([T.var(v) for v in dict.fromkeys(root_vars)])
+    """`root_ids`: the value numbers (eqsat.encode) of the graph outputs, in order."""
+    ser = eg.serialize([T.value(v) for v in dict.fromkeys(root_ids)])
     data = json.loads(ser.to_json())
-    let_class: dict[str, str] = {}
-    for cid, cd in data.get("class_data", {}).items():
-        for name in (cd.get("let") or "").split(","):
-            name = name.strip()
-            if name:
-                let_class[name] = cid
     nodes = data["nodes"]
+    value_class: dict[str, str] = {}  # value number -> e-class, from the (Value N) handles
+    for n in nodes.values():
+        if n["op"] == "Value" and len(n["children"]) == 1:
+            value_class[str(parse_int(nodes[n["children"][0]]["op"]))] = n["eclass"]
     cdata = data.setdefault("class_data", {})
 
     def ints_of(eclass: str) -> list[int] | None:
@@ -70,7 +69,7 @@ def serialize(eg: b.EGraph, root_vars: list[str], output_names: list[str], const
             if d is not None:
                 cdata.setdefault(owner, {})["dtype"] = d
     weights = _subgraph_weights(nodes, protos) if protos is not None else {}
-    roots = [let_class[v] for v in root_vars]
+    roots = [value_class[str(v)] for v in root_ids]
     data["root_eclasses"] = list(dict.fromkeys(roots))
     data["eqsat"] = {
         "format": FORMAT,
@@ -79,7 +78,7 @@ def serialize(eg: b.EGraph, root_vars: list[str], output_names: list[str], const
         "roots": roots,
         "outputs": list(output_names),
         "dims": {str(k): v for k, v in dims.names.items()},
-        "let_class": let_class,
+        "value_class": value_class,
         "forbidden": sorted(forbidden),
         "node_weight": weights,
     }

@@ -77,7 +77,15 @@ def oplist(items: Sequence[Expr]) -> Expr:
 
 
 def let(name: str, expr: Expr):
+    """A binding local to the batch it is sent in (`Saturator.run_batch` runs consecutive
+    actions as one rule): the name must not start with `$`, which egglog keeps for globals."""
     return b.ActionCommand(b.Let(SPAN, name, expr))
+
+
+def value(vid: int) -> Expr:
+    """The handle `(Value vid)` on encoded value number `vid` (rules/lang.egg): it is in that
+    value's e-class, so any batch of actions can name the class."""
+    return call("Value", i64(vid))
 
 
 def union(a: Expr, c: Expr):

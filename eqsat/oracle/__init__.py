@@ -43,7 +43,7 @@ class Oracle:
 
     def __call__(self, _saturator) -> list:
         self.rounds += 1
-        v = View.of(_with_internal_ops(self.serialize()), prefix=f"$o{self.rounds}_")
+        v = View.of(_with_internal_ops(self.serialize()), prefix=f"o{self.rounds}_")
         facts = self.folder(v) + self.reshapes(v) + self.inliner(v)
         return v.lets + facts
 

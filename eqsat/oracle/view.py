@@ -1,10 +1,11 @@
 """The e-graph as the oracles see it between rounds: the serialized JSON, indexed, with a
 way to name any e-class in a new egglog command.
 
-An oracle reads e-classes and adds facts (`union`s with new terms). To write a command
-about an e-class it needs an expression that evaluates to it: a global bound to it when
-there is one (`$v12` from encoding), else a term rebuilt from one of its nodes, whose own
-children are named the same way and bound to new globals so that each is built once.
+An oracle reads e-classes and adds facts (`union`s with new terms). To write an action
+about an e-class it needs an expression that evaluates to it: `(Value N)` when the class
+holds an encoded value, else a term rebuilt from one of its nodes, whose own children are
+named the same way and bound by `let`s (local to the batch the oracle's actions are run in,
+`Saturator.run_batch`) so that each is built once.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from ..lang.literals import parse_float, parse_int, parse_string
 class View:
     egraph: EGraph
     data: dict  # the JSON, with eqsat's metadata
-    prefix: str  # for the globals this view binds, unique per round
-    lets: list = field(default_factory=list)  # commands binding them, to run before the unions
+    prefix: str  # for the names this view binds (no `$`: they are local to a batch)
+    lets: list = field(default_factory=list)  # actions binding them, to run before the unions
     _expr: dict[str, object] = field(default_factory=dict)
     _choice: dict[str, str] | None = None
     _n: int = 0
@@ -32,10 +33,10 @@ class View:
     @classmethod
     def of(cls, data: dict, prefix: str) -> View:
         v = cls(EGraph.from_json(data), data, prefix)
-        for cid, cd in data.get("class_data", {}).items():
-            lets = [x.strip() for x in (cd.get("let") or "").split(",") if x.strip()]
-            if lets:
-                v._expr[cid] = T.var(lets[0])
+        nodes = data["nodes"]
+        for n in nodes.values():
+            if n["op"] == "Value" and len(n["children"]) == 1 and n["eclass"] not in v._expr:
+                v._expr[n["eclass"]] = T.value(parse_int(nodes[n["children"][0]]["op"]))
         return v
 
     # ---- reading
@@ -84,7 +85,7 @@ class View:
         return self._choice
 
     def expr(self, eclass: str):
-        """An expression that evaluates to `eclass` (binding new globals as needed)."""
+        """An expression that evaluates to `eclass` (binding new names as needed)."""
         if eclass in self._expr:
             return self._expr[eclass]
         stack = [eclass]
