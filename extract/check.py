@@ -6,6 +6,10 @@ from collections.abc import Mapping
 
 from .egraph import EGraph
 
+# Tree costs grow exponentially with reuse on deep models (10k nodes overflow a float):
+# they saturate here instead of becoming infinite, which means "no term".
+TREE_COST_CAP = 1e300
+
 
 class ExtractionError(Exception):
     pass
@@ -77,9 +81,10 @@ def dag_cost(egraph: EGraph, choice: Mapping[str, str], costs: Mapping[str, floa
 
 
 def tree_cost(egraph: EGraph, choice: Mapping[str, str], costs: Mapping[str, float]) -> float:
-    """Each node paid once per use, as if shared values were recomputed (sum over roots)."""
+    """Each node paid once per use, as if shared values were recomputed (sum over roots).
+    Saturates at 1e300: on deep models with reuse it grows exponentially."""
     memo: dict[str, float] = {}
     for c in reachable(egraph, choice):
         n = egraph.nodes[choice[c]]
-        memo[c] = costs[n.id] + sum(memo[k] for k in n.children)
-    return sum(memo[r] for r in egraph.roots)
+        memo[c] = min(costs[n.id] + sum(memo[k] for k in n.children), TREE_COST_CAP)
+    return min(sum(memo[r] for r in egraph.roots), TREE_COST_CAP)

@@ -1,7 +1,8 @@
 """Tree greedy (bottom-up): each e-class takes the node with the least tree cost, where a
 node's tree cost is its own cost plus its children's. Optimal for tree cost, not for DAG
 cost (a shared value is counted once per use). Worklist form of extraction-gym's
-bottom-up extractor: a node is re-evaluated only when one of its child classes improves."""
+bottom-up extractor: a node is re-evaluated only when one of its child classes improves.
+Tree costs saturate at check.TREE_COST_CAP (they would overflow on deep models)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import math
 import time
 
 from .base import Extraction, Extractor
-from .check import ExtractionError, dag_cost, reachable, tree_cost
+from .check import TREE_COST_CAP, ExtractionError, dag_cost, reachable, tree_cost
 from .costs import CostModel
 from .egraph import EGraph
 
@@ -58,6 +59,9 @@ class TreeGreedy(Extractor):
                         break
                     total += kc
                 else:
+                    # saturate (check.TREE_COST_CAP): an overflow to inf would leave the
+                    # class without a term; ties past the cap break by order
+                    total = min(total, TREE_COST_CAP)
                     if total < best.get(n.eclass, math.inf):
                         best[n.eclass] = total
                         choice[n.eclass] = nid

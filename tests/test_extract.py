@@ -89,6 +89,23 @@ def test_no_finite_term_is_an_error():
         get_extractor("tree-greedy").extract(g, OpCost())
 
 
+@pytest.mark.parametrize("name", sorted(EXTRACTORS))
+def test_deep_reuse_past_float_range_still_extracts(name):
+    # c_i = add(c_{i-1}, c_{i-1}): the tree cost doubles per level, 2^1100 overflows a
+    # float (as a 10k-node transformer's original terms did); every extractor still finds the
+    # chain, the tree cost saturates instead of becoming infinite, the DAG cost is exact
+    depth = 1100
+    classes = {"c0": [("x", [], 1.0)]}
+    for i in range(1, depth + 1):
+        classes[f"c{i}"] = [("add", [f"c{i - 1}", f"c{i - 1}"], 1.0)]
+    g = EGraph.from_json(egraph_json(classes, [f"c{depth}"]))
+    ex = get_extractor(name).extract(g, OpCost())
+    check(g, ex.choice)
+    assert len(ex.choice) == depth + 1
+    assert ex.dag_cost == depth + 1
+    assert math.isfinite(ex.tree_cost) and ex.tree_cost >= 1e300
+
+
 def test_registry_says_which_extractors_are_optimal():
     assert "tree-greedy" in EXTRACTORS and EXTRACTORS["tree-greedy"].optimal is False
     assert EXTRACTORS["ilp"].optimal is True
