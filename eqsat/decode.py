@@ -567,7 +567,7 @@ class Decoder:
         self.out_users: dict[str, dict[int, str]] = {}
         from extract.check import reachable
 
-        for c in reachable(self.eg, self.choice):
+        for c in reachable(self.eg, self.choice, roots):
             n = self.node(c)
             if n.op == "Out":
                 tup, k = n.children

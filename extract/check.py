@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from .egraph import EGraph
 
@@ -52,11 +52,12 @@ def check(egraph: EGraph, choice: Mapping[str, str]) -> None:
                 state[c] = 2
 
 
-def reachable(egraph: EGraph, choice: Mapping[str, str]) -> list[str]:
-    """Chosen e-classes reachable from the roots, children before parents."""
+def reachable(egraph: EGraph, choice: Mapping[str, str], roots: Iterable[str] | None = None) -> list[str]:
+    """Chosen e-classes reachable from the roots (the e-graph's, unless given), children
+    before parents."""
     order: list[str] = []
     seen: set[str] = set()
-    for r in egraph.roots:
+    for r in egraph.roots if roots is None else roots:
         if r in seen:
             continue
         stack: list[tuple[str, int]] = [(r, 0)]

@@ -23,6 +23,8 @@ model only as the folded constant.
 from __future__ import annotations
 
 import warnings
+from collections import ChainMap
+from collections.abc import Mapping
 
 import numpy as np
 from onnx import ModelProto, helper, numpy_helper
@@ -162,23 +164,24 @@ class Folder:
         return int(np.prod(shape, dtype=np.int64)) * np_dtype(CTOR_TO_CODE[dt]).itemsize
 
     def _evaluate(self, v: View, const: dict[str, str], targets: list[str]) -> dict[str, np.ndarray]:
+        """Evaluate all targets at once; when that fails, halve the batch until the failing
+        targets are found (a few runs for a few failures, not one run per target)."""
+        choice = ChainMap(const, v.choice())
         try:
-            return self._run(v, const, targets)
-        except Exception:  # noqa: BLE001 - find the ones that fail, fold the rest
-            out = {}
-            for c in targets:
-                try:
-                    out.update(self._run(v, const, [c]))
-                except Exception as e:  # noqa: BLE001
-                    op = v.egraph.nodes[const[c]].op
-                    self._refuse(f"{op}: evaluation failed ({type(e).__name__}: {str(e).splitlines()[0][:80]})", c)
-            return out
+            return self._run(v, const, choice, targets)
+        except Exception as e:  # noqa: BLE001 - find the ones that fail, fold the rest
+            if len(targets) == 1:
+                c = targets[0]
+                op = v.egraph.nodes[const[c]].op
+                self._refuse(f"{op}: evaluation failed ({type(e).__name__}: {str(e).splitlines()[0][:80]})", c)
+                return {}
+        half = len(targets) // 2
+        return {**self._evaluate(v, const, targets[:half]), **self._evaluate(v, const, targets[half:])}
 
-    def _run(self, v: View, const: dict[str, str], targets: list[str]) -> dict[str, np.ndarray]:
+    def _run(self, v: View, const: dict[str, str], choice: Mapping[str, str],
+             targets: list[str]) -> dict[str, np.ndarray]:
         from onnx.reference import ReferenceEvaluator
 
-        choice = dict(v.choice())
-        choice.update(const)
         m = ModelProto()
         m.ir_version = max(self.model.ir_version, 7)
         m.opset_import.extend(self.model.opset_import)
