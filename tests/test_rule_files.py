@@ -50,3 +50,29 @@ def test_rule_file_fails_with_its_message(path):
 def test_missing_rule_file():
     with pytest.raises(RuleError, match=r"^nope\.egg: no such rule file$"):
         Saturator([Path("nope.egg")])
+
+
+def test_run_batch_names_are_local_and_value_handles_cross_batches():
+    # The encoder sends the model as one batch (one one-shot rule) and the oracles send
+    # theirs later: `let` names must not leak from one batch into the next (so a second
+    # batch can reuse them), and a class is reached again through its (Value N) handle.
+    from eqsat.lang import terms as T
+
+    sat = Saturator([])
+    try:
+        before = sat.size()  # the rule files' own facts (dtype constants)
+        x = T.call("Input", T.string("x"))
+        sat.run_batch([T.let("v0", T.call("Relu", x)), T.union(T.value(0), T.var("v0")),
+                       T.let("v1", x), T.union(T.value(1), T.var("v1"))])
+        sat.run_batch([T.let("v0", T.call("Sigmoid", x)), T.union(T.value(0), T.var("v0"))])
+        sizes = dict(sat.run_commands([b.PrintSize(b.PanicSpan(), None)])[0].sizes)
+        assert sizes.get("Relu") == 1 and sizes.get("Sigmoid") == 1
+        assert sizes.get("Value") == 2
+        # batch 2's union went through the handle into value 0's class (check raises if not)
+        sat.run_commands(sat.eg.parse_program('(check (= (Value 0) (Relu (Input "x"))) (= (Value 0) (Sigmoid (Input "x"))))'))
+        with pytest.raises(Exception, match='Value 1'):
+            sat.run_commands(sat.eg.parse_program('(check (= (Value 1) (Relu (Input "x"))))'))
+        assert sat.size() - before == 3  # Input, Relu, Sigmoid: handles are not counted as e-nodes
+        assert not any(name.startswith("$") for name in sizes), "no egglog globals"
+    finally:
+        sat.close()
