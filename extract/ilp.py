@@ -14,9 +14,9 @@ Only term classes (sort Op and OpList) take part: value classes (integers, vecto
 attributes) have a single node each and cost nothing to share; they are filled in
 afterwards. A node that is its own child cannot be in an acyclic choice and is dropped.
 With a time limit (default 60 s) over all rounds; when the optimum is not proven in time,
-the best acyclic solution found is used if it beats the greedy answers (tree and DAG; DAG
-greedy only up to DAG_GREEDY_MAX_NODES e-nodes), else the better greedy answer, and the
-extraction says so in its notes.
+the best acyclic solution found is used if it beats the greedy answers (tree and DAG, DAG
+only up to DAG_GREEDY_MAX_NODES e-nodes; computed only then, after the limit), else the
+better greedy answer, and the extraction says so in its notes.
 """
 
 from __future__ import annotations
@@ -55,15 +55,21 @@ class ILP(Extractor):
         t0 = time.perf_counter()
         costs = cost.costs(egraph)
         notes: list[str] = []
-        # The fallback: the better of the two greedy answers (DAG greedy pays shared values
-        # once, but its time grows with the square of the e-graph: skipped on large ones).
-        fallbacks = [TreeGreedy().extract(egraph, cost)]
-        if len(egraph.nodes) <= DAG_GREEDY_MAX_NODES:
-            fallbacks.append(DagGreedy().extract(egraph, cost))
-        else:
-            notes.append(f"DAG greedy fallback skipped ({len(egraph.nodes)} e-nodes > {DAG_GREEDY_MAX_NODES})")
-        greedy = min(fallbacks, key=lambda e: e.dag_cost)
+
+        def greedy() -> Extraction:
+            """The fallback, computed only when the optimum is not proven: the better of the
+            two greedy answers (DAG greedy pays shared values once, but its time grows with
+            the square of the e-graph: skipped on large ones)."""
+            fallbacks = [TreeGreedy().extract(egraph, cost)]
+            if len(egraph.nodes) <= DAG_GREEDY_MAX_NODES:
+                fallbacks.append(DagGreedy().extract(egraph, cost))
+            else:
+                notes.append(f"DAG greedy fallback skipped ({len(egraph.nodes)} e-nodes > {DAG_GREEDY_MAX_NODES})")
+            return min(fallbacks, key=lambda e: e.dag_cost)
+
         full = TreeGreedy().choose_all(egraph, cost)
+        if any(r not in full for r in egraph.roots):
+            raise ExtractionError(f"root e-class {next(r for r in egraph.roots if r not in full)} has no finite-cost term")
 
         term = {c for c in egraph.classes if egraph.class_type(c) in TERM_SORTS}
         needed = sorted(self._needed(egraph, full, term))  # a fixed order: ties break the same way every run
@@ -139,16 +145,17 @@ class ILP(Extractor):
         if res is None or res.x is None or self._cycles(egraph, {c: nodes[i] for c in classes for i in by_class[c] if res.x[i] > 0.5}, index):
             why = "no solution" if res is None or res.x is None else "cycles remained"
             notes.append(f"ILP: {why} within {self.time_limit:g} s; greedy answer used")
-            return self._done(egraph, greedy.choice, costs, t0, notes, fallback=True)
+            return self._done(egraph, greedy().choice, costs, t0, notes, fallback=True)
         for c in classes:
             chosen = [i for i in by_class[c] if res.x[i] > 0.5]
             if chosen:
                 choice[c] = nodes[chosen[0]]
         choice = {c: choice[c] for c in reachable(egraph, choice)}
         if res.status != 0:
-            if dag_cost(egraph, choice, costs) >= greedy.dag_cost:
+            best = greedy()
+            if dag_cost(egraph, choice, costs) >= best.dag_cost:
                 notes.append(f"ILP: stopped at the time limit ({self.time_limit:g} s); greedy answer was better")
-                return self._done(egraph, greedy.choice, costs, t0, notes, fallback=True)
+                return self._done(egraph, best.choice, costs, t0, notes, fallback=True)
             notes.append(f"ILP: stopped at the time limit ({self.time_limit:g} s); best solution found, not proven optimal")
         if cuts:
             notes.append(f"ILP: {len(cuts)} cycle cuts")
