@@ -166,12 +166,13 @@ class Roofline(CostModel):
         return out_n, "vector"
 
     def depthwise(self, egraph: EGraph, inputs: list[str]) -> bool:
-        """A convolution with one input channel per group and as many groups as channels."""
+        """A convolution with one input channel per group and as many groups as channels (a
+        blocked one may have its channels padded to the block: x[1] <= w[0] < 2 x[1])."""
         if len(inputs) < 2:
             return False
         w = egraph.class_data.get(inputs[1], {}).get("shape")
         x = egraph.class_data.get(inputs[0], {}).get("shape")
-        return bool(w and x and len(w) >= 3 and len(x) >= 2 and w[1] == 1 and w[0] == x[1] and w[0] > 1)
+        return bool(w and x and len(w) >= 3 and len(x) >= 2 and w[1] == 1 and x[1] > 1 and x[1] <= w[0] < 2 * x[1])
 
     def _gemm_k(self, egraph: EGraph, node: Node, inputs: list[str]) -> float | None:
         # Gemm A B C | alpha beta transA transB (FusedGemm has activation attributes first)
