@@ -11,7 +11,8 @@ Layouts: a profile lists the data layouts its hardware has kernels for beyond NC
 (`layouts`). `nchwc` (onnxruntime's channel-blocked CPU kernels, rules/layout.egg) gives
 `conv_speedup`, the measured ratio of a blocked convolution's throughput to an NCHW one's on
 that machine: a NchwcConv computes at matmul_gflops * conv_speedup, a depthwise one at the
-layout's `depthwise_gflops`; ReorderInput and ReorderOutput are copies (memory-bound). A
+layout's `depthwise_gflops`; ReorderInput and ReorderOutput are copies (memory-bound), at
+the layout's `reorder_gbps` where the profile measured it (else `mem_gbps`). A
 depthwise convolution (one input channel per group, as many groups as channels) is no
 GEMM: it computes at the profile's `depthwise_gflops` where the profile measured it (an NCHW
 depthwise Conv ran at about 5 GFLOP/s on the development CPU, 30x below its GEMM rate). On a profile without the layout, its ops cost
@@ -205,7 +206,10 @@ class Roofline(CostModel):
             dw = hw.layouts["nchwc"].get("depthwise_gflops") if blocked else hw.depthwise_gflops
             rate = float(dw) if dw else rate
         compute_us = flops / (rate * 1e3)
-        memory_us = moved / (hw.mem_gbps * 1e3)
+        gbps = hw.mem_gbps
+        if node.op in ("NchwcReorderInput", "NchwcReorderOutput") and hw.has_layout("nchwc"):
+            gbps = float(hw.layouts["nchwc"].get("reorder_gbps") or gbps)
+        memory_us = moved / (gbps * 1e3)
         weight = float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))
         t = hw.kernel_overhead_us * weight + max(compute_us, memory_us)
         return t if math.isfinite(t) else 1e12
