@@ -92,11 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"seconds of saturation, checked between rounds (default {lim.time_limit:g})")
     o.add_argument("--target", default="ort", choices=["ort", "onnx"],
                    help="ort (default): onnxruntime's contrib ops allowed; onnx: standard ops of the model's opset only")
-    o.add_argument("--layout", default="nchw", choices=["nchw", "nchwc"],
-                   help="nchwc: with --target ort, convolutions may also run in onnxruntime's channel-blocked "
-                        "CPU layout where the cost model finds it faster (the output then runs on onnxruntime's "
-                        "CPU provider with the same block size); extraction of such e-graphs is slower "
-                        "(default nchw)")
+    o.add_argument("--layout", default="nchwc", choices=["nchw", "nchwc"],
+                   help="nchwc (default): with --target ort, where the installed onnxruntime has channel-blocked "
+                        "CPU kernels, convolutions and pooling may also run in that layout where the cost model "
+                        "finds it faster (the output then runs only on onnxruntime's CPU provider with the same "
+                        "block size); nchw: standard layout only, for a model meant for another machine or provider")
     o.add_argument("--fold-limit", type=_positive_int, default=1 << 20, metavar="BYTES",
                    help="largest folded constant, unless no larger than its inputs (default 1 MiB)")
     o.add_argument("--extractor", default="ilp",

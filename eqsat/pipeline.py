@@ -44,7 +44,7 @@ class Options:
     fold_limit: int = FOLD_LIMIT
     save_egraph: Path | None = None
     explain: bool = False  # instrumented rules; the report gets an `explain` section (eqsat.explain)
-    layout: str = "nchw"  # nchwc: also onnxruntime's channel-blocked CPU layout (eqsat.target)
+    layout: str = "nchwc"  # also onnxruntime's channel-blocked CPU layout where it has it; nchw: not (eqsat.target)
 
 
 @dataclass

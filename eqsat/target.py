@@ -7,15 +7,18 @@
 Rules see the target as `(opset DOMAIN)` facts and guard on them; extraction also never
 picks an op the target lacks (a safety net for user rules that do not guard).
 
-NCHWc (opt-in: `eqsat optimize --layout nchwc`, or `EQSAT_NCHWC=1`): for `ort`, where onnxruntime's CPU kernels have a
+NCHWc (the default for `ort`; `eqsat optimize --layout nchw`, or `EQSAT_NCHWC=0` in the
+environment, turns it off): for `ort`, where onnxruntime's CPU kernels have a
 channel-blocked layout (MLAS), the facts also say so: `(opset "com.microsoft.nchwc")` is 1
 and `(layout-block "nchwc")` is the block size that the installed onnxruntime uses on this
 machine (8 with AVX2, 16 with AVX-512), probed once per process; rules/layout.egg guards on
-both. A model that holds NCHWc ops and blocked filters runs correctly only where
-onnxruntime has the same block size, on its CPU execution provider (as onnxruntime's own
-saved ORT_ENABLE_ALL models). It is opt-in because the exact (ILP) extractor does not prove
-an optimum within its time limit on CNN e-graphs that hold both layouts (the greedy answer
-is then used, after the limit); `EQSAT_NCHWC_BLOCK=N` forces a block size (tests).
+both. Where onnxruntime lacks the kernels (no onnxruntime, a CPU without AVX2) the probe
+says 0 and the model stays NCHW. A model that holds NCHWc ops and blocked filters runs
+correctly only where onnxruntime has the same block size, on its CPU execution provider
+(as onnxruntime's own saved ORT_ENABLE_ALL models): use `--layout nchw` for a model meant
+for another machine or provider. The exact (ILP) extractor fixes each value's layout from
+the greedy answer before solving (extract/ilp.py, fix_layouts): its optimum is then one for
+that layout choice. `EQSAT_NCHWC_BLOCK=N` forces a block size (tests).
 eqsat's internal ops (domain eqsat.internal) are always forbidden: they exist to be folded.
 """
 
@@ -38,13 +41,13 @@ NCHWC_DOMAIN = "com.microsoft.nchwc"
 
 
 @functools.cache
-def nchwc_block(enabled: bool = False) -> int:
+def nchwc_block(enabled: bool = True) -> int:
     """onnxruntime's NCHWc channel block on this machine, or 0 where it is not used (the
-    layout not enabled by `enabled` (`--layout nchwc`) or EQSAT_NCHWC=1, no onnxruntime, a
-    CPU without blocked kernels).
+    layout turned off by `enabled` False (`--layout nchw`) or EQSAT_NCHWC=0, no onnxruntime,
+    a CPU without blocked kernels).
     Cached per process (tests clear it with nchwc_block.cache_clear()). Probed by running
     ReorderInput on four channels (its minimum): the output pads them to one block."""
-    if not enabled and os.environ.get("EQSAT_NCHWC", "0") in ("", "0"):
+    if not enabled or os.environ.get("EQSAT_NCHWC", "1").strip() == "0":
         return 0
     forced = os.environ.get("EQSAT_NCHWC_BLOCK")
     if forced:
@@ -71,7 +74,7 @@ def model_opsets(model: ModelProto) -> dict[str, int]:
     return {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
 
 
-def opset_facts(model: ModelProto, target: str, layout: str = "nchw") -> list:
+def opset_facts(model: ModelProto, target: str, layout: str = "nchwc") -> list:
     if target not in TARGETS:
         raise UsageError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     ops = model_opsets(model)

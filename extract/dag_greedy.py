@@ -25,7 +25,9 @@ class DagGreedy(Extractor):
         costs = cost.costs(egraph)
         ids = {nid: i for i, nid in enumerate(egraph.nodes)}
         node_cost = [costs[nid] for nid in egraph.nodes]
-        node_class = [n.eclass for n in egraph.nodes.values()]
+        class_members: dict[str, set[int]] = {}  # e-class -> its node indices
+        for nid, n in egraph.nodes.items():
+            class_members.setdefault(n.eclass, set()).add(ids[nid])
         best: dict[str, tuple[float, frozenset[int]]] = {}
         choice: dict[str, str] = {}
         parents = egraph.parents()
@@ -42,10 +44,10 @@ class DagGreedy(Extractor):
                 members: set[int] = set()
                 for _, s in kids:  # type: ignore[misc]
                     members |= s
-                if any(node_class[i] == n.eclass for i in members):
+                if not members.isdisjoint(class_members[n.eclass]):
                     continue  # the term would contain its own class: a cycle
                 members.add(ids[nid])
-                total = sum(node_cost[i] for i in members)
+                total = sum(map(node_cost.__getitem__, members))  # set operations in C: large DAGs
                 old = best.get(n.eclass)
                 if old is None or total < old[0] - 1e-12:
                     best[n.eclass] = (total, frozenset(members))

@@ -8,7 +8,8 @@ an onnx checker without these schemas, reject it. Target `onnx` never produces t
 
 It also registers eqsat's internal ops (domain `eqsat.internal`), which rules apply to
 constants only and the folding oracle evaluates (eqsat/oracle/layout.py): `ReorderFilter`
-turns a Conv filter into the blocked layout of onnxruntime's NCHWc convolution. No model
+turns a Conv filter into the blocked layout of onnxruntime's NCHWc convolution, and
+`PadChannels` appends zero output channels to a filter or bias (padded to the block). No model
 imports that domain, so extraction never chooses them and no written model holds them.
 """
 
@@ -63,6 +64,20 @@ def _reorder_filter() -> defs.OpSchema:
     )
 
 
+def _pad_channels() -> defs.OpSchema:
+    p = defs.OpSchema.FormalParameter
+    a = defs.OpSchema.Attribute
+    return defs.OpSchema(
+        "PadChannels", INTERNAL_DOMAIN, 1,
+        doc="eqsat: X with zeros appended along axis 0 up to `channels` entries (a Conv filter or "
+            "bias whose output channels are padded to onnxruntime's NCHWc block)",
+        inputs=[p("X", "T")],
+        outputs=[p("Y", "T")],
+        type_constraints=[("T", ["tensor(float)"], "")],
+        attributes=[a("channels", defs.OpSchema.AttrType.INT, "length of axis 0 after padding", required=True)],
+    )
+
+
 def register() -> None:
     """Make onnx's checker accept onnxruntime's ai.onnx-domain contrib ops (idempotent)."""
     global _registered
@@ -76,4 +91,8 @@ def register() -> None:
         defs.get_schema("ReorderFilter", 1, INTERNAL_DOMAIN)
     except defs.SchemaError:
         defs.register_schema(_reorder_filter())
+    try:
+        defs.get_schema("PadChannels", 1, INTERNAL_DOMAIN)
+    except defs.SchemaError:
+        defs.register_schema(_pad_channels())
     _registered = True

@@ -9,13 +9,14 @@ so that rules see `(Const k)` / `(Ints v)` / `(ScalarF x t s)` in the next round
 It refuses, and says why in the report:
 - random ops (their value differs run to run);
 - a result over the fold limit that is larger than the inputs it is computed from (an
-  Expand or Tile of a scalar would bloat the file);
+  Expand or Tile of a scalar would bloat the file), except a filter padded to the NCHWc
+  block (PadChannels, which adds less than one block of channels);
 - arithmetic across different dtypes (a rule that mixed float16 and float32 would
   otherwise be folded at the wrong precision);
 - a result whose dtype differs from the e-class's.
 Initializers that are also graph inputs are `Input`s, never constants.
 
-eqsat's internal ops (domain eqsat.internal: ReorderFilter, eqsat/oracle/layout.py) fold
+eqsat's internal ops (domain eqsat.internal: ReorderFilter, PadChannels, eqsat/oracle/layout.py) fold
 like any op; extraction never chooses them, so a value computed by one reaches the output
 model only as the folded constant.
 """
@@ -148,7 +149,9 @@ class Folder:
             if len(dts) > 1:
                 return f"{node.op}: mixed dtypes {', '.join(sorted(dts))}"
         size = self._bytes(v, node.eclass)
-        if size is not None and size > self.fold_limit:
+        # PadChannels (a filter's output channels padded to the NCHWc block) grows a weight by
+        # less than one block of channels, as onnxruntime's own padded filters do: not bloat
+        if size is not None and size > self.fold_limit and node.op != "PadChannels":
             inputs = [self._bytes(v, k) for k in node.children if v.egraph.class_type(k) == "Op"]
             inputs += [self._bytes(v, i) for k in node.children
                        if v.egraph.class_type(k) == "OpList" for i in v.oplist(k)]

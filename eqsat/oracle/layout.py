@@ -11,7 +11,9 @@ when the folding oracle folds it; it never reaches an output model. The layouts 
   channels than the block): [O/b, I, KH, KW, b_o].
 
 The result keeps the filter's shape [O, I, KH, KW] (O is a multiple of b), as onnxruntime's
-initializers do; only the element order changes.
+initializers do; only the element order changes. `PadChannels(X, channels)` first appends
+zero output channels to a filter (and its bias) whose O is not a multiple of b, as
+onnxruntime pads them; a ReorderOutput with `channels` = O crops them again.
 """
 
 from __future__ import annotations
@@ -49,4 +51,23 @@ class ReorderFilter(OpRun):
         return (reorder_filter(np.asarray(w), int(block), lay),)
 
 
-NEW_OPS = [ReorderFilter]
+def pad_channels(x: np.ndarray, channels: int) -> np.ndarray:
+    """x with zeros appended along axis 0 up to `channels` entries (a Conv filter [O, I, KH,
+    KW] or bias [O] whose output channels are padded to the block, as onnxruntime's
+    NchwcTransformer pads them)."""
+    if x.ndim < 1 or channels < x.shape[0]:
+        raise ValueError(f"PadChannels: cannot pad shape {list(x.shape)} to {channels} channels")
+    pad = np.zeros((channels - x.shape[0], *x.shape[1:]), dtype=x.dtype)
+    return np.concatenate([x, pad], axis=0)
+
+
+class PadChannels(OpRun):
+    """onnx's reference evaluator runs eqsat.internal.PadChannels with this."""
+
+    op_domain = "eqsat.internal"
+
+    def _run(self, x, channels=None):  # noqa: D102 - OpRun's protocol
+        return (pad_channels(np.asarray(x), int(channels)),)
+
+
+NEW_OPS = [ReorderFilter, PadChannels]

@@ -11,7 +11,8 @@ Layouts: a profile lists the data layouts its hardware has kernels for beyond NC
 (`layouts`). `nchwc` (onnxruntime's channel-blocked CPU kernels, rules/layout.egg) gives
 `conv_speedup`, the measured ratio of a blocked convolution's throughput to an NCHW one's on
 that machine: a NchwcConv computes at matmul_gflops * conv_speedup, a depthwise one at the
-layout's `depthwise_gflops`; ReorderInput and ReorderOutput are copies (memory-bound). A
+layout's `depthwise_gflops`; ReorderInput and ReorderOutput are copies (memory-bound), at
+the layout's `reorder_gbps` where the profile measured it (else `mem_gbps`). A
 depthwise convolution (one input channel per group, as many groups as channels) is no
 GEMM: it computes at the profile's `depthwise_gflops` where the profile measured it (an NCHW
 depthwise Conv ran at about 5 GFLOP/s on the development CPU, 30x below its GEMM rate). On a profile without the layout, its ops cost
@@ -166,12 +167,13 @@ class Roofline(CostModel):
         return out_n, "vector"
 
     def depthwise(self, egraph: EGraph, inputs: list[str]) -> bool:
-        """A convolution with one input channel per group and as many groups as channels."""
+        """A convolution with one input channel per group and as many groups as channels (a
+        blocked one may have its channels padded to the block: x[1] <= w[0] < 2 x[1])."""
         if len(inputs) < 2:
             return False
         w = egraph.class_data.get(inputs[1], {}).get("shape")
         x = egraph.class_data.get(inputs[0], {}).get("shape")
-        return bool(w and x and len(w) >= 3 and len(x) >= 2 and w[1] == 1 and w[0] == x[1] and w[0] > 1)
+        return bool(w and x and len(w) >= 3 and len(x) >= 2 and w[1] == 1 and x[1] > 1 and x[1] <= w[0] < 2 * x[1])
 
     def _gemm_k(self, egraph: EGraph, node: Node, inputs: list[str]) -> float | None:
         # Gemm A B C | alpha beta transA transB (FusedGemm has activation attributes first)
@@ -204,7 +206,10 @@ class Roofline(CostModel):
             dw = hw.layouts["nchwc"].get("depthwise_gflops") if blocked else hw.depthwise_gflops
             rate = float(dw) if dw else rate
         compute_us = flops / (rate * 1e3)
-        memory_us = moved / (hw.mem_gbps * 1e3)
+        gbps = hw.mem_gbps
+        if node.op in ("NchwcReorderInput", "NchwcReorderOutput") and hw.has_layout("nchwc"):
+            gbps = float(hw.layouts["nchwc"].get("reorder_gbps") or gbps)
+        memory_us = moved / (gbps * 1e3)
         weight = float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))
         t = hw.kernel_overhead_us * weight + max(compute_us, memory_us)
         return t if math.isfinite(t) else 1e12
