@@ -85,6 +85,19 @@ def opset_facts(model: ModelProto, target: str, layout: str = "nchw") -> list:
     return facts
 
 
+def hardware_facts(hardware) -> list:
+    """Facts from the hardware profile (a name, a .json path or a Hardware) that rules guard
+    on: (hardware-merges "parallel-matmul") = 1 where one MatMul on concatenated weights is
+    faster than the parallel MatMuls (profile key merge_parallel_matmuls; rules/matmul.egg)."""
+    from extract.costs.roofline import Hardware
+
+    hw = hardware if isinstance(hardware, Hardware) else Hardware.load(hardware)
+    facts = []
+    if hw.merge_parallel_matmuls:
+        facts.append(T.set_fn("hardware-merges", [T.string("parallel-matmul")], T.i64(1)))
+    return facts
+
+
 def forbidden_constructors(model: ModelProto, target: str) -> list[str]:
     """Typed ops an extraction must not choose: contrib ops for target onnx (NCHWc ops there
     unless the input model holds them), eqsat's internal ops always, and standard ops that

@@ -64,6 +64,9 @@ class Hardware:
     source: str = ""
     depthwise_gflops: float | None = None  # depthwise convolution (NCHW) throughput; None: matmul_gflops
     layouts: dict = field(default_factory=dict)  # layout -> its parameters ("nchwc": block, conv_speedup)
+    # parallel MatMuls on one input run faster as one MatMul on concatenated weights + Split
+    # (rules/matmul.egg's group rules fire only then; false on the CPU: measured 1.1x slower)
+    merge_parallel_matmuls: bool = False
 
     def has_layout(self, name: str) -> bool:
         return name in self.layouts
