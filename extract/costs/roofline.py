@@ -65,7 +65,7 @@ class Hardware:
     depthwise_gflops: float | None = None  # depthwise convolution (NCHW) throughput; None: matmul_gflops
     layouts: dict = field(default_factory=dict)  # layout -> its parameters ("nchwc": block, conv_speedup)
     # parallel MatMuls on one input run faster as one MatMul on concatenated weights + Split
-    # (rules/matmul.egg's group rules fire only then; false on the CPU: measured 1.1x slower)
+    # (rules/matmul.egg's group rules fire only then; false on the CPU: measured 1.03 to 1.12x slower)
     merge_parallel_matmuls: bool = False
     # com.microsoft.SkipLayerNormalization / SkipSimplifiedLayerNormalization are faster than the
     # residual Add and the (RMS) LayerNormalization they fuse (rules/transformer.egg; false on the
