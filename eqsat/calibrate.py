@@ -4,7 +4,13 @@
 - matmul_gflops: a 512 x 512 x 512 float32 MatMul;
 - vector_gflops: an element-wise Mul of two 64 Ki-element vectors that stay in cache;
 - mem_gbps: an element-wise Add of two 16 Mi-element vectors (192 MiB moved);
-- kernel_overhead_us: a chain of 200 Adds on one-element tensors, per op.
+- kernel_overhead_us: a chain of 200 Adds on one-element tensors, per op;
+- merge_parallel_matmuls: whether one MatMul [128, 768] x [768, 2304] + Split beats three
+  MatMuls [128, 768] x [768, 768] (a transformer's Q/K/V projections; rules/matmul.egg);
+- fuse_skip_layernorm: whether com.microsoft.SkipLayerNormalization beats Add +
+  LayerNormalization on [1, 128, 768] (rules/transformer.egg).
+The last two run with onnxruntime's graph optimizations off (the model as eqsat writes it),
+interleaved, and hold only where the fused form is at least 3% faster.
 
 Each figure is the median of several timed runs after warm-up.
 """
@@ -18,7 +24,7 @@ import statistics
 import time
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from .verify import session
 
@@ -42,6 +48,57 @@ def _model(nodes, inputs, outputs):
 
 def _vi(name, shape):
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _faster(fused, unfused, feeds: dict, runs: int, threads: int) -> bool:
+    """Whether `fused` beats `unfused` by at least 3%: interleaved runs (alternating which runs
+    first), ratio of medians."""
+    a, b = session(fused, optimize=False, threads=threads), session(unfused, optimize=False, threads=threads)
+    for _ in range(3):
+        a.run(None, feeds)
+        b.run(None, feeds)
+    ta, tb = [], []
+    for i in range(runs):
+        for sess, ts in ((a, ta), (b, tb))[:: 1 if i % 2 else -1]:  # alternate which runs first
+            t0 = time.perf_counter()
+            sess.run(None, feeds)
+            ts.append(time.perf_counter() - t0)
+    return statistics.median(ta) < 0.97 * statistics.median(tb)
+
+
+def _weights_model(nodes, inputs, outputs, weights: dict, ms: bool = False):
+    g = helper.make_graph(nodes, "calibrate", inputs, outputs,
+                          [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    ops = [helper.make_opsetid("", 17)] + ([helper.make_opsetid("com.microsoft", 1)] if ms else [])
+    return helper.make_model(g, opset_imports=ops)
+
+
+def fusion_choices(threads: int = 1, runs: int = 100) -> dict:
+    """The profile's fusion decisions, measured (see the module docstring)."""
+    rng = np.random.default_rng(0)
+    m, k, n = 128, 768, 768
+    ws = {f"w{i}": rng.standard_normal((k, n)).astype(np.float32) for i in range(3)}
+    ws["sizes"] = np.array([n, n, n], np.int64)
+    ws["w"] = np.concatenate([ws["w0"], ws["w1"], ws["w2"]], axis=1)
+    outs = [_vi(f"y{i}", [m, n]) for i in range(3)]
+    merged = _weights_model([helper.make_node("MatMul", ["x", "w"], ["c"]),
+                             helper.make_node("Split", ["c", "sizes"], ["y0", "y1", "y2"], axis=-1)],
+                            [_vi("x", [m, k])], outs, {"w": ws["w"], "sizes": ws["sizes"]})
+    apart = _weights_model([helper.make_node("MatMul", ["x", f"w{i}"], [f"y{i}"]) for i in range(3)],
+                           [_vi("x", [m, k])], outs, {f"w{i}": ws[f"w{i}"] for i in range(3)})
+    merge = _faster(merged, apart, {"x": rng.standard_normal((m, k)).astype(np.float32)}, runs, threads)
+
+    shape = [1, m, k]
+    ln = {"g": rng.standard_normal(k).astype(np.float32), "b": rng.standard_normal(k).astype(np.float32)}
+    ins = [_vi("x", shape), _vi("r", shape)]
+    skip = _weights_model([helper.make_node("SkipLayerNormalization", ["x", "r", "g", "b"], ["y"],
+                                            domain="com.microsoft", epsilon=1e-12)], ins, [_vi("y", shape)], ln, ms=True)
+    plain = _weights_model([helper.make_node("Add", ["x", "r"], ["s"]),
+                            helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], epsilon=1e-12)],
+                           ins, [_vi("y", shape)], ln)
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32), "r": rng.standard_normal(shape).astype(np.float32)}
+    skip_ln = _faster(skip, plain, feeds, runs * 3, threads)
+    return {"merge_parallel_matmuls": merge, "fuse_skip_layernorm": skip_ln}
 
 
 def measure(threads: int = 1, runs: int = 15) -> dict:
@@ -74,6 +131,7 @@ def measure(threads: int = 1, runs: int = 15) -> dict:
         "mem_gbps": round(bandwidth, 2),
         "kernel_overhead_us": round(overhead, 3),
         "transcendental_flops": 10.0,
+        **fusion_choices(threads),
         "source": f"measured by `eqsat calibrate` on {platform.processor() or platform.machine()} "
                   f"({os.cpu_count()} cores), onnxruntime CPU, {threads} thread(s), median of {runs}+ runs",
     }

@@ -25,7 +25,7 @@ from .saturate import Limits, Saturator
 from .serialize import serialize
 from .shapes import DimTable, infer_types
 from .store import ProtoStore, TensorStore
-from .target import forbidden_constructors, opset_facts
+from .target import forbidden_constructors, hardware_facts, opset_facts
 
 FOLD_LIMIT = 1 << 20  # bytes: larger folded constants only where no larger than their inputs
 
@@ -124,7 +124,8 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     tensors, protos, dims = TensorStore(), ProtoStore(), DimTable()
     try:
         enc = Encoder(model, types, tensors, protos, dims).encode()
-        sat.run_batch(enc.commands + opset_facts(model, opts.target, opts.layout))
+        sat.run_batch(enc.commands + opset_facts(model, opts.target, opts.layout)
+                      + hardware_facts(opts.hardware))
     except BaseException:
         sat.close()
         raise

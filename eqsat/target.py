@@ -88,6 +88,23 @@ def opset_facts(model: ModelProto, target: str, layout: str = "nchwc") -> list:
     return facts
 
 
+def hardware_facts(hardware) -> list:
+    """Facts from the hardware profile (a name, a .json path or a Hardware) that rules guard
+    on: (hardware-pays "parallel-matmul") = 1 where one MatMul on concatenated weights is
+    faster than the parallel MatMuls (profile key merge_parallel_matmuls; rules/matmul.egg);
+    (hardware-pays "skip-layernorm") = 1 where onnxruntime's Skip(Simplified)LayerNormalization
+    is faster than Add + (RMS) LayerNormalization (fuse_skip_layernorm; rules/transformer.egg)."""
+    from extract.costs.roofline import Hardware
+
+    hw = hardware if isinstance(hardware, Hardware) else Hardware.load(hardware)
+    facts = []
+    if hw.merge_parallel_matmuls:
+        facts.append(T.set_fn("hardware-pays", [T.string("parallel-matmul")], T.i64(1)))
+    if hw.fuse_skip_layernorm:
+        facts.append(T.set_fn("hardware-pays", [T.string("skip-layernorm")], T.i64(1)))
+    return facts
+
+
 def forbidden_constructors(model: ModelProto, target: str) -> list[str]:
     """Typed ops an extraction must not choose: contrib ops for target onnx (NCHWc ops there
     unless the input model holds them), eqsat's internal ops always, and standard ops that

@@ -65,6 +65,13 @@ class Hardware:
     source: str = ""
     depthwise_gflops: float | None = None  # depthwise convolution (NCHW) throughput; None: matmul_gflops
     layouts: dict = field(default_factory=dict)  # layout -> its parameters ("nchwc": block, conv_speedup)
+    # parallel MatMuls on one input run faster as one MatMul on concatenated weights + Split
+    # (rules/matmul.egg's group rules fire only then; false on the CPU: measured 1.03 to 1.12x slower)
+    merge_parallel_matmuls: bool = False
+    # com.microsoft.SkipLayerNormalization / SkipSimplifiedLayerNormalization are faster than the
+    # residual Add and the (RMS) LayerNormalization they fuse (rules/transformer.egg; false on the
+    # CPU: onnxruntime 1.32's kernels measured 3-4x and 1.4x slower than Add + LayerNormalization)
+    fuse_skip_layernorm: bool = True
 
     def has_layout(self, name: str) -> bool:
         return name in self.layouts

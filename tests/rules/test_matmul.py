@@ -444,6 +444,10 @@ def test_gemm_also_used_without_activation_stays():
 
 
 # ---- parallel MatMuls -> one MatMul + Split
+# The group rules fire only where the hardware profile says that merging pays
+# (merge_parallel_matmuls): not on the default cpu profile, where the merged MatMul is slower.
+# The merge tests use the h200 profile, which has it; MERGE is their hardware option.
+MERGE = {"hardware": "h200"}
 
 def parallel(n: int, bias: bool, x_shape=(2, 5, 4), widths=(3, 3, 2, 4)) -> onnx.ModelProto:
     xs = ", ".join(map(str, x_shape))
@@ -466,35 +470,35 @@ def test_three_projections_become_one_matmul_and_split(opset):
     # opset 11: the Split's sizes are an attribute, from 13 an input
     m = parallel(3, bias=False)
     m.opset_import[0].version = opset
-    res = check_rewrite(m, ["MatMul", "Split"], fired=["matmul-merge-3"])
+    res = check_rewrite(m, ["MatMul", "Split"], fired=["matmul-merge-3"], **MERGE)
     split = [n for n in res.model.graph.node if n.op_type == "Split"][0]
     assert len(split.output) == 3
     assert (len(split.input), sorted(a.name for a in split.attribute)) == ((1, ["axis", "split"]) if opset == 11 else (2, ["axis"]))
 
 
 def test_three_projections_with_bias_become_matmul_add_split():
-    check_rewrite(parallel(3, bias=True), ["MatMul", "Add", "Split"], fired=["matmul-add-merge-3"])
+    check_rewrite(parallel(3, bias=True), ["MatMul", "Add", "Split"], fired=["matmul-add-merge-3"], **MERGE)
 
 
 def test_two_projections_tie_and_stay():
     # MatMul + Split costs as much as two MatMuls: the model's form is kept
-    check_rewrite(parallel(2, bias=False), ["MatMul", "MatMul"], fired=["matmul-merge-2"])
+    check_rewrite(parallel(2, bias=False), ["MatMul", "MatMul"], fired=["matmul-merge-2"], **MERGE)
 
 
 def test_two_projections_with_bias_merge():
-    check_rewrite(parallel(2, bias=True), ["MatMul", "Add", "Split"], fired=["matmul-add-merge-2"])
+    check_rewrite(parallel(2, bias=True), ["MatMul", "Add", "Split"], fired=["matmul-add-merge-2"], **MERGE)
 
 
 def test_two_dimensional_projections_with_bias_become_gemm_and_split():
     check_rewrite(parallel(3, bias=True, x_shape=(5, 4)), ["Gemm", "Split"],
-                  fired=["matmul-add-merge-3", "gemm-matmul-add"])
+                  fired=["matmul-add-merge-3", "gemm-matmul-add"], **MERGE)
 
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_each_group_is_merged_once(bias):
     # 4 MatMuls on x: C(4,2) pairs, C(4,3) triples, one quadruple, and no merge of a merge
     res = check_rewrite(parallel(4, bias=bias), ["MatMul", "Split"] + (["Add"] if bias else []),
-                        fired=["matmul-merge-4"])
+                        fired=["matmul-merge-4"], **MERGE)
     sat = res.report["saturation"]
     matches = sat["rule_matches"]
     assert (matches["matmul-merge-2"], matches["matmul-merge-3"], matches["matmul-merge-4"]) == (6, 4, 1)
@@ -514,7 +518,7 @@ def test_matmuls_on_different_inputs_or_runtime_weights_stay():
             c = MatMul(x, r)
             d = MatMul(x, u)
         }}""")
-    check_rewrite(m, ["MatMul"] * 4, not_fired=["matmul-merge-2", "matmul-merge-3"])
+    check_rewrite(m, ["MatMul"] * 4, not_fired=["matmul-merge-2", "matmul-merge-3"], **MERGE)
 
 
 def test_biases_that_are_not_per_column_are_not_merged():
@@ -531,7 +535,7 @@ def test_biases_that_are_not_per_column_are_not_merged():
             c = Add(m2, b2)
         }}""")
     check_rewrite(m, ["MatMul", "Split", "Add", "Add", "Add"], fired=["matmul-merge-3"],
-                  not_fired=["matmul-add-merge-2", "matmul-add-merge-3"])
+                  not_fired=["matmul-add-merge-2", "matmul-add-merge-3"], **MERGE)
 
 
 def big_projections(bias: bool) -> onnx.ModelProto:
@@ -554,11 +558,37 @@ def test_merged_weights_that_do_not_fold_are_never_a_runtime_concat():
     # not fold is never extracted (with the biases, MatMul + Concat + Add + Split would have
     # cost fewer ops than the model's 6)
     m = big_projections(bias=True)
-    res = optimized(m)
+    res = optimized(m, **MERGE)
     assert "Concat" not in op_list(res.model)
     assert_same_outputs(m, res.model, rtol=1e-3, atol=1e-4)
 
 
 def test_projections_with_weights_over_the_fold_limit_merge_into_a_constant_weight():
     # 3 x 1 MiB weights: the merged weight must be folded to one initializer
-    check_rewrite(big_projections(bias=False), ["MatMul", "Split"], fired=["matmul-merge-3"], rtol=1e-3, atol=1e-4)
+    check_rewrite(big_projections(bias=False), ["MatMul", "Split"], fired=["matmul-merge-3"], rtol=1e-3, atol=1e-4, **MERGE)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_projections_stay_separate_on_the_cpu_profile(bias):
+    # the default (cpu) profile: one MatMul [.., K] x [K, 3n] + Split is slower there than three
+    # MatMuls [.., K] x [K, n] (onnxruntime, MLAS), so no group is formed, whatever the op count
+    res = check_rewrite(parallel(3, bias=bias), ["MatMul"] * 3 + (["Add"] * 3 if bias else []),
+                        not_fired=["matmul-group-3", "matmul-bias-group-3", "matmul-merge-3", "matmul-add-merge-3"])
+    assert res.report["saturation"]["rule_matches"].get("matmul-group-2", 0) == 0
+
+
+def test_hardware_profile_decides_the_merge(tmp_path):
+    # a profile file with merge_parallel_matmuls set merges; the same file without it does not
+    import json
+
+    from extract.costs.roofline import HARDWARE_DIR
+
+    prof = json.loads((HARDWARE_DIR / "cpu.json").read_text())
+    prof["merge_parallel_matmuls"] = True
+    on = tmp_path / "merging.json"
+    on.write_text(json.dumps(prof))
+    check_rewrite(parallel(3, bias=False), ["MatMul", "Split"], fired=["matmul-merge-3"], hardware=str(on))
+    prof.pop("merge_parallel_matmuls")
+    off = tmp_path / "plain.json"
+    off.write_text(json.dumps(prof))
+    check_rewrite(parallel(3, bias=False), ["MatMul"] * 3, not_fired=["matmul-group-3"], hardware=str(off))
