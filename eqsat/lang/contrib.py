@@ -46,35 +46,34 @@ def _simplified_layer_norm() -> defs.OpSchema:
 INTERNAL_DOMAIN = "eqsat.internal"
 
 
-def _reorder_filter() -> defs.OpSchema:
+def _internal_op(name: str, doc: str, x: str, attributes: list) -> defs.OpSchema:
+    """A schema of eqsat's internal domain: one float tensor in, one out (folded, never extracted)."""
     p = defs.OpSchema.FormalParameter
+    return defs.OpSchema(name, INTERNAL_DOMAIN, 1, doc=doc, inputs=[p(x, "T")], outputs=[p("Y", "T")],
+                         type_constraints=[("T", ["tensor(float)"], "")], attributes=attributes)
+
+
+def _reorder_filter() -> defs.OpSchema:
     a = defs.OpSchema.Attribute
     string, integer = defs.OpSchema.AttrType.STRING, defs.OpSchema.AttrType.INT
-    return defs.OpSchema(
-        "ReorderFilter", INTERNAL_DOMAIN, 1,
-        doc="eqsat: a 4-D Conv filter [O, I, KH, KW] in onnxruntime's NCHWc filter layout "
-            "(OIHWBiBo: [O/b, I/b, KH, KW, b_i, b_o]; OIHWBo: [O/b, I, KH, KW, b_o]), same shape",
-        inputs=[p("W", "T")],
-        outputs=[p("Y", "T")],
-        type_constraints=[("T", ["tensor(float)"], "")],
-        attributes=[
-            a("block", integer, "the channel block size b", required=True),
-            a("layout", string, "OIHWBiBo or OIHWBo", required=True),
-        ],
+    return _internal_op(
+        "ReorderFilter",
+        "eqsat: a 4-D Conv filter [O, I, KH, KW] in onnxruntime's NCHWc filter layout "
+        "(OIHWBiBo: [O/b, I/b, KH, KW, b_i, b_o]; OIHWBo: [O/b, I, KH, KW, b_o]), same shape",
+        "W",
+        [a("block", integer, "the channel block size b", required=True),
+         a("layout", string, "OIHWBiBo or OIHWBo", required=True)],
     )
 
 
 def _pad_channels() -> defs.OpSchema:
-    p = defs.OpSchema.FormalParameter
     a = defs.OpSchema.Attribute
-    return defs.OpSchema(
-        "PadChannels", INTERNAL_DOMAIN, 1,
-        doc="eqsat: X with zeros appended along axis 0 up to `channels` entries (a Conv filter or "
-            "bias whose output channels are padded to onnxruntime's NCHWc block)",
-        inputs=[p("X", "T")],
-        outputs=[p("Y", "T")],
-        type_constraints=[("T", ["tensor(float)"], "")],
-        attributes=[a("channels", defs.OpSchema.AttrType.INT, "length of axis 0 after padding", required=True)],
+    return _internal_op(
+        "PadChannels",
+        "eqsat: X with zeros appended along axis 0 up to `channels` entries (a Conv filter or "
+        "bias whose output channels are padded to onnxruntime's NCHWc block)",
+        "X",
+        [a("channels", defs.OpSchema.AttrType.INT, "length of axis 0 after padding", required=True)],
     )
 
 
