@@ -38,38 +38,31 @@ LITERALS = ("Const", "Ints", "ScalarF", "ScalarI")
 
 def all_names(g: GraphProto, out: set[str] | None = None) -> set[str]:
     """Every value name defined or used in a graph and its subgraphs."""
-    out = set() if out is None else out
-    out.update(i.name for i in g.input)
-    out.update(o.name for o in g.output)
-    out.update(t.name for t in g.initializer)
-    for n in g.node:
-        out.update(n.input)
-        out.update(n.output)
-        for a in n.attribute:
-            if a.type == AttributeProto.GRAPH:
-                all_names(a.g, out)
-            elif a.type == AttributeProto.GRAPHS:
-                for sub in a.graphs:
-                    all_names(sub, out)
-    out.discard("")
-    return out
+    return _names(g, set() if out is None else out, uses=True)
 
 
 def defined_names(g: GraphProto, out: set[str] | None = None) -> set[str]:
     """Every value name that a graph or a subgraph in it defines (inputs, initializers,
     node outputs), not the names it reads from enclosing scopes."""
-    out = set() if out is None else out
+    return _names(g, set() if out is None else out, uses=False)
+
+
+def _names(g: GraphProto, out: set[str], uses: bool) -> set[str]:
     out.update(i.name for i in g.input)
     out.update(t.name for t in g.initializer)
     out.update(t.values.name for t in g.sparse_initializer)
+    if uses:
+        out.update(o.name for o in g.output)
     for n in g.node:
         out.update(n.output)
+        if uses:
+            out.update(n.input)
         for a in n.attribute:
             if a.type == AttributeProto.GRAPH:
-                defined_names(a.g, out)
+                _names(a.g, out, uses)
             elif a.type == AttributeProto.GRAPHS:
                 for sub in a.graphs:
-                    defined_names(sub, out)
+                    _names(sub, out, uses)
     out.discard("")
     return out
 

@@ -25,10 +25,12 @@ def roundtrip(model: onnx.ModelProto, **opts) -> onnx.ModelProto:
     return optimize(model, Options(default_rules=False, **opts)).model
 
 
-def assert_same_outputs(a: onnx.ModelProto, b: onnx.ModelProto, feeds=None, dims=None, rtol=0.0, atol=0.0):
+def assert_same_outputs(a: onnx.ModelProto, b: onnx.ModelProto, feeds=None, dims=None, rtol=0.0, atol=0.0,
+                        ort_optimize=True):
+    """`ort_optimize=False` runs both with onnxruntime's own optimizations off (each as written)."""
     onnx.checker.check_model(b)
     feeds = feeds if feeds is not None else random_inputs(a, dims)
-    bad = compare(run(a, feeds), run(b, feeds), rtol, atol)
+    bad = compare(run(a, feeds, ort_optimize), run(b, feeds, ort_optimize), rtol, atol)
     assert not bad, "; ".join(map(str, bad))
 
 
@@ -60,7 +62,7 @@ def op_list(model: onnx.ModelProto) -> list[str]:
 
 
 def check_rewrite(model: onnx.ModelProto, expect_ops, fired=(), not_fired=(), feeds=None, dims=None,
-                  rtol=1e-4, atol=1e-5, **opts):
+                  rtol=1e-4, atol=1e-5, ort_optimize=True, **opts):
     """Optimize `model` and check: the op list (sorted, so graph order does not matter) is
     `expect_ops`; each rule in `fired` matched and each in `not_fired` did not; the onnx
     checker accepts the result; onnxruntime gives the original's outputs. Returns the Result."""
@@ -72,5 +74,5 @@ def check_rewrite(model: onnx.ModelProto, expect_ops, fired=(), not_fired=(), fe
         assert matches.get(name, 0) > 0, f"rule {name} did not fire; fired: {sorted(matches)}"
     for name in not_fired:
         assert matches.get(name, 0) == 0, f"rule {name} fired but must not"
-    assert_same_outputs(model, res.model, feeds, dims, rtol=rtol, atol=atol)
+    assert_same_outputs(model, res.model, feeds, dims, rtol=rtol, atol=atol, ort_optimize=ort_optimize)
     return res

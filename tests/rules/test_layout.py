@@ -24,7 +24,7 @@ from eqsat.pipeline import Options, optimize
 from eqsat.target import nchwc_block
 from eqsat.verify import compare, random_inputs, run
 
-from ..conftest import op_list
+from ..conftest import check_rewrite, op_list
 
 RNG = np.random.default_rng(0)
 NCHWC = "com.microsoft.nchwc"
@@ -98,24 +98,21 @@ class G:
 
 
 def check(model: onnx.ModelProto, expect_ops, fired=(), not_fired=(), **opts):
-    """Optimize; check the sorted op list, the rules that fired, the onnx checker, and
-    onnxruntime's outputs with its own optimizations off (so that it runs the NCHW original
-    as written) against the original's."""
-    res = optimize(model, Options(**opts))
-    got = sorted(op_list(res.model))
-    assert got == sorted(expect_ops), f"ops after optimization: {got}"
-    matches = res.report["saturation"]["rule_matches"]
-    for name in fired:
-        assert matches.get(name, 0) > 0, f"rule {name} did not fire; fired: {sorted(matches)}"
-    for name in not_fired:
-        assert matches.get(name, 0) == 0, f"rule {name} fired but must not"
-    onnx.checker.check_model(res.model)
-    feeds = random_inputs(model)
-    bad = compare(run(model, feeds, optimize=False), run(res.model, feeds, optimize=False), 1e-4, 1e-4)
-    assert not bad, "; ".join(map(str, bad))
-    assert all(o.domain != "eqsat.internal" for o in res.model.opset_import)
-    assert all(n.domain != "eqsat.internal" for n in res.model.graph.node)
-    return res
+    """check_rewrite with onnxruntime's own optimizations off for both models (so that it runs
+    the NCHW original as written)."""
+    return check_rewrite(model, expect_ops, fired, not_fired, rtol=1e-4, atol=1e-4, ort_optimize=False, **opts)
+
+
+def ort_saved_model(m: onnx.ModelProto, tmp_path: Path) -> onnx.ModelProto:
+    """onnxruntime's ORT_ENABLE_ALL saved model of `m` (optimized_model_filepath), CPU."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
+    so.log_severity_level = 4
+    ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return onnx.load(str(tmp_path / "ort.onnx"))
 
 
 def _resnet_like(c: int, hw: int = 56) -> onnx.ModelProto:
@@ -174,20 +171,13 @@ def test_reorder_filter_matches_onnxruntimes_own_transformer(block, tmp_path, ca
     """onnxruntime's ORT_ENABLE_ALL saved model of one Conv holds the filter in its blocked
     layout: ReorderFilter gives the same tensor. plain: 2 blocks in, 2 out; image: 3 input
     channels (NCHW input); depthwise: group = channels; grouped: 2 groups of one block."""
-    import onnxruntime as ort
-
     cout = 2 * block
     cin, group, layout = {"plain": (cout, 1, "OIHWBiBo"), "image": (3, 1, "OIHWBo"),
                           "depthwise": (cout, cout, "OIHWBo"), "grouped": (cout, 2, "OIHWBiBo")}[case]
     g = G(cin, 8)
     g.conv("x", cin, cout, group=group)
     m = g.model("c1")
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
-    so.log_severity_level = 4
-    ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    saved = onnx.load(str(tmp_path / "ort.onnx"))
+    saved = ort_saved_model(m, tmp_path)
     conv = next(n for n in saved.graph.node if n.domain == NCHWC and n.op_type == "Conv")
     got = numpy_helper.to_array(next(i for i in saved.graph.initializer if i.name == conv.input[1]))
     w = numpy_helper.to_array(m.graph.initializer[0])
@@ -324,16 +314,9 @@ def test_onnxruntime_optimized_model_round_trips_with_the_layout_off(monkeypatch
     """A model that already holds NCHWc ops (onnxruntime's ORT_ENABLE_ALL saved model) is
     optimized with the layout off: its NCHWc ops (Conv with and without activation, Sum
     input, pooling, reorders) encode, stay extractable and come back equal."""
-    import onnxruntime as ort
-
     monkeypatch.delenv("EQSAT_NCHWC", raising=False)
     m = _resnet_like(32)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
-    so.log_severity_level = 4
-    ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    saved = onnx.load(str(tmp_path / "ort.onnx"))
+    saved = ort_saved_model(m, tmp_path)
     if not any(n.domain == NCHWC for n in saved.graph.node):
         pytest.skip("onnxruntime made no NCHWc ops on this CPU")
     res = optimize(saved, Options(target=target, layout="nchw"))
