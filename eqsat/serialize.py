@@ -6,7 +6,8 @@ Added to egglog's JSON:
 - a top-level `"eqsat"` object: `format`, `constructors` (the term constructors: every
   other function node is an analysis table, not a term), `functions`, `roots` (the output
   e-classes, one per graph output, in order, duplicates kept), `outputs` (their names),
-  and `dims` (symbolic dimension id -> name).
+  `dims` (symbolic dimension id -> name) and `value_class` (encoded value number -> its
+  e-class, from the `(Value N)` handles).
 This is the file `--save-egraph` writes and the input of everything in `extract/`.
 """
 

@@ -33,10 +33,8 @@ class View:
     @classmethod
     def of(cls, data: dict, prefix: str) -> View:
         v = cls(EGraph.from_json(data), data, prefix)
-        nodes = data["nodes"]
-        for n in nodes.values():
-            if n["op"] == "Value" and len(n["children"]) == 1 and n["eclass"] not in v._expr:
-                v._expr[n["eclass"]] = T.value(parse_int(nodes[n["children"][0]]["op"]))
+        for vid, c in data["eqsat"]["value_class"].items():  # (Value N) handles, by eqsat.serialize
+            v._expr.setdefault(c, T.value(int(vid)))
         return v
 
     # ---- reading
