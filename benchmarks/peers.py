@@ -22,8 +22,10 @@ bound as benchmarks/memory.py does: a name with `batch` -> 1, with `seq` -> 128)
 - latency under onnxruntime CPU, 1 intra-op thread, in two settings: onnxruntime's
   optimizations off (ORT_DISABLE_ALL: what the tool itself did) and fully on
   (ORT_ENABLE_ALL: what remains on top). The original and every result of the model run
-  round-robin in one process (the order reversed every round), after warm-up; the figure is
-  median(result) / median(original) in the same setting, so a noisy machine slows both;
+  round-robin in one process (the order reversed every round), after warm-up, in two child
+  processes that create the sessions in opposite orders, with glibc's malloc asked for huge
+  pages (LATENCY_ENV); the figure is median(result) / median(original) over the pooled
+  samples in the same setting, so a noisy machine slows both;
 - eqsat only: its phase times, and its output's memory plan (eqsat.plan.plan_model): arena
   bytes against the lower bound.
 
@@ -60,6 +62,12 @@ SETTINGS = ("off", "all")  # onnxruntime's own optimizations when the results ru
 DIM_HINTS = (("batch", 1), ("seq", 128))
 REL_TOL = 1e-3
 NOISY = 0.10  # a control ratio further than this from 1.00 marks the model's figures as noise-bound
+# Latency children ask glibc's malloc for transparent huge pages. Without them, on this project's
+# (virtual) machines a session's MatMuls ran 1.5x to 5x slower depending on where its weights
+# landed (BERT-base, one process, four sessions of the same model: 1,384 / 756 / 432 / 376 ms;
+# with huge pages 218 / 213 / 212 / 206 ms), so a ratio between two sessions measured memory
+# placement, not the models. A user's GLIBC_TUNABLES wins.
+LATENCY_ENV = {"GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1")}
 NOTES_MARKER = "<!-- notes: kept when peers.py rewrites this file -->"
 # the Python distribution behind each tool (its version is part of the cache key)
 DISTRIBUTION = {"eqsat": "eqsat", "ort-basic": "onnxruntime", "ort-extended": "onnxruntime",
@@ -335,15 +343,20 @@ def equivalence(src: Path, dst: Path, dims: dict[str, int]) -> dict:
 
 
 def latency(src: Path, results: dict[str, Path], dims: dict[str, int], setting: str, runs: int = 30,
-            warmup: int = 3, max_s: float = 120.0, min_runs: int = 10) -> dict:
-    """Median latency of the original and each result, run round-robin in this process.
+            warmup: int = 3, max_s: float = 120.0, min_runs: int = 10, reverse: bool = False) -> dict:
+    """Latency samples (ms) of the original and each result, run round-robin in this process:
+    {"times_ms": {name: [...]}, "rounds": n}; `summarize` turns them into ratios.
 
     Every round runs the original and every result once (the order reversed every other
     round), so that drifting load on a shared machine hits all of them alike. Stops after
-    `runs` rounds, or after `max_s` seconds once `min_runs` rounds are done."""
+    `runs` rounds, or after `max_s` seconds once `min_runs` rounds are done. The sessions are
+    created in the order original, results... (`reverse`: the other way round): a session
+    created later in a process can run a few percent faster (where it lands in memory), so
+    `measure_latencies` pools one child of each order."""
     feeds = _feeds(src, dims)
-    sessions = [("original", _session(src, setting))] + [(t, _session(p, setting)) for t, p in results.items()]
-    sessions = [(name, s, _feeds_for(s, feeds)) for name, s in sessions]
+    order = [("original", src)] + list(results.items())
+    made = {name: _session(path, setting) for name, path in (order[::-1] if reverse else order)}
+    sessions = [(name, made[name], _feeds_for(made[name], feeds)) for name, _ in order]
     for _ in range(warmup):
         for _name, s, f in sessions:
             s.run(None, f)
@@ -354,17 +367,23 @@ def latency(src: Path, results: dict[str, Path], dims: dict[str, int], setting: 
         for name, s, f in (sessions if i % 2 == 0 else sessions[::-1]):
             t0 = time.perf_counter()
             s.run(None, f)
-            times[name].append(time.perf_counter() - t0)
+            times[name].append((time.perf_counter() - t0) * 1e3)
         rounds += 1
         if rounds >= min_runs and time.perf_counter() - t_start > max_s:
             break
+    return {"times_ms": times, "rounds": rounds}
+
+
+def summarize(times: dict[str, list[float]], rounds: int) -> dict:
+    """Each result's median, ratio to the original's median, median of the per-round ratios,
+    and ratio of 10th percentiles, from `latency`'s samples (pooled over children)."""
     base = statistics.median(times["original"])
     out = {}
     for name, ts in times.items():
         if name == "original":
             continue
         med = statistics.median(ts)
-        out[name] = {"median_ms": med * 1e3, "original_ms": base * 1e3, "ratio": med / base,
+        out[name] = {"median_ms": med, "original_ms": base, "ratio": med / base,
                      "paired_ratio": statistics.median(t / o for t, o in zip(ts, times["original"], strict=True)),
                      "p10_ratio": _p10(ts) / _p10(times["original"]), "runs": rounds}
     return out
@@ -395,16 +414,18 @@ def _child(job: dict) -> dict:
         return rec
     if kind == "latency":
         return latency(Path(job["src"]), {t: Path(p) for t, p in job["results"].items()}, dims, job["setting"],
-                       job["runs"], job["warmup"], job["max_s"], job["min_runs"])
+                       job["runs"], job["warmup"], job["max_s"], job["min_runs"], job.get("reverse", False))
     raise ValueError(kind)
 
 
 def run_child(job: dict, timeout: float) -> dict:
-    """Run one job in a child process: its JSON result, or {"error": ...}."""
+    """Run one job in a child process: its JSON result, or {"error": ...}. Latency children run
+    with LATENCY_ENV."""
     t0 = time.perf_counter()
+    env = dict(os.environ, **LATENCY_ENV) if job["kind"] == "latency" else None
     try:
         p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)],
-                           capture_output=True, text=True, timeout=timeout, cwd=str(ROOT))
+                           capture_output=True, text=True, timeout=timeout, cwd=str(ROOT), env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s", "child_s": time.perf_counter() - t0}
     wall = time.perf_counter() - t0
@@ -471,11 +492,11 @@ def measure_latencies(src: Path, recs: dict[str, dict], dims: dict[str, int], a)
             job = {"kind": "latency", "src": str(src), "results": {t: todo[t]["result"] for t in group},
                    "dims": dims, "setting": setting, "runs": a.runs, "warmup": a.warmup, "max_s": a.max_s,
                    "min_runs": min(a.runs, 10), "eqsat_src": str(EQSAT_SRC) if EQSAT_SRC else None}
-            out = run_child(job, a.timeout)
+            out = _latency_both_orders(job, a.timeout)
             if "error" in out and len(group) > 1:  # find who crashed it: one at a time
                 out = {}
                 for t in group:
-                    o = run_child(dict(job, results={t: todo[t]["result"]}), a.timeout)
+                    o = _latency_both_orders(dict(job, results={t: todo[t]["result"]}), a.timeout)
                     out[t] = o.get(t, {"error": o.get("error", "?")})
             elif "error" in out:
                 out = {group[0]: {"error": out["error"]}}
@@ -483,6 +504,19 @@ def measure_latencies(src: Path, recs: dict[str, dict], dims: dict[str, int], a)
                 todo[t].setdefault("latency", {})[setting] = out.get(t, {"error": "no result"})
                 print(f"  {src.name[:-5]} {t} latency ({setting}): {_fmt_lat(todo[t]['latency'][setting])}",
                       flush=True)
+
+
+def _latency_both_orders(job: dict, timeout: float) -> dict:
+    """One latency job as two children, the sessions created in opposite orders, each with
+    half the rounds (and time); their samples pooled and summarized."""
+    halves = [(rev, (job["runs"] + 1 - rev) // 2) for rev in (0, 1)]
+    outs = [run_child(dict(job, runs=n, max_s=job["max_s"] / 2, min_runs=min(n, (job["min_runs"] + 1) // 2),
+                           reverse=bool(rev)), timeout) for rev, n in halves if n]
+    bad = next((o for o in outs if "error" in o), None)
+    if bad:
+        return {"error": bad["error"]}
+    times = {name: [t for o in outs for t in o["times_ms"][name]] for name in outs[0]["times_ms"]}
+    return summarize(times, sum(o["rounds"] for o in outs))
 
 
 def _fmt_lat(lat: dict | None) -> str:
@@ -629,7 +663,9 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
         "`node-count`, ILP extractor; onnxruntime: the model saved by `optimized_model_filepath` at "
         "ORT_ENABLE_BASIC / EXTENDED / ALL). Symbolic dims: `batch` -> 1, `seq*` -> 128. **ratio** = "
         "median latency of the result / median latency of the original, onnxruntime CPU, 1 intra-op "
-        "thread, sequential; **off**: onnxruntime's graph optimizations disabled (ORT_DISABLE_ALL) for "
+        "thread, sequential, two child processes creating the sessions in opposite orders, "
+        "`GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (without huge pages, sessions of one model ran 1.5x to 5x apart "
+        "in one process here); **off**: onnxruntime's graph optimizations disabled (ORT_DISABLE_ALL) for "
         "both, so it shows what the tool did; **on**: ORT_ENABLE_ALL for both, what remains on top of "
         f"onnxruntime's own optimizer. {runs_note} Lower is better; the best of a row is bold. "
         "**opt s**: the optimization call alone (onnxruntime: session creation, which includes "
