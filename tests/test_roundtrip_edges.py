@@ -8,8 +8,10 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from eqsat.errors import UsageError
 from eqsat.pipeline import Options, optimize
 
 from .conftest import assert_same_outputs, ops, parse_model, roundtrip
@@ -298,3 +300,31 @@ def test_float_attributes_are_exact():
     """)
     out = roundtrip(m)
     assert out.graph.node[0].attribute[0].f == m.graph.node[0].attribute[0].f
+
+
+def test_garbage_collector_is_paused_while_optimizing_and_restored_after():
+    import gc
+
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        agraph (float[3] x) => (float[3] y) {
+            a = Relu(x)
+            y = Identity(a)
+        }""")
+    seen = []
+    assert gc.isenabled()
+    optimize(m, Options(), progress=lambda _msg: seen.append(gc.isenabled()))
+    assert seen and not any(seen)  # off in every phase that reported progress
+    assert gc.isenabled()
+    gc.disable()  # a caller's choice is kept
+    try:
+        optimize(m, Options())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    bad = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        agraph (float[3] x) => (float[3] y) { y = Relu(x) }""")
+    with pytest.raises(UsageError, match="unknown extractor"):
+        optimize(bad, Options(extractor="no-such-extractor"))
+    assert gc.isenabled()  # also after an error
