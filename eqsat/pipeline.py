@@ -155,6 +155,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     forbidden = forbidden_constructors(model, opts.target)
 
     rows: list = []
+    last: list[dict] = []  # the oracle's latest snapshot
 
     def snapshot() -> dict:
         data = serialize(sat.eg, roots, enc.outputs, list(sat.declared.constructors), sat.declared.functions,
@@ -163,6 +164,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
             from .explain import split_rows
 
             rows[:] = split_rows(data)
+        last[:] = [data]
         return data
 
     oracle = Oracle(model, tensors, protos, dims, snapshot, opts.fold_limit)
@@ -172,7 +174,9 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         say(f"saturation stopped: {sat_report.stop_reason} after {sat_report.iterations} rounds, "
             f"{sat_report.enodes} e-nodes, {sat_report.time_s:.2f} s")
         t0 = time.perf_counter()
-        data = snapshot()
+        # saturated: the last round's rules changed nothing and the oracle, which ran after them
+        # on the e-graph as it now is, added nothing: its snapshot is the final e-graph
+        data = last[0] if sat_report.stop_reason == "saturated" and last else snapshot()
         phase("serialize", t0)
     finally:
         sat.close()

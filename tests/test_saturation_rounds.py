@@ -1,0 +1,67 @@
+"""When the oracle runs between saturation rounds (eqsat.saturate.HOOK_EVERY): after a round
+whose rules changed nothing, after HOOK_EVERY rounds without it, and after the last round a
+limit allows; and the final e-graph is not serialized again when the oracle's last snapshot
+is it. Each test checks the optimized model's numbers under onnxruntime."""
+
+from __future__ import annotations
+
+import eqsat.pipeline as pipeline
+from eqsat.pipeline import Options, optimize
+from eqsat.saturate import HOOK_EVERY, Limits
+
+from .conftest import assert_same_outputs, ops, parse_model
+
+# Transpose pairs cancel over several rounds (one pair per round from the inside out), and
+# the Add of two initializers is the oracle's to fold.
+MODEL = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    agraph (float[2, 3] x) => (float[2, 3] y) <float[2, 3] a = {1, 2, 3, 4, 5, 6}, float[2, 3] b = {1, 1, 1, 1, 1, 1}> {
+        t1 = Transpose <perm = [1, 0]> (x)
+        t2 = Transpose <perm = [1, 0]> (t1)
+        t3 = Transpose <perm = [1, 0]> (t2)
+        t4 = Transpose <perm = [1, 0]> (t3)
+        c = Add(a, b)
+        y = Mul(t4, c)
+    }"""
+
+
+def _counting_serialize(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    real = pipeline.serialize
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "serialize", counted)
+    return calls
+
+
+def test_oracle_waits_for_the_rules_and_its_last_snapshot_is_reused(monkeypatch):
+    m = parse_model(MODEL)
+    calls = _counting_serialize(monkeypatch)
+    res = optimize(m, Options())
+    sat = res.report["saturation"]
+    rounds = sat["rounds"]
+    assert sat["stop_reason"] == "saturated"
+    assert rounds[-1]["hooks"]  # saturation is only declared after the oracle found nothing
+    gaps = 0
+    for r in rounds:  # never more than HOOK_EVERY rounds in a row without the oracle
+        gaps = 0 if r["hooks"] else gaps + 1
+        assert gaps < HOOK_EVERY
+    assert not all(r["hooks"] for r in rounds)  # it skipped rounds whose rules were still changing
+    assert len(calls) == sum(r["hooks"] for r in rounds)  # no extra serialization at the end
+    assert ops(res.model) == ["Mul"]
+    assert_same_outputs(m, res.model)
+
+
+def test_the_oracle_runs_after_the_only_round_a_limit_allows(monkeypatch):
+    m = parse_model(MODEL)
+    calls = _counting_serialize(monkeypatch)
+    res = optimize(m, Options(limits=Limits(iter_limit=1)))
+    sat = res.report["saturation"]
+    assert sat["stop_reason"] == "iteration-limit"
+    assert [r["hooks"] for r in sat["rounds"]] == [True]
+    assert "Add" not in ops(res.model)  # folded although the rules were still changing
+    assert len(calls) == 2  # the oracle's snapshot, then the final e-graph (changed since)
+    assert_same_outputs(m, res.model)
