@@ -26,24 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.symdims import dims_for  # noqa: E402
+
 MIB = 1 << 20
-DIM_HINTS = (("batch", 1), ("seq", 128))
 RTOL, ATOL = 1e-4, 1e-5
-
-
-def dims_for(model) -> dict[str, int]:
-    inits = {t.name for t in model.graph.initializer}
-    dims: dict[str, int] = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        for d in vi.type.tensor_type.shape.dim:
-            if d.dim_param:
-                v = next((v for hint, v in DIM_HINTS if hint in d.dim_param.lower()), None)
-                if v is None:
-                    raise SystemExit(f"no size for symbolic dimension {d.dim_param!r}")
-                dims[d.dim_param] = v
-    return dims
 
 
 # ---- onnxruntime's peak, in a child process ---------------------------------------------------
@@ -113,7 +99,7 @@ def bench(path: Path, variant: str, execute: bool, ort: bool, tmp: Path) -> dict
     from eqsat.plan import check_plan, execute_plan, plan_model
 
     model = load_model(path)
-    dims = dims_for(model)
+    dims = dims_for(model, unknown=None)
     row: dict = {"model": path.name, "variant": variant, "dims": dims}
     file = path
     if variant == "optimized":

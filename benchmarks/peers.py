@@ -55,11 +55,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.symdims import dims_for  # noqa: E402
+
 TOOLS = ("eqsat", "ort-basic", "ort-extended", "ort-all", "onnxsim", "onnxslim", "onnxoptimizer", "onnxscript",
          "control")
 # `control` is the original model itself, measured like a result: its ratio is the noise floor.
 SETTINGS = ("off", "all")  # onnxruntime's own optimizations when the results run
-DIM_HINTS = (("batch", 1), ("seq", 128))
 REL_TOL = 1e-3
 NOISY = 0.10  # a control ratio further than this from 1.00 marks the model's figures as noise-bound
 # Latency children ask glibc's malloc for transparent huge pages. Without them, on this project's
@@ -76,20 +77,6 @@ DISTRIBUTION = {"eqsat": "eqsat", "ort-basic": "onnxruntime", "ort-extended": "o
 MODULE = {"eqsat": "eqsat", "ort-basic": "onnxruntime", "ort-extended": "onnxruntime", "ort-all": "onnxruntime",
           "onnxsim": "onnxsim", "onnxslim": "onnxslim", "onnxoptimizer": "onnxoptimizer",
           "onnxscript": "onnxscript", "control": "onnx"}
-
-
-def dims_for(model) -> dict[str, int]:
-    """Sizes of the symbolic dims of the graph inputs: `batch` -> 1, `seq...` -> 128."""
-    inits = {t.name for t in model.graph.initializer}
-    dims: dict[str, int] = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        for d in vi.type.tensor_type.shape.dim:
-            if d.dim_param:
-                v = next((v for hint, v in DIM_HINTS if hint in d.dim_param.lower()), None)
-                dims[d.dim_param] = 1 if v is None else v
-    return dims
 
 
 def missing(tool: str) -> str | None:
