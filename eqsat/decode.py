@@ -31,6 +31,7 @@ from .errors import OptimizeError
 from .lang.dtypes import CTOR_TO_CODE, np_dtype
 from .lang.literals import parse_bool, parse_float, parse_int, parse_string
 from .lang.ops import BY_CTOR, Attr, OpSpec
+from .modelio import model_shell
 from .store import ProtoStore, TensorStore, tensor_key
 
 LITERALS = ("Const", "Ints", "ScalarF", "ScalarI")
@@ -582,16 +583,8 @@ class Decoder:
         and protobuf cannot copy more than 2 GiB at once)."""
         src = self.model
         g = src.graph
-        m = ModelProto()
-        for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
-            setattr(m, f, getattr(src, f))
-        m.metadata_props.extend(src.metadata_props)
-        m.functions.extend(src.functions)
-        m.training_info.extend(src.training_info)
         have = {("" if o.domain == "ai.onnx" else o.domain) for o in src.opset_import}
-        m.opset_import.extend(src.opset_import)
-        for d in sorted(self.domains_used - have):
-            m.opset_import.append(helper.make_opsetid(d, self.opset.get(d, 1)))
+        m = model_shell(src, {d: self.opset.get(d, 1) for d in self.domains_used - have}, full=True)
         graph = m.graph
         graph.name = g.name
         graph.doc_string = g.doc_string

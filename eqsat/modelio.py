@@ -82,6 +82,28 @@ def check_model(model: ModelProto, what: str, path: str | os.PathLike | None = N
         raise InvalidModelError(f"{what}: the onnx checker rejects the model: {_first_line(e)}") from None
 
 
+def model_shell(model: ModelProto, opsets: dict[str, int] | None = None, full: bool = False) -> ModelProto:
+    """A new model with `model`'s header and no graph: IR version, producer, domain, model
+    version, opset imports (plus `opsets`, domain -> version) and local functions; `full`
+    also copies the doc string, metadata and training info (a copy of the whole model, where
+    the others are working copies for a checker or inference). The caller fills the graph
+    field by field: protobuf cannot copy more than 2 GiB at once."""
+    from onnx import helper
+
+    m = ModelProto()
+    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
+        setattr(m, f, getattr(model, f))
+    m.opset_import.extend(model.opset_import)
+    for d, v in sorted((opsets or {}).items()):
+        m.opset_import.append(helper.make_opsetid(d, v))
+    m.functions.extend(model.functions)
+    if full:
+        m.doc_string = model.doc_string
+        m.metadata_props.extend(model.metadata_props)
+        m.training_info.extend(model.training_info)
+    return m
+
+
 def model_bytes(model: ModelProto) -> int:
     """Bytes of initializer data, in memory or in external files."""
     return sum(external.content_bytes(t) for t in model.graph.initializer)

@@ -15,6 +15,7 @@ import onnx
 from onnx import GraphProto, ModelProto, TypeProto
 
 from .external import content_bytes
+from .modelio import model_shell
 
 SMALL_TENSOR_BYTES = 64 * 1024  # initializers above this lose their data in the inference copy
 SYM_BASE = -(1 << 40)  # symbolic dimension ids are SYM_BASE, SYM_BASE - 1, ...
@@ -78,11 +79,7 @@ def type_of(tp: TypeProto) -> ValueType | None:
 def _skeleton(model: ModelProto) -> ModelProto:
     """A copy for shape inference without the data of large initializers (the data is
     only needed for small shape-like tensors), so a 2 GiB model does not get copied."""
-    sk = ModelProto()
-    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
-        setattr(sk, f, getattr(model, f))
-    sk.opset_import.extend(model.opset_import)
-    sk.functions.extend(model.functions)
+    sk = model_shell(model)
     g = model.graph
     sg = sk.graph
     sg.name = g.name

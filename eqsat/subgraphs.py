@@ -33,6 +33,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto,
 from .decode import all_names
 from .encode import NotTyped, constant_node_tensor, graph_outer_refs
 from .errors import UsageError
+from .modelio import model_shell
 from .shapes import _skeleton
 
 if TYPE_CHECKING:
@@ -263,11 +264,7 @@ def _standalone(model: ModelProto, g: GraphProto, refs: list[str], types: dict[s
                 const_refs: dict[str, TensorProto]) -> ModelProto:
     """The body as a model: formal inputs, then the outer values it reads as inputs (or as
     initializers where they are constants), its own outputs, nodes and initializers."""
-    m = ModelProto()
-    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
-        setattr(m, f, getattr(model, f))
-    m.opset_import.extend(model.opset_import)
-    m.functions.extend(model.functions)
+    m = model_shell(model)
     sg = m.graph
     sg.name = g.name
     sg.input.extend(g.input)
@@ -348,13 +345,7 @@ def _light(model: ModelProto, nodes: dict[int, NodeProto] | None = None,
     """A copy for the checker: initializers become typed graph inputs (no weights copied),
     nodes replaced by index from `nodes`, opset imports added from `opsets`."""
     src = model.graph
-    m = ModelProto()
-    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version"):
-        setattr(m, f, getattr(model, f))
-    m.opset_import.extend(model.opset_import)
-    for d, v in sorted((opsets or {}).items()):
-        m.opset_import.append(helper.make_opsetid(d, v))
-    m.functions.extend(model.functions)
+    m = model_shell(model, opsets)
     g = m.graph
     g.name = src.name
     g.input.extend(src.input)
@@ -385,15 +376,7 @@ def _check_error(model: ModelProto, nodes: dict[int, NodeProto] | None = None,
 def _replaced(model: ModelProto, nodes: dict[int, NodeProto], opsets: dict[str, int]) -> ModelProto:
     """A copy of `model` with nodes replaced by index, built field by field (each tensor is
     copied on its own: protobuf cannot copy more than 2 GiB at once)."""
-    m = ModelProto()
-    for f in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
-        setattr(m, f, getattr(model, f))
-    m.metadata_props.extend(model.metadata_props)
-    m.opset_import.extend(model.opset_import)
-    for d, v in sorted(opsets.items()):
-        m.opset_import.append(helper.make_opsetid(d, v))
-    m.functions.extend(model.functions)
-    m.training_info.extend(model.training_info)
+    m = model_shell(model, opsets, full=True)
     m.configuration.extend(model.configuration)
     src, g = model.graph, m.graph
     g.name = src.name

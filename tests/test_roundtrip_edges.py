@@ -328,3 +328,19 @@ def test_garbage_collector_is_paused_while_optimizing_and_restored_after():
     with pytest.raises(UsageError, match="unknown extractor"):
         optimize(bad, Options(extractor="no-such-extractor"))
     assert gc.isenabled()  # also after an error
+
+
+def test_model_shell_copies_the_header_and_no_graph():
+    from eqsat.modelio import model_shell
+
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18], producer_name: "p", producer_version: "1", domain: "d",
+         model_version: 3, doc_string: "doc">
+        agraph (float[3] x) => (float[3] y) { y = Relu(x) }""")
+    onnx.helper.set_model_props(m, {"k": "v"})
+    s = model_shell(m, {"com.microsoft": 1})
+    assert (s.ir_version, s.producer_name, s.producer_version, s.domain, s.model_version) == (8, "p", "1", "d", 3)
+    assert [(o.domain, o.version) for o in s.opset_import] == [("", 18), ("com.microsoft", 1)]
+    assert not s.graph.node and not s.doc_string and not s.metadata_props  # a working copy
+    full = model_shell(m, full=True)
+    assert full.doc_string == "doc" and [(p.key, p.value) for p in full.metadata_props] == [("k", "v")]
