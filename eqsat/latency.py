@@ -3,6 +3,11 @@
 `compare(models, feeds)` creates one session per model, warms each up, then runs them in
 turn (interleaved: A B C A B C ...) so that a noisy machine slows all of them alike, and
 returns each model's median time in milliseconds.
+
+On Linux, run the process with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1`: on the project's
+virtual machines, without transparent huge pages, sessions of the same model in one process
+ran 1.5x to 5x apart depending on where their weights landed in memory (benchmarks/peers.py
+sets it for its latency children).
 """
 
 from __future__ import annotations
