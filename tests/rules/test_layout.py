@@ -99,8 +99,11 @@ class G:
 
 def check(model: onnx.ModelProto, expect_ops, fired=(), not_fired=(), **opts):
     """check_rewrite with onnxruntime's own optimizations off for both models (so that it runs
-    the NCHW original as written)."""
-    return check_rewrite(model, expect_ops, fired, not_fired, rtol=1e-4, atol=1e-4, ort_optimize=False, **opts)
+    the NCHW original as written); and no op or opset import of eqsat's internal domain left."""
+    res = check_rewrite(model, expect_ops, fired, not_fired, rtol=1e-4, atol=1e-4, ort_optimize=False, **opts)
+    assert all(o.domain != "eqsat.internal" for o in res.model.opset_import)
+    assert all(n.domain != "eqsat.internal" for n in res.model.graph.node)
+    return res
 
 
 def ort_saved_model(m: onnx.ModelProto, tmp_path: Path) -> onnx.ModelProto:
