@@ -98,7 +98,36 @@ def fusion_choices(threads: int = 1, runs: int = 100) -> dict:
                            ins, [_vi("y", shape)], ln)
     feeds = {"x": rng.standard_normal(shape).astype(np.float32), "r": rng.standard_normal(shape).astype(np.float32)}
     skip_ln = _faster(skip, plain, feeds, runs * 3, threads)
-    return {"merge_parallel_matmuls": merge, "fuse_skip_layernorm": skip_ln}
+    return {"merge_parallel_matmuls": merge, "fuse_skip_layernorm": skip_ln,
+            "fuse_attention": _attention_pays(rng, runs, threads)}
+
+
+def _attention_pays(rng, runs: int, threads: int) -> bool:
+    """Whether com.microsoft.MultiHeadAttention beats the attention it replaces
+    (rules/attention.egg), in a decoder's form: 12 heads of 64, sequence 128, a causal
+    attention bias [1, 1, S, S], the query given in heads (as after a rotary embedding) and so
+    transposed back for the fused op, key and value in heads (BNSH)."""
+    b, n, s, d = 1, 12, 128, 64
+    heads = [b, n, s, d]
+    ins = [_vi("q", heads), _vi("k", heads), _vi("v", heads)]
+    out = [_vi("y", [b, s, n * d])]
+    causal = np.triu(np.full((s, s), -1e4, np.float32), 1).reshape(1, 1, s, s)
+    consts = {"mask": causal, "merge": np.array([0, 0, n * d], np.int64), "scale": np.array(d ** -0.5, np.float32)}
+    fused = _weights_model([helper.make_node("Transpose", ["q"], ["qt"], perm=[0, 2, 1, 3]),
+                            helper.make_node("Reshape", ["qt", "merge"], ["q3"]),
+                            helper.make_node("MultiHeadAttention", ["q3", "k", "v", "", "", "mask"], ["y"],
+                                             domain="com.microsoft", num_heads=n, scale=d ** -0.5)],
+                           ins, out, {"mask": causal, "merge": consts["merge"]}, ms=True)
+    plain = _weights_model([helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+                            helper.make_node("MatMul", ["q", "kt"], ["qk"]),
+                            helper.make_node("Mul", ["qk", "scale"], ["sc"]),
+                            helper.make_node("Add", ["sc", "mask"], ["sm"]),
+                            helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+                            helper.make_node("MatMul", ["p", "v"], ["o"]),
+                            helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+                            helper.make_node("Reshape", ["ot", "merge"], ["y"])], ins, out, consts)
+    feeds = {x: rng.standard_normal(heads).astype(np.float32) for x in "qkv"}
+    return _faster(fused, plain, feeds, runs * 3, threads)
 
 
 def measure(threads: int = 1, runs: int = 15) -> dict:

@@ -93,7 +93,9 @@ def hardware_facts(hardware) -> list:
     on: (hardware-pays "parallel-matmul") = 1 where one MatMul on concatenated weights is
     faster than the parallel MatMuls (profile key merge_parallel_matmuls; rules/matmul.egg);
     (hardware-pays "skip-layernorm") = 1 where onnxruntime's Skip(Simplified)LayerNormalization
-    is faster than Add + (RMS) LayerNormalization (fuse_skip_layernorm; rules/transformer.egg)."""
+    is faster than Add + (RMS) LayerNormalization (fuse_skip_layernorm; rules/transformer.egg);
+    (hardware-pays "attention") = 1 where MultiHeadAttention / Attention is faster than the
+    attention subgraph (fuse_attention; rules/attention.egg)."""
     from extract.costs.roofline import Hardware
 
     hw = hardware if isinstance(hardware, Hardware) else Hardware.load(hardware)
@@ -102,6 +104,8 @@ def hardware_facts(hardware) -> list:
         facts.append(T.set_fn("hardware-pays", [T.string("parallel-matmul")], T.i64(1)))
     if hw.fuse_skip_layernorm:
         facts.append(T.set_fn("hardware-pays", [T.string("skip-layernorm")], T.i64(1)))
+    if hw.fuse_attention:
+        facts.append(T.set_fn("hardware-pays", [T.string("attention")], T.i64(1)))
     return facts
 
 

@@ -72,6 +72,10 @@ class Hardware:
     # residual Add and the (RMS) LayerNormalization they fuse (rules/transformer.egg; false on the
     # CPU: onnxruntime 1.32's kernels measured 3-4x and 1.4x slower than Add + LayerNormalization)
     fuse_skip_layernorm: bool = True
+    # com.microsoft.MultiHeadAttention / the standard Attention op are faster than the attention
+    # subgraph they replace (rules/attention.egg; false on the CPU: onnxruntime 1.32's kernel is
+    # level with the subgraph alone and 0.5 to 2.4 % slower in GPT-2 and a Llama decoder)
+    fuse_attention: bool = True
 
     def has_layout(self, name: str) -> bool:
         return name in self.layouts

@@ -11,7 +11,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ..conftest import assert_same_outputs, check_rewrite, op_list, optimized, parse_model
+from ..conftest import assert_same_outputs, op_list, parse_model
+from ..conftest import check_rewrite as _check_rewrite
+from ..conftest import optimized as _optimized
+
+# The fused ops are built only where the hardware profile says that they pay (fuse_attention):
+# not on the default cpu profile (test_default_cpu_profile_keeps_the_subgraph). The other
+# tests use the h200 profile, which has them.
+FUSE = {"hardware": "h200"}
+
+
+def optimized(model, **opts):
+    return _optimized(model, **{**FUSE, **opts})
+
+
+def check_rewrite(model, expect_ops, **kwargs):
+    return _check_rewrite(model, expect_ops, **{**FUSE, **kwargs})
+
 
 MHA = "com.microsoft.MultiHeadAttention"
 DIMS = {"B": 2, "S": 5, "T": 7}
@@ -130,13 +146,13 @@ def padding_mask(shape):
     return np.where(keep, 0.0, np.finfo(np.float32).min)
 
 
-def assert_not_fused(model, dims=DIMS, **opts):
+def assert_not_fused(model, dims=DIMS, feeds=None, **opts):
     """Optimize; no fused attention op in the result, outputs unchanged."""
     res = optimized(model, **opts)
     got = op_list(res.model)
     assert MHA not in got and "Attention" not in got, f"fused: {sorted(got)}"
     assert "Softmax" in got
-    assert_same_outputs(model, res.model, dims=dims, rtol=1e-4, atol=1e-5)
+    assert_same_outputs(model, res.model, feeds, dims=dims, rtol=1e-4, atol=1e-5)
     return res
 
 
@@ -311,6 +327,16 @@ def test_opset_23_target_ort_builds_both_and_extracts_one():
 
 
 # ---- where no fused op may be built
+
+def test_default_cpu_profile_keeps_the_subgraph():
+    # the block is recognized (attention-core) but, on the cpu profile, not fused: there
+    # MultiHeadAttention measured no faster than the subgraph (extract/hardware/cpu.json)
+    m = parse_model(bert_block())
+    res = assert_not_fused(m, hardware="cpu", feeds=feeds(m, mask_fn=padding_mask))
+    matches = res.report["saturation"]["rule_matches"]
+    assert matches.get("attention-core", 0) > 0
+    assert matches.get("attention-mha", 0) == 0 and matches.get("attention-std", 0) == 0
+
 
 def test_target_onnx_before_opset_23_has_no_fused_attention():
     m = parse_model(vit_block(17))
