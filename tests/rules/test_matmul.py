@@ -119,6 +119,61 @@ def test_integer_matmul_add_stays():
     check_rewrite(m, ["MatMul", "Add"], not_fired=["gemm-matmul-add"])
 
 
+# ---- Reshape + 2-D Gemm + Reshape (GPT-2's Conv1D) -> MatMul + Add on the 3-D input
+
+def conv1d(target: str, gemm: str = "Gemm", w: str = "4, 5", bias: str = ", b", lead: str = "B, S",
+           out: str = "B, S, 5") -> str:
+    """x [*lead, 4] flattened to [-1, 4], a Gemm, and the product reshaped by `target`."""
+    return H + f"""
+        agraph (float[{lead}, 4] x) => (float[{out}] y) {inits(init("w", *map(int, w.split(", "))), init("b", 5))} {{
+            f = Constant <value = int64[2] {{-1, 4}}> ()
+            x2 = Reshape(x, f)
+            g = {gemm} (x2, w{bias})
+            {target}
+            y = Reshape(g, t)
+        }}"""
+
+
+RUNTIME_TARGET = """s = Shape(x)
+            i0 = Constant <value = int64 {0}> ()
+            i1 = Constant <value = int64 {1}> ()
+            d0 = Gather(s, i0)
+            d1 = Gather(s, i1)
+            ax = Constant <value = int64[1] {0}> ()
+            u0 = Unsqueeze(d0, ax)
+            u1 = Unsqueeze(d1, ax)
+            n = Constant <value = int64[1] {5}> ()
+            t = Concat <axis = 0> (u0, u1, n)"""
+DIMS = {"B": 2, "S": 3}
+
+
+def test_conv1d_with_a_runtime_target_becomes_matmul_add():
+    # the Reshapes, the Gemm and the six ops that build the target at run time go
+    check_rewrite(parse_model(conv1d(RUNTIME_TARGET)), ["MatMul", "Add"], dims=DIMS,
+                  fired=["gemm-flat-find", "gemm-flat-matmul-add"])
+
+
+def test_conv1d_with_a_literal_target_and_trans_b_or_no_bias():
+    literal = "t = Constant <value = int64[3] {2, 3, 5}> ()"
+    static = {"lead": "2, 3", "out": "2, 3, 5"}
+    trans_b = parse_model(conv1d(literal, "Gemm <transB = 1>", w="5, 4", **static))
+    # MatMul(x, Transpose(w)): FusedMatMul's transB keeps the model's weight; on target onnx the
+    # transposed weight is folded
+    check_rewrite(trans_b, ["com.microsoft.FusedMatMul", "Add"], fired=["gemm-flat-matmul-t-add"])
+    check_rewrite(trans_b, ["MatMul", "Add"], target="onnx")
+    check_rewrite(parse_model(conv1d(literal, bias="", **static)), ["MatMul"], fired=["gemm-flat-matmul"])
+
+
+@pytest.mark.parametrize("case", ["leading-dims-swapped", "alpha"])
+def test_conv1d_that_does_not_restore_the_leading_dims_or_scales_stays(case):
+    # [S, B, 5] is not x's leading dims; alpha = 0.5 is not a plain MatMul + Add
+    swapped = case != "alpha"
+    target = f"t = Constant <value = int64[3] {{{'3, 2' if swapped else '2, 3'}, 5}}> ()"
+    gemm = "Gemm <alpha = 0.5>" if case == "alpha" else "Gemm"
+    m = parse_model(conv1d(target, gemm, lead="2, 3", out="3, 2, 5" if swapped else "2, 3, 5"))
+    check_rewrite(m, ["Reshape", "Gemm", "Reshape"], not_fired=["gemm-flat-find"])
+
+
 # ---- Transpose folded into Gemm
 
 def test_matmul_of_a_transposed_matrix_becomes_gemm_trans_b():
