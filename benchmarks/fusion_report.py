@@ -1,7 +1,7 @@
 """What the default rules do to the corpus, beside onnxruntime's own optimizer.
 
     python benchmarks/fusion_report.py [--models DIR] [--only NAME,...] [--target ort|onnx]
-                                       [--out benchmarks/results/fusion.md]
+                                       [--hardware cpu|h200|FILE.json] [--out benchmarks/results/fusion.md]
 
 For each model: eqsat's node count and op histogram; the node count of the model that
 onnxruntime's ORT_ENABLE_EXTENDED optimizer saves (`SessionOptions.optimized_model_filepath`);
@@ -53,10 +53,10 @@ def rel_diff(a: dict, b: dict) -> float:
     return worst
 
 
-def report(path: Path, target: str, tmp: Path) -> dict:
+def report(path: Path, target: str, tmp: Path, hardware: str = "cpu") -> dict:
     model = load_model(path)
     t0 = time.perf_counter()
-    res = optimize(model, Options(target=target))
+    res = optimize(model, Options(target=target, hardware=hardware))
     secs = time.perf_counter() - t0
     out = tmp / (path.stem + ".eqsat.onnx")
     save_model(res.model, out)
@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", type=Path, default=ROOT / "benchmarks/models")
     ap.add_argument("--only", default="")
     ap.add_argument("--target", default="ort")
+    ap.add_argument("--hardware", default="cpu",
+                    help="hardware profile: which fusions pay (cpu, the default: no attention or SkipLayerNorm fusion)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("-v", "--verbose", action="store_true", help="print the op histograms")
     a = ap.parse_args(argv)
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for p in paths:
-            r = report(p, a.target, Path(d))
+            r = report(p, a.target, Path(d), a.hardware)
             rows.append(r)
             print(f"{r['model']:24s} nodes {r['before']:5d} -> eqsat {r['eqsat']:4d} (ORT extended {r['ort_extended']:4d}) "
                   f"diff {r['rel_diff']:.1e}  {r['seconds']:.1f}s  fused {r['fused']}  left {r['left']}", flush=True)
@@ -106,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         lines = [
             "# Default rules on the corpus",
             "",
-            f"Command: `python benchmarks/fusion_report.py --target {a.target}` ({platform.machine()}, "
+            f"Command: `python benchmarks/fusion_report.py --target {a.target} --hardware {a.hardware}` "
+            f"({platform.machine()}, "
             f"Python {platform.python_version()}). Node counts of the graph; ORT extended = the model "
             "onnxruntime's ORT_ENABLE_EXTENDED optimizer saves. Output difference: max abs diff over "
             "max(1, max |original|), random inputs, symbolic dims bound to " + str(DIMS) + ", the result "
