@@ -8,8 +8,12 @@
 - merge_parallel_matmuls: whether one MatMul [128, 768] x [768, 2304] + Split beats three
   MatMuls [128, 768] x [768, 768] (a transformer's Q/K/V projections; rules/matmul.egg);
 - fuse_skip_layernorm: whether com.microsoft.SkipLayerNormalization beats Add +
-  LayerNormalization on [1, 128, 768] (rules/transformer.egg).
-The last two run with onnxruntime's graph optimizations off (the model as eqsat writes it),
+  LayerNormalization on [1, 128, 768] (rules/transformer.egg);
+- fuse_attention: whether com.microsoft.MultiHeadAttention beats the attention subgraph of a
+  decoder (12 heads of 64, sequence 128, causal bias; rules/attention.egg). A kernel alone
+  can pay where the whole model does not: the shipped cpu profile's value comes from whole
+  models (extract/hardware/cpu.json says which).
+The last three run with onnxruntime's graph optimizations off (the model as eqsat writes it),
 interleaved, and hold only where the fused form is at least 3% faster.
 
 Each figure is the median of several timed runs after warm-up.
