@@ -122,10 +122,10 @@ def test_integer_matmul_add_stays():
 # ---- Reshape + 2-D Gemm + Reshape (GPT-2's Conv1D) -> MatMul + Add on the 3-D input
 
 def conv1d(target: str, gemm: str = "Gemm", w: str = "4, 5", bias: str = ", b", lead: str = "B, S",
-           out: str = "B, S, 5") -> str:
-    """x [*lead, 4] flattened to [-1, 4], a Gemm, and the product reshaped by `target`."""
+           out: str = "B, S, 5", b: tuple = (5,)) -> str:
+    """x [*lead, 4] flattened to [-1, 4], a Gemm with C of shape `b`, and the product reshaped by `target`."""
     return H + f"""
-        agraph (float[{lead}, 4] x) => (float[{out}] y) {inits(init("w", *map(int, w.split(", "))), init("b", 5))} {{
+        agraph (float[{lead}, 4] x) => (float[{out}] y) {inits(init("w", *map(int, w.split(", "))), init("b", *b))} {{
             f = Constant <value = int64[2] {{-1, 4}}> ()
             x2 = Reshape(x, f)
             g = {gemm} (x2, w{bias})
@@ -147,9 +147,10 @@ RUNTIME_TARGET = """s = Shape(x)
 DIMS = {"B": 2, "S": 3}
 
 
-def test_conv1d_with_a_runtime_target_becomes_matmul_add():
+@pytest.mark.parametrize("b", [(5,), (1, 5)])
+def test_conv1d_with_a_runtime_target_becomes_matmul_add(b):
     # the Reshapes, the Gemm and the six ops that build the target at run time go
-    check_rewrite(parse_model(conv1d(RUNTIME_TARGET)), ["MatMul", "Add"], dims=DIMS,
+    check_rewrite(parse_model(conv1d(RUNTIME_TARGET, b=b)), ["MatMul", "Add"], dims=DIMS,
                   fired=["gemm-flat-find", "gemm-flat-matmul-add"])
 
 
