@@ -9,8 +9,9 @@ an onnx checker without these schemas, reject it. Target `onnx` never produces t
 It also registers eqsat's internal ops (domain `eqsat.internal`), which rules apply to
 constants only and the folding oracle evaluates (eqsat/oracle/layout.py): `ReorderFilter`
 turns a Conv filter into the blocked layout of onnxruntime's NCHWc convolution, and
-`PadChannels` appends zero output channels to a filter or bias (padded to the block). No model
-imports that domain, so extraction never chooses them and no written model holds them.
+`PadChannels` appends zero channels to a filter or bias (output or input channels padded to
+the block). No model imports that domain, so extraction never chooses them and no written
+model holds them.
 """
 
 from __future__ import annotations
@@ -70,10 +71,12 @@ def _pad_channels() -> defs.OpSchema:
     a = defs.OpSchema.Attribute
     return _internal_op(
         "PadChannels",
-        "eqsat: X with zeros appended along axis 0 up to `channels` entries (a Conv filter or "
-        "bias whose output channels are padded to onnxruntime's NCHWc block)",
+        "eqsat: X with zeros appended along `axis` up to `channels` entries (a Conv filter's "
+        "or bias's output channels, axis 0, or a filter's input channels, axis 1, padded to "
+        "onnxruntime's NCHWc block)",
         "X",
-        [a("channels", defs.OpSchema.AttrType.INT, "length of axis 0 after padding", required=True)],
+        [a("channels", defs.OpSchema.AttrType.INT, "length of the axis after padding", required=True),
+         a("axis", defs.OpSchema.AttrType.INT, "the axis padded", required=False)],
     )
 
 

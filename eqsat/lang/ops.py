@@ -389,8 +389,8 @@ SPECS += [
     # Rules apply it to constant weights only; the folding oracle evaluates it; no model
     # imports its domain, so extraction never chooses it (eqsat.target.forbidden_constructors).
     OpSpec("ReorderFilter", ("W",), (Attr("block", "int"), Attr("layout", "str")), domain="eqsat.internal"),
-    # ... and a filter or bias with zero output channels appended (channels padded to the block).
-    OpSpec("PadChannels", ("X",), (Attr("channels", "int"),), domain="eqsat.internal"),
+    # ... and a filter or bias with zero channels appended along an axis (padded to the block).
+    OpSpec("PadChannels", ("X",), (Attr("axis", "int", 0), Attr("channels", "int")), domain="eqsat.internal"),
 ]
 
 BY_CTOR: dict[str, OpSpec] = {s.ctor: s for s in SPECS}

@@ -11,9 +11,11 @@ when the folding oracle folds it; it never reaches an output model. The layouts 
   channels than the block): [O/b, I, KH, KW, b_o].
 
 The result keeps the filter's shape [O, I, KH, KW] (O is a multiple of b), as onnxruntime's
-initializers do; only the element order changes. `PadChannels(X, channels)` first appends
-zero output channels to a filter (and its bias) whose O is not a multiple of b, as
-onnxruntime pads them; a ReorderOutput with `channels` = O crops them again.
+initializers do; only the element order changes. `PadChannels(X, channels, axis)` first
+appends zero channels to a filter (and its bias) whose O (axis 0) is not a multiple of b, as
+onnxruntime pads them, a ReorderOutput with `channels` = O cropping them again; and zero input
+channels (axis 1) to the filter of a convolution that reads such a padded blocked value, so
+that the padded channels, whatever they hold, are multiplied by zero.
 """
 
 from __future__ import annotations
@@ -51,14 +53,17 @@ class ReorderFilter(OpRun):
         return (reorder_filter(np.asarray(w), int(block), lay),)
 
 
-def pad_channels(x: np.ndarray, channels: int) -> np.ndarray:
-    """x with zeros appended along axis 0 up to `channels` entries (a Conv filter [O, I, KH,
-    KW] or bias [O] whose output channels are padded to the block, as onnxruntime's
-    NchwcTransformer pads them)."""
-    if x.ndim < 1 or channels < x.shape[0]:
-        raise ValueError(f"PadChannels: cannot pad shape {list(x.shape)} to {channels} channels")
-    pad = np.zeros((channels - x.shape[0], *x.shape[1:]), dtype=x.dtype)
-    return np.concatenate([x, pad], axis=0)
+def pad_channels(x: np.ndarray, channels: int, axis: int = 0) -> np.ndarray:
+    """x with zeros appended along `axis` up to `channels` entries: axis 0 of a Conv filter
+    [O, I, KH, KW] or bias [O] whose output channels are padded to the block, axis 1 of a
+    filter whose input is a padded blocked value (as onnxruntime's NchwcTransformer pads
+    both)."""
+    if not 0 <= axis < x.ndim or channels < x.shape[axis]:
+        raise ValueError(f"PadChannels: cannot pad axis {axis} of shape {list(x.shape)} "
+                         f"to {channels} channels")
+    shape = list(x.shape)
+    shape[axis] = channels - x.shape[axis]
+    return np.concatenate([x, np.zeros(shape, dtype=x.dtype)], axis=axis)
 
 
 class PadChannels(OpRun):
@@ -66,8 +71,8 @@ class PadChannels(OpRun):
 
     op_domain = "eqsat.internal"
 
-    def _run(self, x, channels=None):  # noqa: D102 - OpRun's protocol
-        return (pad_channels(np.asarray(x), int(channels)),)
+    def _run(self, x, channels=None, axis=None):  # noqa: D102 - OpRun's protocol
+        return (pad_channels(np.asarray(x), int(channels), int(axis or 0)),)
 
 
 NEW_OPS = [ReorderFilter, PadChannels]

@@ -247,6 +247,74 @@ def test_output_channels_padded_to_the_block(block):
     assert [a.i for a in out.attribute if a.name == "channels"] == [3 * block - 3]
 
 
+def _odd_branch(c: int, odd: int) -> onnx.ModelProto:
+    """GoogLeNet's 5x5 branch: conv to c channels, a 1x1 reduce to `odd` channels (not whole
+    blocks), a 5x5 conv back to c, MaxPool; Relu after each conv."""
+    g = G(3, 28)
+    r0 = g.op("Relu", g.conv("x", 3, c))
+    r1 = g.op("Relu", g.conv(r0, c, odd, k=1))
+    r2 = g.op("Relu", g.conv(r1, odd, c, k=5))
+    return g.model(g.op("MaxPool", r2, kernel_shape=[3, 3], strides=[1, 1]))
+
+
+def test_conv_reads_a_padded_blocked_value(block):
+    """A reduce conv with 3.5 blocks of output channels (padded to 4), then a conv reading
+    that padded value: the reader's filter is padded with zero input channels (PadChannels on
+    axis 1), so the chain stays blocked with no reorder between the convs, as onnxruntime's
+    NchwcTransformer keeps it (GoogLeNet's 24-channel 5x5 branches)."""
+    c, odd = 4 * block, 3 * block + block // 2
+    m = _odd_branch(c, odd)
+    res = check(m, [f"{NCHWC}.Conv"] * 3 + [f"{NCHWC}.MaxPool", f"{NCHWC}.ReorderOutput"],
+                fired=["nchwc-conv-padded-output", "nchwc-conv-padded-input"])
+    inits = {i.name: numpy_helper.to_array(i) for i in res.model.graph.initializer}
+    reader = [n for n in res.model.graph.node if n.op_type == "Conv"][-1]
+    w = inits[reader.input[1]]
+    w0 = next(numpy_helper.to_array(i) for i in m.graph.initializer if i.dims == [c, odd, 5, 5])
+    assert w.shape == (c, 4 * block, 5, 5)
+    assert np.array_equal(w, reorder_filter(pad_channels(w0, 4 * block, axis=1), block, "OIHWBiBo"))
+
+
+def test_padding_a_narrow_branch_does_not_pay(block):
+    """The same branch with 1.5 blocks of channels padded to 2 (GoogLeNet's 24 of 32 with
+    AVX-512): a third more work in two convs outweighs the blocked kernel's speed-up in the
+    roofline, so the rules fire but the NCHW convs are kept."""
+    res = check(_odd_branch(2 * block, block + block // 2), ["com.microsoft.FusedConv"] * 3 + ["MaxPool"],
+                fired=["nchwc-conv-padded-input", "nchwc-conv-padded-output"])
+    assert res.report["extraction"]["cost_model"] == "node-count"
+
+
+def test_conv_with_input_and_output_channels_padded(block):
+    """Two odd-width convs in a row: the second reads a padded value and computes a padded
+    one, its filter padded on both axes; the one ReorderOutput crops the last padding."""
+    c, odd = 4 * block, 3 * block + block // 2
+    g = G(3, 28)
+    r0 = g.op("Relu", g.conv("x", 3, c))
+    r1 = g.op("Relu", g.conv(r0, c, odd, k=1))
+    r2 = g.op("Relu", g.conv(r1, odd, odd, k=3))
+    m = g.model(r2)
+    res = check(m, [f"{NCHWC}.Conv"] * 3 + [f"{NCHWC}.ReorderOutput"],
+                fired=["nchwc-conv-padded-input-padded-output"])
+    out = next(n for n in res.model.graph.node if n.op_type == "ReorderOutput")
+    assert [a.i for a in out.attribute if a.name == "channels"] == [odd]
+
+
+def test_grouped_conv_does_not_read_a_padded_value(block):
+    """A grouped conv (2 groups) reading a value of 7.5 blocks of channels: the padded-input
+    rules take group 1 only (each group's input channels would not start on a block), so the
+    grouped conv has no blocked form; with its reader NCHW, the reduce conv's padded form
+    does not pay either and the chain stays NCHW."""
+    c, odd = 4 * block, 15 * block // 2
+    g = G(3, 28)
+    r0 = g.op("Relu", g.conv("x", 3, c))
+    r1 = g.op("Relu", g.conv(r0, c, odd, k=1))
+    m = g.model(g.conv(r1, odd, c, k=3, group=2))
+    res = check(m, ["com.microsoft.FusedConv"] * 2 + ["Conv"],
+                fired=["nchwc-conv-padded-output"],
+                not_fired=["nchwc-conv-padded-input", "nchwc-conv-padded-input-padded-output", "nchwc-conv"])
+    grouped = next(n for n in res.model.graph.node if n.op_type == "Conv" and n.domain == "")
+    assert [a.i for a in grouped.attribute if a.name == "group"] == [2]
+
+
 def test_target_onnx_has_no_nchwc_ops(block):
     check(_resnet_like(2 * block), ["Conv"] * 4 + ["Relu"] * 3 + ["Add", "MaxPool", "GlobalAveragePool"],
           not_fired=["nchwc-conv", "nchwc-candidate-conv"], target="onnx")
