@@ -26,7 +26,8 @@ bound as benchmarks/memory.py does: a name with `batch` -> 1, with `seq` -> 128)
   session that ended the round before: `round_orders`), after warm-up, in two child
   processes that create the sessions in opposite orders, with glibc's malloc asked for huge
   pages (LATENCY_ENV); the figure is median(result) / median(original) over the pooled
-  samples in the same setting, so a noisy machine slows both;
+  samples in the same setting, so a noisy machine slows both, with a 95 % bootstrap
+  interval over the rounds (`bootstrap_ratio`);
 - eqsat only: its phase times, and its output's memory plan (eqsat.plan.plan_model): arena
   bytes against the lower bound.
 
@@ -383,19 +384,49 @@ def round_orders(n: int, rounds: int, seed: int = 0):
         yield perm
 
 
-def summarize(times: dict[str, list[float]], rounds: int) -> dict:
+def summarize(children: list[dict[str, list[float]]]) -> dict:
     """Each result's median, ratio to the original's median, median of the per-round ratios,
-    and ratio of 10th percentiles, from `latency`'s samples (pooled over children)."""
+    ratio of 10th percentiles, and a 95 % bootstrap interval of the ratio (`bootstrap_ratio`),
+    from `latency`'s samples of one or more children (pooled); with the samples themselves, so
+    that a later report can pair two results measured in the same children."""
+    times = {name: [t for c in children for t in c[name]] for name in children[0]}
     base = statistics.median(times["original"])
+    rounds = len(times["original"])
     out = {}
     for name, ts in times.items():
         if name == "original":
             continue
         med = statistics.median(ts)
+        lo, hi = bootstrap_ratio([c[name] for c in children], [c["original"] for c in children])
         out[name] = {"median_ms": med, "original_ms": base, "ratio": med / base,
                      "paired_ratio": statistics.median(t / o for t, o in zip(ts, times["original"], strict=True)),
-                     "p10_ratio": _p10(ts) / _p10(times["original"]), "runs": rounds}
+                     "p10_ratio": _p10(ts) / _p10(times["original"]), "runs": rounds, "ci95": [lo, hi],
+                     "samples_ms": {"original": [c["original"] for c in children], name: [c[name] for c in children]},
+                     "group": sorted(n for n in times if n != "original")}
     return out
+
+
+def bootstrap_ratio(num: list[list[float]], den: list[list[float]], reps: int = 2000, seed: int = 0,
+                    level: float = 0.95) -> tuple[float, float]:
+    """A percentile bootstrap interval of median(num) / median(den), pooled over children.
+
+    num[c][i] and den[c][i] ran in the same round i of child c: each replicate draws that
+    child's rounds with replacement and keeps each round's two samples together (what drifted
+    during a round slowed both), so the interval holds the round-to-round noise of the
+    ratio; differences between child processes (where a session lands in memory) show only as
+    far as the two children differ."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    nums, dens = [], []
+    for a, b in zip(num, den, strict=True):
+        a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        idx = rng.integers(0, len(a), size=(reps, len(a)))
+        nums.append(a[idx])
+        dens.append(b[idx])
+    r = np.median(np.concatenate(nums, axis=1), axis=1) / np.median(np.concatenate(dens, axis=1), axis=1)
+    q = (1 - level) / 2
+    return float(np.quantile(r, q)), float(np.quantile(r, 1 - q))
 
 
 def _p10(xs: list[float]) -> float:
@@ -524,8 +555,7 @@ def _latency_both_orders(job: dict, timeout: float) -> dict:
     bad = next((o for o in outs if "error" in o), None)
     if bad:
         return {"error": bad["error"]}
-    times = {name: [t for o in outs for t in o["times_ms"][name]] for name in outs[0]["times_ms"]}
-    return summarize(times, sum(o["rounds"] for o in outs))
+    return summarize([o["times_ms"] for o in outs])
 
 
 def _fmt_lat(lat: dict | None) -> str:
@@ -633,6 +663,24 @@ def _cell_ratio(rec: dict | None, setting: str) -> str:
     return s
 
 
+def pair_interval(a: dict | None, b: dict | None, setting: str) -> tuple[float, float] | None:
+    """A 95 % bootstrap interval of median(a) / median(b) for two results measured in the same
+    children (the same round-robin: `group`), from their records' samples; None otherwise."""
+    la = ((a or {}).get("latency") or {}).get(setting) or {}
+    lb = ((b or {}).get("latency") or {}).get(setting) or {}
+    if "samples_ms" not in la or "samples_ms" not in lb or (b or {}).get("tool") not in la.get("group", ()):
+        return None
+    if la["samples_ms"]["original"] != lb["samples_ms"]["original"]:
+        return None
+    return bootstrap_ratio(la["samples_ms"][a["tool"]], lb["samples_ms"][b["tool"]])
+
+
+def _with_ci(v: float | None, ci) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{v:.2f}"
+
+
 def _bold_best(cells: list[str]) -> list[str]:
     vals = []
     for c in cells:
@@ -717,6 +765,21 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
         lines.append(f"| {m} | {f2(e)} | {f2(o)} | {f2(e / o) if e and o else '-'} | {f2(lat(m, 'eqsat', 'p10_ratio'))} "
                      f"| {f2(lat(m, 'ort-all', 'p10_ratio'))} | {f'{best[0]} {best[1]:.2f}' if best else '-'} "
                      f"| {f2(lat(m, 'control'))}{' noisy' if abs((lat(m, 'control') or 1) - 1) > NOISY else ''} |")
+    lines.append("")
+    lines += ["## eqsat's ratios with 95 % intervals", "",
+              "Ratio [95 % percentile bootstrap interval] over the rounds of the children (`bootstrap_ratio`: "
+              "each round's samples resampled together). An interval that holds 1.00 does not tell the two "
+              "apart; eqsat / ort-all pairs the two results' samples from the same rounds.", "",
+              "| model | eqsat, off | eqsat / ort-all, off | eqsat, on | control, on |", "|---|---:|---:|---:|---:|"]
+
+    def ci(m: str, t: str, setting: str) -> str:
+        x = ((by.get((m, t)) or {}).get("latency") or {}).get(setting) or {}
+        return _with_ci(x.get("ratio"), x.get("ci95"))
+
+    for m in models:
+        e, o = lat(m, "eqsat"), lat(m, "ort-all")
+        pair = _with_ci(e / o if e and o else None, pair_interval(by.get((m, "eqsat")), by.get((m, "ort-all")), "off"))
+        lines.append(f"| {m} | {ci(m, 'eqsat', 'off')} | {pair} | {ci(m, 'eqsat', 'all')} | {ci(m, 'control', 'all')} |")
     lines.append("")
     lines += ["## Nodes (top-level graph) and optimization time", "",
               "| model | original nodes | " + " | ".join(f"{t} nodes / opt s" for t in tools) + " |",

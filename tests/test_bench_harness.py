@@ -73,8 +73,11 @@ def test_harness_records(tmp_path):
         for setting in ("off", "all"):
             lat = r["latency"][setting]
             assert "error" not in lat, lat
-            assert set(lat) >= {"median_ms", "original_ms", "ratio", "paired_ratio", "runs"}
+            assert set(lat) >= {"median_ms", "original_ms", "ratio", "paired_ratio", "runs", "ci95", "samples_ms"}
             assert lat["runs"] == 3 and lat["ratio"] > 0
+            assert 0 < lat["ci95"][0] <= lat["ci95"][1]
+            assert sum(len(c) for c in lat["samples_ms"][tool]) == 3 == sum(len(c) for c in lat["samples_ms"]["original"])
+            assert set(lat["group"]) == set(TOOLS)  # one round-robin: pairable
         assert not Path(r["result"]).exists()  # the optimized model is deleted once measured
         assert (a.out / "tiny" / f"{tool}.json").exists()
     x = recs["eqsat"]["eqsat"]
@@ -93,6 +96,11 @@ def test_harness_records(tmp_path):
     text = out.read_text()
     assert "| tiny |" in text and "eqsat" in text and "ort-extended" in text
     assert "Latency ratio, onnxruntime optimizations off" in text
+    assert "eqsat's ratios with 95 % intervals" in text
+    lo, hi = recs["eqsat"]["latency"]["off"]["ci95"]
+    assert f"{recs['eqsat']['latency']['off']['ratio']:.2f} [{lo:.2f}, {hi:.2f}] | - |" in text  # no ort-all here
+    lo, hi = peers.pair_interval(recs["eqsat"], recs["ort-extended"], "off")  # measured in the same rounds
+    assert 0 < lo <= hi
 
 
 def test_failed_tool_is_a_record(tmp_path):
@@ -117,3 +125,19 @@ def test_round_orders_balanced(n):
     if n > 2:
         firsts = np.bincount([p[0] for p in rounds], minlength=n)
         assert firsts.min() > 0.5 * 600 / n
+
+
+def test_bootstrap_ratio_interval():
+    """Rounds with a result 10 % slower than the original (with noise common to both in each
+    round): the interval holds 1.1 and not 1.0; the original against itself gives [1, 1];
+    two samples of one distribution give an interval around 1.0."""
+    rng = np.random.default_rng(1)
+    drift = [rng.uniform(0.9, 1.3, 40) for _ in range(2)]  # per-round load, shared by both sessions
+    den = [list(100 * d * rng.normal(1, 0.01, 40)) for d in drift]
+    num = [list(110 * d * rng.normal(1, 0.01, 40)) for d in drift]
+    lo, hi = peers.bootstrap_ratio(num, den)
+    assert lo < 1.1 < hi and lo > 1.0
+    assert peers.bootstrap_ratio(den, den) == (1.0, 1.0)
+    same = [list(100 * d * rng.normal(1, 0.01, 40)) for d in drift]
+    lo, hi = peers.bootstrap_ratio(same, den)
+    assert lo < 1.0 < hi and hi - lo < 0.2
