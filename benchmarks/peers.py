@@ -46,7 +46,6 @@ import importlib.util
 import json
 import os
 import platform
-import random
 import shlex
 import statistics
 import subprocess
@@ -59,6 +58,17 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.symdims import dims_for  # noqa: E402
+
+
+def _load_rounds():
+    """eqsat/rounds.py of this checkout, by path: the children may import an older eqsat."""
+    spec = importlib.util.spec_from_file_location("eqsat_rounds", ROOT / "eqsat" / "rounds.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+round_orders = _load_rounds().round_orders
 
 TOOLS = ("eqsat", "ort-basic", "ort-extended", "ort-all", "onnxsim", "onnxslim", "onnxoptimizer", "onnxscript",
          "control")
@@ -364,24 +374,6 @@ def latency(src: Path, results: dict[str, Path], dims: dict[str, int], setting: 
         if rounds >= min_runs and time.perf_counter() - t_start > max_s:
             break
     return {"times_ms": times, "rounds": rounds}
-
-
-def round_orders(n: int, rounds: int, seed: int = 0):
-    """`rounds` permutations of range(n), each shuffled, none starting with the index the one
-    before ended with. A fixed order biases by position: reversing it every other round (as
-    this harness once did) runs the first and last sessions twice in a row at each turn and
-    those in the middle never, and a BERT-base control measured 1.01 against its identical
-    original that way, with optimizations on."""
-    rng = random.Random(seed)
-    last = None
-    for _ in range(rounds):
-        perm = list(range(n))
-        rng.shuffle(perm)
-        if n > 1 and perm[0] == last:
-            j = rng.randrange(1, n)
-            perm[0], perm[j] = perm[j], perm[0]
-        last = perm[-1]
-        yield perm
 
 
 def summarize(children: list[dict[str, list[float]]]) -> dict:

@@ -14,7 +14,7 @@
   can pay where the whole model does not: the shipped cpu profile's value comes from whole
   models (extract/hardware/cpu.json says which).
 The last three run with onnxruntime's graph optimizations off (the model as eqsat writes it),
-interleaved, and hold only where the fused form is at least 3% faster.
+side by side (eqsat.latency.compare), and hold only where the fused form is at least 3% faster.
 
 Each figure is the median of several timed runs after warm-up.
 """
@@ -30,6 +30,7 @@ import time
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+from .latency import compare
 from .verify import session
 
 
@@ -55,19 +56,11 @@ def _vi(name, shape):
 
 
 def _faster(fused, unfused, feeds: dict, runs: int, threads: int) -> bool:
-    """Whether `fused` beats `unfused` by at least 3%: interleaved runs (alternating which runs
-    first), ratio of medians."""
-    a, b = session(fused, optimize=False, threads=threads), session(unfused, optimize=False, threads=threads)
-    for _ in range(3):
-        a.run(None, feeds)
-        b.run(None, feeds)
-    ta, tb = [], []
-    for i in range(runs):
-        for sess, ts in ((a, ta), (b, tb))[:: 1 if i % 2 else -1]:  # alternate which runs first
-            t0 = time.perf_counter()
-            sess.run(None, feeds)
-            ts.append(time.perf_counter() - t0)
-    return statistics.median(ta) < 0.97 * statistics.median(tb)
+    """Whether `fused` beats `unfused` by at least 3%: ratio of medians over `runs` rounds
+    side by side (eqsat.latency.compare: the two strictly alternate, so neither runs twice in
+    a row)."""
+    tf, tu = compare([fused, unfused], feeds, runs=runs, threads=threads)
+    return tf < 0.97 * tu
 
 
 def _weights_model(nodes, inputs, outputs, weights: dict, ms: bool = False):

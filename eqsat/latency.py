@@ -1,8 +1,10 @@
 """Latency of models under onnxruntime, measured side by side.
 
-`compare(models, feeds)` creates one session per model, warms each up, then runs them in
-turn (interleaved: A B C A B C ...) so that a noisy machine slows all of them alike, and
-returns each model's median time in milliseconds.
+`compare(models, feeds)` creates one session per model, warms each up, then runs them
+round by round, each round every session once in a fresh random order that never starts with
+the session that ended the round before (`eqsat.rounds.round_orders`), so that a noisy
+machine slows all of them alike and none always runs right after the same one, and returns
+each model's median time in milliseconds.
 
 On Linux, run the process with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1`: on the project's
 virtual machines, without transparent huge pages, sessions of the same model in one process
@@ -18,12 +20,13 @@ from collections.abc import Sequence
 
 from onnx import ModelProto
 
+from .rounds import round_orders
 from .verify import session
 
 
 def compare(models: Sequence[ModelProto | str], feeds: dict, runs: int = 30, warmup: int = 3,
             optimize: bool = False, threads: int = 1) -> list[float]:
-    """Median milliseconds of each model over `runs` interleaved runs. `optimize` turns
+    """Median milliseconds of each model over `runs` rounds (`round_orders`). `optimize` turns
     onnxruntime's own graph optimizations on (off by default: what the model is, is
     what runs)."""
     sessions = [session(m, optimize=optimize, threads=threads) for m in models]
@@ -31,9 +34,9 @@ def compare(models: Sequence[ModelProto | str], feeds: dict, runs: int = 30, war
         for _ in range(warmup):
             s.run(None, feeds)
     times: list[list[float]] = [[] for _ in sessions]
-    for _ in range(runs):
-        for i, s in enumerate(sessions):
+    for perm in round_orders(len(sessions), runs):
+        for i in perm:
             t0 = time.perf_counter()
-            s.run(None, feeds)
+            sessions[i].run(None, feeds)
             times[i].append(time.perf_counter() - t0)
     return [statistics.median(t) * 1e3 for t in times]

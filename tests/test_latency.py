@@ -1,0 +1,55 @@
+"""eqsat.latency.compare and eqsat.rounds.round_orders: the side-by-side sampler. No timing
+is asserted, only what each run returns and in which order the sessions ran."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import eqsat.latency as latency
+from eqsat.rounds import round_orders
+
+pytest.importorskip("onnxruntime")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10])
+def test_round_orders_balanced(n):
+    """Each round is a permutation; no session runs twice in a row across a round boundary;
+    with 3 or more sessions, every one starts a round about equally often and follows each
+    other one sometimes (two sessions simply alternate)."""
+    rounds = list(round_orders(n, 600))
+    assert all(sorted(p) == list(range(n)) for p in rounds)
+    flat = [j for p in rounds for j in p]
+    if n > 1:
+        assert all(a != b for a, b in zip(flat, flat[1:], strict=False))
+    if n > 2:
+        firsts = np.bincount([p[0] for p in rounds], minlength=n)
+        assert firsts.min() > 0.5 * 600 / n
+        pairs = {(a, b) for a, b in zip(flat, flat[1:], strict=False)}
+        assert len(pairs) == n * (n - 1)
+
+
+def _model(k: int) -> onnx.ModelProto:
+    nodes = [helper.make_node("Relu", ["x"], ["h0"])]
+    nodes += [helper.make_node("Relu", [f"h{i}"], [f"h{i + 1}"]) for i in range(k)]
+    g = helper.make_graph(nodes, "relus", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+                          [helper.make_tensor_value_info(f"h{k}", TensorProto.FLOAT, [4, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_compare_runs_each_model_once_per_round_in_the_sampled_order(monkeypatch):
+    orders = []
+
+    def recording(n, rounds, seed=0):
+        for perm in round_orders(n, rounds, seed):
+            orders.append(perm)
+            yield perm
+
+    monkeypatch.setattr(latency, "round_orders", recording)
+    ms = latency.compare([_model(1), _model(2), _model(3)], {"x": np.ones((4, 4), np.float32)}, runs=7, warmup=1)
+    assert len(ms) == 3 and all(t > 0 for t in ms)
+    assert len(orders) == 7 and all(sorted(p) == [0, 1, 2] for p in orders)
