@@ -23,11 +23,12 @@ bound as benchmarks/memory.py does: a name with `batch` -> 1, with `seq` -> 128)
   optimizations off (ORT_DISABLE_ALL: what the tool itself did) and fully on
   (ORT_ENABLE_ALL: what remains on top). The original and every result of the model run
   round-robin in one process (each round in a fresh random order, never starting with the
-  session that ended the round before: `round_orders`), after warm-up, in two child
-  processes that create the sessions in opposite orders, with glibc's malloc asked for huge
-  pages (LATENCY_ENV); the figure is median(result) / median(original) over the pooled
-  samples in the same setting, so a noisy machine slows both, with a 95 % bootstrap
-  interval over the rounds (`bootstrap_ratio`);
+  session that ended the round before: `round_orders`), after warm-up, in `--children`
+  child processes that share the rounds and create the sessions alternately in opposite
+  orders, with glibc's malloc asked for huge pages (LATENCY_ENV); the figure is
+  median(result) / median(original) over the pooled samples in the same setting, so a noisy
+  machine slows both, with a 95 % bootstrap interval over children and rounds
+  (`bootstrap_ratio`);
 - eqsat only: its phase times, and its output's memory plan (eqsat.plan.plan_model): arena
   bytes against the lower bound.
 
@@ -343,7 +344,8 @@ def equivalence(src: Path, dst: Path, dims: dict[str, int]) -> dict:
 
 
 def latency(src: Path, results: dict[str, Path], dims: dict[str, int], setting: str, runs: int = 30,
-            warmup: int = 3, max_s: float = 120.0, min_runs: int = 10, reverse: bool = False) -> dict:
+            warmup: int = 3, max_s: float = 120.0, min_runs: int = 10, reverse: bool = False,
+            seed: int = 0) -> dict:
     """Latency samples (ms) of the original and each result, run round-robin in this process:
     {"times_ms": {name: [...]}, "rounds": n}; `summarize` turns them into ratios.
 
@@ -354,7 +356,7 @@ def latency(src: Path, results: dict[str, Path], dims: dict[str, int], setting: 
     `runs` rounds, or after `max_s` seconds once `min_runs` rounds are done. The sessions are
     created in the order original, results... (`reverse`: the other way round): a session
     created later in a process can run a few percent faster (where it lands in memory), so
-    `measure_latencies` pools one child of each order."""
+    `measure_latencies` pools children of both orders."""
     feeds = _feeds(src, dims)
     order = [("original", src)] + list(results.items())
     made = {name: _session(path, setting) for name, path in (order[::-1] if reverse else order)}
@@ -365,7 +367,7 @@ def latency(src: Path, results: dict[str, Path], dims: dict[str, int], setting: 
     times: dict[str, list[float]] = {name: [] for name, _, _ in sessions}
     t_start = time.perf_counter()
     rounds = 0
-    for perm in round_orders(len(sessions), runs):
+    for perm in round_orders(len(sessions), runs, seed):
         for name, s, f in (sessions[j] for j in perm):
             t0 = time.perf_counter()
             s.run(None, f)
@@ -402,21 +404,25 @@ def bootstrap_ratio(num: list[list[float]], den: list[list[float]], reps: int = 
                     level: float = 0.95) -> tuple[float, float]:
     """A percentile bootstrap interval of median(num) / median(den), pooled over children.
 
-    num[c][i] and den[c][i] ran in the same round i of child c: each replicate draws that
-    child's rounds with replacement and keeps each round's two samples together (what drifted
-    during a round slowed both), so the interval holds the round-to-round noise of the
-    ratio; differences between child processes (where a session lands in memory) show only as
-    far as the two children differ."""
+    num[c][i] and den[c][i] ran in the same round i of child c. Each replicate draws the
+    children with replacement, then each drawn child's rounds with replacement, keeping each
+    round's two samples together (what drifted during a round slowed both): the interval
+    holds the round-to-round noise and, as far as a few children can show it, the
+    child-to-child one (where each process placed the sessions in memory)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    nums, dens = [], []
-    for a, b in zip(num, den, strict=True):
-        a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-        idx = rng.integers(0, len(a), size=(reps, len(a)))
-        nums.append(a[idx])
-        dens.append(b[idx])
-    r = np.median(np.concatenate(nums, axis=1), axis=1) / np.median(np.concatenate(dens, axis=1), axis=1)
+    num = [np.asarray(a, dtype=float) for a in num]
+    den = [np.asarray(b, dtype=float) for b in den]
+    k = len(num)
+    r = np.empty(reps)
+    for j in range(reps):
+        ns, ds = [], []
+        for c in (rng.integers(0, k, size=k) if k > 1 else (0,)):
+            idx = rng.integers(0, len(num[c]), size=len(num[c]))
+            ns.append(num[c][idx])
+            ds.append(den[c][idx])
+        r[j] = np.median(np.concatenate(ns)) / np.median(np.concatenate(ds))
     q = (1 - level) / 2
     return float(np.quantile(r, q)), float(np.quantile(r, 1 - q))
 
@@ -446,7 +452,8 @@ def _child(job: dict) -> dict:
         return rec
     if kind == "latency":
         return latency(Path(job["src"]), {t: Path(p) for t, p in job["results"].items()}, dims, job["setting"],
-                       job["runs"], job["warmup"], job["max_s"], job["min_runs"], job.get("reverse", False))
+                       job["runs"], job["warmup"], job["max_s"], job["min_runs"], job.get("reverse", False),
+                       job.get("seed", 0))
     raise ValueError(kind)
 
 
@@ -524,11 +531,11 @@ def measure_latencies(src: Path, recs: dict[str, dict], dims: dict[str, int], a)
             job = {"kind": "latency", "src": str(src), "results": {t: todo[t]["result"] for t in group},
                    "dims": dims, "setting": setting, "runs": a.runs, "warmup": a.warmup, "max_s": a.max_s,
                    "min_runs": min(a.runs, 10), "eqsat_src": str(EQSAT_SRC) if EQSAT_SRC else None}
-            out = _latency_both_orders(job, a.timeout)
+            out = _latency_children(job, a.timeout, a.children)
             if "error" in out and len(group) > 1:  # find who crashed it: one at a time
                 out = {}
                 for t in group:
-                    o = _latency_both_orders(dict(job, results={t: todo[t]["result"]}), a.timeout)
+                    o = _latency_children(dict(job, results={t: todo[t]["result"]}), a.timeout, a.children)
                     out[t] = o.get(t, {"error": o.get("error", "?")})
             elif "error" in out:
                 out = {group[0]: {"error": out["error"]}}
@@ -538,12 +545,16 @@ def measure_latencies(src: Path, recs: dict[str, dict], dims: dict[str, int], a)
                       flush=True)
 
 
-def _latency_both_orders(job: dict, timeout: float) -> dict:
-    """One latency job as two children, the sessions created in opposite orders, each with
-    half the rounds (and time); their samples pooled and summarized."""
-    halves = [(rev, (job["runs"] + 1 - rev) // 2) for rev in (0, 1)]
-    outs = [run_child(dict(job, runs=n, max_s=job["max_s"] / 2, min_runs=min(n, (job["min_runs"] + 1) // 2),
-                           reverse=bool(rev)), timeout) for rev, n in halves if n]
+def _latency_children(job: dict, timeout: float, children: int) -> dict:
+    """One latency job as `children` child processes, alternately creating the sessions in
+    opposite orders, each with its share of the rounds (and time) and its own round orders;
+    their samples pooled and summarized. Each child places the sessions in memory afresh,
+    which moves a ratio by a percent or two (the controls show it), so more children average
+    that out and let the interval see it."""
+    k = max(1, children)
+    shares = [(i, job["runs"] // k + (i < job["runs"] % k)) for i in range(k)]
+    outs = [run_child(dict(job, runs=n, max_s=job["max_s"] / k, min_runs=min(n, -(-job["min_runs"] // k)),
+                           reverse=bool(i % 2), seed=i), timeout) for i, n in shares if n]
     bad = next((o for o in outs if "error" in o), None)
     if bad:
         return {"error": bad["error"]}
@@ -697,6 +708,9 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
     by = {(r["model"], r["tool"]): r for r in recs}
     models = sorted({r["model"] for r in recs}, key=lambda m: (m.startswith("light_"), m))
     tools = [t for t in TOOLS if any(r["tool"] == t for r in recs)]
+    kids = sorted({len(x["samples_ms"]["original"]) for r in recs for x in (r.get("latency") or {}).values()
+                   if "samples_ms" in x})
+    children = "two" if not kids else str(kids[0]) if len(kids) == 1 else f"{kids[0]} to {kids[-1]}"
     lines = [
         "# eqsat beside the peers",
         "",
@@ -713,7 +727,8 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
         "ORT_ENABLE_BASIC / EXTENDED / ALL). Symbolic dims: `batch` -> 1, `seq*` -> 128. **ratio** = "
         "median latency of the result / median latency of the original, onnxruntime CPU, 1 intra-op "
         "thread, sequential, each round in a fresh random order (never starting with the session that "
-        "ended the round before), two child processes creating the sessions in opposite orders, "
+        f"ended the round before), {children} child processes sharing the rounds and creating the sessions "
+        "alternately in opposite orders, "
         "`GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (without huge pages, sessions of one model ran 1.5x to 5x apart "
         "in one process here); **off**: onnxruntime's graph optimizations disabled (ORT_DISABLE_ALL) for "
         "both, so it shows what the tool did; **on**: ORT_ENABLE_ALL for both, what remains on top of "
@@ -759,9 +774,10 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
                      f"| {f2(lat(m, 'control'))}{' noisy' if abs((lat(m, 'control') or 1) - 1) > NOISY else ''} |")
     lines.append("")
     lines += ["## eqsat's ratios with 95 % intervals", "",
-              "Ratio [95 % percentile bootstrap interval] over the rounds of the children (`bootstrap_ratio`: "
-              "each round's samples resampled together). An interval that holds 1.00 does not tell the two "
-              "apart; eqsat / ort-all pairs the two results' samples from the same rounds.", "",
+              "Ratio [95 % percentile bootstrap interval] (`bootstrap_ratio`: children resampled, then each "
+              "one's rounds, each round's samples kept together). An interval that holds 1.00 does not tell "
+              "the two apart; the control's shows how wide noise alone makes it; eqsat / ort-all pairs the two "
+              "results' samples from the same rounds.", "",
               "| model | eqsat, off | eqsat / ort-all, off | eqsat, on | control, on |", "|---|---:|---:|---:|---:|"]
 
     def ci(m: str, t: str, setting: str) -> str:
@@ -937,6 +953,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-s", type=float, default=120.0,
                     help="stop a latency measurement after this many seconds once 10 rounds are done")
     ap.add_argument("--settings", default="off,all", help="onnxruntime settings for latency: off,all")
+    ap.add_argument("--children", type=int, default=4,
+                    help="child processes per latency measurement, sharing the rounds (default 4)")
     ap.add_argument("--mem-budget", type=float, default=4.0, help="GiB of sessions in one latency child")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per child process")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/out", help="cache of records per (model, tool)")

@@ -47,7 +47,7 @@ def tiny_model(path: Path) -> Path:
 
 def args(tmp: Path) -> argparse.Namespace:
     return argparse.Namespace(out=tmp / "out", runs=3, warmup=1, max_s=5.0, settings=["off", "all"], mem_budget=1.0,
-                              timeout=300.0, force=False, keep_models=False)
+                              timeout=300.0, force=False, keep_models=False, children=2)
 
 
 def test_dims_and_missing(tmp_path):
@@ -76,7 +76,7 @@ def test_harness_records(tmp_path):
             assert set(lat) >= {"median_ms", "original_ms", "ratio", "paired_ratio", "runs", "ci95", "samples_ms"}
             assert lat["runs"] == 3 and lat["ratio"] > 0
             assert 0 < lat["ci95"][0] <= lat["ci95"][1]
-            assert sum(len(c) for c in lat["samples_ms"][tool]) == 3 == sum(len(c) for c in lat["samples_ms"]["original"])
+            assert [len(c) for c in lat["samples_ms"][tool]] == [2, 1] == [len(c) for c in lat["samples_ms"]["original"]]
             assert set(lat["group"]) == set(TOOLS)  # one round-robin: pairable
         assert not Path(r["result"]).exists()  # the optimized model is deleted once measured
         assert (a.out / "tiny" / f"{tool}.json").exists()
@@ -131,3 +131,17 @@ def test_bootstrap_ratio_interval():
     same = [list(100 * d * rng.normal(1, 0.01, 40)) for d in drift]
     lo, hi = peers.bootstrap_ratio(same, den)
     assert lo < 1.0 < hi and hi - lo < 0.2
+
+
+def test_bootstrap_interval_sees_the_children_differ():
+    """Four children whose result runs 4 % apart from one child to the next (where each
+    process placed the sessions), with little noise within a child: resampling the children
+    widens the interval past the within-child spread, and it holds the pooled ratio."""
+    rng = np.random.default_rng(2)
+    den = [list(100 * rng.normal(1, 0.002, 20)) for _ in range(4)]
+    num = [list(100 * f * rng.normal(1, 0.002, 20)) for f in (0.98, 1.02, 0.99, 1.03)]
+    lo, hi = peers.bootstrap_ratio(num, den)
+    pooled = np.median(np.concatenate(num)) / np.median(np.concatenate(den))
+    assert lo <= pooled <= hi and hi - lo > 0.02
+    one = peers.bootstrap_ratio(num[:1], den[:1])  # one child: only its rounds' spread
+    assert one[1] - one[0] < 0.01
