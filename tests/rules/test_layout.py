@@ -1,7 +1,8 @@
 """rules/layout.egg: onnxruntime's NCHWc (channel-blocked) convolution and pooling for target
 ort. Conv / FusedConv / pooling chains whose channels are multiples of the block become
 com.microsoft.nchwc ops with one ReorderOutput at the end (and a ReorderInput where the
-input is not produced blocked), the filters folded into the blocked layout by the folding
+input is not produced blocked); BatchNormalization + Relu (with a Caffe Scale's Mul and Add)
+becomes a blocked depthwise 1x1 conv; the filters are folded into the blocked layout by the folding
 oracle; onnxruntime (its own optimizations off) gives the original's outputs. The layout is
 on by default for target ort. Channels that are not multiples of the block, target onnx,
 the layout turned off (`--layout nchw`, EQSAT_NCHWC=0), and a hardware profile without the
@@ -81,6 +82,16 @@ class G:
         self.nodes.append(helper.make_node("Conv", [x, w, b], [y], pads=[k // 2] * 4, group=group,
                                            strides=[stride, stride], kernel_shape=[k, k]))
         return y
+
+    def const(self, arr: np.ndarray) -> str:
+        self.n += 1
+        self.inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), f"k{self.n}"))
+        return f"k{self.n}"
+
+    def bn(self, x: str, c: int) -> str:
+        """BatchNormalization (inference) with random constant parameters."""
+        ps = [RNG.uniform(0.5, 2.0, c), RNG.standard_normal(c), RNG.standard_normal(c), RNG.uniform(0.5, 2.0, c)]
+        return self.op("BatchNormalization", x, *(self.const(a) for a in ps))
 
     def op(self, op: str, *xs: str, **attrs) -> str:
         self.n += 1
@@ -313,6 +324,76 @@ def test_grouped_conv_does_not_read_a_padded_value(block):
                 not_fired=["nchwc-conv-padded-input", "nchwc-conv-padded-input-padded-output", "nchwc-conv"])
     grouped = next(n for n in res.model.graph.node if n.op_type == "Conv" and n.domain == "")
     assert [a.i for a in grouped.attribute if a.name == "group"] == [2]
+
+
+def _dense_block(block: int, scaled: bool = False, runtime_mean: bool = False) -> onnx.ModelProto:
+    """DenseNet's pattern: a stem conv, then two dense layers, each Concat -> BatchNormalization
+    (-> Mul and Add of [C, 1, 1] constants: a Caffe Scale, where `scaled`) -> Relu -> 3x3 conv
+    adding one block of channels, then GlobalAveragePool. `runtime_mean`: the first BN's mean
+    is a graph input."""
+    g = G(3, 28)
+    cat, c = g.op("Relu", g.conv("x", 3, 2 * block)), 2 * block
+    for layer in range(2):
+        y = g.bn(cat, c)
+        if runtime_mean and layer == 0:
+            g.nodes[-1].input[3] = "mean"
+        if scaled:
+            y = g.op("Mul", y, g.const(RNG.uniform(0.5, 2.0, (c, 1, 1))))
+            y = g.op("Add", y, g.const(RNG.standard_normal((c, 1, 1))))
+        cat, c = g.op("Concat", cat, g.conv(g.op("Relu", y), c, block), axis=1), c + block
+    m = g.model(g.op("GlobalAveragePool", cat))
+    if runtime_mean:
+        m.graph.input.append(helper.make_tensor_value_info("mean", onnx.TensorProto.FLOAT, [2 * block]))
+    return m
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_batchnorm_relu_runs_blocked_as_a_depthwise_conv(block, scaled):
+    """Concat -> BN (-> Mul, Add per channel) -> Relu -> conv stays blocked: each BN + Relu is
+    a depthwise 1x1 NCHWc conv with Relu fused (filter s / sqrt(v + eps) times the Mul's
+    constant, bias folded), the Concats run on blocked values, and one ReorderOutput is left,
+    after the pooling."""
+    res = check(_dense_block(block, scaled),
+                [f"{NCHWC}.Conv"] * 5 + ["Concat"] * 2 + [f"{NCHWC}.GlobalAveragePool", f"{NCHWC}.ReorderOutput"],
+                fired=["nchwc-affine-bn", "nchwc-bn-relu"] + (["nchwc-affine-mul", "nchwc-affine-add"] if scaled else []))
+    dw = [n for n in res.model.graph.node if n.op_type == "Conv" and next((a.i for a in n.attribute if a.name == "group"), 1) > 1]
+    assert len(dw) == 2
+    assert all([a.s for a in n.attribute if a.name == "activation"] == [b"Relu"] for n in dw)
+
+
+def _bn_between_convs(block: int, after_bn=None, runtime_mean: bool = False) -> onnx.ModelProto:
+    """conv + Relu -> BatchNormalization (-> after_bn(graph, y)) -> Relu -> conv, 2 blocks of
+    channels; `runtime_mean`: the BN's mean is a graph input."""
+    g = G(3, 28)
+    y = g.bn(g.op("Relu", g.conv("x", 3, 2 * block)), 2 * block)
+    if runtime_mean:
+        g.nodes[-1].input[3] = "mean"
+    if after_bn:
+        y = after_bn(g, y)
+    m = g.model(g.conv(g.op("Relu", y), 2 * block, 2 * block))
+    if runtime_mean:
+        m.graph.input.append(helper.make_tensor_value_info("mean", onnx.TensorProto.FLOAT, [2 * block]))
+    return m
+
+
+def test_batchnorm_with_runtime_statistics_stays(block):
+    """A BN whose mean is a graph input is no constant affine map: no depthwise conv; the BN
+    and Relu run as they are."""
+    res = check(_bn_between_convs(block, runtime_mean=True),
+                ["BatchNormalization", "Relu", "com.microsoft.FusedConv", f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput",
+                 f"{NCHWC}.ReorderOutput"], not_fired=["nchwc-affine-bn", "nchwc-bn-relu"])
+    assert len(res.model.graph.node) == 6
+
+
+def test_batchnorm_times_a_spatial_constant_stays(block):
+    """A Mul by a constant that varies over the image is not per channel: not folded into the
+    BN's affine map, so no depthwise conv (the BN itself is not under the Relu)."""
+    def spatial(g, y):
+        return g.op("Mul", y, g.const(RNG.uniform(0.5, 2.0, (1, 1, 28, 28))))
+
+    check(_bn_between_convs(block, spatial),
+          ["BatchNormalization", "Mul", "Relu", "com.microsoft.FusedConv", f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput",
+           f"{NCHWC}.ReorderOutput"], fired=["nchwc-affine-bn"], not_fired=["nchwc-affine-mul", "nchwc-bn-relu"])
 
 
 def test_target_onnx_has_no_nchwc_ops(block):
