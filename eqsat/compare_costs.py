@@ -2,11 +2,11 @@
 
 One saturated e-graph; every cost model extracts its program (exact ILP); a sample of other
 valid programs comes from the same e-graph (DAG greedy under randomly perturbed node
-costs). Every distinct program is decoded and timed under onnxruntime (CPU, one thread,
-its own graph optimizations off, runs interleaved, median). Per cost model: the predicted
-cost of its own program, that program's measured latency, and Kendall's tau between the
-model's predictions and the measured latencies over all the programs (1: it ranks them as
-the hardware does; 0: no better than chance).
+costs). Every distinct program is decoded and timed under onnxruntime (CPU, one thread, its
+own graph optimizations off, side by side in random round orders: eqsat.latency.compare;
+median). Per cost model: the predicted cost of its own program, that program's measured
+latency, and Kendall's tau between the model's predictions and the measured latencies over
+all the programs (1: it ranks them as the hardware does; 0: no better than chance).
 """
 
 from __future__ import annotations
