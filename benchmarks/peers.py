@@ -516,6 +516,17 @@ def optimize_record(src: Path, tool: str, dims: dict[str, int], work: Path, time
     return dict(rec, ok=True, result=str(dst), **out)
 
 
+PAIRED = ("eqsat", "ort-all", "control")  # measured in the first child group, so that they pair
+
+
+def latency_groups(tools: list[str], per: int) -> list[list[str]]:
+    """The tools split into groups of at most `per` (sessions that fit one child's memory),
+    eqsat, ort-all and control first, so that eqsat / ort-all gets a paired interval and
+    the control measures the same rounds whenever three sessions fit."""
+    order = [t for t in PAIRED if t in tools] + [t for t in tools if t not in PAIRED]
+    return [order[i:i + per] for i in range(0, len(order), per)]
+
+
 def measure_latencies(src: Path, recs: dict[str, dict], dims: dict[str, int], a) -> None:
     """Fill rec["latency"][setting] for the records that ran, grouped so that the sessions of
     one child fit in `a.mem_budget` GiB (a model's sessions take about 1.6x its file: 650 MiB for BERT-base, measured)."""
@@ -524,8 +535,7 @@ def measure_latencies(src: Path, recs: dict[str, dict], dims: dict[str, int], a)
     if not todo:
         return
     per = max(1, int(a.mem_budget * (1 << 30) / (1.6 * src.stat().st_size)) - 1)
-    tools = list(todo)
-    groups = [tools[i:i + per] for i in range(0, len(tools), per)]
+    groups = latency_groups(list(todo), per)
     for setting in a.settings:
         for group in groups:
             job = {"kind": "latency", "src": str(src), "results": {t: todo[t]["result"] for t in group},

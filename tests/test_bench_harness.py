@@ -145,3 +145,12 @@ def test_bootstrap_interval_sees_the_children_differ():
     assert lo <= pooled <= hi and hi - lo > 0.02
     one = peers.bootstrap_ratio(num[:1], den[:1])  # one child: only its rounds' spread
     assert one[1] - one[0] < 0.01
+
+
+def test_latency_groups_keep_eqsat_and_ort_all_together():
+    """VGG-19's sessions fit three to a child: eqsat, ort-all and the control go first, so
+    that eqsat / ort-all has a paired interval; every tool is measured once."""
+    groups = peers.latency_groups(list(peers.TOOLS), 3)
+    assert groups[0] == ["eqsat", "ort-all", "control"]
+    assert sorted(t for g in groups for t in g) == sorted(peers.TOOLS) and all(len(g) <= 3 for g in groups)
+    assert peers.latency_groups(["ort-extended", "eqsat"], 1) == [["eqsat"], ["ort-extended"]]
