@@ -326,25 +326,19 @@ def test_grouped_conv_does_not_read_a_padded_value(block):
     assert [a.i for a in grouped.attribute if a.name == "group"] == [2]
 
 
-def _dense_block(block: int, scaled: bool = False, runtime_mean: bool = False) -> onnx.ModelProto:
+def _dense_block(block: int, scaled: bool = False) -> onnx.ModelProto:
     """DenseNet's pattern: a stem conv, then two dense layers, each Concat -> BatchNormalization
     (-> Mul and Add of [C, 1, 1] constants: a Caffe Scale, where `scaled`) -> Relu -> 3x3 conv
-    adding one block of channels, then GlobalAveragePool. `runtime_mean`: the first BN's mean
-    is a graph input."""
+    adding one block of channels, then GlobalAveragePool."""
     g = G(3, 28)
     cat, c = g.op("Relu", g.conv("x", 3, 2 * block)), 2 * block
-    for layer in range(2):
+    for _ in range(2):
         y = g.bn(cat, c)
-        if runtime_mean and layer == 0:
-            g.nodes[-1].input[3] = "mean"
         if scaled:
             y = g.op("Mul", y, g.const(RNG.uniform(0.5, 2.0, (c, 1, 1))))
             y = g.op("Add", y, g.const(RNG.standard_normal((c, 1, 1))))
         cat, c = g.op("Concat", cat, g.conv(g.op("Relu", y), c, block), axis=1), c + block
-    m = g.model(g.op("GlobalAveragePool", cat))
-    if runtime_mean:
-        m.graph.input.append(helper.make_tensor_value_info("mean", onnx.TensorProto.FLOAT, [2 * block]))
-    return m
+    return g.model(g.op("GlobalAveragePool", cat))
 
 
 @pytest.mark.parametrize("scaled", [False, True])
