@@ -296,8 +296,11 @@ def test_padding_a_narrow_branch_does_not_pay(block):
 
 def test_conv_with_input_and_output_channels_padded(block):
     """Two odd-width convs in a row: the second reads a padded value and computes a padded
-    one, its filter padded on both axes; the one ReorderOutput crops the last padding."""
-    c, odd = 4 * block, 3 * block + block // 2
+    one, its filter padded on both axes; the one ReorderOutput crops the last padding. 64
+    channels on both block widths (the blocked form pays at that size), then 56 (3.5 blocks of
+    16) or 60 (7.5 blocks of 8)."""
+    c, odd = 64, 64 - block // 2
+    assert c % block == 0 and odd % block
     g = G(3, 28)
     r0 = g.op("Relu", g.conv("x", 3, c))
     r1 = g.op("Relu", g.conv(r0, c, odd, k=1))
@@ -356,17 +359,21 @@ def test_batchnorm_relu_runs_blocked_as_a_depthwise_conv(block, scaled):
 
 
 def _bn_between_convs(block: int, after_bn=None, runtime_mean: bool = False) -> onnx.ModelProto:
-    """conv + Relu -> BatchNormalization (-> after_bn(graph, y)) -> Relu -> conv, 2 blocks of
-    channels; `runtime_mean`: the BN's mean is a graph input."""
+    """conv + Relu -> BatchNormalization (-> after_bn(graph, y)) -> Relu -> conv, 32 channels
+    (2 blocks of 16, 4 of 8: the same sizes on both block widths, so that the cost model's
+    choice of a blocked last conv does not depend on the machine); `runtime_mean`: the BN's
+    mean is a graph input."""
+    c = 32
+    assert c % block == 0
     g = G(3, 28)
-    y = g.bn(g.op("Relu", g.conv("x", 3, 2 * block)), 2 * block)
+    y = g.bn(g.op("Relu", g.conv("x", 3, c)), c)
     if runtime_mean:
         g.nodes[-1].input[3] = "mean"
     if after_bn:
         y = after_bn(g, y)
-    m = g.model(g.conv(g.op("Relu", y), 2 * block, 2 * block))
+    m = g.model(g.conv(g.op("Relu", y), c, c))
     if runtime_mean:
-        m.graph.input.append(helper.make_tensor_value_info("mean", onnx.TensorProto.FLOAT, [2 * block]))
+        m.graph.input.append(helper.make_tensor_value_info("mean", onnx.TensorProto.FLOAT, [c]))
     return m
 
 
