@@ -95,7 +95,9 @@ def hardware_facts(hardware) -> list:
     (hardware-pays "skip-layernorm") = 1 where onnxruntime's Skip(Simplified)LayerNormalization
     is faster than Add + (RMS) LayerNormalization (fuse_skip_layernorm; rules/transformer.egg);
     (hardware-pays "attention") = 1 where MultiHeadAttention / Attention is faster than the
-    attention subgraph (fuse_attention; rules/attention.egg)."""
+    attention subgraph (fuse_attention; rules/attention.egg); (hardware-pays
+    "attention-unmasked") = 1 where it is for attention without a mask
+    (fuse_unmasked_attention)."""
     from extract.costs.roofline import Hardware
 
     hw = hardware if isinstance(hardware, Hardware) else Hardware.load(hardware)
@@ -106,6 +108,8 @@ def hardware_facts(hardware) -> list:
         facts.append(T.set_fn("hardware-pays", [T.string("skip-layernorm")], T.i64(1)))
     if hw.fuse_attention:
         facts.append(T.set_fn("hardware-pays", [T.string("attention")], T.i64(1)))
+    if hw.fuse_unmasked_attention:
+        facts.append(T.set_fn("hardware-pays", [T.string("attention-unmasked")], T.i64(1)))
     return facts
 
 

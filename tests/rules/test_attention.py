@@ -15,9 +15,9 @@ from ..conftest import assert_same_outputs, op_list, parse_model
 from ..conftest import check_rewrite as _check_rewrite
 from ..conftest import optimized as _optimized
 
-# The fused ops are built only where the hardware profile says that they pay (fuse_attention):
-# not on the default cpu profile (test_default_cpu_profile_keeps_the_subgraph). The other
-# tests use the h200 profile, which has them.
+# The fused ops are built only where the hardware profile says that they pay: on the default
+# cpu profile only for attention without a mask (fuse_unmasked_attention, not fuse_attention:
+# test_default_cpu_profile_*). The other tests use the h200 profile, which fuses every one.
 FUSE = {"hardware": "h200"}
 
 
@@ -328,14 +328,38 @@ def test_opset_23_target_ort_builds_both_and_extracts_one():
 
 # ---- where no fused op may be built
 
-def test_default_cpu_profile_keeps_the_subgraph():
+def test_default_cpu_profile_keeps_the_subgraph_with_a_mask():
     # the block is recognized (attention-core) but, on the cpu profile, not fused: there
-    # MultiHeadAttention measured no faster than the subgraph (extract/hardware/cpu.json)
+    # MultiHeadAttention with a mask measured no faster than the subgraph
+    # (extract/hardware/cpu.json, fuse_attention)
     m = parse_model(bert_block())
     res = assert_not_fused(m, hardware="cpu", feeds=feeds(m, mask_fn=padding_mask))
     matches = res.report["saturation"]["rule_matches"]
     assert matches.get("attention-core", 0) > 0
+    assert matches.get("attention-pays", 0) == 0 and matches.get("attention-pays-unmasked", 0) == 0
     assert matches.get("attention-mha", 0) == 0 and matches.get("attention-std", 0) == 0
+
+
+def test_default_cpu_profile_fuses_attention_without_a_mask():
+    # without a mask MultiHeadAttention measured faster than the subgraph on the cpu profile
+    # (fuse_unmasked_attention): ViT's attention is fused there, its biases moved into the op
+    m = parse_model(vit_block(17))
+    check_rewrite(m, [MHA], dims=DIMS, hardware="cpu", fired=["attention-pays-unmasked", "attention-mha"],
+                  not_fired=["attention-pays"])
+
+
+def test_a_profile_without_either_attention_key_keeps_unmasked_attention(tmp_path):
+    import json
+
+    from extract.costs.roofline import HARDWARE_DIR
+
+    prof = json.loads((HARDWARE_DIR / "cpu.json").read_text())
+    prof["fuse_unmasked_attention"] = False
+    path = tmp_path / "no-attention.json"
+    path.write_text(json.dumps(prof))
+    m = parse_model(vit_block(17))
+    res = assert_not_fused(m, hardware=str(path))
+    assert res.report["saturation"]["rule_matches"].get("attention-core", 0) > 0
 
 
 def test_target_onnx_before_opset_23_has_no_fused_attention():
