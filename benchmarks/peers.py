@@ -450,6 +450,8 @@ def _child(job: dict) -> dict:
         rec["equivalence"] = equivalence(src, dst, dims)
         rec["equivalence"]["seconds"] = time.perf_counter() - t0
         return rec
+    if kind == "time":  # the optimization alone (benchmarks/opt_time.py)
+        return optimize_with(job["tool"], Path(job["src"]), Path(job["dst"]), dims)
     if kind == "latency":
         return latency(Path(job["src"]), {t: Path(p) for t, p in job["results"].items()}, dims, job["setting"],
                        job["runs"], job["warmup"], job["max_s"], job["min_runs"], job.get("reverse", False),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -154,3 +155,23 @@ def test_latency_groups_keep_eqsat_and_ort_all_together():
     assert groups[0] == ["eqsat", "ort-all", "control"]
     assert sorted(t for g in groups for t in g) == sorted(peers.TOOLS) and all(len(g) <= 3 for g in groups)
     assert peers.latency_groups(["ort-extended", "eqsat"], 1) == [["eqsat"], ["ort-extended"]]
+
+
+def test_opt_time_interleaves_tools_and_reports_ratios(tmp_path):
+    """benchmarks/opt_time.py: every tool timed once a round in a child; the first tool is the
+    reference (ratio 1); the markdown has a row per tool."""
+    _s = importlib.util.spec_from_file_location("bench_opt_time", ROOT / "benchmarks" / "opt_time.py")
+    opt_time = importlib.util.module_from_spec(_s)
+    _s.loader.exec_module(opt_time)
+    src = tiny_model(tmp_path / "tiny.onnx")
+    times = opt_time.time_rounds(src, ["eqsat", "control"], rounds=2, timeout=300)
+    assert [len(v) for v in times.values()] == [2, 2]
+    assert all(t > 0 for t in times["eqsat"])
+    rows = opt_time.summarize(times)
+    assert [r["tool"] for r in rows] == ["eqsat", "control"]
+    assert rows[0]["ratio"] == 1.0 and rows[0]["paired_ratio"] == 1.0
+    assert rows[1]["ratio"] == pytest.approx(statistics.median(times["control"]) / statistics.median(times["eqsat"]))
+    out = tmp_path / "opt_time.md"
+    opt_time.write({"tiny": rows}, out, "python benchmarks/opt_time.py --only tiny")
+    text = out.read_text()
+    assert "| tiny | eqsat | 2 |" in text and "| tiny | control | 2 |" in text
