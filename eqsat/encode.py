@@ -113,6 +113,34 @@ def constant_term(t: TensorProto, store: TensorStore):
     return T.call("Const", T.string(store.add(t)))
 
 
+UNIFORM_CHECK_MAX = 1 << 24  # elements: larger constants are not checked for one repeated value
+
+
+def uniform_facts(t: TensorProto, term) -> list:
+    """Facts that a stored constant is uniform, for rules that simplify with it (rules/lang.egg):
+    (splat-f term x) for a float tensor whose elements all equal the finite x, (all-true term)
+    for a bool tensor of trues. Empty for other tensors, empty ones and larger than
+    UNIFORM_CHECK_MAX elements."""
+    numel = int(np.prod(t.dims, dtype=np.int64)) if t.dims else 1
+    if numel == 0 or numel > UNIFORM_CHECK_MAX or t.data_location == TensorProto.EXTERNAL:
+        return []
+    if t.data_type != TensorProto.BOOL and t.data_type not in FLOAT_CODES:
+        return []
+    if t.raw_data and t.data_type in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BOOL):
+        # a view of the bytes, not a copy: most weights differ in their first and last element
+        a = np.frombuffer(t.raw_data, dtype=onnx.helper.tensor_dtype_to_np_dtype(t.data_type).newbyteorder("<"))
+    else:
+        a = numpy_helper.to_array(t).reshape(-1)
+    if a.size != numel or a[0] != a[-1] or not bool((a == a[0]).all()):
+        return []
+    if t.data_type == TensorProto.BOOL:
+        return [T.fact("all-true", term)] if bool(a[0]) else []
+    v = float(a[0])
+    if not (T.is_finite(v) and plain_float(v)):
+        return []
+    return [T.fact("splat-f", term, T.f64(v))]
+
+
 def constant_node_tensor(node: NodeProto) -> TensorProto | None:
     """The tensor a Constant node produces, or None for a sparse constant."""
     if len(node.attribute) != 1:
@@ -188,6 +216,11 @@ class Encoder:
             raise InvalidModelError(f"value '{value}' is defined twice")
         self.var[value] = self._bind(expr)
 
+    def _define_constant(self, value: str, t: TensorProto) -> None:
+        """_define for a constant tensor, with its uniform_facts."""
+        self._define(value, constant_term(t, self.tensors))
+        self.cmds.extend(uniform_facts(t, T.var(self.var[value])))
+
     # ---- model
     def encode(self) -> Encoded:
         g = self.model.graph
@@ -199,12 +232,12 @@ class Encoder:
         inputs = {i.name for i in g.input}
         for i in g.input:
             if i.name in inits and not overridable:
-                self._define(i.name, constant_term(inits[i.name], self.tensors))
+                self._define_constant(i.name, inits[i.name])
             else:
                 self._define(i.name, T.call("Input", T.string(i.name)))
         for t in g.initializer:
             if t.name not in inputs:
-                self._define(t.name, constant_term(t, self.tensors))
+                self._define_constant(t.name, t)
         for st in g.sparse_initializer:
             if st.values.name not in inputs:
                 raise InvalidModelError(
@@ -269,7 +302,7 @@ class Encoder:
             except NotTyped:
                 tensor = None
             if tensor is not None:
-                self._define(node.output[0], constant_term(tensor, self.tensors))
+                self._define_constant(node.output[0], tensor)
                 return
         spec = spec_for(domain, node.op_type)
         if spec is not None:

@@ -96,5 +96,10 @@ def set_fn(fn: str, args: Sequence[Expr], value: Expr):
     return b.ActionCommand(b.Set(SPAN, fn, list(args), value))
 
 
+def fact(relation: str, *args: Expr):
+    """The action that adds the tuple `args` to `relation`."""
+    return b.ActionCommand(b.Expr_(SPAN, call(relation, *args)))
+
+
 def is_finite(v: float) -> bool:
     return not (math.isnan(v) or math.isinf(v))

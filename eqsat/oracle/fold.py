@@ -31,7 +31,7 @@ import numpy as np
 from onnx import ModelProto, helper, numpy_helper
 
 from ..decode import LITERALS, Decoder
-from ..encode import constant_term
+from ..encode import constant_term, uniform_facts
 from ..lang import terms as T
 from ..lang.dtypes import CTOR_TO_CODE, np_dtype
 from ..lang.ops import BY_CTOR
@@ -212,11 +212,12 @@ class Folder:
         return result
 
     def _union(self, v: View, eclass: str, arr: np.ndarray) -> list:
-        lit = constant_term(numpy_helper.from_array(arr), self.tensors)
+        t = numpy_helper.from_array(arr)
+        lit = constant_term(t, self.tensors)
         self.folded += 1
         return [T.union(v.expr(eclass), lit),
                 T.set_fn("shape", [lit], T.ivec(arr.shape)),
-                T.set_fn("dtype", [lit], T.dtype(_code(arr)))]
+                T.set_fn("dtype", [lit], T.dtype(_code(arr)))] + uniform_facts(t, lit)
 
 
 def _code(arr: np.ndarray) -> int:

@@ -348,6 +348,32 @@ def test_default_cpu_profile_fuses_attention_without_a_mask():
                   not_fired=["attention-pays"])
 
 
+def test_an_all_zero_mask_is_no_mask_on_the_cpu_profile():
+    # the dynamo exporter's ViT adds Where(Expand(trues), 0, lowest) to the scores: all zeros,
+    # over the symbolic batch; the Add goes (add-splat-zero) and the attention is unmasked
+    m = parse_model(attention(
+        f"float[B, 5, {H}] qa, float[B, 5, {H}] ka, float[B, 5, {H}] va", f"float[B, 5, {H}] y",
+        f"""{SPLIT}
+    s = MatMul(qh, kt)
+    c = Constant <value = float {{0.5}}> ()
+    ss = Mul(s, c)
+    sh = Shape(qa)
+    i0 = Constant <value = int64[1] {{0}}> ()
+    i1 = Constant <value = int64[1] {{1}}> ()
+    b = Slice(sh, i0, i1)
+    rest = Constant <value = int64[3] {{1, 5, 5}}> ()
+    target = Concat <axis = 0> (b, rest)
+    big = Expand(keep, target)
+    zero = Constant <value = float {{0.0}}> ()
+    low = Constant <value = float {{-3.4028234663852886e+38}}> ()
+    mask = Where(big, zero, low)
+    sm = Add(ss, mask)
+    p = Softmax(sm)
+    o = MatMul(p, vh){MERGE}""", inits="bool[1, 1, 5, 1] keep = {1, 1, 1, 1, 1}"))
+    check_rewrite(m, [MHA], dims={"B": 2}, hardware="cpu",
+                  fired=["add-splat-zero", "attention-pays-unmasked", "attention-mha"], not_fired=["attention-pays"])
+
+
 def test_a_profile_without_either_attention_key_keeps_unmasked_attention(tmp_path):
     import json
 

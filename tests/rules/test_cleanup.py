@@ -128,6 +128,60 @@ def test_multiply_by_one_that_broadcasts_stays():
     check_rewrite(m, ["Mul"], not_fired=["mul-one"])
 
 
+# The all-zero mask that exporters build when there is none: Where(Expand(trues), 0, lowest)
+# over a symbolic batch, so that no folding can see it is zeros; added to the scores.
+ZERO_MASK = """
+            sh = Shape(x)
+            i0 = Constant <value = int64[1] {0}> ()
+            i1 = Constant <value = int64[1] {1}> ()
+            b = Slice(sh, i0, i1)
+            rest = Constant <value = int64[3] {1, 3, 3}> ()
+            target = Concat <axis = 0> (b, rest)
+            big = Expand(keep, target)
+            zero = Constant <value = float {0.0}> ()
+            low = Constant <value = float {-3.4028234663852886e+38}> ()
+            mask = Where(big, zero, low)
+            y = Add(x, mask)"""
+
+
+def test_adding_an_expanded_all_zero_mask_goes():
+    m = parse_model(H + """
+        agraph (float[batch, 2, 3, 3] x) => (float[batch, 2, 3, 3] y) <bool[1, 1, 3, 1] keep = {1, 1, 1}> {"""
+                    + ZERO_MASK + "\n        }")
+    res = check_rewrite(m, ["Identity"], fired=["all-true-expand", "splat-where", "add-splat-zero"], dims={"batch": 2})
+    assert not res.model.graph.initializer
+
+
+def test_a_mask_with_one_false_stays():
+    # one key masked: the Where is no splat, the Add stays
+    m = parse_model(H + """
+        agraph (float[batch, 2, 3, 3] x) => (float[batch, 2, 3, 3] y) <bool[1, 1, 3, 1] keep = {1, 0, 1}> {"""
+                    + ZERO_MASK + "\n        }")
+    check_rewrite(m, ["Add", "Concat", "Expand", "Shape", "Slice", "Where"],
+                  fired=["splat-scalar"], not_fired=["all-true-expand", "splat-where", "add-splat-zero"],
+                  dims={"batch": 2})
+
+
+def test_adding_zeros_that_broadcast_the_value_stays():
+    # x [3] + zeros [2, 3] is a [2, 3]: not an identity; x [2, 3] + zeros [3] is
+    m = parse_model(H + """
+        agraph (float[3] x, float[2, 3] w) => (float[2, 3] y, float[2, 3] v) <float[2, 3] z = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0},
+                                                                              float[3] z3 = {0.0, 0.0, 0.0}> {
+            y = Add(x, z)
+            v = Add(z3, w)
+        }""")
+    res = check_rewrite(m, ["Add", "Identity"], fired=["add-splat-zero-left"])
+    assert [n.op_type for n in res.model.graph.node if n.output[0] == "y"] == ["Add"]
+
+
+def test_where_with_an_all_true_condition_is_its_first_operand():
+    m = parse_model(H + """
+        agraph (float[2, 3] a, float[2, 3] b) => (float[2, 3] y) <bool[2, 3] c = {1, 1, 1, 1, 1, 1}> {
+            y = Where(c, a, b)
+        }""")
+    check_rewrite(m, ["Identity"], fired=["where-all-true"])
+
+
 def test_shape_chain_folds_when_static_and_becomes_a_literal_target_when_symbolic():
     m = parse_model(H + """
         agraph (float[batch, 4, 6] x, float[2, 4, 6] w) => (float[batch, 4, 2, 3] y, float[2, 24] z) {
