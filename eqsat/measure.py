@@ -7,8 +7,11 @@ measurements and the extractors need nothing else. A node is timed as a one-node
 its non-constant inputs are graph inputs with random values of their shapes (symbolic
 dimensions bound by `dims`, else 16), its constant inputs initializers (so onnxruntime can
 pre-pack weights, as it does in the full model). Median of `runs` timed runs after warm-up,
-one thread. A node that cannot be built or run gets no measurement (the cost model then
-falls back to the roofline estimate for it).
+one thread, onnxruntime's own graph optimizations off: the op is timed as written (with them
+on, onnxruntime would run an NCHW Conv as its own blocked one, and BatchNormalization fused
+away, so the layouts and fusions eqsat chooses between would time alike). A node that cannot
+be built or run gets no measurement (the cost model then falls back to the roofline estimate
+for it).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .store import ProtoStore, TensorStore
 from .verify import session
 
 DEFAULT_DIM = 16
+KEY_SALT = b"ort-optimizations-off\0"  # cache entries timed with them on (before) do not match
 CACHE = Path(os.environ.get("EQSAT_CACHE", Path.home() / ".cache" / "eqsat")) / "measured.json"
 
 
@@ -64,7 +68,7 @@ class Measurer:
             if built is None:
                 continue
             model, feeds = built
-            key = hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()[:24]
+            key = hashlib.sha256(KEY_SALT + model.SerializeToString(deterministic=True)).hexdigest()[:24]
             if key not in self.cache:
                 self.cache[key] = self._time(model, feeds)
                 self.timed += 1
@@ -150,7 +154,7 @@ class Measurer:
 
     def _time(self, model: ModelProto, feeds: dict) -> float | None:
         try:
-            sess = session(model, optimize=True, threads=1)
+            sess = session(model, optimize=False, threads=1)
             for _ in range(3):
                 sess.run(None, feeds)
             ts = []
