@@ -17,6 +17,9 @@
   tokens, 12 heads of 64), its query, key and value 3-D and their biases in the fused op.
 The last four run with onnxruntime's graph optimizations off (the model as eqsat writes it),
 side by side (eqsat.latency.compare), and hold only where the fused form is at least 3% faster.
+- depthwise_gflops and layouts.nchwc (block, conv_speedup, depthwise_gflops, pool_speedup,
+  reorder_gbps): the channel-blocked layout's figures, where onnxruntime has those kernels on
+  this machine (eqsat/calibrate_layout.py); a profile without them never chooses the layout.
 
 Each figure is the median of several timed runs after warm-up.
 """
@@ -32,6 +35,7 @@ import time
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+from . import calibrate_layout
 from .latency import compare
 from .verify import session
 
@@ -193,6 +197,7 @@ def measure(threads: int = 1, runs: int = 15) -> dict:
         "kernel_overhead_us": round(overhead, 3),
         "transcendental_flops": 10.0,
         **fusion_choices(threads),
+        **(calibrate_layout.measure(threads) or {}),
         "source": f"measured by `eqsat calibrate` on {platform.processor() or platform.machine()} "
                   f"({os.cpu_count()} cores), onnxruntime CPU, {threads} thread(s), median of {runs}+ runs",
     }

@@ -1,10 +1,16 @@
-"""eqsat calibrate's fusion decisions: measured, booleans, and read back by the Hardware loader."""
+"""eqsat calibrate's fusion decisions and layout figures: measured, and read back by the Hardware loader."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
+
+from eqsat import calibrate_layout
 from eqsat.calibrate import fusion_choices
+from eqsat.target import nchwc_block
+from eqsat.verify import run
 from extract.costs.roofline import Hardware
 
 
@@ -27,3 +33,30 @@ def test_a_profile_without_the_keys_merges_nothing_and_fuses_skip_layernorm_and_
     cpu = Hardware.load("cpu")
     assert (cpu.merge_parallel_matmuls, cpu.fuse_skip_layernorm, cpu.fuse_attention, cpu.fuse_unmasked_attention) == (
         False, False, False, True)
+
+
+def test_layout_figures_are_measured_on_models_that_compute_the_nchw_result(tmp_path):
+    """eqsat calibrate's NCHWc figures (eqsat/calibrate_layout.py): the blocked models it
+    times give the NCHW models' outputs (so the figures time the same work), and the figures
+    are positive numbers for this machine's block that a profile loads."""
+    block = nchwc_block()
+    if not block:
+        pytest.skip("onnxruntime has no NCHWc kernels on this CPU: calibrate writes no layout figures")
+    for models in (calibrate_layout.conv_models(2 * block, 3, 7, 1, block),
+                   calibrate_layout.conv_models(2 * block, 3, 7, 2 * block, block),
+                   calibrate_layout.pool_models("MaxPool", 2 * block, 7),
+                   calibrate_layout.pool_models("AveragePool", 2 * block, 7)):
+        n, b, r, feeds = models
+        want = run(n, feeds, optimize=False)["y"]
+        np.testing.assert_allclose(run(b, feeds, optimize=False)["y"], want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(run(r, feeds, optimize=False)["y"], feeds["x"])
+    got = calibrate_layout.measure(runs=3)
+    nchwc = got["layouts"]["nchwc"]
+    assert nchwc["block"] == block
+    assert all(nchwc[k] > 0 for k in ("conv_speedup", "depthwise_gflops", "pool_speedup", "reorder_gbps"))
+    assert got["depthwise_gflops"] > 0
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"name": "t", "matmul_gflops": 1.0, "vector_gflops": 1.0, "mem_gbps": 1.0,
+                                "kernel_overhead_us": 1.0, **got}))
+    hw = Hardware.load(str(path))
+    assert hw.has_layout("nchwc") and hw.depthwise_gflops == got["depthwise_gflops"]

@@ -13,7 +13,7 @@ ReorderInput and a ReorderOutput that only move data. So, and only in such e-gra
   a leaf, so that the nodes a blocked region adds do not outweigh its time);
 - every layout-sensitive op (the reorders, Conv, FusedConv, the NCHWc convolutions and the
   pooling ops in both layouts) also costs its roofline time (extract/costs/roofline.py: the
-  hardware profile's rates, with its measured speed-up of blocked convolution) times
+  hardware profile's rates, with its measured speed-ups of blocked convolution and pooling) times
   TIME_SHARE / T, where T is the sum over e-classes of their costliest layout-sensitive
   node's time: a program chooses at most one node per e-class, so its time term is below
   TIME_SHARE < 1 op.

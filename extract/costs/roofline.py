@@ -11,8 +11,11 @@ Layouts: a profile lists the data layouts its hardware has kernels for beyond NC
 (`layouts`). `nchwc` (onnxruntime's channel-blocked CPU kernels, rules/layout.egg) gives
 `conv_speedup`, the measured ratio of a blocked convolution's throughput to an NCHW one's on
 that machine: a NchwcConv computes at matmul_gflops * conv_speedup, a depthwise one at the
-layout's `depthwise_gflops`; ReorderInput and ReorderOutput are copies (memory-bound), at
-the layout's `reorder_gbps` where the profile measured it (else `mem_gbps`). A
+layout's `depthwise_gflops`; a blocked MaxPool or AveragePool takes its NCHW form's time over
+the layout's `pool_speedup` (1 where the profile has none; global pooling is costed as NCHW);
+ReorderInput and ReorderOutput are copies (their time is memory only), at
+the layout's `reorder_gbps` where the profile measured it (else `mem_gbps`). `eqsat
+calibrate` measures all of these on the machine it runs on (eqsat/calibrate_layout.py). A
 depthwise convolution (one input channel per group, as many groups as channels) is no
 GEMM: it computes at the profile's `depthwise_gflops` where the profile measured it (an NCHW
 depthwise Conv ran at about 5 GFLOP/s on the development CPU, 30x below its GEMM rate). On a profile without the layout, its ops cost
@@ -29,7 +32,7 @@ from pathlib import Path
 
 from ..egraph import EGraph, Node
 from .base import CostModel
-from .node_count import LEAF_COST, NCHWC_OPS, STRUCTURE
+from .node_count import LEAF_COST, NCHWC_OPS, REORDERS, STRUCTURE
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
 DEFAULT_DIM = 16
@@ -43,6 +46,7 @@ CONV = {"Conv", "FusedConv", "NchwcConv", "NchwcConvPlain"}
 NO_LAYOUT_US = 1e6
 POOL = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "NchwcMaxPool", "NchwcAveragePool",
         "NchwcGlobalAveragePool", "NchwcGlobalMaxPool"}
+WINDOW_POOL_NCHWC = {"NchwcMaxPool", "NchwcAveragePool"}  # blocked pools with a window
 ATTENTION = {"MultiHeadAttention", "Attention"}
 TRANSCENDENTAL = {"Erf", "Tanh", "Exp", "Log", "Sigmoid", "Gelu", "GeluMs", "FastGelu", "BiasGelu", "QuickGelu",
                   "Softmax", "LogSoftmax", "Sqrt", "Reciprocal", "Pow", "HardSwish", "Softplus", "Sin", "Cos",
@@ -155,6 +159,8 @@ class Roofline(CostModel):
         """(FLOPs, kind) with kind "matmul" or "vector"."""
         op = node.op
         out_n = self.numel(egraph, node.eclass) or 0.0
+        if op in REORDERS:
+            return 0.0, "vector"  # a copy: its time is memory only
         if op in MATMUL or op in GEMM:
             k = self.dim(egraph, inputs[0], -1) if inputs else None
             if op in GEMM and node.children:
@@ -224,8 +230,11 @@ class Roofline(CostModel):
         if node.op in ("NchwcReorderInput", "NchwcReorderOutput") and hw.has_layout("nchwc"):
             gbps = float(hw.layouts["nchwc"].get("reorder_gbps") or gbps)
         memory_us = moved / (gbps * 1e3)
+        work_us = max(compute_us, memory_us)
+        if node.op in WINDOW_POOL_NCHWC and hw.has_layout("nchwc"):
+            work_us /= float(hw.layouts["nchwc"].get("pool_speedup", 1.0))
         weight = float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))
-        t = hw.kernel_overhead_us * weight + max(compute_us, memory_us)
+        t = hw.kernel_overhead_us * weight + work_us
         return t if math.isfinite(t) else 1e12
 
     def costs(self, egraph: EGraph) -> dict[str, float]:

@@ -1,0 +1,129 @@
+"""The NCHWc figures of a hardware profile (`layouts.nchwc`, rules/layout.egg), measured on this
+machine by `eqsat calibrate` with onnxruntime's graph optimizations off:
+
+- block: onnxruntime's channel block here (eqsat.target.nchwc_block: 8 with AVX2, 16 with
+  AVX-512); no figures where it has no blocked kernels;
+- conv_speedup: how much faster a blocked convolution is than the NCHW one (geometric mean
+  over dense 1x1 and 3x3 convolutions of ResNet-50's widths, 7 to 56 pixels);
+- depthwise_gflops: a blocked depthwise 3x3 convolution's throughput (and, for the profile's
+  top level, the NCHW one's: no GEMM, far below matmul_gflops);
+- pool_speedup: how much faster a blocked MaxPool or AveragePool (3x3 window) is;
+- reorder_gbps: ReorderInput plus ReorderOutput, bytes read and written per second (the
+  tensors of one layer stay in cache: faster than mem_gbps's stream).
+
+Method: each shape keeps its channels and pixels (stride 1, same padding), so that one
+ReorderInput -> ReorderOutput model R times the reorders a blocked model B needs around its
+op: the blocked op's time is B - R. The NCHW op N, B and R run side by side
+(eqsat.latency.compare), medians of `runs` rounds. Channel counts are multiples of 16, so
+the same shapes serve both block widths.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from .latency import compare
+from .oracle.layout import reorder_filter
+from .target import NCHWC_DOMAIN, nchwc_block
+
+DENSE = [(128, 1, 56), (256, 1, 28), (512, 1, 14), (1024, 1, 7),  # (channels, kernel, pixels)
+         (64, 3, 56), (128, 3, 28), (256, 3, 14), (512, 3, 7)]
+DEPTHWISE = [(64, 56), (128, 28), (256, 14), (512, 7)]
+POOLS = [(op, c, p) for op in ("MaxPool", "AveragePool") for c, p in ((64, 56), (128, 28), (256, 14), (512, 7))]
+FLOOR = 0.05  # the blocked op's time is at least this share of B (B - R is a difference of noisy medians)
+
+
+def _model(nodes, shape, weights: dict):
+    vi = [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)]
+    g = helper.make_graph(nodes, "calibrate-layout", vi, out, [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(NCHWC_DOMAIN, 1)])
+
+
+def _blocked(node, channels: int):
+    """ReorderInput -> node (reading "xb", writing "yb") -> ReorderOutput."""
+    return [helper.make_node("ReorderInput", ["x"], ["xb"], domain=NCHWC_DOMAIN),
+            node,
+            helper.make_node("ReorderOutput", ["yb"], ["y"], domain=NCHWC_DOMAIN, channels=channels)]
+
+
+def _three(nchw_node, blocked_node, shape, weights: dict, blocked_weights: dict):
+    """The NCHW model N, the blocked one B, the reorders R, and their input."""
+    c = shape[1]
+    n = _model([nchw_node], shape, weights)
+    b = _model(_blocked(blocked_node, c), shape, blocked_weights)
+    r = _model([helper.make_node("ReorderInput", ["x"], ["xb"], domain=NCHWC_DOMAIN),
+                helper.make_node("ReorderOutput", ["xb"], ["y"], domain=NCHWC_DOMAIN, channels=c)], shape, {})
+    return n, b, r, {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+
+
+def _times(models, runs: int, threads: int) -> tuple[float, float, float]:
+    """Milliseconds of the NCHW op, the blocked op (B - R) and the reorders (R)."""
+    n, b, r, feeds = models
+    tn, tb, tr = compare([n, b, r], feeds, runs=runs, threads=threads)
+    return tn, max(tb - tr, FLOOR * tb), tr
+
+
+def conv_models(c: int, k: int, pixels: int, group: int, block: int):
+    """A k x k convolution of c channels to c (group 1, or c: depthwise) as `_three`'s models."""
+    rng = np.random.default_rng(0)
+    shape = [1, c, pixels, pixels]
+    w = (rng.standard_normal((c, c // group, k, k)) * 0.1).astype(np.float32)
+    attrs = dict(kernel_shape=[k, k], pads=[k // 2] * 4, strides=[1, 1], group=group)
+    layout = "OIHWBo" if group > 1 else "OIHWBiBo"
+    nchw = helper.make_node("Conv", ["x", "w"], ["y"], **attrs)
+    blocked = helper.make_node("Conv", ["xb", "w"], ["yb"], domain=NCHWC_DOMAIN, **attrs)
+    return _three(nchw, blocked, shape, {"w": w}, {"w": reorder_filter(w, block, layout)})
+
+
+def pool_models(op: str, c: int, pixels: int):
+    """A 3x3 MaxPool or AveragePool (stride 1, same padding) as `_three`'s models."""
+    attrs = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1])
+    return _three(helper.make_node(op, ["x"], ["y"], **attrs),
+                  helper.make_node(op, ["xb"], ["yb"], domain=NCHWC_DOMAIN, **attrs), [1, c, pixels, pixels], {}, {})
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def measure(threads: int = 1, runs: int = 40) -> dict | None:
+    """{"depthwise_gflops": NCHW rate, "layouts": {"nchwc": {...}}}, or None where onnxruntime
+    has no blocked kernels here."""
+    block = nchwc_block()
+    if not block:
+        return None
+    dense = []
+    for c, k, p in DENSE:
+        tn, tb, _ = _times(conv_models(c, k, p, 1, block), runs, threads)
+        dense.append(tn / tb)
+    dw_nchw, dw_blocked = [], []
+    for c, p in DEPTHWISE:
+        tn, tb, _ = _times(conv_models(c, 3, p, c, block), runs, threads)
+        flops = 2.0 * c * 9 * p * p
+        dw_nchw.append(flops / tn / 1e6)
+        dw_blocked.append(flops / tb / 1e6)
+    pools, reorders = [], []
+    for op, c, p in POOLS:
+        tn, tb, tr = _times(pool_models(op, c, p), runs, threads)
+        pools.append(tn / tb)
+        reorders.append(4 * 4 * c * p * p / tr / 1e6)  # each reorder reads and writes the tensor
+    return {
+        "depthwise_gflops": round(_geomean(dw_nchw), 2),
+        "layouts": {"nchwc": {
+            "block": block,
+            "conv_speedup": round(_geomean(dense), 3),
+            "depthwise_gflops": round(_geomean(dw_blocked), 2),
+            "pool_speedup": round(_geomean(pools), 3),
+            "reorder_gbps": round(_geomean(reorders), 2),
+            "source": f"measured by `eqsat calibrate` (eqsat/calibrate_layout.py): block {block}; geometric means "
+                      f"over {len(DENSE)} dense convolutions (blocked/NCHW {min(dense):.2f} to {max(dense):.2f}), "
+                      f"{len(DEPTHWISE)} depthwise 3x3 (NCHW {min(dw_nchw):.1f} to {max(dw_nchw):.1f} GFLOP/s, "
+                      f"blocked {min(dw_blocked):.1f} to {max(dw_blocked):.1f}), {len(POOLS)} 3x3 pools "
+                      f"({min(pools):.2f} to {max(pools):.2f}) and their reorders; medians of {runs} rounds "
+                      f"side by side, onnxruntime's optimizations off, {threads} thread(s)",
+        }},
+    }
