@@ -105,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds for the ILP extractor; past it the best answer found, or the greedy one (default 60)")
     o.add_argument("--cost-model", default="node-count", help="cost model: node-count (default) or roofline")
     o.add_argument("--hardware", default="cpu", metavar="PROFILE",
-                   help="hardware profile for the roofline cost model: a name (cpu, h200) or a .json file")
+                   help="hardware profile (which fusions and layouts pay; the roofline's rates): a name, "
+                        "or a .json file from `eqsat calibrate`; cpu (default): the shipped profile for "
+                        "this machine's vector width (cpu-avx2 where onnxruntime's NCHWc block is 8), h200")
     o.add_argument("--dim", action="append", default=[], type=_dim, metavar="NAME=VALUE",
                    help="size of a symbolic dimension for cost models (repeatable), e.g. --dim batch=8")
     o.add_argument("--report", metavar="REPORT.json", type=Path, help="write a JSON report")

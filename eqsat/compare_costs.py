@@ -22,6 +22,7 @@ from extract.costs import COST_MODELS, CostModel, make_cost_model
 
 from . import latency
 from .pipeline import Options, saturate
+from .target import hardware_profile
 from .verify import random_inputs
 
 
@@ -57,7 +58,7 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
     say = progress or (lambda _m: None)
     st = saturate(model, opts, progress, measure=True)
     eg = st.egraph
-    models = {name: make_cost_model(name, opts.hardware, opts.dims) for name in COST_MODELS}
+    models = {name: make_cost_model(name, hardware_profile(opts.hardware), opts.dims) for name in COST_MODELS}
     costs = {name: m.costs(eg) for name, m in models.items()}
     programs: list[dict[str, str]] = []
     own: dict[str, int] = {}

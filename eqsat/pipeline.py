@@ -27,7 +27,7 @@ from .saturate import Limits, Saturator
 from .serialize import serialize
 from .shapes import DimTable, infer_types
 from .store import ProtoStore, TensorStore
-from .target import forbidden_constructors, hardware_facts, opset_facts
+from .target import forbidden_constructors, hardware_facts, hardware_profile, opset_facts
 
 FOLD_LIMIT = 1 << 20  # bytes: larger folded constants only where no larger than their inputs
 
@@ -108,7 +108,7 @@ class Saturated:
 
 def cost_model(opts: Options) -> CostModel:
     try:
-        return make_cost_model(opts.cost_model, opts.hardware, opts.dims)
+        return make_cost_model(opts.cost_model, hardware_profile(opts.hardware), opts.dims)
     except (FileNotFoundError, KeyError) as e:
         raise UsageError(str(e).strip("'\"")) from None
 
@@ -128,6 +128,8 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     if opts.extractor not in EXTRACTORS:
         raise UsageError(f"unknown extractor {opts.extractor!r}; choose one of {', '.join(EXTRACTORS)}")
     cost_model(opts)  # fail early on a bad --cost-model or --hardware
+    if hardware_profile(opts.hardware) != opts.hardware:
+        say(f"hardware profile {hardware_profile(opts.hardware)} for {opts.hardware} on this machine")
 
     t0 = time.perf_counter()
     types, warning = infer_types(model)
@@ -144,7 +146,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     try:
         enc = Encoder(model, types, tensors, protos, dims).encode()
         sat.run_batch(enc.commands + opset_facts(model, opts.target, opts.layout)
-                      + hardware_facts(opts.hardware))
+                      + hardware_facts(hardware_profile(opts.hardware)))
     except BaseException:
         sat.close()
         raise

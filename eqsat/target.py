@@ -25,6 +25,7 @@ eqsat's internal ops (domain eqsat.internal) are always forbidden: they exist to
 from __future__ import annotations
 
 import functools
+import json
 import os
 
 import onnx
@@ -86,6 +87,28 @@ def opset_facts(model: ModelProto, target: str, layout: str = "nchwc") -> list:
             facts.append(T.set_fn("opset", [T.string(NCHWC_DOMAIN)], T.i64(1)))
             facts.append(T.set_fn("layout-block", [T.string("nchwc")], T.i64(block)))
     return facts
+
+
+def hardware_profile(hardware):
+    """The profile that `hardware` stands for on this machine. `cpu` (the default) is the
+    shipped CPU profile measured with onnxruntime's NCHWc block of this machine (its
+    layouts.nchwc.block: cpu.json 16, AVX-512; cpu-avx2.json 8), because a profile's rates
+    and layout figures hold for the vector width it was measured with; cpu.json where none
+    matches (no blocked kernels). Other names, paths and Hardware objects are returned as
+    they are: a machine's own `eqsat calibrate` profile is the better choice still."""
+    if hardware != "cpu":
+        return hardware
+    from extract.costs.roofline import HARDWARE_DIR
+
+    block = nchwc_block()
+    for path in sorted(HARDWARE_DIR.glob("cpu*.json")):
+        try:
+            nchwc = json.loads(path.read_text()).get("layouts", {}).get("nchwc", {})
+        except (OSError, ValueError):
+            continue
+        if block and nchwc.get("block") == block:
+            return path.stem
+    return hardware
 
 
 def hardware_facts(hardware) -> list:

@@ -1,0 +1,86 @@
+"""extract/costs/roofline.py on the layout ops of a saturated e-graph: blocked pooling is
+`pool_speedup` times faster than NCHW pooling, a reorder is a copy (its time memory only,
+whatever the vector rate), and the name `cpu` stands for the shipped profile measured with
+this machine's NCHWc block."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+from onnx import helper
+
+from eqsat.pipeline import Options, saturate
+from eqsat.target import hardware_profile, nchwc_block
+from extract.costs.roofline import HARDWARE_DIR, Hardware, Roofline
+
+
+@pytest.fixture
+def block(monkeypatch) -> int:
+    monkeypatch.delenv("EQSAT_NCHWC", raising=False)
+    monkeypatch.delenv("EQSAT_NCHWC_BLOCK", raising=False)
+    nchwc_block.cache_clear()
+    b = nchwc_block()
+    if not b:
+        pytest.skip("onnxruntime has no NCHWc kernels on this CPU")
+    yield b
+    nchwc_block.cache_clear()
+
+
+def _pool_model(c: int, hw: int) -> onnx.ModelProto:
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, hw, hw])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, c, hw, hw])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _hw(**nchwc) -> Hardware:
+    return Hardware(name="t", matmul_gflops=50.0, vector_gflops=0.001, mem_gbps=10.0, kernel_overhead_us=1.0,
+                    layouts={"nchwc": {"block": 8, "conv_speedup": 1.3, "reorder_gbps": 20.0, **nchwc}})
+
+
+def _costs(block: int, hw: Hardware) -> dict[str, float]:
+    c, px = 2 * block, 14
+    st = saturate(_pool_model(c, px), Options())
+    r = Roofline(hw)
+    r._setup(st.egraph)
+    return {n.op: r.node_cost(st.egraph, n) for n in st.egraph.nodes.values()
+            if n.op in ("MaxPool", "NchwcMaxPool", "NchwcReorderInput", "NchwcReorderOutput")}
+
+
+def test_blocked_pooling_is_pool_speedup_times_faster(block):
+    plain, fast = _costs(block, _hw()), _costs(block, _hw(pool_speedup=4.0))
+    assert {"MaxPool", "NchwcMaxPool"} <= set(plain)
+    assert plain["NchwcMaxPool"] == pytest.approx(plain["MaxPool"])  # no figure: as fast as NCHW
+    assert fast["NchwcMaxPool"] - 1.0 == pytest.approx((plain["MaxPool"] - 1.0) / 4.0)
+    assert fast["MaxPool"] == pytest.approx(plain["MaxPool"])
+
+
+def test_a_reorder_costs_its_bytes_at_reorder_gbps_not_its_elements_at_the_vector_rate(block):
+    costs = _costs(block, _hw())
+    moved = 2 * 4 * (2 * block) * 14 * 14  # read and written once, float32
+    for op in ("NchwcReorderInput", "NchwcReorderOutput"):
+        assert costs[op] == pytest.approx(1.0 + moved / 20.0e3), op  # 1 us overhead + bytes at 20 GB/s
+
+
+def test_cpu_names_the_shipped_profile_of_this_machines_block(block):
+    name = hardware_profile("cpu")
+    assert Hardware.load(name).layouts["nchwc"]["block"] == block
+    assert hardware_profile("h200") == "h200"
+    assert hardware_profile(str(HARDWARE_DIR / "cpu.json")) == str(HARDWARE_DIR / "cpu.json")
+
+
+def test_every_shipped_cpu_profile_has_its_own_block(monkeypatch):
+    blocks = {}
+    for path in sorted(HARDWARE_DIR.glob("cpu*.json")):
+        blocks[path.stem] = json.loads(path.read_text())["layouts"]["nchwc"]["block"]
+    assert sorted(blocks.values()) == sorted(set(blocks.values())), blocks
+    for stem, b in blocks.items():
+        monkeypatch.setenv("EQSAT_NCHWC_BLOCK", str(b))
+        nchwc_block.cache_clear()
+        assert hardware_profile("cpu") == stem
+    monkeypatch.setenv("EQSAT_NCHWC", "0")  # no blocked kernels: cpu.json
+    nchwc_block.cache_clear()
+    assert hardware_profile("cpu") == "cpu"
+    nchwc_block.cache_clear()
