@@ -115,7 +115,7 @@ def test_scalar_arithmetic_folds_and_neutral_elements_go():
             p = Mul(x, one)
             y = Add(p, z)
         }""")
-    check_rewrite(m, ["Identity"], fired=["fold-scalar-mul", "mul-one", "add-zero"])
+    check_rewrite(m, ["Identity"], fired=["fold-scalar-mul", "mul-one", "add-splat-zero"])
 
 
 def test_multiply_by_one_that_broadcasts_stays():
