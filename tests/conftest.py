@@ -51,6 +51,20 @@ def rng():
     return np.random.default_rng(0)
 
 
+@pytest.fixture
+def block(monkeypatch) -> int:
+    """The NCHWc layout on (the default): onnxruntime's block size on this machine, probed
+    afresh (0 where it has no blocked kernels)."""
+    from eqsat.target import nchwc_block
+
+    monkeypatch.delenv("EQSAT_NCHWC", raising=False)
+    monkeypatch.delenv("EQSAT_NCHWC_BLOCK", raising=False)
+    nchwc_block.cache_clear()
+    b = nchwc_block()
+    yield b
+    nchwc_block.cache_clear()
+
+
 def optimized(model: onnx.ModelProto, **opts):
     """Optimize with the default rules (Options fields as keywords); returns the Result."""
     return optimize(model, Options(**opts))

@@ -17,15 +17,11 @@ from extract.costs.roofline import HARDWARE_DIR, Hardware, Roofline
 
 
 @pytest.fixture
-def block(monkeypatch) -> int:
-    monkeypatch.delenv("EQSAT_NCHWC", raising=False)
-    monkeypatch.delenv("EQSAT_NCHWC_BLOCK", raising=False)
-    nchwc_block.cache_clear()
-    b = nchwc_block()
-    if not b:
+def blocked(block) -> int:
+    """conftest's `block`, where onnxruntime has blocked kernels."""
+    if not block:
         pytest.skip("onnxruntime has no NCHWc kernels on this CPU")
-    yield b
-    nchwc_block.cache_clear()
+    return block
 
 
 def _pool_model(c: int, hw: int) -> onnx.ModelProto:
@@ -49,24 +45,24 @@ def _costs(block: int, hw: Hardware) -> dict[str, float]:
             if n.op in ("MaxPool", "NchwcMaxPool", "NchwcReorderInput", "NchwcReorderOutput")}
 
 
-def test_blocked_pooling_is_pool_speedup_times_faster(block):
-    plain, fast = _costs(block, _hw()), _costs(block, _hw(pool_speedup=4.0))
+def test_blocked_pooling_is_pool_speedup_times_faster(blocked):
+    plain, fast = _costs(blocked, _hw()), _costs(blocked, _hw(pool_speedup=4.0))
     assert {"MaxPool", "NchwcMaxPool"} <= set(plain)
     assert plain["NchwcMaxPool"] == pytest.approx(plain["MaxPool"])  # no figure: as fast as NCHW
     assert fast["NchwcMaxPool"] - 1.0 == pytest.approx((plain["MaxPool"] - 1.0) / 4.0)
     assert fast["MaxPool"] == pytest.approx(plain["MaxPool"])
 
 
-def test_a_reorder_costs_its_bytes_at_reorder_gbps_not_its_elements_at_the_vector_rate(block):
-    costs = _costs(block, _hw())
-    moved = 2 * 4 * (2 * block) * 14 * 14  # read and written once, float32
+def test_a_reorder_costs_its_bytes_at_reorder_gbps_not_its_elements_at_the_vector_rate(blocked):
+    costs = _costs(blocked, _hw())
+    moved = 2 * 4 * (2 * blocked) * 14 * 14  # read and written once, float32
     for op in ("NchwcReorderInput", "NchwcReorderOutput"):
         assert costs[op] == pytest.approx(1.0 + moved / 20.0e3), op  # 1 us overhead + bytes at 20 GB/s
 
 
-def test_cpu_names_the_shipped_profile_of_this_machines_block(block):
+def test_cpu_names_the_shipped_profile_of_this_machines_block(blocked):
     name = hardware_profile("cpu")
-    assert Hardware.load(name).layouts["nchwc"]["block"] == block
+    assert Hardware.load(name).layouts["nchwc"]["block"] == blocked
     assert hardware_profile("h200") == "h200"
     assert hardware_profile(str(HARDWARE_DIR / "cpu.json")) == str(HARDWARE_DIR / "cpu.json")
 

@@ -38,17 +38,6 @@ def _cpu_has_vector_units() -> bool:
     return bool(re.search(r"\bavx2\b|\bavx512f\b", text))
 
 
-@pytest.fixture
-def block(monkeypatch) -> int:
-    """The layout on (the default): onnxruntime's block size on this machine."""
-    monkeypatch.delenv("EQSAT_NCHWC", raising=False)
-    monkeypatch.delenv("EQSAT_NCHWC_BLOCK", raising=False)
-    nchwc_block.cache_clear()
-    b = nchwc_block()
-    yield b
-    nchwc_block.cache_clear()
-
-
 @pytest.fixture(autouse=True)
 def _fresh_probe():
     nchwc_block.cache_clear()
