@@ -1,12 +1,14 @@
 """Every extractor on every saved e-graph of the corpus: DAG cost and time.
 
     python benchmarks/extraction.py [--models DIR] [--egraphs DIR] [--only NAME,...]
-                                    [--cost-model node-count] [--out benchmarks/results/extraction.md]
+                                    [--cost-model node-count] [--hardware cpu]
+                                    [--out benchmarks/results/extraction.md]
 
 Saturates each corpus model with the default rules once and saves its e-graph
 (`--egraphs`, default benchmarks/egraphs/NAME.json, reused when present), then runs each
-extractor of extract/ on the saved file alone. The ILP's line says whether it proved
-optimality within its time limit.
+extractor of extract/ on the saved file alone, with the cost model and hardware profile that
+`eqsat optimize` uses by default (`cpu`: the shipped profile for this machine's NCHWc block).
+The ILP's line says whether it proved optimality within its time limit.
 """
 
 from __future__ import annotations
@@ -37,11 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--egraphs", type=Path, default=ROOT / "benchmarks/egraphs")
     ap.add_argument("--only", default="")
     ap.add_argument("--cost-model", default="node-count")
+    ap.add_argument("--hardware", default="cpu", help="hardware profile, as eqsat optimize's --hardware")
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     a.egraphs.mkdir(parents=True, exist_ok=True)
     keep = set(filter(None, a.only.split(",")))
+    from eqsat.target import hardware_profile
+
+    hardware = hardware_profile(a.hardware)
     rows = []
     for p in sorted(a.models.glob("*.onnx")):
         if keep and p.stem not in keep:
@@ -50,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         if not ej.is_file():
             save_egraph(p, ej)
         g = EGraph.from_json(ej)
-        cost = make_cost_model(a.cost_model)
+        cost = make_cost_model(a.cost_model, hardware)
         for name in EXTRACTORS:
             t0 = time.perf_counter()
             ex = get_extractor(name, a.time_limit).extract(g, cost)
@@ -63,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         lines = [
             "# Extractors on the corpus e-graphs",
             "",
-            f"Command: `python benchmarks/extraction.py --cost-model {a.cost_model}` ({platform.machine()}, "
+            f"Command: `python benchmarks/extraction.py --cost-model {a.cost_model} --hardware {a.hardware}` "
+            f"(profile {hardware}; {platform.machine()}, "
             f"Python {platform.python_version()}); ILP time limit {a.time_limit:g} s. E-graphs saturated with the "
             "default rules; each extractor runs on the saved JSON alone; every result passes the checker.",
             "",
