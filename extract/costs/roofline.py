@@ -227,7 +227,7 @@ class Roofline(CostModel):
             rate = float(dw) if dw else rate
         compute_us = flops / (rate * 1e3)
         gbps = hw.mem_gbps
-        if node.op in ("NchwcReorderInput", "NchwcReorderOutput") and hw.has_layout("nchwc"):
+        if node.op in REORDERS and hw.has_layout("nchwc"):
             gbps = float(hw.layouts["nchwc"].get("reorder_gbps") or gbps)
         memory_us = moved / (gbps * 1e3)
         work_us = max(compute_us, memory_us)
