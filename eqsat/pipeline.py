@@ -128,8 +128,9 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     if opts.extractor not in EXTRACTORS:
         raise UsageError(f"unknown extractor {opts.extractor!r}; choose one of {', '.join(EXTRACTORS)}")
     cost_model(opts)  # fail early on a bad --cost-model or --hardware
-    if hardware_profile(opts.hardware) != opts.hardware:
-        say(f"hardware profile {hardware_profile(opts.hardware)} for {opts.hardware} on this machine")
+    hardware = hardware_profile(opts.hardware)
+    if hardware != opts.hardware:
+        say(f"hardware profile {hardware} for {opts.hardware} on this machine")
 
     t0 = time.perf_counter()
     types, warning = infer_types(model)
@@ -146,7 +147,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     try:
         enc = Encoder(model, types, tensors, protos, dims).encode()
         sat.run_batch(enc.commands + opset_facts(model, opts.target, opts.layout)
-                      + hardware_facts(hardware_profile(opts.hardware)))
+                      + hardware_facts(hardware))
     except BaseException:
         sat.close()
         raise

@@ -65,6 +65,14 @@ def block(monkeypatch) -> int:
     nchwc_block.cache_clear()
 
 
+@pytest.fixture
+def blocked(block) -> int:
+    """`block`, where onnxruntime has blocked kernels (the test is skipped elsewhere)."""
+    if not block:
+        pytest.skip("onnxruntime has no NCHWc kernels on this CPU")
+    return block
+
+
 def optimized(model: onnx.ModelProto, **opts):
     """Optimize with the default rules (Options fields as keywords); returns the Result."""
     return optimize(model, Options(**opts))

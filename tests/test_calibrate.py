@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 
 from eqsat import calibrate_layout
 from eqsat.calibrate import fusion_choices
-from eqsat.target import nchwc_block
 from eqsat.verify import run
 from extract.costs.roofline import Hardware
 
@@ -35,13 +33,11 @@ def test_a_profile_without_the_keys_merges_nothing_and_fuses_skip_layernorm_and_
         False, False, False, True)
 
 
-def test_layout_figures_are_measured_on_models_that_compute_the_nchw_result(tmp_path):
+def test_layout_figures_are_measured_on_models_that_compute_the_nchw_result(tmp_path, blocked):
     """eqsat calibrate's NCHWc figures (eqsat/calibrate_layout.py): the blocked models it
     times give the NCHW models' outputs (so the figures time the same work), and the figures
     are positive numbers for this machine's block that a profile loads."""
-    block = nchwc_block()
-    if not block:
-        pytest.skip("onnxruntime has no NCHWc kernels on this CPU: calibrate writes no layout figures")
+    block = blocked
     for models in (calibrate_layout.conv_models(2 * block, 3, 7, 1, block),
                    calibrate_layout.conv_models(2 * block, 3, 7, 2 * block, block),
                    calibrate_layout.pool_models("MaxPool", 2 * block, 7),

@@ -16,14 +16,6 @@ from eqsat.target import hardware_profile, nchwc_block
 from extract.costs.roofline import HARDWARE_DIR, Hardware, Roofline
 
 
-@pytest.fixture
-def blocked(block) -> int:
-    """conftest's `block`, where onnxruntime has blocked kernels."""
-    if not block:
-        pytest.skip("onnxruntime has no NCHWc kernels on this CPU")
-    return block
-
-
 def _pool_model(c: int, hw: int) -> onnx.ModelProto:
     node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, hw, hw])],
