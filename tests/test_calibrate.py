@@ -7,6 +7,7 @@ import json
 import numpy as np
 
 from eqsat import calibrate_layout
+from eqsat import calibrate
 from eqsat.calibrate import fusion_choices
 from eqsat.verify import run
 from extract.costs.roofline import Hardware
@@ -56,3 +57,14 @@ def test_layout_figures_are_measured_on_models_that_compute_the_nchw_result(tmp_
                                 "kernel_overhead_us": 1.0, **got}))
     hw = Hardware.load(str(path))
     assert hw.has_layout("nchwc") and hw.depthwise_gflops == got["depthwise_gflops"]
+
+
+def test_a_written_profile_is_named_after_its_file(tmp_path, monkeypatch):
+    """`eqsat calibrate -o box.json` writes a profile named box (not the shipped `cpu`), which
+    the loader reads back by path with its measured figures."""
+    figures = {"name": "cpu", "matmul_gflops": 2.0, "vector_gflops": 1.0, "mem_gbps": 3.0, "kernel_overhead_us": 0.5}
+    monkeypatch.setattr(calibrate, "measure", lambda threads=1: dict(figures))
+    path = tmp_path / "box.json"
+    calibrate.write(path)
+    hw = Hardware.load(str(path))
+    assert (hw.name, hw.matmul_gflops, hw.mem_gbps) == ("box", 2.0, 3.0)
