@@ -14,8 +14,11 @@
   can pay where the whole model does not: the shipped cpu profile's value comes from whole
   models (extract/hardware/cpu.json says which);
 - fuse_unmasked_attention: the same for an encoder's attention without a mask (ViT-B/16: 197
-  tokens, 12 heads of 64), its query, key and value 3-D and their biases in the fused op.
-The last four run with onnxruntime's graph optimizations off (the model as eqsat writes it),
+  tokens, 12 heads of 64), its query, key and value 3-D and their biases in the fused op;
+- grouped_query_matmul: whether grouped-query attention's products on the kv heads as they
+  are (the query heads of a group stacked as rows) beat them on the kv heads repeated (8
+  query and 2 kv heads of 64, sequence 128, causal bias; rules/attention.egg).
+The last five run with onnxruntime's graph optimizations off (the model as eqsat writes it),
 side by side (eqsat.latency.compare), and hold only where the fused form is at least 3% faster.
 - depthwise_gflops and layouts.nchwc (block, conv_speedup, depthwise_gflops, pool_speedup,
   reorder_gbps): the channel-blocked layout's figures, where onnxruntime has those kernels on
@@ -104,7 +107,54 @@ def fusion_choices(threads: int = 1, runs: int = 100) -> dict:
     skip_ln = _faster(skip, plain, feeds, runs * 3, threads)
     return {"merge_parallel_matmuls": merge, "fuse_skip_layernorm": skip_ln,
             "fuse_attention": _attention_pays(rng, runs, threads),
-            "fuse_unmasked_attention": _unmasked_attention_pays(rng, runs, threads)}
+            "fuse_unmasked_attention": _unmasked_attention_pays(rng, runs, threads),
+            "grouped_query_matmul": _grouped_query_pays(rng, runs, threads)}
+
+
+def _grouped_query_pays(rng, runs: int, threads: int) -> bool:
+    """Whether grouped-query attention runs faster with its products on the kv heads as they
+    are, the query heads of a group stacked as rows (rules/attention.egg), than on the kv heads
+    repeated (Unsqueeze, Expand, Reshape: the exporters' repeat_kv): a Llama-4l layer's, 8
+    query heads and 2 kv heads of 64, sequence 128, a causal attention bias."""
+    grouped, repeated, feeds = grouped_query_models(rng)
+    return _faster(grouped, repeated, feeds, runs * 3, threads)
+
+
+def grouped_query_models(rng, b: int = 1, n: int = 8, nk: int = 2, s: int = 128, d: int = 64):
+    """(grouped, repeated, feeds): an attention core on query [b, n, s, d] and key and value
+    [b, nk, s, d] with the products grouped, and with the kv heads repeated n / nk times."""
+    ins = [_vi("q", [b, n, s, d]), _vi("k", [b, nk, s, d]), _vi("v", [b, nk, s, d])]
+    out = [_vi("o", [b, n, s, d])]
+    causal = np.triu(np.full((s, s), -1e4, np.float32), 1).reshape(1, 1, s, s)
+    consts = {"mask": causal, "scale": np.array(d ** -0.5, np.float32)}
+
+    def core(grouped: bool) -> list:
+        def reshape(x, target, y):
+            return [helper.make_node("Reshape", [x, target], [y])] if grouped else []
+
+        if grouped:
+            nodes, q, k, v = reshape("q", "group", "qg"), "qg", "k", "v"
+        else:
+            nodes = [helper.make_node(op, i, [o]) for c in "kv" for op, i, o in
+                     (("Unsqueeze", [c, "two"], f"{c}u"), ("Expand", [f"{c}u", "rep"], f"{c}e"),
+                      ("Reshape", [f"{c}e", "heads"], f"{c}x"))]
+            q, k, v = "q", "kx", "vx"
+        g = "g" if grouped else ""
+        return nodes + [helper.make_node("Transpose", [k], ["kt"], perm=[0, 1, 3, 2]),
+                        helper.make_node("MatMul", [q, "kt"], ["qk" + g]), *reshape("qkg", "back", "qk"),
+                        helper.make_node("Mul", ["qk", "scale"], ["sc"]),
+                        helper.make_node("Add", ["sc", "mask"], ["sm"]),
+                        helper.make_node("Softmax", ["sm"], ["p"], axis=-1), *reshape("p", "group", "pg"),
+                        helper.make_node("MatMul", ["p" + g, v], ["o" + g]), *reshape("og", "back", "o")]
+
+    repeated = _weights_model(core(False), ins, out, {**consts, "two": np.array([2], np.int64), "heads": np.array([0, n, -1, d], np.int64),
+                                                      "rep": np.array([1, 1, n // nk, 1, 1], np.int64)})
+    grouped = _weights_model(core(True), ins, out, {**consts, "group": np.array([0, nk, -1, 0], np.int64),
+                                                    "back": np.array([0, n, -1, 0], np.int64)})
+    feeds = {"q": rng.standard_normal([b, n, s, d]).astype(np.float32),
+             "k": rng.standard_normal([b, nk, s, d]).astype(np.float32),
+             "v": rng.standard_normal([b, nk, s, d]).astype(np.float32)}
+    return grouped, repeated, feeds
 
 
 def _attention_pays(rng, runs: int, threads: int) -> bool:

@@ -120,7 +120,8 @@ def hardware_facts(hardware) -> list:
     (hardware-pays "attention") = 1 where MultiHeadAttention / Attention is faster than the
     attention subgraph (fuse_attention; rules/attention.egg); (hardware-pays
     "attention-unmasked") = 1 where it is for attention without a mask
-    (fuse_unmasked_attention)."""
+    (fuse_unmasked_attention); (hardware-pays "grouped-query-matmul") = 1 where grouped-query
+    attention's products run on the kv heads unrepeated (grouped_query_matmul)."""
     from extract.costs.roofline import Hardware
 
     hw = hardware if isinstance(hardware, Hardware) else Hardware.load(hardware)
@@ -133,6 +134,8 @@ def hardware_facts(hardware) -> list:
         facts.append(T.set_fn("hardware-pays", [T.string("attention")], T.i64(1)))
     if hw.fuse_unmasked_attention:
         facts.append(T.set_fn("hardware-pays", [T.string("attention-unmasked")], T.i64(1)))
+    if hw.grouped_query_matmul:
+        facts.append(T.set_fn("hardware-pays", [T.string("grouped-query-matmul")], T.i64(1)))
     return facts
 
 

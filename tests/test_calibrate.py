@@ -6,23 +6,32 @@ import json
 
 import numpy as np
 
-from eqsat import calibrate_layout
-from eqsat import calibrate
-from eqsat.calibrate import fusion_choices
+from eqsat import calibrate, calibrate_layout
+from eqsat.calibrate import fusion_choices, grouped_query_models
 from eqsat.verify import run
 from extract.costs.roofline import Hardware
 
 
 def test_fusion_choices_are_measured_booleans_that_a_profile_loads(tmp_path):
     got = fusion_choices(runs=10)
-    assert set(got) == {"merge_parallel_matmuls", "fuse_skip_layernorm", "fuse_attention", "fuse_unmasked_attention"}
+    keys = ("merge_parallel_matmuls", "fuse_skip_layernorm", "fuse_attention", "fuse_unmasked_attention",
+            "grouped_query_matmul")
+    assert set(got) == set(keys)
     assert all(isinstance(v, bool) for v in got.values())
     prof = {"name": "t", "matmul_gflops": 1.0, "vector_gflops": 1.0, "mem_gbps": 1.0, "kernel_overhead_us": 1.0, **got}
     path = tmp_path / "t.json"
     path.write_text(json.dumps(prof))
     hw = Hardware.load(str(path))
-    keys = ("merge_parallel_matmuls", "fuse_skip_layernorm", "fuse_attention", "fuse_unmasked_attention")
     assert tuple(getattr(hw, k) for k in keys) == tuple(got[k] for k in keys)
+
+
+def test_grouped_query_models_compute_the_same_attention():
+    """The two forms eqsat calibrate times for grouped_query_matmul give the same output, on
+    two batches and three query heads a kv head (so the figure times the same work)."""
+    grouped, repeated, feeds = grouped_query_models(np.random.default_rng(0), b=2, n=6, nk=2, s=5, d=4)
+    want = run(repeated, feeds, optimize=False)["o"]
+    assert want.shape == (2, 6, 5, 4)
+    np.testing.assert_allclose(run(grouped, feeds, optimize=False)["o"], want, rtol=1e-5, atol=1e-6)
 
 
 def test_a_profile_without_the_keys_merges_nothing_and_fuses_skip_layernorm_and_attention():

@@ -83,6 +83,10 @@ class Hardware:
     # the same for attention without a mask (ViT's); a profile that fuses every attention fuses
     # these too (true on the CPU: 1 to 3 % faster in ViT-base, the kernel alone 10 % faster)
     fuse_unmasked_attention: bool = True
+    # a grouped-query attention's products take each kv head once, its g query heads stacked
+    # as rows, instead of the kv heads repeated g times (rules/attention.egg; true on the CPU:
+    # 1 % faster in a Llama decoder; false where the profile fuses attention into one op)
+    grouped_query_matmul: bool = False
 
     def has_layout(self, name: str) -> bool:
         return name in self.layouts

@@ -388,6 +388,44 @@ def test_a_profile_without_either_attention_key_keeps_unmasked_attention(tmp_pat
     assert res.report["saturation"]["rule_matches"].get("attention-core", 0) > 0
 
 
+# ---- grouped-query products (cpu profiles: grouped_query_matmul)
+
+GQA_KV = ["Reshape", "Transpose", "Unsqueeze", "Expand", "Reshape"]  # a kv split and its repeat
+
+
+def test_default_cpu_profile_runs_grouped_query_products_on_the_unrepeated_kv_heads():
+    # masked GQA is not fused on the cpu profile; there both products take the one kv head
+    # as it is, the two query heads stacked as rows (Reshape [0, 1, -1, 0]): no Expand left,
+    # and the scale still folded into FusedMatMul's alpha
+    m = parse_model(gqa_block(rotate=True, mask=True))
+    res = check_rewrite(m, ["Mul"] + 3 * ["Reshape", "Transpose"]
+                        + 2 * ["Reshape", "Reshape"] + ["com.microsoft.FusedMatMul", "MatMul", "Add", "Softmax"]
+                        + ["Transpose", "Reshape"], hardware="cpu", feeds=feeds(m, mask_fn=padding_mask),
+                        fired=["attention-grouped-query-fused-matmul", "attention-grouped-query-matmul",
+                               "attention-grouped-shape-regroup"])
+    (fmm,) = [n for n in res.model.graph.node if n.op_type == "FusedMatMul"]
+    attrs = {a.name: (a.i if a.type == a.INT else a.f) for a in fmm.attribute}
+    assert attrs.get("alpha") == 0.5 and attrs.get("transB") == 1
+
+
+def test_a_profile_without_grouped_query_matmul_keeps_the_repeated_heads(tmp_path):
+    import json
+
+    from extract.costs.roofline import HARDWARE_DIR
+
+    prof = json.loads((HARDWARE_DIR / "cpu.json").read_text())
+    del prof["grouped_query_matmul"]
+    path = tmp_path / "no-grouping.json"
+    path.write_text(json.dumps(prof))
+    m = parse_model(gqa_block(rotate=True, mask=True))
+    res = assert_not_fused(m, hardware=str(path), feeds=feeds(m, mask_fn=padding_mask))
+    got = op_list(res.model)
+    assert got.count("Expand") == 2, got
+    matches = res.report["saturation"]["rule_matches"]
+    assert matches.get("attention-grouped-query-matmul", 0) == 0
+    assert matches.get("attention-grouped-query-fused-matmul", 0) == 0
+
+
 def test_target_onnx_before_opset_23_has_no_fused_attention():
     m = parse_model(vit_block(17))
     assert_not_fused(m, target="onnx")
