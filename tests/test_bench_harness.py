@@ -175,3 +175,29 @@ def test_opt_time_interleaves_tools_and_reports_ratios(tmp_path):
     opt_time.write({"tiny": rows}, out, "python benchmarks/opt_time.py --only tiny")
     text = out.read_text()
     assert "| tiny | eqsat | 2 |" in text and "| tiny | control | 2 |" in text
+
+
+def test_ab_pairs_every_model_with_the_first(tmp_path, capsys):
+    """benchmarks/ab.py: each model's ratio to the original from the children's pooled samples,
+    and each later model against the first, paired in the same rounds; a NAME=PATH that is not
+    a file is refused before anything runs. No timing asserted."""
+    _s = importlib.util.spec_from_file_location("bench_ab", ROOT / "benchmarks" / "ab.py")
+    ab = importlib.util.module_from_spec(_s)
+    _s.loader.exec_module(ab)
+    src = tiny_model(tmp_path / "tiny.onnx")
+    res = ab.measure(src, {"old": src, "new": src}, setting="off", children=2, runs=4)
+    assert res["dims"] == {"batch": 1}
+    assert set(res["models"]) == {"old", "new"} and set(res["pairs"]) == {"new"}
+    old = res["models"]["old"]
+    assert [len(c) for c in old["samples_ms"]["old"]] == [2, 2]  # 4 rounds shared by 2 children
+    pooled = [t for c in old["samples_ms"]["old"] for t in c]
+    assert old["median_ms"] == pytest.approx(statistics.median(pooled))
+    ratio, lo, hi = res["pairs"]["new"]
+    new = [t for c in res["models"]["new"]["samples_ms"]["new"] for t in c]
+    assert ratio == pytest.approx(statistics.median(new) / statistics.median(pooled))
+    assert 0 < lo <= hi
+    assert ab.main([str(src), f"a={src}", f"b={src}", "--setting", "off", "--children", "1", "--runs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "optimizations off" in out and "b/a: " in out
+    with pytest.raises(SystemExit):
+        ab.main([str(src), f"a={tmp_path / 'missing.onnx'}"])
