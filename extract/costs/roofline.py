@@ -85,7 +85,7 @@ class Hardware:
     fuse_unmasked_attention: bool = True
     # a grouped-query attention's products take each kv head once, its g query heads stacked
     # as rows, instead of the kv heads repeated g times (rules/attention.egg; true on the CPU:
-    # the core alone 5-8 % faster, a Llama decoder 0.4-1 %; off where no profile measured it)
+    # the core alone 5-8 % faster, a Llama decoder level to 1.5 %; off where no profile measured it)
     grouped_query_matmul: bool = False
 
     def has_layout(self, name: str) -> bool:

@@ -390,8 +390,6 @@ def test_a_profile_without_either_attention_key_keeps_unmasked_attention(tmp_pat
 
 # ---- grouped-query products (cpu profiles: grouped_query_matmul)
 
-GQA_KV = ["Reshape", "Transpose", "Unsqueeze", "Expand", "Reshape"]  # a kv split and its repeat
-
 
 def test_default_cpu_profile_runs_grouped_query_products_on_the_unrepeated_kv_heads():
     # masked GQA is not fused on the cpu profile; there both products take the one kv head
