@@ -1,7 +1,7 @@
 """Models side by side against one original: the A/B measurements behind the notes in RESULTS.md.
 
     python benchmarks/ab.py ORIGINAL.onnx NAME=PATH [NAME=PATH ...] [--setting off|all]
-                            [--children 8] [--runs 40] [--dim NAME=SIZE ...]
+                            [--children 8] [--runs 40] [--dim NAME=VALUE ...]
 
 Latency exactly as benchmarks/peers.py measures it (`peers._latency_children`: child
 processes with huge pages that share the rounds and create the sessions in opposite orders,
@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.symdims import dims_for  # noqa: E402
+from eqsat.cli import _dim  # noqa: E402  (eqsat optimize's --dim NAME=VALUE)
 
 _spec = importlib.util.spec_from_file_location("bench_peers", ROOT / "benchmarks" / "peers.py")
 peers = importlib.util.module_from_spec(_spec)
@@ -60,13 +61,6 @@ def _named(arg: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def _dim(arg: str) -> tuple[str, int]:
-    name, sep, size = arg.partition("=")
-    if not sep or not size.isdigit():
-        raise argparse.ArgumentTypeError(f"{arg!r}: expected NAME=SIZE, e.g. sequence=512")
-    return name, int(size)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("original", type=Path)
@@ -75,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="onnxruntime's optimizations: off (ORT_DISABLE_ALL) or all (ORT_ENABLE_ALL, the default)")
     ap.add_argument("--children", type=int, default=8, help="child processes sharing the rounds (default 8)")
     ap.add_argument("--runs", type=int, default=40, help="rounds in all (default 40)")
-    ap.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=SIZE")
+    ap.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=VALUE")
     a = ap.parse_args(argv)
     if not a.original.is_file():
         ap.error(f"no such model: {a.original}")

@@ -73,6 +73,11 @@ def _faster(fused, unfused, feeds: dict, runs: int, threads: int) -> bool:
     return tf < 0.97 * tu
 
 
+def _causal_bias(s: int) -> np.ndarray:
+    """A decoder's additive attention bias [1, 1, s, s]: -1e4 above the diagonal."""
+    return np.triu(np.full((s, s), -1e4, np.float32), 1).reshape(1, 1, s, s)
+
+
 def _weights_model(nodes, inputs, outputs, weights: dict, ms: bool = False):
     g = helper.make_graph(nodes, "calibrate", inputs, outputs,
                           [numpy_helper.from_array(v, k) for k, v in weights.items()])
@@ -125,7 +130,7 @@ def grouped_query_models(rng, b: int = 1, n: int = 8, nk: int = 2, s: int = 128,
     [b, nk, s, d] with the products grouped, and with the kv heads repeated n / nk times."""
     ins = [_vi("q", [b, n, s, d]), _vi("k", [b, nk, s, d]), _vi("v", [b, nk, s, d])]
     out = [_vi("o", [b, n, s, d])]
-    causal = np.triu(np.full((s, s), -1e4, np.float32), 1).reshape(1, 1, s, s)
+    causal = _causal_bias(s)
     consts = {"mask": causal, "scale": np.array(d ** -0.5, np.float32)}
 
     def core(grouped: bool) -> list:
@@ -166,7 +171,7 @@ def _attention_pays(rng, runs: int, threads: int) -> bool:
     heads = [b, n, s, d]
     ins = [_vi("q", heads), _vi("k", heads), _vi("v", heads)]
     out = [_vi("y", [b, s, n * d])]
-    causal = np.triu(np.full((s, s), -1e4, np.float32), 1).reshape(1, 1, s, s)
+    causal = _causal_bias(s)
     consts = {"mask": causal, "merge": np.array([0, 0, n * d], np.int64), "scale": np.array(d ** -0.5, np.float32)}
     fused = _weights_model([helper.make_node("Transpose", ["q"], ["qt"], perm=[0, 2, 1, 3]),
                             helper.make_node("Reshape", ["qt", "merge"], ["q3"]),

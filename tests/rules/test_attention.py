@@ -400,7 +400,7 @@ def test_default_cpu_profile_runs_grouped_query_products_on_the_unrepeated_kv_he
                         + 2 * ["Reshape", "Reshape"] + ["com.microsoft.FusedMatMul", "MatMul", "Add", "Softmax"]
                         + ["Transpose", "Reshape"], hardware="cpu", feeds=feeds(m, mask_fn=padding_mask),
                         fired=["attention-grouped-query-fused-matmul", "attention-grouped-query-matmul",
-                               "attention-grouped-shape-regroup"])
+                               "shape-reshape-regroup"])
     (fmm,) = [n for n in res.model.graph.node if n.op_type == "FusedMatMul"]
     attrs = {a.name: (a.i if a.type == a.INT else a.f) for a in fmm.attribute}
     assert attrs.get("alpha") == 0.5 and attrs.get("transB") == 1
