@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.symdims import dims_for  # noqa: E402
-from eqsat.cli import _dim  # noqa: E402  (eqsat optimize's --dim NAME=VALUE)
+from eqsat.argtypes import dim  # noqa: E402  (eqsat optimize's --dim NAME=VALUE)
 
 _spec = importlib.util.spec_from_file_location("bench_peers", ROOT / "benchmarks" / "peers.py")
 peers = importlib.util.module_from_spec(_spec)
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="onnxruntime's optimizations: off (ORT_DISABLE_ALL) or all (ORT_ENABLE_ALL, the default)")
     ap.add_argument("--children", type=int, default=8, help="child processes sharing the rounds (default 8)")
     ap.add_argument("--runs", type=int, default=40, help="rounds in all (default 40)")
-    ap.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--dim", type=dim, action="append", default=[], metavar="NAME=VALUE")
     a = ap.parse_args(argv)
     if not a.original.is_file():
         ap.error(f"no such model: {a.original}")

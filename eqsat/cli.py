@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from . import __version__
+from .argtypes import dim, positive_float, positive_int
 from .errors import EqsatError, OptimizeError, UsageError
 
 
@@ -20,37 +21,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # usage errors exit 2 with one line
         self.print_usage(sys.stderr)
         raise UsageError(message)
-
-
-def _positive_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {s!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {s}")
-    return v
-
-
-def _positive_float(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {s}")
-    return v
-
-
-def _dim(s: str) -> tuple[str, int]:
-    name, _, value = s.partition("=")
-    try:
-        v = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with an integer value: {s!r}") from None
-    if not name or v <= 0:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with VALUE > 0: {s!r}")
-    return name, v
 
 
 # Subcommands that live beside what they run: each module's `register(subparsers)` adds its
@@ -84,11 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a rule file to load after the default rules (repeatable)")
     o.add_argument("--no-default-rules", action="store_true",
                    help="load only the op language prelude and the --rules files")
-    o.add_argument("--iter-limit", type=_positive_int, default=lim.iter_limit, metavar="N",
+    o.add_argument("--iter-limit", type=positive_int, default=lim.iter_limit, metavar="N",
                    help=f"saturation rounds at most (default {lim.iter_limit})")
-    o.add_argument("--node-limit", type=_positive_int, default=lim.node_limit, metavar="N",
+    o.add_argument("--node-limit", type=positive_int, default=lim.node_limit, metavar="N",
                    help=f"e-nodes at most; a round that passes it is rolled back (default {lim.node_limit})")
-    o.add_argument("--time-limit", type=_positive_float, default=lim.time_limit, metavar="S",
+    o.add_argument("--time-limit", type=positive_float, default=lim.time_limit, metavar="S",
                    help=f"seconds of saturation, checked between rounds (default {lim.time_limit:g})")
     o.add_argument("--target", default="ort", choices=["ort", "onnx"],
                    help="ort (default): onnxruntime's contrib ops allowed; onnx: standard ops of the model's opset only")
@@ -97,18 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "CPU kernels, convolutions and pooling may also run in that layout where the cost model "
                         "finds it faster (the output then runs only on onnxruntime's CPU provider with the same "
                         "block size); nchw: standard layout only, for a model meant for another machine or provider")
-    o.add_argument("--fold-limit", type=_positive_int, default=1 << 20, metavar="BYTES",
+    o.add_argument("--fold-limit", type=positive_int, default=1 << 20, metavar="BYTES",
                    help="largest folded constant, unless no larger than its inputs (default 1 MiB)")
     o.add_argument("--extractor", default="ilp",
                    help="extraction algorithm: ilp (default, exact DAG cost), dag-greedy or tree-greedy")
-    o.add_argument("--extract-time-limit", type=_positive_float, default=60.0, metavar="S",
+    o.add_argument("--extract-time-limit", type=positive_float, default=60.0, metavar="S",
                    help="seconds for the ILP extractor; past it the best answer found, or the greedy one (default 60)")
     o.add_argument("--cost-model", default="node-count", help="cost model: node-count (default) or roofline")
     o.add_argument("--hardware", default="cpu", metavar="PROFILE",
                    help="hardware profile (which fusions and layouts pay; the roofline's rates): a name, "
                         "or a .json file from `eqsat calibrate`; cpu (default): the shipped profile for "
                         "this machine's vector width (cpu-avx2 where onnxruntime's NCHWc block is 8), h200")
-    o.add_argument("--dim", action="append", default=[], type=_dim, metavar="NAME=VALUE",
+    o.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE",
                    help="size of a symbolic dimension for cost models (repeatable), e.g. --dim batch=8")
     o.add_argument("--report", metavar="REPORT.json", type=Path, help="write a JSON report")
     o.add_argument("--explain", action="store_true",
@@ -118,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the saturated e-graph (egraph-serialize JSON with eqsat metadata)")
     o.add_argument("--no-verify", action="store_true",
                    help="skip comparing the optimized model with the original under onnxruntime")
-    o.add_argument("--verify-runs", type=_positive_int, default=1, metavar="N",
+    o.add_argument("--verify-runs", type=positive_int, default=1, metavar="N",
                    help="sets of random inputs for verification (default 1)")
     o.add_argument("--rtol", type=float, default=1e-3, help="verification relative tolerance (default 1e-3)")
     o.add_argument("--atol", type=float, default=1e-4, help="verification absolute tolerance (default 1e-4)")
@@ -132,10 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "predicted cost, the measured latency and Kendall's tau.")
     k.add_argument("input", metavar="MODEL.onnx")
     k.add_argument("--json", metavar="FILE", type=Path, help="also write the table as JSON records")
-    k.add_argument("--samples", type=_positive_int, default=8, help="random extractions to rank (default 8)")
-    k.add_argument("--runs", type=_positive_int, default=20, help="timed runs per program (default 20)")
+    k.add_argument("--samples", type=positive_int, default=8, help="random extractions to rank (default 8)")
+    k.add_argument("--runs", type=positive_int, default=20, help="timed runs per program (default 20)")
     k.add_argument("--hardware", default="cpu", metavar="PROFILE")
-    k.add_argument("--dim", action="append", default=[], type=_dim, metavar="NAME=VALUE")
+    k.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE")
     k.add_argument("--rules", metavar="FILE.egg", action="append", default=[], type=Path)
     k.add_argument("--target", default="ort", choices=["ort", "onnx"])
     k.add_argument("-q", "--quiet", action="store_true")
@@ -144,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Measure this machine's MatMul and vector throughput, memory bandwidth and "
                                    "per-op overhead under onnxruntime, and write a hardware profile.")
     c.add_argument("-o", "--output", metavar="PROFILE.json", required=True, type=Path)
-    c.add_argument("--threads", type=_positive_int, default=1, help="onnxruntime threads (default 1)")
+    c.add_argument("--threads", type=positive_int, default=1, help="onnxruntime threads (default 1)")
     p.set_defaults(handlers=_register(sub))
     return p
 

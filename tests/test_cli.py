@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -123,6 +124,19 @@ def test_bad_usage(capsys):
     assert rc == 2 and "usage" in err
     rc, _, err = run_cli(capsys, "optimize", "m.onnx", "--extractor", "magic")
     assert rc == 2
+    for bad in ("batch", "batch=", "=8", "batch=0", "batch=x"):  # --dim wants NAME=VALUE, VALUE > 0
+        rc, _, err = run_cli(capsys, "optimize", "m.onnx", "--dim", bad)
+        assert rc == 2 and "expected NAME=VALUE" in error_line(err), bad
+
+
+def test_argtypes_parse_what_they_accept():
+    from eqsat.argtypes import dim, positive_float, positive_int
+
+    assert dim("batch=8") == ("batch", 8) and dim("seq_len=128") == ("seq_len", 128)
+    assert positive_int("3") == 3 and positive_float("0.5") == 0.5
+    for f, bad in ((positive_int, "0"), (positive_int, "1.5"), (positive_float, "-1"), (positive_float, "nan")):
+        with pytest.raises(argparse.ArgumentTypeError):
+            f(bad)
 
 
 def test_user_rules_run_with_and_without_default_rules(capsys, model_path, tmp_path):

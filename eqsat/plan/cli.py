@@ -27,7 +27,7 @@ PLAN_HELP = "plan the memory of a model's intermediate tensors in one arena"
 
 
 def add_plan_parser(subparsers) -> argparse.ArgumentParser:
-    from ..cli import _dim, _positive_int
+    from ..argtypes import dim, positive_int
 
     p = subparsers.add_parser(
         "plan", help=PLAN_HELP,
@@ -36,11 +36,11 @@ def add_plan_parser(subparsers) -> argparse.ArgumentParser:
                     "packing heuristics. Prints the arena, the lower bound for the order, the size without "
                     "reuse and what in-place reuse saves.")
     p.add_argument("input", metavar="MODEL.onnx")
-    p.add_argument("--dim", action="append", default=[], type=_dim, metavar="NAME=VALUE",
+    p.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE",
                    help="size of a symbolic dimension (repeatable), e.g. --dim batch=8; every symbolic "
                         "dimension of the inputs must be given")
     p.add_argument("-o", "--output", metavar="PLAN.json", type=Path, help="write the plan as JSON")
-    p.add_argument("--alignment", type=_positive_int, default=64, metavar="N",
+    p.add_argument("--alignment", type=positive_int, default=64, metavar="N",
                    help="offsets are multiples of N bytes (default 64)")
     p.add_argument("--no-inplace", action="store_true", help="no in-place reuse (views still share buffers)")
     p.add_argument("--execute", action="store_true",

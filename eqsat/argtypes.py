@@ -1,0 +1,43 @@
+"""Argument types the command lines share (`eqsat` and its subcommands, the benchmarks).
+
+Each takes the argument's text and returns its value, or raises
+`argparse.ArgumentTypeError` with a message that says what was expected.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(s: str) -> int:
+    """An integer > 0 (`--runs 20`)."""
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {s!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {s}")
+    return v
+
+
+def positive_float(s: str) -> float:
+    """A number > 0 (`--time-limit 2.5`)."""
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {s}")
+    return v
+
+
+def dim(s: str) -> tuple[str, int]:
+    """A symbolic dimension's size, `NAME=VALUE` with VALUE > 0 (`--dim batch=8` -> ("batch", 8))."""
+    name, _, value = s.partition("=")
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with an integer value: {s!r}") from None
+    if not name or v <= 0:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with VALUE > 0: {s!r}")
+    return name, v
