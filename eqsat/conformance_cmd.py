@@ -23,6 +23,7 @@ from pathlib import Path
 
 from onnx import ModelProto
 
+from .argtypes import positive_int
 from .errors import UsageError
 
 
@@ -34,7 +35,7 @@ def register(subparsers) -> dict:
                     "expected outputs shipped with each case. Exit 1 if a case that onnxruntime itself runs "
                     "correctly fails after optimization.")
     c.add_argument("--json", metavar="FILE", type=Path, help="also write every case's verdict as JSON")
-    c.add_argument("--sample", metavar="N", type=_positive_int,
+    c.add_argument("--sample", metavar="N", type=positive_int,
                    help="a deterministic subset of N cases (the same N gives the same cases)")
     c.add_argument("--only", metavar="PATTERN", action="append", default=[],
                    help="cases whose name matches a shell pattern (node/test_conv*) or contains the text "
@@ -43,16 +44,6 @@ def register(subparsers) -> dict:
     c.add_argument("--atol", type=float, help="absolute tolerance (default: each case's own, 1e-7)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress; print only failures and the summary")
     return {"conformance": cmd_conformance}
-
-
-def _positive_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {s!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {s}")
-    return v
 
 
 def select(names: list[str], only: list[str], sample: int | None) -> list[int]:
