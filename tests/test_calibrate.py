@@ -8,7 +8,7 @@ import numpy as np
 
 from eqsat import calibrate, calibrate_layout
 from eqsat.calibrate import fusion_choices, grouped_query_models
-from eqsat.verify import run
+from eqsat.verify import run, session
 from extract.costs.roofline import Hardware
 
 
@@ -77,3 +77,13 @@ def test_a_written_profile_is_named_after_its_file(tmp_path, monkeypatch):
     calibrate.write(path)
     hw = Hardware.load(str(path))
     assert (hw.name, hw.matmul_gflops, hw.mem_gbps) == ("box", 2.0, 3.0)
+
+
+def test_the_vector_chain_stays_in_normal_floats():
+    """The vector rate's chain of Muls must not decay into denormals (which run many times
+    slower on x86 and would make the rate a denormal rate) nor overflow."""
+    model, feeds = calibrate.vector_chain(np.random.default_rng(0), calibrate.VECTOR_K, calibrate.VECTOR_MULS)
+    (out,) = session(model).run(None, feeds)
+    expect = feeds["x0"] * feeds["b"].astype(np.float64) ** calibrate.VECTOR_MULS
+    np.testing.assert_allclose(out, expect, rtol=1e-4)
+    assert np.abs(out).min() >= np.finfo(np.float32).tiny and np.isfinite(out).all()
