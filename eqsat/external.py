@@ -32,8 +32,8 @@ def is_external(t: TensorProto) -> bool:
     return t.data_location == TensorProto.EXTERNAL
 
 
-def _graph_tensors(g: GraphProto) -> Iterator[TensorProto]:
-    yield from g.initializer
+def _node_tensors(g: GraphProto) -> Iterator[TensorProto]:
+    """Tensors held by the graph's nodes: attributes, and subgraphs' initializers and nodes."""
     for n in g.node:
         for a in n.attribute:
             if a.type == AttributeProto.TENSOR:
@@ -41,40 +41,46 @@ def _graph_tensors(g: GraphProto) -> Iterator[TensorProto]:
             elif a.type == AttributeProto.TENSORS:
                 yield from a.tensors
             elif a.type == AttributeProto.GRAPH:
-                yield from _graph_tensors(a.g)
+                yield from a.g.initializer
+                yield from _node_tensors(a.g)
             elif a.type == AttributeProto.GRAPHS:
                 for sub in a.graphs:
-                    yield from _graph_tensors(sub)
+                    yield from sub.initializer
+                    yield from _node_tensors(sub)
 
 
 def bind(model: ModelProto, base_dir: Path) -> None:
-    """Make the model's external tensors self-contained: small ones (and all outside the
-    main graph's initializers) are read into memory, large ones become absolute
-    references. Raises InputError for a missing or short data file."""
-    main = {id(t) for t in model.graph.initializer}
-    for t in _graph_tensors(model.graph):
-        if not is_external(t):
-            continue
-        info = external_info(t)
-        loc = info.get("location", "")
-        path = (base_dir / loc).resolve()
-        if not loc or not path.is_file():
-            raise InputError(f"external data file '{loc}' of tensor '{t.name}' not found next to the model")
-        offset = int(info.get("offset", 0) or 0)
-        length = int(info["length"]) if info.get("length") else path.stat().st_size - offset
-        if offset + length > path.stat().st_size:
-            raise InputError(f"external data of tensor '{t.name}' runs past the end of '{loc}' (truncated file?)")
-        if id(t) not in main or length < INLINE_MAX:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                t.raw_data = f.read(length)
-            t.data_location = TensorProto.DEFAULT
-            del t.external_data[:]
-        else:
-            del t.external_data[:]
-            for k, v in (("location", str(path)), ("offset", str(offset)), ("length", str(length))):
-                e = t.external_data.add()
-                e.key, e.value = k, v
+    """Make the model's external tensors self-contained: large initializers of the main graph
+    become absolute references; small ones, and every tensor outside the main graph's
+    initializers, are read into memory. Raises InputError for a missing or short data file."""
+    for t in model.graph.initializer:
+        _bind(t, base_dir, keep_reference=True)
+    for t in _node_tensors(model.graph):
+        _bind(t, base_dir, keep_reference=False)
+
+
+def _bind(t: TensorProto, base_dir: Path, keep_reference: bool) -> None:
+    if not is_external(t):
+        return
+    info = external_info(t)
+    loc = info.get("location", "")
+    path = (base_dir / loc).resolve()
+    if not loc or not path.is_file():
+        raise InputError(f"external data file '{loc}' of tensor '{t.name}' not found next to the model")
+    offset = int(info.get("offset", 0) or 0)
+    length = int(info["length"]) if info.get("length") else path.stat().st_size - offset
+    if offset + length > path.stat().st_size:
+        raise InputError(f"external data of tensor '{t.name}' runs past the end of '{loc}' (truncated file?)")
+    del t.external_data[:]
+    if keep_reference and length >= INLINE_MAX:
+        for k, v in (("location", str(path)), ("offset", str(offset)), ("length", str(length))):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+    else:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            t.raw_data = f.read(length)
+        t.data_location = TensorProto.DEFAULT
 
 
 def _where(t: TensorProto) -> tuple[str, int, int]:
