@@ -7,6 +7,7 @@ Each takes the argument's text and returns its value, or raises
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def positive_int(s: str) -> int:
@@ -41,3 +42,15 @@ def dim(s: str) -> tuple[str, int]:
     if not name or v <= 0:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE with VALUE > 0: {s!r}")
     return name, v
+
+
+def output_file(s: str) -> Path:
+    """A file to write (`--report out/r.json`): its folder must exist when the command starts,
+    so that a long run does not end in an error with its result unwritten."""
+    p = Path(s)
+    folder = p.parent if str(p.parent) else Path(".")
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"{s}: the output folder {folder} does not exist")
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{s} is a folder; give a file name")
+    return p

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .argtypes import dim, positive_float, positive_int
+from .argtypes import dim, output_file, positive_float, positive_int
 from .errors import EqsatError, OptimizeError, UsageError
 
 
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     o = sub.add_parser("optimize", help="optimize an ONNX model", description="Optimize an ONNX model.")
     o.add_argument("input", metavar="IN.onnx")
-    o.add_argument("-o", "--output", metavar="OUT.onnx", help="output file (default: IN.opt.onnx)")
+    o.add_argument("-o", "--output", metavar="OUT.onnx", type=output_file, help="output file (default: IN.opt.onnx)")
     o.add_argument("--rules", metavar="FILE.egg", action="append", default=[], type=Path,
                    help="a rule file to load after the default rules (repeatable)")
     o.add_argument("--no-default-rules", action="store_true",
@@ -80,11 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "this machine's vector width (cpu-avx2 where onnxruntime's NCHWc block is 8), h200")
     o.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE",
                    help="size of a symbolic dimension for cost models (repeatable), e.g. --dim batch=8")
-    o.add_argument("--report", metavar="REPORT.json", type=Path, help="write a JSON report")
+    o.add_argument("--report", metavar="REPORT.json", type=output_file, help="write a JSON report")
     o.add_argument("--explain", action="store_true",
                    help="print, for each output node, the rules that produced it and the original nodes it "
                         "replaced (also an `explain` section in --report); loads instrumented rules, slower")
-    o.add_argument("--save-egraph", metavar="FILE.json", type=Path,
+    o.add_argument("--save-egraph", metavar="FILE.json", type=output_file,
                    help="write the saturated e-graph (egraph-serialize JSON with eqsat metadata)")
     o.add_argument("--no-verify", action="store_true",
                    help="skip comparing the optimized model with the original under onnxruntime")
@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "saturated e-graph, time them under onnxruntime, and report per cost model the "
                                    "predicted cost, the measured latency and Kendall's tau.")
     k.add_argument("input", metavar="MODEL.onnx")
-    k.add_argument("--json", metavar="FILE", type=Path, help="also write the table as JSON records")
+    k.add_argument("--json", metavar="FILE", type=output_file, help="also write the table as JSON records")
     k.add_argument("--samples", type=positive_int, default=8, help="random extractions to rank (default 8)")
     k.add_argument("--runs", type=positive_int, default=20, help="timed runs per program (default 20)")
     k.add_argument("--hardware", default="cpu", metavar="PROFILE")
@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("calibrate", help="measure a hardware profile for the roofline cost model",
                        description="Measure this machine's MatMul and vector throughput, memory bandwidth and "
                                    "per-op overhead under onnxruntime, and write a hardware profile.")
-    c.add_argument("-o", "--output", metavar="PROFILE.json", required=True, type=Path)
+    c.add_argument("-o", "--output", metavar="PROFILE.json", required=True, type=output_file)
     c.add_argument("--threads", type=positive_int, default=1, help="onnxruntime threads (default 1)")
     p.set_defaults(handlers=_register(sub))
     return p

@@ -19,11 +19,10 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from onnx import ModelProto
 
-from .argtypes import positive_int
+from .argtypes import output_file, positive_int
 from .errors import UsageError
 
 
@@ -34,7 +33,7 @@ def register(subparsers) -> dict:
                     "default rules (target ort) and compare the optimized model's onnxruntime outputs with the "
                     "expected outputs shipped with each case. Exit 1 if a case that onnxruntime itself runs "
                     "correctly fails after optimization.")
-    c.add_argument("--json", metavar="FILE", type=Path, help="also write every case's verdict as JSON")
+    c.add_argument("--json", metavar="FILE", type=output_file, help="also write every case's verdict as JSON")
     c.add_argument("--sample", metavar="N", type=positive_int,
                    help="a deterministic subset of N cases (the same N gives the same cases)")
     c.add_argument("--only", metavar="PATTERN", action="append", default=[],

@@ -17,7 +17,7 @@ from pathlib import Path
 from onnx import ModelProto
 
 from extract import EXTRACTORS, EGraph, ExtractionError, check, get_extractor
-from extract.costs import CostModel, make_cost_model
+from extract.costs import CostModel, HardwareProfileError, make_cost_model
 
 from .decode import Decoder
 from .encode import Encoder
@@ -109,7 +109,7 @@ class Saturated:
 def cost_model(opts: Options) -> CostModel:
     try:
         return make_cost_model(opts.cost_model, hardware_profile(opts.hardware), opts.dims)
-    except (FileNotFoundError, KeyError) as e:
+    except (FileNotFoundError, KeyError, HardwareProfileError) as e:
         raise UsageError(str(e).strip("'\"")) from None
 
 

@@ -245,3 +245,41 @@ def test_a_closed_pipe_is_not_a_traceback():
     err = p.stderr.read().decode()
     assert p.wait() in (0, 141), err
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+@pytest.mark.parametrize("args", [
+    ("optimize", "{m}", "-o", "{t}/o.onnx", "--report", "{t}/missing/r.json"),
+    ("optimize", "{m}", "-o", "{t}/o.onnx", "--save-egraph", "{t}/missing/e.json"),
+    ("optimize", "{m}", "-o", "{t}/missing/o.onnx"),
+    ("optimize", "{m}", "-o", "{t}/o.onnx", "--plan", "{t}/missing/p.json"),
+    ("compare-costs", "{m}", "--json", "{t}/missing/c.json"),
+    ("calibrate", "-o", "{t}/missing/p.json"),
+    ("plan", "{m}", "-o", "{t}/missing/p.json"),
+    ("rules", "check", "--json", "{t}/missing/r.json"),
+    ("conformance", "--json", "{t}/missing/c.json"),
+    ("show", "{m}", "--html", "{t}/missing/g.html"),
+])
+def test_an_output_in_a_missing_folder_fails_before_any_work(capsys, model_path, tmp_path, args):
+    """Every file a command writes is checked when it starts: one line, exit 2, nothing
+    written (not a traceback after a long run)."""
+    rc, _, err = run_cli(capsys, *(a.format(m=model_path, t=tmp_path) for a in args))
+    assert rc == 2
+    assert error_line(err).endswith(f"the output folder {tmp_path / 'missing'} does not exist")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("{nope", "not a readable JSON hardware profile"),
+    ('["cpu"]', "a hardware profile is a JSON object, not list"),
+    ('{"name": "x", "matmul_gflops": 1}', "the profile lacks vector_gflops, mem_gbps, kernel_overhead_us; "
+                                          "`eqsat calibrate -o box.json` measures a complete one"),
+    ('{"name": "x", "matmul_gflops": 1, "vector_gflops": 0, "mem_gbps": "fast", "kernel_overhead_us": 1}',
+     "vector_gflops = 0, mem_gbps = 'fast': rates must be numbers > 0"),
+])
+def test_a_broken_hardware_profile_is_named_with_what_is_wrong(capsys, model_path, tmp_path, text, says):
+    prof = tmp_path / "box.json"
+    prof.write_text(text)
+    rc, _, err = run_cli(capsys, "optimize", model_path, "-o", tmp_path / "o.onnx", "--hardware", prof)
+    assert rc == 2
+    assert error_line(err).startswith(f"eqsat: error: {prof}: ") and says in error_line(err)
+    assert not (tmp_path / "o.onnx").exists()

@@ -23,12 +23,12 @@ from pathlib import Path
 
 from onnx import ModelProto
 
+from ..argtypes import dim, output_file, positive_int
+
 PLAN_HELP = "plan the memory of a model's intermediate tensors in one arena"
 
 
 def add_plan_parser(subparsers) -> argparse.ArgumentParser:
-    from ..argtypes import dim, positive_int
-
     p = subparsers.add_parser(
         "plan", help=PLAN_HELP,
         description="Plan where every intermediate tensor of an ONNX model lives in one arena: lifetimes in a "
@@ -39,7 +39,7 @@ def add_plan_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE",
                    help="size of a symbolic dimension (repeatable), e.g. --dim batch=8; every symbolic "
                         "dimension of the inputs must be given")
-    p.add_argument("-o", "--output", metavar="PLAN.json", type=Path, help="write the plan as JSON")
+    p.add_argument("-o", "--output", metavar="PLAN.json", type=output_file, help="write the plan as JSON")
     p.add_argument("--alignment", type=positive_int, default=64, metavar="N",
                    help="offsets are multiples of N bytes (default 64)")
     p.add_argument("--no-inplace", action="store_true", help="no in-place reuse (views still share buffers)")
@@ -58,7 +58,7 @@ def register(subparsers) -> dict:
 
 
 def add_optimize_plan_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--plan", metavar="PLAN.json", type=Path,
+    parser.add_argument("--plan", metavar="PLAN.json", type=output_file,
                         help="also plan the memory of the optimized model and write the plan (symbolic "
                              "dimensions from --dim)")
 

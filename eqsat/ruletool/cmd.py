@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..argtypes import output_file
 from ..errors import RuleError, UsageError
 
 
@@ -36,7 +37,7 @@ def register(subparsers) -> dict:
     cp.add_argument("--rule", action="append", default=[], metavar="NAME", help="only rules with this name")
     cp.add_argument("--strict", action="store_true", help="exit 1 when a rule cannot be checked")
     cp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    cp.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    cp.add_argument("--json", metavar="FILE", type=output_file, help="write the results as JSON")
     cp.add_argument("-v", "--verbose", action="store_true", help="one line per checked rule too")
     return {"rules": handle}
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..argtypes import output_file
 from ..errors import UsageError
 
 
@@ -22,8 +23,8 @@ def register(subparsers) -> dict:
                                           "also draw its graph (a self-contained file, no network).")
     s.add_argument("model", metavar="MODEL.onnx")
     out = s.add_mutually_exclusive_group()
-    out.add_argument("--html", metavar="OUT.html", type=Path, help="write an HTML page: histogram and graph")
-    out.add_argument("--svg", metavar="OUT.svg", type=Path, help="write the graph as an SVG image")
+    out.add_argument("--html", metavar="OUT.html", type=output_file, help="write an HTML page: histogram and graph")
+    out.add_argument("--svg", metavar="OUT.svg", type=output_file, help="write the graph as an SVG image")
 
     d = subparsers.add_parser("diff", help="compare two models: op counts and a drawing of what changed",
                               description="Print op counts before, after and the change, and how many nodes were "
@@ -31,7 +32,7 @@ def register(subparsers) -> dict:
                                           "with --html, draw the changed nodes.")
     d.add_argument("before", metavar="BEFORE.onnx")
     d.add_argument("after", metavar="AFTER.onnx")
-    d.add_argument("--html", metavar="OUT.html", type=Path, help="write an HTML page: tables and the drawing")
+    d.add_argument("--html", metavar="OUT.html", type=output_file, help="write an HTML page: tables and the drawing")
     ctx = d.add_mutually_exclusive_group()
     ctx.add_argument("--context", type=int, default=1, metavar="N",
                      help="draw changed nodes and the nodes within N edges of them (default 1)")

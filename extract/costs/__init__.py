@@ -5,7 +5,7 @@ from __future__ import annotations
 from .base import CostModel
 from .measured import Measured
 from .node_count import NodeCount
-from .roofline import Hardware, Roofline, profiles
+from .roofline import Hardware, HardwareProfileError, Roofline, profiles
 
 COST_MODELS: dict[str, type[CostModel]] = {m.name: m for m in (NodeCount, Roofline, Measured)}
 
@@ -23,4 +23,4 @@ def make_cost_model(name: str, hardware: str = "cpu", dims: dict[str, int] | Non
     return COST_MODELS[name]()
 
 
-__all__ = ["COST_MODELS", "CostModel", "Hardware", "Measured", "NodeCount", "Roofline", "make_cost_model", "profiles"]
+__all__ = ["COST_MODELS", "CostModel", "Hardware", "HardwareProfileError", "Measured", "NodeCount", "Roofline", "make_cost_model", "profiles"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from ..egraph import EGraph, Node
@@ -99,8 +99,25 @@ class Hardware:
         if not p.is_file():
             known = ", ".join(sorted(x.stem for x in HARDWARE_DIR.glob("*.json")))
             raise FileNotFoundError(f"no hardware profile {name_or_path!r} (known: {known}, or a .json path)")
-        d = json.loads(p.read_text())
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise HardwareProfileError(f"{p}: not a readable JSON hardware profile ({e})") from None
+        if not isinstance(d, dict):
+            raise HardwareProfileError(f"{p}: a hardware profile is a JSON object, not {type(d).__name__}")
+        rates = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING and f.name != "name"]
+        missing = [k for k in rates if k not in d]
+        if missing or "name" not in d:
+            raise HardwareProfileError(f"{p}: the profile lacks {', '.join(missing or ['name'])}; "
+                                       f"`eqsat calibrate -o {p.name}` measures a complete one")
+        bad = [k for k in rates if isinstance(d[k], bool) or not isinstance(d[k], (int, float)) or not d[k] > 0]
+        if bad:
+            raise HardwareProfileError(f"{p}: {', '.join(f'{k} = {d[k]!r}' for k in bad)}: rates must be numbers > 0")
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+class HardwareProfileError(ValueError):
+    """A hardware profile file that cannot be used: not JSON, or a rate missing or not > 0."""
 
 
 def profiles() -> list[str]:
