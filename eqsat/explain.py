@@ -14,12 +14,17 @@ How it is computed (after extraction and decoding, from the saturated e-graph):
    node whose output lies in the region, and that is not kept, was *replaced* by n; its
    input e-classes join the region unless they are values of the output model (those are
    computed by other output nodes, or are n's own inputs). So the replaced nodes are the
-   original subgraph between n's outputs and the values n reads.
+   original subgraph between n's outputs and the values n reads. Layouts: a value computed
+   channel-blocked (rules/layout.egg) is the NCHW value its reorder e-node joins it to, so a
+   blocked op replaced the nodes of that NCHW value, and a ReorderInput/ReorderOutput in the
+   output replaced none.
 4. The rules of n: the rules with a row for an e-node of the region whose Op children all
    lie in the region, among n's inputs, or are leaves (constants, graph inputs, Absent):
    the e-nodes that compute n's value from n's inputs. The facts of n (listed apart, only
    for a node some rule built): the rules that asserted a relation about an e-class of the
-   region (the pattern recognizers, `tf-layernorm-div`, `attention-core`, ...).
+   region (the pattern recognizers, `tf-layernorm-div`, `attention-core`, ...) and that one
+   of n's rules read in its query, directly or through the queries of other fact rules
+   (eqsat.provenance records which relations each rule reads and which asserts them).
 5. Constants of the output that are not original initializers are explained the same way
    (original nodes folded into them; the folding oracle is listed as `constant-folding`).
    Original Constant nodes in no region became initializers. Other original nodes in no
@@ -40,11 +45,13 @@ from collections import Counter, defaultdict
 from onnx import ModelProto, NodeProto
 
 from extract import EGraph
+from extract.costs.node_count import REORDERS
 
 from .lang.literals import parse_string
 from .provenance import FACT, LEAVES, PREFIX
 
 FOLDING = "constant-folding"
+REORDER_OPS = {"com.microsoft.nchwc.ReorderInput", "com.microsoft.nchwc.ReorderOutput"}
 
 
 def split_rows(data: dict) -> list[tuple[str, tuple[str, ...], str]]:
@@ -78,8 +85,10 @@ def node_label(node: NodeProto, index: int) -> str:
 
 
 def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str, str], decoder,
-            value_names: dict[str, list[str]], rows: list) -> dict:
-    """The `explain` section of the report (see the module docstring)."""
+            value_names: dict[str, list[str]], rows: list, fact_uses: dict[str, set[str]] | None = None) -> dict:
+    """The `explain` section of the report (see the module docstring). `fact_uses` (rule ->
+    the fact rules its query reads, eqsat.provenance) narrows a node's facts to those its
+    rules depended on; without it every fact about the region is listed."""
     by_enode: dict[tuple, set[str]] = defaultdict(set)
     for op, kids, rule in rows:
         by_enode[(op, kids)].add(rule)
@@ -95,6 +104,15 @@ def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str
             if name:
                 tuple_of[name] = t
     live = set(decoder.value) | set(decoder.tuple_outputs)
+    # The same tensor in another layout: a reorder e-node joins a blocked value's e-class and
+    # its NCHW value's. An output node that computes a value blocked replaced the original
+    # nodes of its NCHW form; a value computed in either layout stops every other region.
+    views: dict[str, set[str]] = defaultdict(set)
+    for e in egraph.nodes.values():
+        if e.op in REORDERS and e.children:
+            views[e.children[0]].add(e.eclass)
+            views[e.eclass].add(e.children[0])
+    live |= set().union(*(views.get(c, set()) for c in list(live)))
 
     def leafish(c: str) -> bool:
         return any(egraph.nodes[i].op in LEAVES for i in egraph.classes.get(c, ()))
@@ -192,9 +210,15 @@ def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str
             ch = choice.get(c)
             if ch in egraph.nodes:
                 inputs |= set(egraph.nodes[ch].children)
-        replaced, reg = region(start, inputs)
+        if _op(n) in REORDER_OPS:  # a layout conversion replaces no original node
+            replaced, reg = [], start
+        else:
+            replaced, reg = region(start | set().union(*(views.get(c, set()) for c in start)), inputs)
         rules = sorted(rules_of(reg, inputs))
-        facts = sorted(facts_of(reg) - set(rules)) if rules else []
+        facts = facts_of(reg) - set(rules) if rules else set()
+        if fact_uses is not None:
+            facts &= set().union(*(fact_uses.get(r, set()) for r in rules))
+        facts = sorted(facts)
         attributed.update(replaced)
         if match is not None:
             attributed.add(match)

@@ -91,6 +91,7 @@ class Saturated:
     times: dict[str, float]
     explain_rows: list | None = None  # provenance rows (eqsat.explain.split_rows), with opts.explain
     decoder: Decoder | None = None  # the last decode's, for explain
+    fact_uses: dict[str, set[str]] = field(default_factory=dict)  # rule -> fact rules it read (explain)
 
     def extract(self, cost: CostModel | None = None, extractor: str | None = None):
         cost = cost or cost_model(self.opts)
@@ -219,7 +220,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "warnings": warnings,
     }
     return Saturated(model, opts, data, egraph, tensors, protos, value_names, report, times,
-                     rows if opts.explain else None)
+                     rows if opts.explain else None, fact_uses=sat.fact_uses)
 
 
 @gc_paused()
@@ -263,6 +264,7 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         from .explain import explain
 
         t0 = time.perf_counter()
-        report["explain"] = explain(model, out, st.egraph, ex.choice, st.decoder, st.value_names, st.explain_rows or [])
+        report["explain"] = explain(model, out, st.egraph, ex.choice, st.decoder, st.value_names, st.explain_rows or [],
+                                    st.fact_uses)
         st.times["explain"] = round(time.perf_counter() - t0, 4)
     return Result(out, report)

@@ -26,6 +26,8 @@ Contracts and limits:
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from egglog import bindings as b
 
 PREFIX = "eqsat-explain-"
@@ -58,6 +60,23 @@ class Instrumenter:
         self.declared: set[str] = set()
         self.constructors: dict[str, list[str]] = {}  # name -> argument sorts
         self.relations: dict[str, list[str]] = {}  # name -> argument sorts
+        self.reads: dict[str, set[str]] = {}  # rule label -> relations its query reads
+        self.asserts: dict[str, set[str]] = defaultdict(set)  # relation -> rules that assert it
+
+    def fact_uses(self) -> dict[str, set[str]]:
+        """For each rule, the fact rules whose relations its query reads, directly or through
+        the queries of those fact rules: the recognizers a rewrite depended on."""
+        direct = {r: set().union(*(self.asserts.get(rel, set()) for rel in rels)) for r, rels in self.reads.items()}
+        closed: dict[str, set[str]] = {}
+        for r in direct:
+            seen, todo = set(), list(direct[r])
+            while todo:
+                f = todo.pop()
+                if f not in seen:
+                    seen.add(f)
+                    todo.extend(direct.get(f, ()))
+            closed[r] = seen
+        return closed
 
     def __call__(self, cmds: list) -> list:
         for c in cmds:  # constructors this file declares, before its rules use them
@@ -89,6 +108,11 @@ class Instrumenter:
 
     def _rule(self, rule, out: list) -> list:
         label = rule_label(rule.name, rule.span)
+        read: set = set()
+        for f in rule.body:
+            for side in (f.left, f.right) if isinstance(f, b.Eq) else (f.expr,) if isinstance(f, b.Fact) else ():
+                _call_names(side, read)
+        self.reads[label] = read & set(self.relations)
         bound = set()
         for f in rule.body:
             _vars(f.left if isinstance(f, b.Eq) else None, bound)
@@ -111,6 +135,7 @@ class Instrumenter:
                             break
             elif isinstance(a, b.Expr_) and isinstance(a.expr, b.Call) and self._about(a.expr, rule.body):
                 facts.append(a.expr.args[0])
+                self.asserts[a.expr.name].add(label)
         extra: list = []
         seen: set[str] = set()
         for call in built:
@@ -171,6 +196,13 @@ def _vars_in(e, bound: set) -> bool:
     found: set = set()
     _vars(e, found)
     return found <= bound
+
+
+def _call_names(e, out: set) -> None:
+    if isinstance(e, b.Call):
+        out.add(e.name)
+        for a in e.args:
+            _call_names(a, out)
 
 
 def _ctor_calls(e, ctors: dict, out: list) -> None:

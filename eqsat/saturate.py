@@ -69,6 +69,7 @@ class _Loaded:
     declared: Declared
     schedule: list
     user_rulesets: list[str]
+    fact_uses: dict[str, set[str]] = field(default_factory=dict)  # with explain: eqsat.provenance
 
 
 # Rule files loaded once per process and set of files: loading type-checks and compiles
@@ -107,6 +108,7 @@ class Saturator:
         self.declared = loaded.declared
         self.schedule = loaded.schedule
         self.user_rulesets = loaded.user_rulesets
+        self.fact_uses = loaded.fact_uses  # rule -> the rules whose facts its query reads (explain only)
         self._depth = 0
         self._push()
 
@@ -296,4 +298,5 @@ def _load(rule_files: list[Path], default_rules: bool, explain: bool = False) ->
             schedule = _parse(eg, sched.read_text(encoding="utf-8"), display_path(sched), declared)
     for f in rule_files:
         load_rule_file(eg, Path(f), declared, transform)
-    return _Loaded(eg, declared, schedule, declared.rulesets[n_default:])
+    uses = transform.fact_uses() if transform else {}
+    return _Loaded(eg, declared, schedule, declared.rulesets[n_default:], uses)

@@ -84,6 +84,29 @@ def test_explain_changes_neither_the_result_nor_the_rule_matches(cbr):
     assert set(a["rule_matches"]) <= set(b["rule_matches"])
 
 
+def test_blocked_layout_credits_each_node_with_its_own_originals():
+    """With onnxruntime's channel-blocked layout (the cpu-avx2 profile has it), each blocked
+    op replaced the nodes of its NCHW value, a reorder replaced none, and no original node
+    is credited twice; a node's facts are only the recognizers its rules read (no shape
+    facts about every 4-D value on a convolution)."""
+    from eqsat.demo import build_model
+
+    model = build_model()
+    res = optimize(model, Options(explain=True, hardware="cpu-avx2", layout="nchwc"))
+    ex = res.report["explain"]
+    convs = [e for e in ex["nodes"] if e["op"] == "com.microsoft.nchwc.Conv"]
+    assert len(convs) == 2, op_list(res.model)
+    assert sorted(convs[0]["replaced"]) == ["bn1", "conv1", "relu1"]
+    assert sorted(convs[1]["replaced"]) == ["conv2", "relu2", "residual"]
+    assert entry(ex, "com.microsoft.nchwc.GlobalAveragePool")["replaced"] == ["pool"]
+    assert all(e["replaced"] == [] for e in ex["nodes"] if e["op"].endswith(("ReorderInput", "ReorderOutput")))
+    credited = [r for e in ex["nodes"] for r in e["replaced"]]
+    assert len(credited) == len(set(credited)) == ex["summary"]["original_nodes_replaced"]
+    assert "nchwc-candidate-conv" in convs[0]["facts"]
+    assert not any(f.startswith("attention-") for c in convs for f in c["facts"])
+    assert_same_outputs(model, res.model, rtol=1e-4, atol=1e-5)
+
+
 def test_layernorm_names_the_layernorm_rules_and_the_primitives_it_replaced():
     m = named(parse_model(header(18) + LAYERNORM))
     ex = optimize(m, Options(explain=True)).report["explain"]
