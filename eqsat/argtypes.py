@@ -32,6 +32,17 @@ def positive_float(s: str) -> float:
     return v
 
 
+def nonnegative_float(s: str) -> float:
+    """A number >= 0 (`--atol 0`)."""
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {s}")
+    return v
+
+
 def dim(s: str) -> tuple[str, int]:
     """A symbolic dimension's size, `NAME=VALUE` with VALUE > 0 (`--dim batch=8` -> ("batch", 8))."""
     name, _, value = s.partition("=")

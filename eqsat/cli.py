@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .argtypes import dim, output_file, positive_float, positive_int
+from .argtypes import dim, nonnegative_float, output_file, positive_float, positive_int
 from .errors import EqsatError, OptimizeError, UsageError
 
 
@@ -73,7 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extraction algorithm: ilp (default, exact DAG cost), dag-greedy or tree-greedy")
     o.add_argument("--extract-time-limit", type=positive_float, default=60.0, metavar="S",
                    help="seconds for the ILP extractor; past it the best answer found, or the greedy one (default 60)")
-    o.add_argument("--cost-model", default="node-count", help="cost model: node-count (default) or roofline")
+    o.add_argument("--cost-model", default="node-count",
+                   help="cost model: node-count (default), roofline (the hardware profile's rates) or measured "
+                        "(each op configuration timed under onnxruntime on this machine)")
     o.add_argument("--hardware", default="cpu", metavar="PROFILE",
                    help="hardware profile (which fusions and layouts pay; the roofline's rates): a name, "
                         "or a .json file from `eqsat calibrate`; cpu (default): the shipped profile for "
@@ -90,8 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip comparing the optimized model with the original under onnxruntime")
     o.add_argument("--verify-runs", type=positive_int, default=1, metavar="N",
                    help="sets of random inputs for verification (default 1)")
-    o.add_argument("--rtol", type=float, default=1e-3, help="verification relative tolerance (default 1e-3)")
-    o.add_argument("--atol", type=float, default=1e-4, help="verification absolute tolerance (default 1e-4)")
+    o.add_argument("--rtol", type=nonnegative_float, default=1e-3, help="verification relative tolerance (default 1e-3)")
+    o.add_argument("--atol", type=nonnegative_float, default=1e-4, help="verification absolute tolerance (default 1e-4)")
     o.add_argument("--in-place", action="store_true", help="allow the output to overwrite the input")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     add_optimize_plan_argument(o)
@@ -104,18 +106,23 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--json", metavar="FILE", type=output_file, help="also write the table as JSON records")
     k.add_argument("--samples", type=positive_int, default=8, help="random extractions to rank (default 8)")
     k.add_argument("--runs", type=positive_int, default=20, help="timed runs per program (default 20)")
-    k.add_argument("--hardware", default="cpu", metavar="PROFILE")
-    k.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE")
-    k.add_argument("--rules", metavar="FILE.egg", action="append", default=[], type=Path)
-    k.add_argument("--target", default="ort", choices=["ort", "onnx"])
-    k.add_argument("-q", "--quiet", action="store_true")
+    k.add_argument("--hardware", default="cpu", metavar="PROFILE", help="hardware profile, as for optimize (default cpu)")
+    k.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE",
+                   help="size of a symbolic dimension (repeatable), e.g. --dim batch=8")
+    k.add_argument("--rules", metavar="FILE.egg", action="append", default=[], type=Path,
+                   help="a rule file to load after the default rules (repeatable)")
+    k.add_argument("--target", default="ort", choices=["ort", "onnx"], help="as for optimize (default ort)")
+    k.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
-    c = sub.add_parser("calibrate", help="measure a hardware profile for the roofline cost model",
-                       description="Measure this machine's MatMul and vector throughput, memory bandwidth and "
-                                   "per-op overhead under onnxruntime, and write a hardware profile.")
+    c = sub.add_parser("calibrate", help="measure this machine's hardware profile (for --hardware)",
+                       description="Measure this machine under onnxruntime and write a hardware profile: the "
+                                   "roofline's rates (MatMul and vector throughput, memory bandwidth, per-op "
+                                   "overhead), which fusions pay, and the channel-blocked layout's figures. Every "
+                                   "cost model reads the fusion and layout choices; pass the file to --hardware.")
     c.add_argument("-o", "--output", metavar="PROFILE.json", required=True, type=output_file)
     c.add_argument("--threads", type=positive_int, default=1, help="onnxruntime threads (default 1)")
     p.set_defaults(handlers=_register(sub))
+    p.commands = sub.choices  # a subcommand's own parser reports its unknown arguments (main)
     return p
 
 
@@ -127,6 +134,19 @@ def _progress(quiet: bool):
             print(f"eqsat: [{time.perf_counter() - t0:6.2f}s] {msg}", file=sys.stderr, flush=True)
 
     return say
+
+
+def _warn_unknown_dims(model, dims: list[tuple[str, int]]) -> None:
+    """A --dim the model has no symbolic dimension for binds nothing: say so (a typo of
+    `sequence` would otherwise silently leave the default size)."""
+    g = model.graph
+    names = {d.dim_param for v in (*g.input, *g.output, *g.value_info)
+             for d in v.type.tensor_type.shape.dim if d.dim_param}
+    for name, _ in dims:
+        if name not in names:
+            have = ", ".join(sorted(names)) or "none"
+            print(f"eqsat: warning: --dim {name}: the model has no symbolic dimension of that name "
+                  f"(its symbolic dimensions: {have})", file=sys.stderr)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -142,6 +162,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     model = load_model(src)
     check_model(model, str(src), src)
     say(f"loaded {src} ({len(model.graph.node)} nodes)")
+    _warn_unknown_dims(model, args.dim)
     if args.plan:
         from .plan.cli import check_plan_dims
 
@@ -172,9 +193,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         r["verification"] = v.as_dict()
         if v.status == "failed":
             raise OptimizeError(f"verification failed, nothing written: {v.detail}")
-        say(f"verification {v.status}: {v.detail}")
-        if v.status == "not possible":
+        if v.status == "not possible":  # a warning, shown even with -q; not also a progress line
             print(f"eqsat: warning: verification not possible: {v.detail}", file=sys.stderr)
+        else:
+            say(f"verification {v.status}: {v.detail}")
     plan = None
     if args.plan:
         from .plan.cli import plan_to_file, summary
@@ -206,6 +228,7 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
     src = Path(args.input)
     model = load_model(src)
     check_model(model, str(src), src)
+    _warn_unknown_dims(model, args.dim)
     opts = Options(rule_files=list(args.rules), target=args.target, hardware=args.hardware, dims=dict(args.dim))
     records, info = compare_costs(model, opts, samples=args.samples, runs=args.runs, progress=_progress(args.quiet))
     print(f"{src}: {info['programs']} distinct programs from one e-graph")
@@ -226,7 +249,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # with the subcommand's usage, not the top level's
+            parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2

@@ -153,7 +153,13 @@ def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float, atol: 
         err = np.abs(a.astype(np.float64) - e.astype(np.float64))
         worst = f", max abs diff {float(np.nanmax(err)):.3g}"
     return [Mismatch(name, f"{int((~ok).sum())} of {e.size} values differ, first at {idx}: "
-                           f"{a[idx]!r} vs expected {e[idx]!r}{worst}")]
+                           f"{_scalar(a[idx])} vs expected {_scalar(e[idx])}{worst}")]
+
+
+def _scalar(v) -> str:
+    """One element as a user reads it: 0.083480641, not np.float32(0.083480641)."""
+    x = v.item() if hasattr(v, "item") else v
+    return f"{x:.8g}" if isinstance(x, float) else repr(x)
 
 
 def onnx_checker_ok(model: ModelProto) -> str | None:

@@ -124,6 +124,9 @@ def test_bad_usage(capsys):
     assert rc == 2 and "usage" in err
     rc, _, err = run_cli(capsys, "optimize", "m.onnx", "--extractor", "magic")
     assert rc == 2
+    for flag, bad in (("--rtol", "-1"), ("--atol", "nan")):
+        rc, _, err = run_cli(capsys, "optimize", "m.onnx", flag, bad)
+        assert rc == 2 and "must be >= 0" in error_line(err), bad
     for bad in ("batch", "batch=", "=8", "batch=0", "batch=x"):  # --dim wants NAME=VALUE, VALUE > 0
         rc, _, err = run_cli(capsys, "optimize", "m.onnx", "--dim", bad)
         assert rc == 2 and "expected NAME=VALUE" in error_line(err), bad
@@ -218,6 +221,7 @@ def test_verification_catches_a_wrong_rule_and_writes_nothing(capsys, tmp_path):
     line = error_line(err)
     assert line.startswith("eqsat: error: verification failed, nothing written: output 'y': ")
     assert "values differ" in line and "max abs diff" in line
+    assert "np.float32" not in line  # numbers as a user reads them
     assert not out.exists()
     rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", rules, "--no-verify", "-q")
     assert rc == 0 and out.exists()  # the user asked for it
@@ -233,6 +237,7 @@ def test_verification_not_possible_is_reported_not_passed(capsys, tmp_path):
     rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--report", rep)
     assert rc == 0 and out.exists()
     assert "eqsat: warning: verification not possible: onnxruntime cannot run the original" in err
+    assert err.count("verification not possible") == 1  # the warning, not also a progress line
     assert json.loads(rep.read_text())["verification"]["status"] == "not possible"
 
 
@@ -283,3 +288,23 @@ def test_a_broken_hardware_profile_is_named_with_what_is_wrong(capsys, model_pat
     assert rc == 2
     assert error_line(err).startswith(f"eqsat: error: {prof}: ") and says in error_line(err)
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_a_dim_the_model_lacks_is_a_warning(capsys, model_path, tmp_path):
+    rc, _, err = run_cli(capsys, "optimize", model_path, "-o", tmp_path / "o.onnx", "-q", "--dim", "sequnce=64",
+                         "--dim", "batch=2")
+    assert rc == 0
+    warn = [ln for ln in err.splitlines() if ln.startswith("eqsat: warning: --dim")]
+    assert warn == ["eqsat: warning: --dim sequnce: the model has no symbolic dimension of that name "
+                    "(its symbolic dimensions: batch)"]
+
+
+def test_help_names_every_cost_model_and_extractor(capsys):
+    from extract import EXTRACTORS
+    from extract.costs import COST_MODELS
+
+    with pytest.raises(SystemExit):
+        main(["optimize", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in [*COST_MODELS, *EXTRACTORS]:
+        assert name in text, name

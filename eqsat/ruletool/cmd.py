@@ -84,7 +84,7 @@ def _list(args) -> int:
     wf = max((len(r.where) for r in rules), default=4)
     for r in rules:
         print(f"{r.label:<{wn}}  {r.ruleset:<{ws}}  {r.where:<{wf}}  {r.comment or '(no before -> after comment)'}")
-    print(f"{len(rules)} rules", file=sys.stderr)
+    print(f"{len(rules)} rule{'' if len(rules) == 1 else 's'}", file=sys.stderr)
     return 0
 
 
@@ -103,7 +103,7 @@ def _check(args) -> int:
     rules = [r for r in prog.rules if r.path in wanted and (not args.rule or r.name in args.rule)]
     if args.rule and not rules:
         raise UsageError(f"no rule named {', '.join(args.rule)} in these files")
-    print(f"{', '.join(sorted(wanted))}: loaded and type-checked; testing {len(rules)} rules", file=sys.stderr)
+    print(f"{', '.join(sorted(wanted))}: loaded and type-checked; testing {len(rules)} rule{'' if len(rules) == 1 else 's'}", file=sys.stderr)
     results = check_rules(rules, prog, seed=args.seed)
     counts: dict[str, int] = {}
     for res in results:
