@@ -25,6 +25,9 @@ How it is computed (after extraction and decoding, from the saturated e-graph):
    region (the pattern recognizers, `tf-layernorm-div`, `attention-core`, ...) and that one
    of n's rules read in its query, directly or through the queries of other fact rules
    (eqsat.provenance records which relations each rule reads and which asserts them).
+   A rewritten node that replaced original nodes but that no rule built lists `oracle`: the
+   oracles (eqsat/oracle: constant folding, symbolic shapes, If inlining) merged it with
+   what it replaced (a Reshape whose Shape/Gather/Concat target became a constant).
 5. Constants of the output that are not original initializers are explained the same way
    (original nodes folded into them; the folding oracle is listed as `constant-folding`).
    Original Constant nodes in no region became initializers. Other original nodes in no
@@ -51,6 +54,7 @@ from .lang.literals import parse_string
 from .provenance import FACT, LEAVES, PREFIX
 
 FOLDING = "constant-folding"
+ORACLE = "oracle"  # a rewritten node that no rule built: eqsat/oracle (folded constants and shapes)
 REORDER_OPS = {"com.microsoft.nchwc.ReorderInput", "com.microsoft.nchwc.ReorderOutput"}
 
 
@@ -215,6 +219,8 @@ def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str
         else:
             replaced, reg = region(start | set().union(*(views.get(c, set()) for c in start)), inputs)
         rules = sorted(rules_of(reg, inputs))
+        if not rules and replaced and match is None:
+            rules = [ORACLE]  # no rule built it: the oracles' unions (folded shapes) did
         facts = facts_of(reg) - set(rules) if rules else set()
         if fact_uses is not None:
             facts &= set().union(*(fact_uses.get(r, set()) for r in rules))

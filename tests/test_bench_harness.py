@@ -201,3 +201,25 @@ def test_ab_pairs_every_model_with_the_first(tmp_path, capsys):
     assert "optimizations off" in out and "b/a: " in out
     with pytest.raises(SystemExit):
         ab.main([str(src), f"a={tmp_path / 'missing.onnx'}"])
+
+
+def test_explain_page_reports_what_the_explanation_says(tmp_path):
+    """benchmarks/explain_report.py: the page's summary and per-rule table are the
+    explanation's own, one section per op type that rules built, both paths timed."""
+    from eqsat.demo import build_model
+    from eqsat.pipeline import Options, optimize
+
+    spec = importlib.util.spec_from_file_location("bench_explain", ROOT / "benchmarks" / "explain_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    src = tmp_path / "demo.onnx"
+    onnx.save(build_model(), str(src))
+    text = mod.page(src, runs=1)
+    ex = optimize(build_model(), Options(explain=True)).report["explain"]
+    s = ex["summary"]
+    assert f"-> {s['nodes_after']} nodes" in text and f"{s['original_nodes_replaced']} original nodes were" in text
+    for rule, k in ex["rules"].items():
+        assert f"| `{rule}` | {k} |" in text
+    built = {e["op"] for e in ex["nodes"] if e["status"] == "rewritten" and e["replaced"]}
+    assert built and all(f"## `{op}`" in text for op in built)
+    assert "| total |" in text and "| explain | - |" in text  # the plain path has no explain phase

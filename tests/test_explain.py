@@ -107,6 +107,26 @@ def test_blocked_layout_credits_each_node_with_its_own_originals():
     assert_same_outputs(model, res.model, rtol=1e-4, atol=1e-5)
 
 
+def test_a_reshape_the_shape_oracle_rewrote_is_credited_to_it():
+    """Shape arithmetic folded by the oracles, not by a rule: the Reshape lists `oracle`."""
+    model = named(onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        agraph (float[N,3,4] x) => (float[N,12] y) {
+            s = Shape(x)
+            i0 = Constant<value=int64[1] {0}>()
+            b = Gather<axis=0>(s, i0)
+            m = Constant<value=int64[1] {-1}>()
+            t = Concat<axis=0>(b, m)
+            y = Reshape(x, t)
+        }"""))
+    res = optimize(model, Options(explain=True))
+    assert op_list(res.model) == ["Reshape"]
+    node = entry(res.report["explain"], "Reshape")
+    assert node["status"] == "rewritten" and node["rules"] == ["oracle"]
+    assert {"n_s", "n_b", "n_t"} <= set(node["replaced"])
+    assert_same_outputs(model, res.model)
+
+
 def test_layernorm_names_the_layernorm_rules_and_the_primitives_it_replaced():
     m = named(parse_model(header(18) + LAYERNORM))
     ex = optimize(m, Options(explain=True)).report["explain"]
