@@ -10,9 +10,10 @@ textbook encoding, made HiGHS crawl on e-graphs full of cycles, such as those of
 commutativity rules: 737 e-nodes not proven optimal in 20 s; the cuts prove it in well
 under a second.)
 
-Only term classes (sort Op and OpList) take part: value classes (integers, vectors, dtypes,
-attributes) have a single node each and cost nothing to share; they are filled in
-afterwards. A node that is its own child cannot be in an acyclic choice and is dropped.
+Only term classes (sort Op and OpList) are decisions: value classes (integers, vectors,
+dtypes, attributes) have a single node each, filled in afterwards; each is a variable only so
+that the objective pays its cost once when some chosen node needs it (the DAG cost counts
+every node of the choice). A node that is its own child cannot be in an acyclic choice and is dropped.
 With a time limit (default 60 s) over all rounds; when the optimum is not proven in time,
 the best acyclic solution found is used if it beats the greedy answers (tree and DAG, DAG
 only up to DAG_GREEDY_MAX_NODES e-nodes; computed only when needed), else the better greedy
@@ -127,8 +128,22 @@ class ILP(Extractor):
                     continue
                 row([(i, 1.0)] + [(j, -1.0) for j in by_class[k]], -np.inf, 0.0)
 
-        n_x = len(nodes)
-        c_vec = np.array([costs[n] for n in nodes])
+        # Value classes (integers, vectors, attributes) hold one node each: y_c = 1 when some
+        # chosen node needs c. They are not decisions, but the DAG cost pays each once, so
+        # they are in the objective (a model may charge them, as the CostModel contract allows).
+        values = self._values(egraph, nodes, term, full)
+        vindex = {c: len(nodes) + j for j, c in enumerate(values)}
+        for n in nodes:
+            for k in set(egraph.nodes[n].children):
+                if k in vindex:
+                    row([(index[n], 1.0), (vindex[k], -1.0)], -np.inf, 0.0)
+        for c in values:
+            for k in set(egraph.nodes[full[c]].children):
+                if k in vindex:
+                    row([(vindex[c], 1.0), (vindex[k], -1.0)], -np.inf, 0.0)
+
+        n_x = len(nodes) + len(values)
+        c_vec = np.array([costs[n] for n in nodes] + [costs[full[c]] for c in values])
         deadline = t0 + self.time_limit
         cuts: list[list[int]] = []
         res = None
@@ -231,6 +246,20 @@ class ILP(Extractor):
             for n in egraph.classes.get(c, ()):
                 stack.extend(egraph.nodes[n].children)
         return seen
+
+    @staticmethod
+    def _values(egraph: EGraph, nodes: list[str], term: set[str], full: dict[str, str]) -> list[str]:
+        """Value classes (not term classes) that the candidate nodes reach, through the value
+        nodes `full` chose for them, in a fixed order."""
+        seen: set[str] = set()
+        stack = [k for n in nodes for k in egraph.nodes[n].children if k not in term]
+        while stack:
+            c = stack.pop()
+            if c in seen or c in term or c not in full:
+                continue
+            seen.add(c)
+            stack.extend(egraph.nodes[full[c]].children)
+        return sorted(seen)
 
     @staticmethod
     def _prune(egraph: EGraph, nodes: list[str], term: set[str]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -215,3 +216,63 @@ def test_ilp_finds_the_shared_dag_that_greedy_misses():
     assert ilp.dag_cost == pytest.approx(16.005)  # SkipLayerNormalization + MatMul + leaves
     for ex in greedy.values():
         assert ex.dag_cost == pytest.approx(19.004)  # SkipLayerNormalization and the Add
+
+
+def test_ilp_pays_for_the_value_nodes_it_needs():
+    """Value classes (integers, attributes) are not decisions, but the DAG cost pays their
+    nodes once: a cost model may charge them (the CostModel contract), and the ILP then picks
+    the term whose attributes are cheaper, as the DAG cost says (it once left them out of its
+    objective and answered 6.0 here, while both greedy extractors found 2.5)."""
+    data = egraph_json(
+        {
+            "x": [("x", [], 0.5)],
+            "big": [("big-attr", [], 4.0)],
+            "small": [("small-attr", [], 0.5)],
+            "r": [("ConvA", ["x", "big"], 1.0), ("ConvB", ["x", "small"], 1.5)],
+        },
+        ["r"],
+    )
+    for c in ("big", "small"):
+        data["class_data"][c] = {"type": "i64"}
+    g = EGraph.from_json(data)
+    found = {n: get_extractor(n).extract(g, OpCost()) for n in ("tree-greedy", "dag-greedy", "ilp")}
+    check(g, found["ilp"].choice)
+    assert g.nodes[found["ilp"].choice["r"]].op == "ConvB"
+    assert found["ilp"].dag_cost == pytest.approx(2.5) == found["dag-greedy"].dag_cost
+
+
+@pytest.mark.parametrize("bad", [-1.0, 0.0, float("nan"), None, "1"])
+def test_a_cost_that_breaks_the_contract_is_named(bad):
+    """Every extractor gets its costs through CostModel.costs, which checks the contract: a
+    negative cost made tree greedy loop, NaN gave a wrong error or a NaN answer, None a bare
+    TypeError."""
+    class Broken(CostModel):
+        name = "broken"
+
+        def node_cost(self, egraph, node):
+            return bad if node.op == "add" else 1.0
+
+    g = EGraph.from_json(SMALL)
+    for name in EXTRACTORS:
+        with pytest.raises(ValueError, match=rf"cost model broken: node m\.1 \(add in e-class m\) costs {re.escape(repr(bad))}"):
+            get_extractor(name).extract(g, Broken())
+
+
+def test_a_saved_egraph_says_what_made_it_and_measured_needs_its_timings(tmp_path):
+    """--save-egraph records the resolved hardware profile, target, layout and rules (its
+    facts and ops depend on them); the measured cost model refuses an e-graph saved without
+    timings instead of silently pricing it as the roofline does."""
+    from eqsat.demo import build_model
+    from eqsat.pipeline import Options, saturate
+    from eqsat.target import hardware_profile
+    from extract.costs import make_cost_model
+
+    path = tmp_path / "g.json"
+    saturate(build_model(), Options(save_egraph=path))
+    g = EGraph.from_json(path)
+    s = g.meta["settings"]
+    assert s["hardware"] == hardware_profile("cpu") and s["target"] == "ort" and s["layout"] == "nchwc"
+    assert s["default_rules"] is True and s["rules"] == []
+    with pytest.raises(ValueError, match="no measured op times"):
+        make_cost_model("measured", s["hardware"]).costs(g)
+    assert get_extractor("ilp").extract(g, make_cost_model("roofline", s["hardware"])).dag_cost > 0
