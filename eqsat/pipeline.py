@@ -192,6 +192,11 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         measurer.annotate(data)
         phase("measure", t0)
         say(f"measured {measurer.timed} new op configurations in {times['measure']:.1f} s")
+    # what produced this e-graph (its facts depend on the profile, its ops on target and
+    # layout): a saved e-graph's reader extracts with the same profile (docs/extraction.md)
+    data["eqsat"]["settings"] = {
+        "hardware": str(getattr(hardware, "name", hardware)), "target": opts.target, "layout": opts.layout,
+        "default_rules": opts.default_rules, "rules": [str(f) for f in opts.rule_files], "dims": dict(opts.dims)}
     if opts.save_egraph:
         Path(opts.save_egraph).write_text(json.dumps(data))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from numbers import Real
 
 from ..egraph import EGraph, Node
 
@@ -23,5 +24,18 @@ class CostModel(ABC):
     def node_cost(self, egraph: EGraph, node: Node) -> float: ...
 
     def costs(self, egraph: EGraph) -> dict[str, float]:
-        """All node costs, computed once per extraction."""
-        return {nid: self.node_cost(egraph, n) for nid, n in egraph.nodes.items()}
+        """All node costs, computed once per extraction, checked against the contract."""
+        out = {nid: self.node_cost(egraph, n) for nid, n in egraph.nodes.items()}
+        check_costs(egraph, out, self.name or type(self).__name__)
+        return out
+
+
+def check_costs(egraph: EGraph, costs: dict, model: str = "") -> None:
+    """Raise ValueError naming the first node whose cost breaks the contract (not a number,
+    NaN, <= 0 or -inf): an extractor given such costs loops or answers nonsense."""
+    for nid, c in costs.items():
+        if isinstance(c, bool) or not isinstance(c, Real) or not c > 0:  # NaN fails c > 0
+            n = egraph.nodes.get(nid)
+            what = f"{nid} ({n.op} in e-class {n.eclass})" if n else nid
+            raise ValueError(f"cost model {model or '?'}: node {what} costs {c!r}; costs must be finite and > 0, "
+                             "or math.inf for a node never to choose (extract/costs/base.py)")

@@ -1,6 +1,8 @@
 """Measured costs: the time onnxruntime took to run each op alone, as recorded in the
 serialized e-graph by eqsat (metadata `eqsat.measured_us`, see eqsat/measure.py). An op
-without a measurement (it could not be run alone) gets the roofline estimate."""
+without a measurement (it could not be run alone) gets the roofline estimate; an e-graph
+without the measurements at all (saved from a run with another cost model) is an error,
+not the roofline in disguise."""
 
 from __future__ import annotations
 
@@ -23,5 +25,8 @@ class Measured(CostModel):
         return max(float(t), LEAF_COST) if t is not None else self.fallback.node_cost(egraph, node)
 
     def costs(self, egraph: EGraph) -> dict[str, float]:
+        if "measured_us" not in egraph.meta:
+            raise ValueError("this e-graph has no measured op times (eqsat.measured_us): save it from a run "
+                             "with --cost-model measured (or compare-costs), or use the roofline model")
         self.fallback._setup(egraph)
         return super().costs(egraph)
