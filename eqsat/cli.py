@@ -231,10 +231,15 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
     _warn_unknown_dims(model, args.dim)
     opts = Options(rule_files=list(args.rules), target=args.target, hardware=args.hardware, dims=dict(args.dim))
     records, info = compare_costs(model, opts, samples=args.samples, runs=args.runs, progress=_progress(args.quiet))
-    print(f"{src}: {info['programs']} distinct programs from one e-graph")
+    n = info["programs"]
+    print(f"{src}: {n} distinct program{'' if n == 1 else 's'} from one e-graph"
+          + (" (Kendall's tau needs two or more)" if n < 2 else ""))
     print(table(records))
     if args.json:
-        args.json.write_text(json.dumps([r.as_dict() for r in records], indent=2))
+        programs = [{"measured_ms": info["measured_ms"][i], "nodes": info["nodes"][i],
+                     "predicted": {m: p[i] for m, p in info["predicted"].items()},
+                     "chosen_by": [m for m, k in info["chosen_by"].items() if k == i]} for i in range(info["programs"])]
+        args.json.write_text(json.dumps({"cost_models": [r.as_dict() for r in records], "programs": programs}, indent=2))
     return 0
 
 

@@ -82,11 +82,13 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
     decoded = [st.decode(p) for p in programs]
     measured = latency.compare(decoded, feeds, runs=runs)
     records = []
+    predictions: dict[str, list[float]] = {}
     for name in models:
-        predicted = [dag_cost(eg, p, costs[name]) for p in programs]
+        predicted = predictions[name] = [dag_cost(eg, p, costs[name]) for p in programs]
         records.append(Record(name, predicted[own[name]], measured[own[name]], kendall_tau(predicted, measured),
                               len(programs)))
-    info = {"programs": len(programs), "measured_ms": measured, "nodes": [len(m.graph.node) for m in decoded]}
+    info = {"programs": len(programs), "measured_ms": measured, "nodes": [len(m.graph.node) for m in decoded],
+            "predicted": predictions, "chosen_by": {name: own[name] for name in models}}
     return records, info
 
 
@@ -99,9 +101,16 @@ def kendall_tau(a: list[float], b: list[float]) -> float | None:
     return None if tau is None or math.isnan(tau) else float(tau)
 
 
+UNITS = {"node-count": "ops", "roofline": "us", "measured": "us"}  # each model's prediction, in its unit
+
+
 def table(records: list[Record]) -> str:
-    lines = [f"{'cost model':12s} {'predicted':>12s} {'measured ms':>12s} {'Kendall tau':>12s}"]
+    """One row per cost model: its predicted cost of its own choice (in its own unit), that
+    choice's measured latency, and Kendall's tau over every program timed (n/a: fewer than
+    two distinct programs, or all predicted alike)."""
+    lines = [f"{'cost model':12s} {'predicted':>16s} {'measured ms':>12s} {'Kendall tau':>12s}"]
     for r in records:
         tau = "n/a" if r.kendall_tau is None else f"{r.kendall_tau:.3f}"
-        lines.append(f"{r.cost_model:12s} {r.predicted:12.3f} {r.measured_ms:12.3f} {tau:>12s}")
+        pred = f"{r.predicted:.3f} {UNITS.get(r.cost_model, '')}".rstrip()
+        lines.append(f"{r.cost_model:12s} {pred:>16s} {r.measured_ms:12.3f} {tau:>12s}")
     return "\n".join(lines)

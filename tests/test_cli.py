@@ -308,3 +308,26 @@ def test_help_names_every_cost_model_and_extractor(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for name in [*COST_MODELS, *EXTRACTORS]:
         assert name in text, name
+
+
+def test_compare_costs_ranks_the_programs_it_timed(capsys, model_path, tmp_path):
+    """compare-costs: one row per cost model, a unit on each prediction, and a JSON that
+    keeps every program's latency and each model's prediction (from which tau is computed)."""
+    from scipy.stats import kendalltau
+
+    from extract.costs import COST_MODELS
+
+    out = tmp_path / "c.json"
+    rc, text, err = run_cli(capsys, "compare-costs", model_path, "--samples", "3", "--runs", "3", "--json", out, "-q")
+    assert rc == 0, err
+    rows = [ln.split() for ln in text.splitlines() if ln.split() and ln.split()[0] in COST_MODELS]
+    assert [r[0] for r in rows] == list(COST_MODELS) and rows[0][2] == "ops" and rows[1][2] == "us"
+    data = json.loads(out.read_text())
+    progs = data["programs"]
+    assert len(progs) >= 1 and all(p["measured_ms"] > 0 and p["nodes"] > 0 for p in progs)
+    for rec in data["cost_models"]:
+        mine = [p for p in progs if rec["cost_model"] in p["chosen_by"]]
+        assert len(mine) == 1 and mine[0]["predicted"][rec["cost_model"]] == pytest.approx(rec["predicted"])
+        if len(progs) > 1 and rec["kendall_tau"] is not None:
+            pred = [p["predicted"][rec["cost_model"]] for p in progs]
+            assert rec["kendall_tau"] == pytest.approx(kendalltau(pred, [p["measured_ms"] for p in progs]).statistic)
