@@ -44,7 +44,10 @@ def check(egraph: EGraph, choice: Mapping[str, str]) -> None:
                     raise ExtractionError(f"not closed: child e-class {k} of {choice[c]} has no chosen node")
                 s = state.get(k)
                 if s == 1:
-                    raise ExtractionError(f"cycle: e-class {k} is its own descendant")
+                    path = [x for x, _ in stack]
+                    loop = path[path.index(k):]
+                    raise ExtractionError(f"cycle: e-class {k} is its own descendant: "
+                                          + " -> ".join(f"{x} ({egraph.nodes[choice[x]].op})" for x in loop + [k]))
                 if s is None:
                     state[k] = 1
                     stack.append((k, 0))
@@ -60,6 +63,8 @@ def reachable(egraph: EGraph, choice: Mapping[str, str], roots: Iterable[str] | 
     for r in egraph.roots if roots is None else roots:
         if r in seen:
             continue
+        if r not in choice:
+            raise ExtractionError(f"root e-class {r} has no chosen node (extract.check tells what else is wrong)")
         stack: list[tuple[str, int]] = [(r, 0)]
         seen.add(r)
         while stack:
@@ -69,6 +74,8 @@ def reachable(egraph: EGraph, choice: Mapping[str, str], roots: Iterable[str] | 
                 stack.append((c, i + 1))
                 k = kids[i]
                 if k not in seen:
+                    if k not in choice:
+                        raise ExtractionError(f"not closed: child e-class {k} of {choice[c]} has no chosen node")
                     seen.add(k)
                     stack.append((k, 0))
             else:

@@ -68,10 +68,16 @@ def test_checker_rejects_missing_root_open_choice_and_cycles():
         check(g, {"m": "m.1", "x": "x.0"})
     with pytest.raises(ExtractionError, match="not closed"):
         check(g, {"r": "r.0", "m": "m.1"})
-    with pytest.raises(ExtractionError, match="cycle"):
+    with pytest.raises(ExtractionError, match=r"cycle: e-class r is its own descendant: r \(id\) -> r \(id\)"):
         check(g, {"r": "r.1"})
     with pytest.raises(ExtractionError, match="belongs to"):
         check(g, {"r": "m.0"})
+    costs = OpCost().costs(g)
+    for cost in (dag_cost, tree_cost):  # an unchecked, open choice: the same error, not a KeyError
+        with pytest.raises(ExtractionError, match="not closed: child e-class x of m.1"):
+            cost(g, {"r": "r.0", "m": "m.1"}, costs)
+        with pytest.raises(ExtractionError, match="root e-class r"):
+            cost(g, {}, costs)
 
 
 def test_function_tables_are_not_terms():

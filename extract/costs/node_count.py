@@ -61,15 +61,15 @@ class NodeCount(CostModel):
         self.hardware = hardware or "cpu"  # a profile name, path or Hardware: only read for layouts
         self.dims = dims
         self._timer = None  # a Roofline, for e-graphs with layout alternatives
-        self._timed: int | None = None  # id of the e-graph it was set up for
+        self._timed: EGraph | None = None  # the e-graph it was set up for (identity, not id(): ids are reused)
         self._weight = 0.0  # cost per predicted microsecond, for that e-graph
         self._layout: bool | None = None  # whether the profile has NCHWc kernels
 
     def _layout_timer(self, egraph: EGraph):
-        if self._timed != id(egraph):
+        if self._timed is not egraph:
             from .roofline import Roofline
 
-            self._timed = id(egraph)
+            self._timed = egraph
             self._timer = None
             timer = Roofline(self.hardware, self.dims)
             if timer.hw.has_layout("nchwc") and any(n.op in NCHWC_OPS for n in egraph.nodes.values()):
