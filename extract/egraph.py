@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+FORMAT = 1  # the newest `eqsat.format` this reader knows (eqsat/serialize.py writes it)
+
 
 @dataclass(frozen=True)
 class Node:
@@ -39,6 +41,9 @@ class EGraph:
             data = json.loads(data)
         raw = data["nodes"]
         meta = data.get("eqsat", {})
+        if int(meta.get("format", FORMAT)) > FORMAT:
+            raise ValueError(f"e-graph format {meta['format']} is newer than this reader's ({FORMAT}): "
+                             "read it with the eqsat that wrote it")
         ctors = set(meta.get("constructors", ())) - set(meta.get("forbidden", ()))
         skip = set(meta.get("functions", ())) | set(meta.get("forbidden", ()))
         nodes: dict[str, Node] = {}

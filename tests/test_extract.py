@@ -282,3 +282,13 @@ def test_a_saved_egraph_says_what_made_it_and_measured_needs_its_timings(tmp_pat
     with pytest.raises(ValueError, match="no measured op times"):
         make_cost_model("measured", s["hardware"]).costs(g)
     assert get_extractor("ilp").extract(g, make_cost_model("roofline", s["hardware"])).dag_cost > 0
+
+
+def test_an_egraph_from_a_newer_writer_is_refused():
+    from eqsat.serialize import FORMAT as WRITTEN
+    from extract.egraph import FORMAT as READ
+
+    assert WRITTEN == READ  # bump both together
+    data = dict(SMALL, eqsat={"format": READ + 1})
+    with pytest.raises(ValueError, match=f"e-graph format {READ + 1} is newer than this reader's"):
+        EGraph.from_json(data)
