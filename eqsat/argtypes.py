@@ -10,37 +10,29 @@ import argparse
 from pathlib import Path
 
 
+def _number(s: str, cast, kind: str, ok, bound: str):
+    try:
+        v = cast(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {kind}: {s!r}") from None
+    if not ok(v):  # NaN fails every bound
+        raise argparse.ArgumentTypeError(f"must be {bound}: {s}")
+    return v
+
+
 def positive_int(s: str) -> int:
     """An integer > 0 (`--runs 20`)."""
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {s!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {s}")
-    return v
+    return _number(s, int, "an integer", lambda v: v > 0, "> 0")
 
 
 def positive_float(s: str) -> float:
     """A number > 0 (`--time-limit 2.5`)."""
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {s}")
-    return v
+    return _number(s, float, "a number", lambda v: v > 0, "> 0")
 
 
 def nonnegative_float(s: str) -> float:
     """A number >= 0 (`--atol 0`)."""
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {s}")
-    return v
+    return _number(s, float, "a number", lambda v: v >= 0, ">= 0")
 
 
 def dim(s: str) -> tuple[str, int]:
