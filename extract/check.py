@@ -63,19 +63,19 @@ def reachable(egraph: EGraph, choice: Mapping[str, str], roots: Iterable[str] | 
     for r in egraph.roots if roots is None else roots:
         if r in seen:
             continue
-        if r not in choice:
-            raise ExtractionError(f"root e-class {r} has no chosen node (extract.check tells what else is wrong)")
         stack: list[tuple[str, int]] = [(r, 0)]
         seen.add(r)
         while stack:
             c, i = stack.pop()
-            kids = egraph.nodes[choice[c]].children
+            try:  # indexing, not `in`: a choice may be a mapping with defaults (eqsat/measure.py)
+                kids = egraph.nodes[choice[c]].children
+            except KeyError:
+                what = f"root e-class {c}" if c == r else f"e-class {c}"
+                raise ExtractionError(f"not closed: {what} has no chosen node (extract.check says more)") from None
             if i < len(kids):
                 stack.append((c, i + 1))
                 k = kids[i]
                 if k not in seen:
-                    if k not in choice:
-                        raise ExtractionError(f"not closed: child e-class {k} of {choice[c]} has no chosen node")
                     seen.add(k)
                     stack.append((k, 0))
             else:

@@ -1,9 +1,11 @@
 """Node count: every operator costs 1 (an op with subgraphs, 1 + the nodes in them); leaves
-(inputs, constants, literals, list cells, attribute values) cost almost nothing, so the
-cheapest program has the fewest ops. Among programs with as many ops, constants break the
-tie by their size (1e-9 per byte): a program that keeps one weight beats one that needs a
-second, rewritten copy of it (Conv+BatchNormalization whose Conv output is also used
-elsewhere keeps the BatchNormalization).
+(inputs, constants, list cells) cost almost nothing (1e-3), so the cheapest program has the
+fewest ops. Among programs with as many ops, constants break the tie by their size (1e-9
+per byte): a program that keeps one weight beats one that needs a second, rewritten copy of
+it (Conv+BatchNormalization whose Conv output is also used elsewhere keeps the
+BatchNormalization). Attribute values and literals cost 1e-12: the exact extractor pays for
+them (they are nodes of the DAG), but they never outweigh a constant's bytes (FusedMatMul
+with transB keeps the model's weight rather than folding a transposed copy).
 
 Layouts. Where the e-graph offers onnxruntime's channel-blocked (NCHWc) form of
 convolutions and pooling (rules/layout.egg, target ort), the choice between layouts is one
@@ -36,6 +38,7 @@ from .base import CostModel
 
 LEAF_COST = 1e-3
 BYTE_COST = 1e-9
+VALUE_COST = 1e-12  # an attribute value or literal: below any constant's bytes, so it never decides
 TIME_SHARE = 0.9  # the most a program's layout-sensitive time may add: below one op
 REORDER_COST = 1e-6  # a layout conversion's own cost (its time is added): not an op
 NO_LAYOUT_OPS = 2.0  # an NCHWc op on a profile without the layout: more than any alternative
@@ -100,10 +103,12 @@ class NodeCount(CostModel):
     def node_cost(self, egraph: EGraph, node: Node) -> float:
         if node.op == "Const":
             return LEAF_COST + BYTE_COST * const_bytes(egraph, node.eclass)
-        if node.id.startswith("primitive-") or node.op in STRUCTURE:
+        if node.id.startswith("primitive-"):
+            return VALUE_COST
+        if node.op in STRUCTURE:
             return LEAF_COST
         if egraph.class_type(node.eclass) not in ("", "Op"):
-            return LEAF_COST  # DType, OptInt, AttrVal, ... values
+            return VALUE_COST  # DType, OptInt, AttrVal, ... values
         ops = float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))  # If: 1 + its branches
         if node.op in NCHWC_OPS and not self._has_layout():
             return NO_LAYOUT_OPS
