@@ -292,3 +292,25 @@ def test_an_egraph_from_a_newer_writer_is_refused():
     data = dict(SMALL, eqsat={"format": READ + 1})
     with pytest.raises(ValueError, match=f"e-graph format {READ + 1} is newer than this reader's"):
         EGraph.from_json(data)
+
+
+def test_a_registered_cost_model_gets_the_profile_and_dims_when_it_takes_them(monkeypatch):
+    from extract.costs import COST_MODELS, make_cost_model
+
+    class Aware(CostModel):
+        name = "aware"
+
+        def __init__(self, hardware, dims):
+            self.hardware, self.dims = hardware, dims
+
+        def node_cost(self, egraph, node):
+            return 1.0
+
+    class Plain(OpCost):
+        name = "plain"
+
+    monkeypatch.setitem(COST_MODELS, "aware", Aware)
+    monkeypatch.setitem(COST_MODELS, "plain", Plain)
+    m = make_cost_model("aware", "h200", {"batch": 4})
+    assert (m.hardware, m.dims) == ("h200", {"batch": 4})
+    assert isinstance(make_cost_model("plain", "h200", {"batch": 4}), Plain)

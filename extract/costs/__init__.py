@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 from .base import CostModel
 from .measured import Measured
 from .node_count import NodeCount
@@ -11,16 +13,17 @@ COST_MODELS: dict[str, type[CostModel]] = {m.name: m for m in (NodeCount, Roofli
 
 
 def make_cost_model(name: str, hardware: str = "cpu", dims: dict[str, int] | None = None) -> CostModel:
-    """A cost model by name; models that need them get the hardware profile and the sizes
-    of symbolic dimensions."""
+    """A cost model by name. One whose constructor takes two arguments gets the hardware
+    profile and the sizes of symbolic dimensions (`Model(hardware, dims)`); one that takes
+    none is built as `Model()`."""
     if name not in COST_MODELS:
         raise KeyError(f"unknown cost model {name!r}; choose one of {', '.join(COST_MODELS)}")
-    if name in (Roofline.name, Measured.name):
-        return COST_MODELS[name](hardware, dims)
     if name == NodeCount.name:
         Hardware.load(hardware)  # fail early on a bad profile; node count reads it for layouts only
-        return NodeCount(hardware, dims)
-    return COST_MODELS[name]()
+    cls = COST_MODELS[name]
+    # the shipped models, and any registered one whose constructor takes (hardware, dims)
+    takes = len(inspect.signature(cls).parameters) >= 2
+    return cls(hardware, dims) if takes else cls()
 
 
 __all__ = ["COST_MODELS", "CostModel", "Hardware", "HardwareProfileError", "Measured", "NodeCount", "Roofline", "make_cost_model", "profiles"]
