@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .errors import InputError, output_folder
+
 
 def _number(s: str, cast, kind: str, ok, bound: str):
     try:
@@ -51,9 +53,10 @@ def output_file(s: str) -> Path:
     """A file to write (`--report out/r.json`): its folder must exist when the command starts,
     so that a long run does not end in an error with its result unwritten."""
     p = Path(s)
-    folder = p.parent if str(p.parent) else Path(".")
-    if not folder.is_dir():
-        raise argparse.ArgumentTypeError(f"{s}: the output folder {folder} does not exist")
+    try:
+        output_folder(p)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     if p.is_dir():
         raise argparse.ArgumentTypeError(f"{s} is a folder; give a file name")
     return p

@@ -221,7 +221,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def cmd_compare_costs(args: argparse.Namespace) -> int:
-    from .compare_costs import compare_costs, table
+    from .compare_costs import as_json, compare_costs, table
     from .modelio import check_model, load_model
     from .pipeline import Options
 
@@ -236,10 +236,7 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
           + (" (Kendall's tau needs two or more)" if n < 2 else ""))
     print(table(records))
     if args.json:
-        programs = [{"measured_ms": info["measured_ms"][i], "nodes": info["nodes"][i],
-                     "predicted": {m: p[i] for m, p in info["predicted"].items()},
-                     "chosen_by": [m for m, k in info["chosen_by"].items() if k == i]} for i in range(info["programs"])]
-        args.json.write_text(json.dumps({"cost_models": [r.as_dict() for r in records], "programs": programs}, indent=2))
+        args.json.write_text(json.dumps(as_json(records, info), indent=2))
     return 0
 
 

@@ -101,6 +101,15 @@ def kendall_tau(a: list[float], b: list[float]) -> float | None:
     return None if tau is None or math.isnan(tau) else float(tau)
 
 
+def as_json(records: list[Record], info: dict) -> dict:
+    """What `compare-costs --json` writes: the per-model rows, and every program timed with
+    its latency, node count, each model's prediction and the models that chose it."""
+    programs = [{"measured_ms": info["measured_ms"][i], "nodes": info["nodes"][i],
+                 "predicted": {m: p[i] for m, p in info["predicted"].items()},
+                 "chosen_by": [m for m, k in info["chosen_by"].items() if k == i]} for i in range(info["programs"])]
+    return {"cost_models": [r.as_dict() for r in records], "programs": programs}
+
+
 UNITS = {"node-count": "ops", "roofline": "us", "measured": "us"}  # each model's prediction, in its unit
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class EqsatError(Exception):
     exit_code = 1
@@ -32,3 +34,13 @@ class OptimizeError(EqsatError):
     """Optimization failed (an internal check did not hold, egglog panicked, ...)."""
 
     exit_code = 1
+
+
+def output_folder(out) -> Path:
+    """The folder a file `out` will be written to; InputError if it does not exist (checked
+    before the work, by the command line, and again by every writer)."""
+    out = Path(out)
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"{out}: the output folder {folder} does not exist")
+    return folder

@@ -13,7 +13,7 @@ from google.protobuf.message import DecodeError
 from onnx import ModelProto
 
 from . import external
-from .errors import InputError, InvalidModelError, OptimizeError
+from .errors import InputError, InvalidModelError, OptimizeError, output_folder
 
 # Protobuf cannot serialize a message over 2 GiB; above this much tensor data, weights go
 # to an external data file next to the model.
@@ -115,9 +115,7 @@ def save_model(model: ModelProto, path: str | os.PathLike, external_data: bool |
     file is checked with the onnx checker before it replaces the target; on any failure
     nothing is left behind."""
     out = Path(path)
-    folder = out.parent if str(out.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"{out}: the output folder {folder} does not exist")
+    folder = output_folder(out)
     if external_data is None:
         external_data = external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD
     tmpdir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=folder))

@@ -72,12 +72,10 @@ def check_plan_dims(model: ModelProto, dims: dict[str, int]) -> None:
 
 def write_json(data: dict, path: str | os.PathLike) -> Path:
     """Write atomically (a temporary file in the same folder, then a rename)."""
-    from ..errors import InputError
+    from ..errors import output_folder
 
     out = Path(path)
-    folder = out.parent if str(out.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"{out}: the output folder {folder} does not exist")
+    folder = output_folder(out)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=folder)
     try:
         with os.fdopen(fd, "w") as f:
