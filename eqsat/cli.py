@@ -70,12 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--fold-limit", type=positive_int, default=1 << 20, metavar="BYTES",
                    help="largest folded constant, unless no larger than its inputs (default 1 MiB)")
     o.add_argument("--extractor", default="ilp",
-                   help="extraction algorithm: ilp (default, exact DAG cost), dag-greedy or tree-greedy")
+                   help="extraction algorithm: ilp (default, exact DAG cost), dag-greedy, tree-greedy, or one an "
+                        "installed package declares (eqsat.extractors entry points; docs/extraction.md)")
     o.add_argument("--extract-time-limit", type=positive_float, default=60.0, metavar="S",
                    help="seconds for the ILP extractor; past it the best answer found, or the greedy one (default 60)")
     o.add_argument("--cost-model", default="node-count",
                    help="cost model: node-count (default), roofline (the hardware profile's rates) or measured "
-                        "(each op configuration timed under onnxruntime on this machine)")
+                        "(each op configuration timed under onnxruntime on this machine), or one an installed package "
+                        "declares (eqsat.cost_models entry points)")
     o.add_argument("--hardware", default="cpu", metavar="PROFILE",
                    help="hardware profile (which fusions and layouts pay; the roofline's rates): a name, "
                         "or a .json file from `eqsat calibrate`; cpu (default): the shipped profile for "

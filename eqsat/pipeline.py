@@ -16,7 +16,7 @@ from pathlib import Path
 
 from onnx import ModelProto
 
-from extract import EXTRACTORS, EGraph, ExtractionError, check, get_extractor
+from extract import EGraph, ExtractionError, PluginError, check, extractor_class, get_extractor
 from extract.costs import CostModel, HardwareProfileError, make_cost_model
 
 from .decode import Decoder
@@ -110,7 +110,7 @@ class Saturated:
 def cost_model(opts: Options) -> CostModel:
     try:
         return make_cost_model(opts.cost_model, hardware_profile(opts.hardware), opts.dims)
-    except (FileNotFoundError, KeyError, HardwareProfileError) as e:
+    except (FileNotFoundError, KeyError, HardwareProfileError, PluginError) as e:
         raise UsageError(str(e).strip("'\"")) from None
 
 
@@ -126,8 +126,10 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     def phase(name: str, t0: float) -> None:
         times[name] = round(time.perf_counter() - t0, 4)
 
-    if opts.extractor not in EXTRACTORS:
-        raise UsageError(f"unknown extractor {opts.extractor!r}; choose one of {', '.join(EXTRACTORS)}")
+    try:
+        extractor_class(opts.extractor)
+    except (KeyError, PluginError) as e:
+        raise UsageError(str(e).strip("'\"")) from None
     cost_model(opts)  # fail early on a bad --cost-model or --hardware
     hardware = hardware_profile(opts.hardware)
     if hardware != opts.hardware:

@@ -7,7 +7,8 @@ imports neither egglog nor onnx, so cost-model research can run on saved e-graph
 from .base import Extraction, Extractor
 from .check import ExtractionError, check, dag_cost, tree_cost
 from .egraph import EGraph
-from .registry import EXTRACTORS, get_extractor
+from .plugins import PluginError
+from .registry import EXTRACTORS, extractor_class, get_extractor
 
 __all__ = [
     "EGraph",
@@ -15,8 +16,10 @@ __all__ = [
     "Extraction",
     "ExtractionError",
     "Extractor",
+    "PluginError",
     "check",
     "dag_cost",
+    "extractor_class",
     "get_extractor",
     "tree_cost",
 ]

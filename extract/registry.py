@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+import inspect
+
+from . import plugins
 from .base import Extractor
 from .dag_greedy import DagGreedy
 from .ilp import ILP
 from .tree_greedy import TreeGreedy
 
+# the shipped ones; installed packages add theirs under eqsat.extractors (extract/plugins.py)
 EXTRACTORS: dict[str, type[Extractor]] = {cls.name: cls for cls in (TreeGreedy, DagGreedy, ILP)}
 DEFAULT = ILP.name
 
 
+def extractor_class(name: str) -> type[Extractor]:
+    """The extractor class of that name: registered, or from an installed plugin.
+    KeyError lists every name there is; PluginError says which package failed."""
+    cls = EXTRACTORS.get(name) or plugins.load(plugins.EXTRACTOR_GROUP, name, Extractor, EXTRACTORS)
+    if cls is None:
+        known = [*EXTRACTORS, *(n for n in plugins.names(plugins.EXTRACTOR_GROUP) if n not in EXTRACTORS)]
+        raise KeyError(f"unknown extractor {name!r}; choose one of {', '.join(known)}")
+    return cls
+
+
 def get_extractor(name: str, time_limit: float | None = None) -> Extractor:
-    """An extractor by name; `time_limit` (seconds) bounds those that search (the ILP)."""
-    try:
-        cls = EXTRACTORS[name]
-    except KeyError:
-        raise KeyError(f"unknown extractor {name!r}; choose one of {', '.join(EXTRACTORS)}") from None
-    return cls(time_limit) if time_limit is not None and cls is ILP else cls()
+    """An extractor by name; `time_limit` (seconds) goes to those whose constructor takes
+    one (the ILP's search)."""
+    cls = extractor_class(name)
+    if time_limit is not None and "time_limit" in inspect.signature(cls).parameters:
+        return cls(time_limit=time_limit)
+    return cls()

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import inspect
 
+from .. import plugins
 from .base import CostModel
 from .measured import Measured
 from .node_count import NodeCount
 from .roofline import Hardware, HardwareProfileError, Roofline, profiles
 
+# the shipped ones; installed packages add theirs under eqsat.cost_models (extract/plugins.py)
 COST_MODELS: dict[str, type[CostModel]] = {m.name: m for m in (NodeCount, Roofline, Measured)}
 
 
 def make_cost_model(name: str, hardware: str = "cpu", dims: dict[str, int] | None = None) -> CostModel:
     """A cost model by name. One whose constructor takes two arguments gets the hardware
     profile and the sizes of symbolic dimensions (`Model(hardware, dims)`); one that takes
-    none is built as `Model()`."""
-    if name not in COST_MODELS:
-        raise KeyError(f"unknown cost model {name!r}; choose one of {', '.join(COST_MODELS)}")
+    none is built as `Model()`. A name not registered is looked up among installed plugins;
+    KeyError lists every name there is."""
+    if name not in COST_MODELS and plugins.load(plugins.COST_MODEL_GROUP, name, CostModel, COST_MODELS) is None:
+        known = [*COST_MODELS, *(n for n in plugins.names(plugins.COST_MODEL_GROUP) if n not in COST_MODELS)]
+        raise KeyError(f"unknown cost model {name!r}; choose one of {', '.join(known)}")
     if name == NodeCount.name:
         Hardware.load(hardware)  # fail early on a bad profile; node count reads it for layouts only
     cls = COST_MODELS[name]

@@ -1,0 +1,59 @@
+"""Extractors and cost models from installed packages (entry points).
+
+A package offers its own by declaring entry points, the name being what `--extractor` or
+`--cost-model` takes and the object a class:
+
+    [project.entry-points."eqsat.extractors"]
+    first-node = "mine:FirstNode"          # a subclass of extract.Extractor
+
+    [project.entry-points."eqsat.cost_models"]
+    uniform = "mine:Uniform"               # a subclass of extract.costs.CostModel
+
+Contract: a plugin is imported only when its name is asked for, so a broken package breaks
+only the commands that use it; its class's `name` must equal the entry point's name (it is
+what reports record); a shipped name always means the shipped class.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint, entry_points
+
+EXTRACTOR_GROUP = "eqsat.extractors"
+COST_MODEL_GROUP = "eqsat.cost_models"
+
+
+class PluginError(Exception):
+    """An installed plugin could not be used; the message names its package."""
+
+
+def _points(group: str) -> dict[str, EntryPoint]:
+    out: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=group):
+        out.setdefault(ep.name, ep)  # the first on sys.path wins, as for imports
+    return out
+
+
+def names(group: str) -> list[str]:
+    """Entry-point names of `group`, without importing anything."""
+    return sorted(_points(group))
+
+
+def load(group: str, name: str, base: type, registry: dict) -> type | None:
+    """Import plugin `name` of `group`, check it is a subclass of `base`, add it to
+    `registry` and return it; None when no installed package declares that name."""
+    ep = _points(group).get(name)
+    if ep is None:
+        return None
+    dist = f"package {ep.dist.name} {ep.dist.version}" if ep.dist else "an installed package"
+    where = f"{group} entry point {name!r} = {ep.value!r} of {dist}"
+    try:
+        obj = ep.load()
+    except Exception as e:  # noqa: BLE001 - any import failure is the plugin's, reported as such
+        raise PluginError(f"{where} failed to load ({type(e).__name__}: {e}); fix or uninstall that package") from None
+    if not (isinstance(obj, type) and issubclass(obj, base)):
+        raise PluginError(f"{where} is not a subclass of {base.__module__}.{base.__qualname__}")
+    if getattr(obj, "name", "") != name:
+        raise PluginError(f"{where}: the class's name is {getattr(obj, 'name', '')!r}; make it {name!r}, "
+                          "the entry point's name, which reports record")
+    registry[name] = obj
+    return obj
