@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
 # Subcommands that live beside what they run: each module's `register(subparsers)` adds its
 # parsers and returns {command: handler}; a handler takes the parsed arguments and returns
 # the exit code.
-COMMAND_MODULES = ("eqsat.plan.cli", "eqsat.conformance_cmd", "eqsat.ruletool.cmd", "eqsat.viz.cmd")
+COMMAND_MODULES = ("eqsat.extract_cmd", "eqsat.plan.cli", "eqsat.conformance_cmd", "eqsat.ruletool.cmd", "eqsat.viz.cmd")
 
 
 def _register(sub) -> dict:
@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "this machine's vector width (cpu-avx2 where onnxruntime's NCHWc block is 8), h200")
     o.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE",
                    help="size of a symbolic dimension for cost models (repeatable), e.g. --dim batch=8")
+    o.add_argument("--choice", metavar="CHOICE.json", type=Path,
+                   help="decode this choice file (`eqsat extract -o`, or another tool's) instead of extracting; "
+                        "it must be made on the e-graph these options saturate to (--save-egraph)")
     o.add_argument("--report", metavar="REPORT.json", type=output_file, help="write a JSON report")
     o.add_argument("--explain", action="store_true",
                    help="print, for each output node, the rules that produced it and the original nodes it "
@@ -183,6 +186,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         save_egraph=args.save_egraph,
         explain=args.explain,
         layout=args.layout,
+        choice=args.choice,
     )
     res = optimize(model, opts, progress=say)
     r = res.report

@@ -16,7 +16,18 @@ from pathlib import Path
 
 from onnx import ModelProto
 
-from extract import EGraph, ExtractionError, PluginError, check, extractor_class, get_extractor
+from extract import (
+    EGraph,
+    Extraction,
+    ExtractionError,
+    PluginError,
+    check,
+    choice_file,
+    dag_cost,
+    extractor_class,
+    get_extractor,
+    tree_cost,
+)
 from extract.costs import CostModel, HardwareProfileError, make_cost_model
 
 from .decode import Decoder
@@ -63,6 +74,7 @@ class Options:
     save_egraph: Path | None = None
     explain: bool = False  # instrumented rules; the report gets an `explain` section (eqsat.explain)
     layout: str = "nchwc"  # also onnxruntime's channel-blocked CPU layout where it has it; nchw: not (eqsat.target)
+    choice: Path | None = None  # a choice file (extract/choice_file.py) decoded instead of extracting
 
 
 @dataclass
@@ -101,6 +113,25 @@ class Saturated:
         except ExtractionError as e:
             raise OptimizeError(f"extraction failed: {e}") from None
         return ex
+
+    def choose(self, path: Path, cost: CostModel) -> Extraction:
+        """The choice a file holds, as an extraction: it must be made on this e-graph (its
+        digest, when it records one) and pass the checker."""
+        try:
+            choice, meta = choice_file.read(path)
+        except choice_file.ChoiceFileError as e:
+            raise UsageError(str(e)) from None
+        why = choice_file.same_egraph(meta, self.egraph)
+        if why:
+            raise OptimizeError(f"{path}: {why}: saturate with the options of the run that saved the e-graph "
+                                "(rules, --target, --layout, --hardware, limits)")
+        try:
+            check(self.egraph, choice)
+            costs = cost.costs(self.egraph)
+            return Extraction(choice, f"choice file {Path(path).name}", tree_cost(self.egraph, choice, costs),
+                              dag_cost(self.egraph, choice, costs))
+        except ExtractionError as e:
+            raise OptimizeError(f"{path}: not a valid choice for this e-graph: {e}") from None
 
     def decode(self, choice: dict[str, str]) -> ModelProto:
         self.decoder = Decoder(self.model, self.egraph, choice, self.tensors, self.protos, self.value_names)
@@ -242,7 +273,7 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         st.times["subgraphs"] = t_sub
     cost = cost_model(opts)
     t0 = time.perf_counter()
-    ex = st.extract(cost)
+    ex = st.choose(opts.choice, cost) if opts.choice else st.extract(cost)
     st.times["extract"] = round(time.perf_counter() - t0, 4)
     t0 = time.perf_counter()
     out = st.decode(ex.choice)

@@ -77,7 +77,7 @@ def optimize_subgraphs(model: ModelProto, opts: Options,
             row["kept"] = (f"the time limit ({opts.limits.time_limit:g} s, --time-limit) was spent on earlier "
                            "subgraphs")
             continue
-        sub_opts = dataclasses.replace(opts, save_egraph=None, explain=False,
+        sub_opts = dataclasses.replace(opts, save_egraph=None, explain=False, choice=None,
                                        limits=dataclasses.replace(opts.limits, time_limit=left))
         body, opsets, nested, why = _optimize_body(model, g, types, consts, sub_opts)
         nested = [{**r, "path": f"{path}/{r['path']}"} for r in nested]

@@ -9,6 +9,7 @@ constructor list in eqsat's metadata (top-level key "eqsat").
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,17 @@ class EGraph:
             classes[n["eclass"]].append(nid)
         roots = list(meta.get("roots") or data.get("root_eclasses", []))
         return cls(nodes, classes, roots, data.get("class_data", {}), meta)
+
+    def digest(self) -> str:
+        """A fingerprint of the extractable nodes (id, op, e-class, child classes) and the
+        roots: equal for e-graphs on which the same choice means the same program (a choice
+        file records it, and `eqsat optimize --choice` compares it)."""
+        h = hashlib.sha256()
+        for nid in sorted(self.nodes):
+            n = self.nodes[nid]
+            h.update(json.dumps([nid, n.op, n.eclass, n.children]).encode())
+        h.update(json.dumps(self.roots).encode())
+        return h.hexdigest()[:16]
 
     def parents(self) -> dict[str, list[str]]:
         """e-class -> ids of the nodes that have it as a child."""

@@ -85,3 +85,5 @@ def test_extraction_page_runs(tmp_path):
     assert len(table) == 6 and sum("optimal=True" in ln for ln in table) == 2  # the ILP, under both models
     assert (tmp_path / "first.onnx").is_file()
     assert ran["$ python decode.py"].stdout.strip().endswith("nodes; passed")
+    assert "valid for model.egraph.json" in ran["$ eqsat extract model.egraph.json --check choice.json"].stdout
+    assert (tmp_path / "chosen.onnx").is_file()

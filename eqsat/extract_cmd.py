@@ -1,0 +1,123 @@
+"""`eqsat extract`: extract from a saved e-graph, or check a choice made elsewhere.
+
+    eqsat extract EGRAPH.json [--extractor X] [--cost-model Y] [-o CHOICE.json]
+    eqsat extract EGRAPH.json --check CHOICE.json [--cost-model Y]
+
+The e-graph is one `eqsat optimize --save-egraph` wrote; no model is needed. The hardware
+profile and symbolic sizes default to those the e-graph records (its `eqsat.settings`),
+so a cost model prices it as `eqsat optimize` did. stdout: one line with the extraction's
+DAG and tree cost (or the check's verdict). Exit 1 when the choice fails the checker
+(a root not chosen, not closed, a cycle, a node of another e-class), 2 on bad usage.
+A choice file goes back to ONNX with `eqsat optimize MODEL --choice CHOICE.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .argtypes import dim, output_file, positive_float
+from .errors import OptimizeError, UsageError
+
+
+def register(subparsers) -> dict:
+    x = subparsers.add_parser(
+        "extract", help="extract from a saved e-graph, or check a choice file against it",
+        description="Extract a program from an e-graph saved by `eqsat optimize --save-egraph` and report its DAG "
+                    "and tree cost (-o writes the choice), or, with --check, check a choice file made elsewhere: "
+                    "every root chosen, closed, acyclic. Exit 1 when the choice fails the check. `eqsat optimize "
+                    "MODEL --choice CHOICE.json` turns a choice into a model.")
+    x.add_argument("egraph", metavar="EGRAPH.json")
+    x.add_argument("--extractor", default="ilp", help="as for optimize (default ilp)")
+    x.add_argument("--extract-time-limit", type=positive_float, default=60.0, metavar="S",
+                   help="seconds for the ILP extractor (default 60)")
+    x.add_argument("--cost-model", default="node-count", help="as for optimize (default node-count)")
+    x.add_argument("--hardware", metavar="PROFILE",
+                   help="hardware profile (default: the one the e-graph was saturated with, else cpu)")
+    x.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE",
+                   help="size of a symbolic dimension (repeatable; default: those the e-graph records)")
+    x.add_argument("--check", metavar="CHOICE.json", type=Path,
+                   help="check this choice file instead of extracting")
+    x.add_argument("-o", "--output", metavar="CHOICE.json", type=output_file, help="write the choice file")
+    return {"extract": cmd_extract}
+
+
+def load_egraph(path: str | Path):
+    from extract import EGraph
+
+    path = Path(path)
+    try:
+        g = EGraph.from_json(path)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"{path}: not an e-graph file ({e})") from None
+    except (KeyError, TypeError, AttributeError) as e:
+        raise UsageError(f"{path}: not an e-graph file (no {e} where egraph-serialize JSON has one); "
+                         "`eqsat optimize --save-egraph` writes one") from None
+    except ValueError as e:
+        raise UsageError(f"{path}: {e}") from None
+    if not g.roots:
+        raise UsageError(f"{path}: the e-graph names no roots; `eqsat optimize --save-egraph` writes them")
+    return g
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    from extract import (
+        ExtractionError,
+        PluginError,
+        check,
+        dag_cost,
+        extractor_class,
+        get_extractor,
+        tree_cost,
+    )
+    from extract.choice_file import ChoiceFileError, as_json, read, same_egraph
+
+    from .pipeline import Options, cost_model
+
+    if args.check and args.output:
+        raise UsageError("--check reads a choice and -o writes one: give one of them")
+    g = load_egraph(args.egraph)
+    settings = g.meta.get("settings", {})
+    dims = {**settings.get("dims", {}), **dict(args.dim)}
+    cost = cost_model(Options(cost_model=args.cost_model, hardware=args.hardware or settings.get("hardware", "cpu"),
+                              dims=dims, extractor=args.extractor))
+    if args.check:
+        try:
+            choice, meta = read(args.check)
+        except ChoiceFileError as e:
+            raise UsageError(str(e)) from None
+        why = same_egraph(meta, g)
+        try:
+            if why:
+                raise ExtractionError(why)
+            check(g, choice)
+        except ExtractionError as e:
+            raise OptimizeError(f"{args.check}: not a valid choice for {args.egraph}: {e}") from None
+        costs = cost.costs(g)
+        print(f"{args.check}: valid for {args.egraph} (every root chosen, closed, acyclic); {cost.name}: "
+              f"{_costs(dag_cost(g, choice, costs), tree_cost(g, choice, costs), cost.name)}")
+        return 0
+    try:
+        optimal = extractor_class(args.extractor).optimal
+        ex = get_extractor(args.extractor, args.extract_time_limit).extract(g, cost)
+        check(g, ex.choice)
+    except (KeyError, PluginError) as e:
+        raise UsageError(str(e).strip("'\"")) from None
+    except ExtractionError as e:
+        raise OptimizeError(f"extraction failed: {e}") from None
+    notes = f" ({'; '.join(ex.notes)})" if ex.notes else ""
+    print(f"{args.egraph}: {ex.extractor}{' (optimal)' if optimal and not ex.notes else ''} under {cost.name}: "
+          f"{len(ex.choice)} e-classes chosen, {_costs(ex.dag_cost, ex.tree_cost, cost.name)}, {ex.time_s:.2f} s{notes}")
+    if args.output:
+        args.output.write_text(json.dumps(as_json(ex, g, cost.name), indent=1))
+    return 0
+
+
+def _costs(dag: float, tree: float, model: str) -> str:
+    from .compare_costs import UNITS
+
+    unit = f" {UNITS[model]}" if model in UNITS else ""
+    return f"DAG cost {dag:.6g}{unit}, tree cost {tree:.6g}{unit}"

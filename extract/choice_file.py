@@ -1,0 +1,62 @@
+"""Choice files: an extraction kept as JSON, to check, compare or decode later.
+
+    {"format": 1, "egraph_digest": "...", "extractor": "ilp", "cost_model": "node-count",
+     "dag_cost": 6.2, "tree_cost": 6.2, "choice": {"<e-class>": "<node id>", ...}}
+
+Only `choice` is required, so a choice made by another tool (extraction-gym's, say) is a
+file `{"choice": {...}}`, or the bare mapping itself. `egraph_digest` (EGraph.digest) says
+which e-graph the node ids belong to.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .base import Extraction
+from .egraph import EGraph
+
+FORMAT = 1
+
+
+class ChoiceFileError(ValueError):
+    """The file is not a choice file; the message says what is wrong with it."""
+
+
+def as_json(ex: Extraction, egraph: EGraph, cost_model: str) -> dict:
+    return {"format": FORMAT, "egraph_digest": egraph.digest(), "extractor": ex.extractor, "cost_model": cost_model,
+            "dag_cost": ex.dag_cost, "tree_cost": ex.tree_cost, "notes": ex.notes, "choice": ex.choice}
+
+
+def read(path: str | Path) -> tuple[dict[str, str], dict]:
+    """(choice, the file's other fields). ChoiceFileError names the file and the fault."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ChoiceFileError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ChoiceFileError(f"{path}: cannot read it ({e})") from None
+    except json.JSONDecodeError as e:
+        raise ChoiceFileError(f"{path}: not JSON ({e})") from None
+    if isinstance(data, dict) and isinstance(data.get("choice"), dict):
+        choice, meta = data["choice"], {k: v for k, v in data.items() if k != "choice"}
+    else:
+        choice, meta = data, {}
+    if not isinstance(choice, dict) or not choice or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in choice.items()):
+        raise ChoiceFileError(f'{path}: not a choice file: expected {{"choice": {{e-class: node id, ...}}}} '
+                              "with strings for both (eqsat extract -o writes one)")
+    if int(meta.get("format", FORMAT)) > FORMAT:
+        raise ChoiceFileError(f"{path}: choice file format {meta['format']} is newer than this reader's ({FORMAT})")
+    return choice, meta
+
+
+def same_egraph(meta: dict, egraph: EGraph) -> str | None:
+    """Why the choice's node ids may not be this e-graph's, or None (no digest recorded:
+    nothing to compare; `extract.check` still checks the choice itself)."""
+    want = meta.get("egraph_digest")
+    have = egraph.digest()
+    if want is None or want == have:
+        return None
+    return f"the choice was made on another e-graph (digest {want}; this one is {have})"

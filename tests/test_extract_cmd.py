@@ -1,0 +1,143 @@
+"""`eqsat extract` on saved e-graphs, choice files, and `eqsat optimize --choice`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+
+from eqsat.cli import main
+from eqsat.demo import build_model
+
+from .conftest import assert_same_outputs, ops, parse_model
+
+
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def saved(tmp_path, capsys) -> tuple[Path, Path]:
+    """The demo model and the e-graph its default optimization saved."""
+    model, egraph = tmp_path / "model.onnx", tmp_path / "model.egraph.json"
+    onnx.save(build_model(), str(model))
+    rc, _, err = run_cli(capsys, "optimize", model, "-o", tmp_path / "default.onnx", "--save-egraph", egraph, "-q")
+    assert rc == 0, err
+    return model, egraph
+
+
+def test_a_choice_made_from_the_saved_egraph_decodes_to_what_optimize_makes(capsys, tmp_path, saved):
+    model, egraph = saved
+    for extractor, cost in (("ilp", "node-count"), ("tree-greedy", "roofline")):
+        choice = tmp_path / f"{extractor}.json"
+        rc, out, err = run_cli(capsys, "extract", egraph, "--extractor", extractor, "--cost-model", cost, "-o", choice)
+        assert rc == 0, err
+        assert f": {extractor}" in out and f" under {cost}: " in out
+        if extractor == "ilp":  # the demo's convolutions put both layouts in the e-graph: the ILP says so
+            assert "proven optimal for the fixed layouts" in out and "(optimal)" not in out
+        data = json.loads(choice.read_text())
+        assert data["extractor"] == extractor and data["cost_model"] == cost and data["egraph_digest"]
+        rc, out, err = run_cli(capsys, "extract", egraph, "--check", choice, "--cost-model", cost)
+        assert rc == 0, err
+        # the check recomputes the costs the extractor reported
+        assert f"DAG cost {data['dag_cost']:.6g}" in out and out.startswith(f"{choice}: valid for {egraph}")
+        decoded, direct = tmp_path / f"{extractor}.onnx", tmp_path / f"{extractor}.direct.onnx"
+        rep = tmp_path / "r.json"
+        rc, _, err = run_cli(capsys, "optimize", model, "--choice", choice, "-o", decoded, "--report", rep, "-q")
+        assert rc == 0, err
+        assert json.loads(rep.read_text())["extraction"]["extractor"] == f"choice file {choice.name}"
+        rc, _, err = run_cli(capsys, "optimize", model, "--extractor", extractor, "--cost-model", cost, "-o", direct,
+                             "-q")
+        assert rc == 0, err
+        assert ops(onnx.load(str(decoded))) == ops(onnx.load(str(direct)))
+        assert_same_outputs(onnx.load(str(model)), onnx.load(str(decoded)), dims={"batch": 3}, rtol=1e-5, atol=1e-6)
+
+
+def test_a_choice_that_fails_the_checker_is_refused_and_nothing_written(capsys, tmp_path, saved):
+    model, egraph = saved
+    choice = tmp_path / "c.json"
+    assert run_cli(capsys, "extract", egraph, "-o", choice)[0] == 0
+    data = json.loads(choice.read_text())
+    root = json.loads(egraph.read_text())["eqsat"]["roots"][0]
+    del data["choice"][root]
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(data))
+    rc, _, err = run_cli(capsys, "extract", egraph, "--check", broken)
+    assert rc == 1
+    assert err.strip() == (f"eqsat: error: {broken}: not a valid choice for {egraph}: "
+                           f"root e-class {root} has no chosen node")
+    out = tmp_path / "o.onnx"
+    rc, _, err = run_cli(capsys, "optimize", model, "--choice", broken, "-o", out, "-q")
+    assert rc == 1 and f"{broken}: not a valid choice for this e-graph: root e-class {root}" in err
+    assert not out.exists()
+
+
+def test_a_choice_from_another_egraph_is_refused_by_its_digest(capsys, tmp_path, saved):
+    model, egraph = saved
+    other = tmp_path / "other.onnx"
+    onnx.save(parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3] x) => (float[2, 3] y) { t = Relu(x)
+                                               y = Relu(t) }"""), str(other))
+    other_egraph, choice = tmp_path / "other.egraph.json", tmp_path / "c.json"
+    assert run_cli(capsys, "optimize", other, "--save-egraph", other_egraph, "-q")[0] == 0
+    assert run_cli(capsys, "extract", other_egraph, "-o", choice)[0] == 0
+    rc, _, err = run_cli(capsys, "extract", egraph, "--check", choice)
+    assert rc == 1 and "the choice was made on another e-graph (digest" in err
+    rc, _, err = run_cli(capsys, "optimize", model, "--choice", choice, "-o", tmp_path / "o.onnx", "-q")
+    assert rc == 1 and "made on another e-graph" in err and "saturate with the options of the run" in err
+    # another tool's bare mapping carries no digest: the checker alone decides
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(json.loads(choice.read_text())["choice"]))
+    rc, _, err = run_cli(capsys, "extract", egraph, "--check", bare)
+    assert rc == 1 and "has no chosen node" in err
+
+
+def test_the_saved_settings_are_the_defaults(capsys, tmp_path):
+    """The roofline prices the e-graph with the profile and sizes it was saturated with,
+    unless told otherwise: a larger batch costs more."""
+    model, egraph = tmp_path / "model.onnx", tmp_path / "g.json"
+    onnx.save(build_model(), str(model))
+    assert run_cli(capsys, "optimize", model, "--save-egraph", egraph, "--dim", "batch=4", "--hardware", "h200",
+                   "-q")[0] == 0
+    assert json.loads(egraph.read_text())["eqsat"]["settings"]["hardware"] == "h200"
+    costs = {}
+    for args in ([], ["--dim", "batch=4", "--hardware", "h200"], ["--dim", "batch=4096"]):
+        rc, out, err = run_cli(capsys, "extract", egraph, "--cost-model", "roofline", *args)
+        assert rc == 0, err
+        costs[len(args)] = float(out.split("DAG cost ")[1].split()[0])
+    assert costs[0] == costs[4] and costs[2] > costs[0]
+
+
+@pytest.mark.parametrize("content, says", [
+    ("not json", "not JSON"),
+    ('{"choice": 3}', 'not a choice file: expected {"choice": {e-class: node id, ...}}'),
+    ('{"choice": {"a": 1}}', "not a choice file"),
+    ('{"format": 99, "choice": {"a": "b"}}', "choice file format 99 is newer than this reader's (1)"),
+])
+def test_a_file_that_is_not_a_choice_file_is_one_line(capsys, tmp_path, saved, content, says):
+    _, egraph = saved
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    rc, _, err = run_cli(capsys, "extract", egraph, "--check", bad)
+    assert rc == 2 and err.strip().startswith(f"eqsat: error: {bad}: {says}"), err
+
+
+def test_usage_errors(capsys, tmp_path, saved):
+    model, egraph = saved
+    rc, _, err = run_cli(capsys, "extract", tmp_path / "missing.json")
+    assert rc == 2 and err.strip() == f"eqsat: error: {tmp_path / 'missing.json'}: no such file"
+    rc, _, err = run_cli(capsys, "extract", model)  # an ONNX file, not an e-graph
+    assert rc == 2 and "not an e-graph file" in err
+    choice = tmp_path / "c.json"
+    assert run_cli(capsys, "extract", egraph, "-o", choice)[0] == 0
+    rc, _, err = run_cli(capsys, "extract", choice)  # a choice file, not an e-graph
+    assert rc == 2 and "not an e-graph file" in err and "--save-egraph` writes one" in err
+    rc, _, err = run_cli(capsys, "extract", egraph, "--check", choice, "-o", tmp_path / "d.json")
+    assert rc == 2 and "give one of them" in err
+    rc, _, err = run_cli(capsys, "extract", egraph, "--extractor", "nope")
+    assert rc == 2 and "unknown extractor 'nope'; choose one of tree-greedy, dag-greedy, ilp" in err
