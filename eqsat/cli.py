@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--json", metavar="FILE", type=output_file, help="also write the table as JSON records")
     k.add_argument("--samples", type=positive_int, default=8, help="random extractions to rank (default 8)")
     k.add_argument("--runs", type=positive_int, default=20, help="timed runs per program (default 20)")
+    k.add_argument("--cost-model", action="append", default=[], metavar="NAME",
+                   help="a cost model to compare (repeatable; default: every registered one)")
+    k.add_argument("--extractor", default="ilp",
+                   help="the extractor each cost model chooses its program with, as for optimize (default ilp)")
     k.add_argument("--hardware", default="cpu", metavar="PROFILE", help="hardware profile, as for optimize (default cpu)")
     k.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE",
                    help="size of a symbolic dimension (repeatable), e.g. --dim batch=8")
@@ -235,11 +239,13 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
     model = load_model(src)
     check_model(model, str(src), src)
     _warn_unknown_dims(model, args.dim)
-    opts = Options(rule_files=list(args.rules), target=args.target, hardware=args.hardware, dims=dict(args.dim))
-    records, info = compare_costs(model, opts, samples=args.samples, runs=args.runs, progress=_progress(args.quiet))
+    opts = Options(rule_files=list(args.rules), target=args.target, hardware=args.hardware, dims=dict(args.dim),
+                   extractor=args.extractor)
+    records, info = compare_costs(model, opts, samples=args.samples, runs=args.runs, progress=_progress(args.quiet),
+                                  cost_models=args.cost_model)
     n = info["programs"]
-    print(f"{src}: {n} distinct program{'' if n == 1 else 's'} from one e-graph"
-          + (" (Kendall's tau needs two or more)" if n < 2 else ""))
+    print(f"{src}: {n} distinct program{'' if n == 1 else 's'} from one e-graph, each cost model's own chosen by "
+          f"{args.extractor}" + (" (Kendall's tau needs two or more)" if n < 2 else ""))
     print(table(records))
     if args.json:
         args.json.write_text(json.dumps(as_json(records, info), indent=2))

@@ -1,16 +1,20 @@
 """`eqsat compare-costs`: how well each cost model predicts real latency.
 
-One saturated e-graph; every cost model extracts its program (exact ILP); a sample of other
+One saturated e-graph; every cost model extracts its program (the ILP unless another
+extractor is named); a sample of other
 valid programs comes from the same e-graph (DAG greedy under randomly perturbed node
 costs). Every distinct program is decoded and timed under onnxruntime (CPU, one thread, its
 own graph optimizations off, side by side in random round orders: eqsat.latency.compare;
 median). Per cost model: the predicted cost of its own program, that program's measured
 latency, and Kendall's tau between the model's predictions and the measured latencies over
-all the programs (1: it ranks them as the hardware does; 0: no better than chance).
+all the programs (1: it ranks them as the hardware does; 0: no better than chance), with a
+95 % percentile bootstrap interval over the programs (resampled with replacement): with ten
+programs it is wide, and one that holds 0 does not tell the model from chance.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -18,11 +22,10 @@ import numpy as np
 from onnx import ModelProto
 
 from extract import dag_cost, get_extractor
-from extract.costs import COST_MODELS, CostModel, make_cost_model
+from extract.costs import COST_MODELS, CostModel
 
 from . import latency
-from .pipeline import Options, saturate
-from .target import hardware_profile
+from .pipeline import Options, cost_model, saturate
 from .verify import random_inputs
 
 
@@ -47,18 +50,24 @@ class Record:
     measured_ms: float
     kendall_tau: float | None
     programs: int
+    tau_interval: tuple[float, float] | None = None  # 95 %, bootstrap over the programs
+    extractor: str = "ilp"
 
     def as_dict(self) -> dict:
-        return {"cost_model": self.cost_model, "predicted": self.predicted, "measured_ms": self.measured_ms,
-                "kendall_tau": self.kendall_tau, "programs": self.programs}
+        return {"cost_model": self.cost_model, "extractor": self.extractor, "predicted": self.predicted,
+                "measured_ms": self.measured_ms, "kendall_tau": self.kendall_tau,
+                "kendall_tau_95": list(self.tau_interval) if self.tau_interval else None, "programs": self.programs}
 
 
-def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int = 20,
-                  progress=None) -> tuple[list[Record], dict]:
+def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int = 20, progress=None,
+                  cost_models: list[str] | None = None) -> tuple[list[Record], dict]:
+    """`cost_models`: the names to compare (default every registered one); each extracts
+    its program with `opts.extractor`."""
     say = progress or (lambda _m: None)
+    names = list(dict.fromkeys(cost_models or COST_MODELS))
+    models = {name: cost_model(dataclasses.replace(opts, cost_model=name)) for name in names}  # bad names fail now
     st = saturate(model, opts, progress, measure=True)
     eg = st.egraph
-    models = {name: make_cost_model(name, hardware_profile(opts.hardware), opts.dims) for name in COST_MODELS}
     costs = {name: m.costs(eg) for name, m in models.items()}
     programs: list[dict[str, str]] = []
     own: dict[str, int] = {}
@@ -72,7 +81,7 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
         return len(programs) - 1
 
     for name, m in models.items():
-        own[name] = add(st.extract(m, "ilp").choice)
+        own[name] = add(st.extract(m).choice)
     base = costs.get("roofline") or next(iter(costs.values()))
     for seed in range(samples):
         add(get_extractor("dag-greedy").extract(eg, _Perturbed(base, seed)).choice)
@@ -86,7 +95,7 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
     for name in models:
         predicted = predictions[name] = [dag_cost(eg, p, costs[name]) for p in programs]
         records.append(Record(name, predicted[own[name]], measured[own[name]], kendall_tau(predicted, measured),
-                              len(programs)))
+                              len(programs), tau_interval(predicted, measured), opts.extractor))
     info = {"programs": len(programs), "measured_ms": measured, "nodes": [len(m.graph.node) for m in decoded],
             "predicted": predictions, "chosen_by": {name: own[name] for name in models}}
     return records, info
@@ -99,6 +108,21 @@ def kendall_tau(a: list[float], b: list[float]) -> float | None:
 
     tau = kendalltau(a, b).statistic
     return None if tau is None or math.isnan(tau) else float(tau)
+
+
+def tau_interval(a: list[float], b: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """95 % percentile bootstrap interval of Kendall's tau: the programs resampled with
+    replacement `n` times (resamples whose tau is undefined are left out); None where tau
+    itself is, or most resamples have none."""
+    if kendall_tau(a, b) is None:
+        return None
+    rng = np.random.default_rng(seed)
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    taus = [t for t in (kendall_tau(x[i], y[i]) for i in rng.integers(0, len(x), (n, len(x)))) if t is not None]
+    if len(taus) < n // 2:
+        return None
+    lo, hi = np.percentile(taus, [2.5, 97.5])
+    return float(lo), float(hi)
 
 
 def as_json(records: list[Record], info: dict) -> dict:
@@ -116,10 +140,12 @@ UNITS = {"node-count": "ops", "roofline": "us", "measured": "us"}  # each model'
 def table(records: list[Record]) -> str:
     """One row per cost model: its predicted cost of its own choice (in its own unit), that
     choice's measured latency, and Kendall's tau over every program timed (n/a: fewer than
-    two distinct programs, or all predicted alike)."""
-    lines = [f"{'cost model':12s} {'predicted':>16s} {'measured ms':>12s} {'Kendall tau':>12s}"]
+    two distinct programs, or all predicted alike) with its 95 % interval."""
+    lines = [f"{'cost model':12s} {'predicted':>16s} {'measured ms':>12s} {'Kendall tau [95 %]':>22s}"]
     for r in records:
         tau = "n/a" if r.kendall_tau is None else f"{r.kendall_tau:.3f}"
+        if r.tau_interval:
+            tau += f" [{r.tau_interval[0]:.2f}, {r.tau_interval[1]:.2f}]"
         pred = f"{r.predicted:.3f} {UNITS.get(r.cost_model, '')}".rstrip()
-        lines.append(f"{r.cost_model:12s} {pred:>16s} {r.measured_ms:12.3f} {tau:>12s}")
+        lines.append(f"{r.cost_model:12s} {pred:>16s} {r.measured_ms:12.3f} {tau:>22s}")
     return "\n".join(lines)

@@ -331,3 +331,28 @@ def test_compare_costs_ranks_the_programs_it_timed(capsys, model_path, tmp_path)
         if len(progs) > 1 and rec["kendall_tau"] is not None:
             pred = [p["predicted"][rec["cost_model"]] for p in progs]
             assert rec["kendall_tau"] == pytest.approx(kendalltau(pred, [p["measured_ms"] for p in progs]).statistic)
+            lo, hi = rec["kendall_tau_95"]
+            assert -1 <= lo <= hi <= 1
+
+
+def test_compare_costs_takes_the_cost_models_and_extractor_named(capsys, model_path, tmp_path):
+    out = tmp_path / "c.json"
+    rc, text, err = run_cli(capsys, "compare-costs", model_path, "--samples", "2", "--runs", "2", "--json", out, "-q",
+                            "--cost-model", "roofline", "--extractor", "tree-greedy")
+    assert rc == 0, err
+    assert "each cost model's own chosen by tree-greedy" in text
+    assert [(r["cost_model"], r["extractor"]) for r in json.loads(out.read_text())["cost_models"]] == [
+        ("roofline", "tree-greedy")]
+    rc, _, err = run_cli(capsys, "compare-costs", model_path, "--cost-model", "nope", "-q")
+    assert rc == 2 and "unknown cost model 'nope'; choose one of node-count, roofline, measured" in err
+
+
+def test_tau_interval_is_a_bootstrap_over_the_programs():
+    from eqsat.compare_costs import tau_interval
+
+    x = list(range(10))
+    assert tau_interval(x, [v * 2.0 for v in x]) == pytest.approx((1.0, 1.0))  # every resample ranks them alike
+    assert tau_interval(x, [-v for v in x]) == pytest.approx((-1.0, -1.0))
+    lo, hi = tau_interval(x, [3, 1, 4, 1.5, 5, 9, 2, 6, 5.5, 3.5])
+    assert lo < 0 < 0.33 < hi and hi - lo > 0.5  # ten programs, tau 0.33: wide, and it holds chance
+    assert tau_interval([1, 1, 1], [1, 2, 3]) is None  # all predicted alike: no tau
