@@ -54,8 +54,8 @@ def load_egraph(path: str | Path):
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UsageError(f"{path}: not an e-graph file ({e})") from None
     except (KeyError, TypeError, AttributeError) as e:
-        raise UsageError(f"{path}: not an e-graph file (no {e} where egraph-serialize JSON has one); "
-                         "`eqsat optimize --save-egraph` writes one") from None
+        what = f"no {e} where egraph-serialize JSON has one" if isinstance(e, KeyError) else "not egraph-serialize JSON"
+        raise UsageError(f"{path}: not an e-graph file ({what}); `eqsat optimize --save-egraph` writes one") from None
     except ValueError as e:
         raise UsageError(f"{path}: {e}") from None
     if not g.roots:

@@ -137,6 +137,11 @@ def test_usage_errors(capsys, tmp_path, saved):
     assert run_cli(capsys, "extract", egraph, "-o", choice)[0] == 0
     rc, _, err = run_cli(capsys, "extract", choice)  # a choice file, not an e-graph
     assert rc == 2 and "not an e-graph file" in err and "--save-egraph` writes one" in err
+    listing = tmp_path / "list.json"
+    listing.write_text("[1, 2]")
+    rc, _, err = run_cli(capsys, "extract", listing)
+    assert rc == 2 and err.strip() == (f"eqsat: error: {listing}: not an e-graph file (not egraph-serialize JSON); "
+                                       "`eqsat optimize --save-egraph` writes one")
     rc, _, err = run_cli(capsys, "extract", egraph, "--check", choice, "-o", tmp_path / "d.json")
     assert rc == 2 and "give one of them" in err
     rc, _, err = run_cli(capsys, "extract", egraph, "--extractor", "nope")
