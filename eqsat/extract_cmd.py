@@ -1,12 +1,13 @@
 """`eqsat extract`: extract from a saved e-graph, or check a choice made elsewhere.
 
-    eqsat extract EGRAPH.json [--extractor X] [--cost-model Y] [-o CHOICE.json]
-    eqsat extract EGRAPH.json --check CHOICE.json [--cost-model Y]
+    eqsat extract EGRAPH.json [--extractor X]... [--cost-model Y]... [-o CHOICE.json]
+    eqsat extract EGRAPH.json --check CHOICE.json [--cost-model Y]...
 
 The e-graph is one `eqsat optimize --save-egraph` wrote; no model is needed. The hardware
 profile and symbolic sizes default to those the e-graph records (its `eqsat.settings`),
-so a cost model prices it as `eqsat optimize` did. stdout: one line with the extraction's
-DAG and tree cost (or the check's verdict). Exit 1 when the choice fails the checker
+so a cost model prices it as `eqsat optimize` did. stdout: one line per cost model and
+extractor with the extraction's DAG and tree cost (with --check: per cost model, the
+verdict and the choice's costs). Exit 1 when the choice fails the checker
 (a root not chosen, not closed, a cycle, a node of another e-class), 2 on bad usage.
 A choice file goes back to ONNX with `eqsat optimize MODEL --choice CHOICE.json`.
 """
@@ -14,6 +15,7 @@ A choice file goes back to ONNX with `eqsat optimize MODEL --choice CHOICE.json`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -29,10 +31,12 @@ def register(subparsers) -> dict:
                     "every root chosen, closed, acyclic. Exit 1 when the choice fails the check. `eqsat optimize "
                     "MODEL --choice CHOICE.json` turns a choice into a model.")
     x.add_argument("egraph", metavar="EGRAPH.json")
-    x.add_argument("--extractor", default="ilp", help="as for optimize (default ilp)")
+    x.add_argument("--extractor", action="append", default=[], metavar="NAME",
+                   help="as for optimize (default ilp); repeatable: one line for each")
     x.add_argument("--extract-time-limit", type=positive_float, default=60.0, metavar="S",
                    help="seconds for the ILP extractor (default 60)")
-    x.add_argument("--cost-model", default="node-count", help="as for optimize (default node-count)")
+    x.add_argument("--cost-model", action="append", default=[], metavar="NAME",
+                   help="as for optimize (default node-count); repeatable: one line for each")
     x.add_argument("--hardware", metavar="PROFILE",
                    help="hardware profile (default: the one the e-graph was saturated with, else cpu)")
     x.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE",
@@ -64,55 +68,69 @@ def load_egraph(path: str | Path):
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from extract import (
-        ExtractionError,
-        PluginError,
-        check,
-        dag_cost,
-        extractor_class,
-        get_extractor,
-        tree_cost,
-    )
-    from extract.choice_file import ChoiceFileError, as_json, read, same_egraph
-
     from .pipeline import Options, cost_model
 
     if args.check and args.output:
         raise UsageError("--check reads a choice and -o writes one: give one of them")
+    extractors = list(dict.fromkeys(args.extractor or ["ilp"]))
+    names = list(dict.fromkeys(args.cost_model or ["node-count"]))
+    if args.output and len(extractors) * len(names) > 1:
+        raise UsageError("-o writes one choice: give one --extractor and one --cost-model with it")
     g = load_egraph(args.egraph)
     settings = g.meta.get("settings", {})
-    dims = {**settings.get("dims", {}), **dict(args.dim)}
-    cost = cost_model(Options(cost_model=args.cost_model, hardware=args.hardware or settings.get("hardware", "cpu"),
-                              dims=dims, extractor=args.extractor))
+    opts = Options(hardware=args.hardware or settings.get("hardware", "cpu"),
+                   dims={**settings.get("dims", {}), **dict(args.dim)})
+    models = [cost_model(dataclasses.replace(opts, cost_model=name)) for name in names]  # bad names fail now
     if args.check:
-        try:
-            choice, meta = read(args.check)
-        except ChoiceFileError as e:
-            raise UsageError(str(e)) from None
-        why = same_egraph(meta, g)
-        try:
-            if why:
-                raise ExtractionError(why)
-            check(g, choice)
-        except ExtractionError as e:
-            raise OptimizeError(f"{args.check}: not a valid choice for {args.egraph}: {e}") from None
+        return _check(args, g, models)
+    return _extract(args, g, models, extractors)
+
+
+def _check(args: argparse.Namespace, g, models: list) -> int:
+    """One line per cost model for a valid choice; exit 1 with the checker's reason if not."""
+    from extract import ExtractionError, check, dag_cost, tree_cost
+    from extract.choice_file import ChoiceFileError, read, same_egraph
+
+    try:
+        choice, meta = read(args.check)
+    except ChoiceFileError as e:
+        raise UsageError(str(e)) from None
+    why = same_egraph(meta, g)
+    try:
+        if why:
+            raise ExtractionError(why)
+        check(g, choice)
+    except ExtractionError as e:
+        raise OptimizeError(f"{args.check}: not a valid choice for {args.egraph}: {e}") from None
+    for cost in models:
         costs = cost.costs(g)
         print(f"{args.check}: valid for {args.egraph} (every root chosen, closed, acyclic); {cost.name}: "
               f"{_costs(dag_cost(g, choice, costs), tree_cost(g, choice, costs), cost.name)}")
-        return 0
+    return 0
+
+
+def _extract(args: argparse.Namespace, g, models: list, extractors: list[str]) -> int:
+    """One line per cost model and extractor, each extraction checked; -o writes the one."""
+    from extract import ExtractionError, PluginError, check, extractor_class, get_extractor
+    from extract.choice_file import as_json
+
     try:
-        optimal = extractor_class(args.extractor).optimal
-        ex = get_extractor(args.extractor, args.extract_time_limit).extract(g, cost)
-        check(g, ex.choice)
+        classes = {name: extractor_class(name) for name in extractors}
     except (KeyError, PluginError) as e:
         raise UsageError(str(e).strip("'\"")) from None
-    except ExtractionError as e:
-        raise OptimizeError(f"extraction failed: {e}") from None
-    notes = f" ({'; '.join(ex.notes)})" if ex.notes else ""
-    print(f"{args.egraph}: {ex.extractor}{' (optimal)' if optimal and not ex.notes else ''} under {cost.name}: "
-          f"{len(ex.choice)} e-classes chosen, {_costs(ex.dag_cost, ex.tree_cost, cost.name)}, {ex.time_s:.2f} s{notes}")
-    if args.output:
-        args.output.write_text(json.dumps(as_json(ex, g, cost.name), indent=1))
+    for cost in models:
+        for name, cls in classes.items():
+            try:
+                ex = get_extractor(name, args.extract_time_limit).extract(g, cost)
+                check(g, ex.choice)
+            except ExtractionError as e:
+                raise OptimizeError(f"{name} under {cost.name}: extraction failed: {e}") from None
+            notes = f" ({'; '.join(ex.notes)})" if ex.notes else ""
+            print(f"{args.egraph}: {ex.extractor}{' (optimal)' if cls.optimal and not ex.notes else ''} under "
+                  f"{cost.name}: {len(ex.choice)} e-classes chosen, {_costs(ex.dag_cost, ex.tree_cost, cost.name)}, "
+                  f"{ex.time_s:.2f} s{notes}")
+            if args.output:
+                args.output.write_text(json.dumps(as_json(ex, g, cost.name), indent=1))
     return 0
 
 

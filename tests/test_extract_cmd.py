@@ -113,6 +113,19 @@ def test_the_saved_settings_are_the_defaults(capsys, tmp_path):
     assert costs[0] == costs[4] and costs[2] > costs[0]
 
 
+def test_every_extractor_under_every_cost_model_one_line_each(capsys, saved):
+    _, egraph = saved
+    rc, out, err = run_cli(capsys, "extract", egraph, "--extractor", "ilp", "--extractor", "tree-greedy",
+                           "--cost-model", "node-count", "--cost-model", "roofline")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert [(ln.split(": ")[1].split()[0], ln.split(" under ")[1].split(":")[0]) for ln in lines] == [
+        ("ilp", "node-count"), ("tree-greedy", "node-count"), ("ilp", "roofline"), ("tree-greedy", "roofline")]
+    dag = [float(ln.split("DAG cost ")[1].split()[0]) for ln in lines]
+    assert dag[0] <= dag[1] and dag[2] <= dag[3]  # the ILP is never worse than greedy on DAG cost
+    assert all(ln.split("DAG cost ")[1].split()[1] == unit for ln, unit in zip(lines, ["ops,", "ops,", "us,", "us,"], strict=True))
+
+
 @pytest.mark.parametrize("content, says", [
     ("not json", "not JSON"),
     ('{"choice": 3}', 'not a choice file: expected {"choice": {e-class: node id, ...}}'),
@@ -144,5 +157,8 @@ def test_usage_errors(capsys, tmp_path, saved):
                                        "`eqsat optimize --save-egraph` writes one")
     rc, _, err = run_cli(capsys, "extract", egraph, "--check", choice, "-o", tmp_path / "d.json")
     assert rc == 2 and "give one of them" in err
+    rc, _, err = run_cli(capsys, "extract", egraph, "--extractor", "ilp", "--extractor", "dag-greedy", "-o",
+                         tmp_path / "d.json")
+    assert rc == 2 and "-o writes one choice" in err and not (tmp_path / "d.json").exists()
     rc, _, err = run_cli(capsys, "extract", egraph, "--extractor", "nope")
     assert rc == 2 and "unknown extractor 'nope'; choose one of tree-greedy, dag-greedy, ilp" in err

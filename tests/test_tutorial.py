@@ -85,5 +85,8 @@ def test_extraction_page_runs(tmp_path):
     assert len(table) == 6 and sum("optimal=True" in ln for ln in table) == 2  # the ILP, under both models
     assert (tmp_path / "first.onnx").is_file()
     assert ran["$ python decode.py"].stdout.strip().endswith("nodes; passed")
+    lines = ran["$ eqsat extract model.egraph.json --extractor ilp --extractor dag-greedy --extractor tree-greedy "
+                "--cost-model node-count --cost-model roofline"].stdout.splitlines()
+    assert len(lines) == 6 and sum("(optimal)" in ln or "proven optimal" in ln for ln in lines) == 2
     assert "valid for model.egraph.json" in ran["$ eqsat extract model.egraph.json --check choice.json"].stdout
     assert (tmp_path / "chosen.onnx").is_file()
