@@ -51,11 +51,13 @@ from extract import EGraph
 from extract.costs.node_count import REORDERS
 
 from .lang.literals import parse_string
+from .lang.ops import BY_CTOR
 from .provenance import FACT, LEAVES, PREFIX
 
 FOLDING = "constant-folding"
 ORACLE = "oracle"  # a rewritten node that no rule built: eqsat/oracle (folded constants and shapes)
-REORDER_OPS = {"com.microsoft.nchwc.ReorderInput", "com.microsoft.nchwc.ReorderOutput"}
+# the ONNX ops the layout conversions decode to (node count's REORDERS are their constructors)
+REORDER_OPS = {f"{BY_CTOR[c].domain}.{BY_CTOR[c].onnx_type}" for c in REORDERS}
 
 
 def split_rows(data: dict) -> list[tuple[str, tuple[str, ...], str]]:

@@ -30,11 +30,17 @@ class CostModel(ABC):
         return out
 
 
+def positive(x) -> bool:
+    """A real number > 0 (math.inf included; NaN, booleans and strings not): what a cost
+    and a hardware profile's rate must be."""
+    return not isinstance(x, bool) and isinstance(x, Real) and x > 0
+
+
 def check_costs(egraph: EGraph, costs: dict, model: str = "") -> None:
     """Raise ValueError naming the first node whose cost breaks the contract (not a number,
     NaN, <= 0 or -inf): an extractor given such costs loops or answers nonsense."""
     for nid, c in costs.items():
-        if isinstance(c, bool) or not isinstance(c, Real) or not c > 0:  # NaN fails c > 0
+        if not positive(c):
             n = egraph.nodes.get(nid)
             what = f"{nid} ({n.op} in e-class {n.eclass})" if n else nid
             raise ValueError(f"cost model {model or '?'}: node {what} costs {c!r}; costs must be finite and > 0, "

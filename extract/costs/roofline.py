@@ -31,7 +31,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from ..egraph import EGraph, Node
-from .base import CostModel
+from .base import CostModel, positive
 from .node_count import LEAF_COST, NCHWC_OPS, REORDERS, STRUCTURE
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
@@ -110,7 +110,7 @@ class Hardware:
         if missing or "name" not in d:
             raise HardwareProfileError(f"{p}: the profile lacks {', '.join(missing or ['name'])}; "
                                        f"`eqsat calibrate -o {p.name}` measures a complete one")
-        bad = [k for k in rates if isinstance(d[k], bool) or not isinstance(d[k], (int, float)) or not d[k] > 0]
+        bad = [k for k in rates if not positive(d[k])]
         if bad:
             raise HardwareProfileError(f"{p}: {', '.join(f'{k} = {d[k]!r}' for k in bad)}: rates must be numbers > 0")
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
