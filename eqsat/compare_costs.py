@@ -7,9 +7,14 @@ costs). Every distinct program is decoded and timed under onnxruntime (CPU, one 
 own graph optimizations off, side by side in random round orders: eqsat.latency.compare;
 median). Per cost model: the predicted cost of its own program, that program's measured
 latency, and Kendall's tau between the model's predictions and the measured latencies over
-all the programs (1: it ranks them as the hardware does; 0: no better than chance), with a
-95 % percentile bootstrap interval over the programs (resampled with replacement): with ten
-programs it is wide, and one that holds 0 does not tell the model from chance.
+all the programs (1: it ranks them as the hardware does; 0: no better than chance), with
+its p-value (scipy's: how often chance alone ranks as well) and, from MIN_INTERVAL programs
+on, a 95 % percentile bootstrap interval over the programs (resampled with replacement; with
+fewer it says nothing: a perfectly ranked sample resamples to [1, 1] at any size). With ten
+programs the interval is wide, and one that holds 0 does not tell the model from chance.
+The random programs perturb the roofline's costs whichever models are compared, so runs
+with different `--cost-model` lists time the same sample. The main graph only: the bodies of
+If and Loop are timed as the input has them (`eqsat optimize` optimizes them separately).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from extract import dag_cost, get_extractor
 from extract.costs import COST_MODELS, CostModel
 
 from . import latency
+from .errors import extraction_errors
 from .pipeline import Options, cost_model, saturate
 from .verify import random_inputs
 
@@ -52,11 +58,13 @@ class Record:
     programs: int
     tau_interval: tuple[float, float] | None = None  # 95 %, bootstrap over the programs
     extractor: str = "ilp"
+    p_value: float | None = None  # of tau (scipy.stats.kendalltau)
 
     def as_dict(self) -> dict:
         return {"cost_model": self.cost_model, "extractor": self.extractor, "predicted": self.predicted,
                 "measured_ms": self.measured_ms, "kendall_tau": self.kendall_tau,
-                "kendall_tau_95": list(self.tau_interval) if self.tau_interval else None, "programs": self.programs}
+                "kendall_tau_95": list(self.tau_interval) if self.tau_interval else None, "kendall_p": self.p_value,
+                "programs": self.programs}
 
 
 def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int = 20, progress=None,
@@ -68,7 +76,8 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
     models = {name: cost_model(dataclasses.replace(opts, cost_model=name)) for name in names}  # bad names fail now
     st = saturate(model, opts, progress, measure=True)
     eg = st.egraph
-    costs = {name: m.costs(eg) for name, m in models.items()}
+    with extraction_errors("compare-costs", *models.values()):
+        costs = {name: m.costs(eg) for name, m in models.items()}
     programs: list[dict[str, str]] = []
     own: dict[str, int] = {}
 
@@ -82,7 +91,7 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
 
     for name, m in models.items():
         own[name] = add(st.extract(m).choice)
-    base = costs.get("roofline") or next(iter(costs.values()))
+    base = cost_model(dataclasses.replace(opts, cost_model="roofline")).costs(eg)  # the same sample for any list
     for seed in range(samples):
         add(get_extractor("dag-greedy").extract(eg, _Perturbed(base, seed)).choice)
     say(f"{len(programs)} distinct programs; timing them")
@@ -95,26 +104,41 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
     for name in models:
         predicted = predictions[name] = [dag_cost(eg, p, costs[name]) for p in programs]
         records.append(Record(name, predicted[own[name]], measured[own[name]], kendall_tau(predicted, measured),
-                              len(programs), tau_interval(predicted, measured), opts.extractor))
+                              len(programs), tau_interval(predicted, measured), opts.extractor,
+                              kendall_p(predicted, measured)))
     info = {"programs": len(programs), "measured_ms": measured, "nodes": [len(m.graph.node) for m in decoded],
             "predicted": predictions, "chosen_by": {name: own[name] for name in models}}
     return records, info
 
 
-def kendall_tau(a: list[float], b: list[float]) -> float | None:
+MIN_INTERVAL = 8  # programs: below, a bootstrap interval of tau says nothing
+
+
+def _kendall(a, b):
     if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
         return None
     from scipy.stats import kendalltau
 
-    tau = kendalltau(a, b).statistic
-    return None if tau is None or math.isnan(tau) else float(tau)
+    r = kendalltau(a, b)
+    return None if r.statistic is None or math.isnan(r.statistic) else r
+
+
+def kendall_tau(a: list[float], b: list[float]) -> float | None:
+    r = _kendall(a, b)
+    return None if r is None else min(1.0, max(-1.0, round(float(r.statistic), 12)))
+
+
+def kendall_p(a: list[float], b: list[float]) -> float | None:
+    """The p-value of tau: the chance of a rank agreement at least this strong with none."""
+    r = _kendall(a, b)
+    return None if r is None or math.isnan(r.pvalue) else float(r.pvalue)
 
 
 def tau_interval(a: list[float], b: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float] | None:
     """95 % percentile bootstrap interval of Kendall's tau: the programs resampled with
     replacement `n` times (resamples whose tau is undefined are left out); None where tau
-    itself is, or most resamples have none."""
-    if kendall_tau(a, b) is None:
+    itself is, with fewer than MIN_INTERVAL programs, or where most resamples have none."""
+    if len(a) < MIN_INTERVAL or kendall_tau(a, b) is None:
         return None
     rng = np.random.default_rng(seed)
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
@@ -140,12 +164,14 @@ UNITS = {"node-count": "ops", "roofline": "us", "measured": "us"}  # each model'
 def table(records: list[Record]) -> str:
     """One row per cost model: its predicted cost of its own choice (in its own unit), that
     choice's measured latency, and Kendall's tau over every program timed (n/a: fewer than
-    two distinct programs, or all predicted alike) with its 95 % interval."""
-    lines = [f"{'cost model':12s} {'predicted':>16s} {'measured ms':>12s} {'Kendall tau [95 %]':>22s}"]
+    two distinct programs, or all predicted alike) with its 95 % interval (from MIN_INTERVAL
+    programs on) and p-value."""
+    lines = [f"{'cost model':12s} {'predicted':>16s} {'measured ms':>12s} {'Kendall tau [95 %]':>22s} {'p':>7s}"]
     for r in records:
         tau = "n/a" if r.kendall_tau is None else f"{r.kendall_tau:.3f}"
         if r.tau_interval:
             tau += f" [{r.tau_interval[0]:.2f}, {r.tau_interval[1]:.2f}]"
+        p = "" if r.p_value is None else f"{r.p_value:.2g}"
         pred = f"{r.predicted:.3f} {UNITS.get(r.cost_model, '')}".rstrip()
-        lines.append(f"{r.cost_model:12s} {pred:>16s} {r.measured_ms:12.3f} {tau:>22s}")
+        lines.append(f"{r.cost_model:12s} {pred:>16s} {r.measured_ms:12.3f} {tau:>22s} {p:>7s}")
     return "\n".join(lines)

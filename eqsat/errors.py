@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -44,3 +46,32 @@ def output_folder(out) -> Path:
     if not folder.is_dir():
         raise InputError(f"{out}: the output folder {folder} does not exist")
     return folder
+
+
+def shipped(obj) -> bool:
+    """Whether a class (or an object's class) is eqsat's own, not a registered or installed
+    plugin's."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return cls.__module__.startswith(("extract.", "eqsat."))
+
+
+@contextmanager
+def extraction_errors(what: str, *parts) -> Iterator[None]:
+    """Run an extractor or cost model: a failed check or a broken cost contract becomes an
+    OptimizeError "`what`: reason"; so does any exception raised by `parts` that are not
+    eqsat's own (a plugin's bug is one line naming it; eqsat's own keep their traceback)."""
+    from extract import ExtractionError
+    from extract.costs import CostModelError
+
+    try:
+        yield
+    except (ExtractionError, CostModelError) as e:
+        raise OptimizeError(f"{what}: {e}") from None
+    except EqsatError:
+        raise
+    except Exception as e:
+        classes = [p if isinstance(p, type) else type(p) for p in parts]
+        others = [f"{c.__module__}.{c.__qualname__}" for c in classes if not shipped(c)]
+        if not others:
+            raise
+        raise OptimizeError(f"{what}: {type(e).__name__}: {e} (in {', '.join(others)})") from None

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from .argtypes import dim, output_file, positive_float
-from .errors import OptimizeError, UsageError
+from .errors import OptimizeError, UsageError, extraction_errors
 
 
 def register(subparsers) -> dict:
@@ -36,7 +36,8 @@ def register(subparsers) -> dict:
     x.add_argument("--extract-time-limit", type=positive_float, default=60.0, metavar="S",
                    help="seconds for the ILP extractor (default 60)")
     x.add_argument("--cost-model", action="append", default=[], metavar="NAME",
-                   help="as for optimize (default node-count); repeatable: one line for each")
+                   help="as for optimize (default node-count; with --check, the model the choice file names); "
+                        "repeatable: one line for each")
     x.add_argument("--hardware", metavar="PROFILE",
                    help="hardware profile (default: the one the e-graph was saturated with, else cpu)")
     x.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE",
@@ -55,7 +56,10 @@ def load_egraph(path: str | Path):
         g = EGraph.from_json(path)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not an e-graph file (binary, not JSON); `eqsat optimize --save-egraph` "
+                         "writes one") from None
+    except (OSError, json.JSONDecodeError) as e:
         raise UsageError(f"{path}: not an e-graph file ({e})") from None
     except (KeyError, TypeError, AttributeError) as e:
         what = f"no {e} where egraph-serialize JSON has one" if isinstance(e, KeyError) else "not egraph-serialize JSON"
@@ -68,51 +72,72 @@ def load_egraph(path: str | Path):
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from .pipeline import Options, cost_model
+    from .pipeline import Options, cost_model, read_choice
 
     if args.check and args.output:
         raise UsageError("--check reads a choice and -o writes one: give one of them")
+    if args.output and Path(args.output).resolve() == Path(args.egraph).resolve():
+        raise UsageError(f"{args.output}: refusing to overwrite the e-graph with a choice; name another file")
     extractors = list(dict.fromkeys(args.extractor or ["ilp"]))
-    names = list(dict.fromkeys(args.cost_model or ["node-count"]))
-    if args.output and len(extractors) * len(names) > 1:
+    if args.output and len(extractors) * max(1, len(args.cost_model)) > 1:
         raise UsageError("-o writes one choice: give one --extractor and one --cost-model with it")
+    picked = read_choice(args.check) if args.check else None
     g = load_egraph(args.egraph)
     settings = g.meta.get("settings", {})
+    _warn_settings(args, g)
+    # --check prices the choice under the model that made it, unless told otherwise
+    default = picked[1].get("cost_model") if picked and picked[1].get("cost_model") else "node-count"
     opts = Options(hardware=args.hardware or settings.get("hardware", "cpu"),
                    dims={**settings.get("dims", {}), **dict(args.dim)})
-    models = [cost_model(dataclasses.replace(opts, cost_model=name)) for name in names]  # bad names fail now
-    if args.check:
-        return _check(args, g, models)
+    models = [cost_model(dataclasses.replace(opts, cost_model=name))  # bad names fail now
+              for name in dict.fromkeys(args.cost_model or [default])]
+    if picked:
+        return _check(args, g, models, picked)
     return _extract(args, g, models, extractors)
 
 
-def _check(args: argparse.Namespace, g, models: list) -> int:
-    """One line per cost model for a valid choice; exit 1 with the checker's reason if not."""
-    from extract import ExtractionError, check, dag_cost, tree_cost
-    from extract.choice_file import ChoiceFileError, read, same_egraph
+def _warn_settings(args: argparse.Namespace, g) -> None:
+    """Options that disagree with what made the e-graph: warnings, as optimize gives them."""
+    import sys
 
-    try:
-        choice, meta = read(args.check)
-    except ChoiceFileError as e:
-        raise UsageError(str(e)) from None
+    from .target import hardware_profile
+
+    saved = g.meta.get("settings", {}).get("hardware")
+    if args.hardware and saved and str(hardware_profile(args.hardware)) != saved:
+        print(f"eqsat: warning: --hardware {args.hardware}: the e-graph was saturated with profile {saved}, whose "
+              "facts (which fusions and layouts pay) it holds; its costs under another profile mix the two",
+              file=sys.stderr)
+    names = set(g.meta.get("dims", {}).values())
+    for name, _ in args.dim:
+        if name not in names:
+            print(f"eqsat: warning: --dim {name}: the e-graph has no symbolic dimension of that name (its symbolic "
+                  f"dimensions: {', '.join(sorted(names)) or 'none'})", file=sys.stderr)
+
+
+def _check(args: argparse.Namespace, g, models: list, picked: tuple[dict, dict]) -> int:
+    """One line per cost model for a valid choice; exit 1 with the checker's reason if not."""
+    from extract import check, dag_cost, tree_cost
+    from extract.choice_file import same_egraph
+
+    choice, meta = picked
     why = same_egraph(meta, g)
-    try:
-        if why:
-            raise ExtractionError(why)
+    if why:
+        raise OptimizeError(f"{args.check}: not a valid choice for {args.egraph}: {why}")
+    with extraction_errors(f"{args.check}: not a valid choice for {args.egraph}", *models):
         check(g, choice)
-    except ExtractionError as e:
-        raise OptimizeError(f"{args.check}: not a valid choice for {args.egraph}: {e}") from None
-    for cost in models:
-        costs = cost.costs(g)
-        print(f"{args.check}: valid for {args.egraph} (every root chosen, closed, acyclic); {cost.name}: "
-              f"{_costs(dag_cost(g, choice, costs), tree_cost(g, choice, costs), cost.name)}")
+        for cost in models:
+            costs = cost.costs(g)
+            print(f"{args.check}: valid for {args.egraph} (every root chosen, closed, acyclic); {cost.name}: "
+                  f"{_costs(dag_cost(g, choice, costs), tree_cost(g, choice, costs), cost.name)}")
     return 0
 
 
 def _extract(args: argparse.Namespace, g, models: list, extractors: list[str]) -> int:
     """One line per cost model and extractor, each extraction checked; -o writes the one."""
-    from extract import ExtractionError, PluginError, check, extractor_class, get_extractor
+    from extract import PluginError, extractor_class
     from extract.choice_file import as_json
+
+    from .pipeline import run_extractor
 
     try:
         classes = {name: extractor_class(name) for name in extractors}
@@ -120,15 +145,12 @@ def _extract(args: argparse.Namespace, g, models: list, extractors: list[str]) -
         raise UsageError(str(e).strip("'\"")) from None
     for cost in models:
         for name, cls in classes.items():
-            try:
-                ex = get_extractor(name, args.extract_time_limit).extract(g, cost)
-                check(g, ex.choice)
-            except ExtractionError as e:
-                raise OptimizeError(f"{name} under {cost.name}: extraction failed: {e}") from None
+            ex = run_extractor(g, name, cost, args.extract_time_limit)
             notes = f" ({'; '.join(ex.notes)})" if ex.notes else ""
+            n = len(ex.choice)
             print(f"{args.egraph}: {ex.extractor}{' (optimal)' if cls.optimal and not ex.notes else ''} under "
-                  f"{cost.name}: {len(ex.choice)} e-classes chosen, {_costs(ex.dag_cost, ex.tree_cost, cost.name)}, "
-                  f"{ex.time_s:.2f} s{notes}")
+                  f"{cost.name}: {n} e-class{'' if n == 1 else 'es'} chosen, "
+                  f"{_costs(ex.dag_cost, ex.tree_cost, cost.name)}, {ex.time_s:.2f} s{notes}")
             if args.output:
                 args.output.write_text(json.dumps(as_json(ex, g, cost.name), indent=1))
     return 0

@@ -28,9 +28,14 @@ def load_model(path: str | os.PathLike) -> ModelProto:
         raise InputError(f"{p}: is a directory, not an ONNX file")
     if p.stat().st_size == 0:
         raise InputError(f"{p}: the file is empty")
-    try:
-        model = onnx.load(str(p), load_external_data=False)
+    try:  # binary protobuf whatever the extension (onnx would read a .json path as JSON)
+        model = onnx.load(str(p), format="protobuf", load_external_data=False)
     except DecodeError as e:
+        with open(p, "rb") as f:
+            head = f.read(64).lstrip()
+        if head.startswith((b"{", b"[")):
+            raise InputError(f"{p}: not an ONNX model: it is JSON, and eqsat reads binary .onnx files "
+                             "(an e-graph or a choice file goes to `eqsat extract`)") from None
         raise InputError(f"{p}: not an ONNX model (protobuf parse failed: {e}); is the file truncated?") from None
     except (OSError, ValueError) as e:
         raise InputError(f"{p}: cannot read the model: {e}") from None
@@ -125,7 +130,7 @@ def save_model(model: ModelProto, path: str | os.PathLike, external_data: bool |
         if external_data:
             external.write_model(model, tmp, data_name)
         else:
-            onnx.save_model(model, str(tmp))
+            onnx.save_model(model, str(tmp), format="protobuf")  # binary, whatever the extension
         if check:
             try:
                 onnx.checker.check_model(str(tmp))

@@ -32,7 +32,7 @@ from extract.costs import CostModel, HardwareProfileError, make_cost_model
 
 from .decode import Decoder
 from .encode import Encoder
-from .errors import OptimizeError, UsageError
+from .errors import OptimizeError, UsageError, extraction_errors
 from .oracle import Oracle
 from .saturate import Limits, Saturator
 from .serialize import serialize
@@ -105,37 +105,46 @@ class Saturated:
     decoder: Decoder | None = None  # the last decode's, for explain
     fact_uses: dict[str, set[str]] = field(default_factory=dict)  # rule -> fact rules it read (explain)
 
-    def extract(self, cost: CostModel | None = None, extractor: str | None = None):
+    def extract(self, cost: CostModel | None = None, extractor: str | None = None) -> Extraction:
         cost = cost or cost_model(self.opts)
-        try:
-            ex = get_extractor(extractor or self.opts.extractor, self.opts.extract_time_limit).extract(self.egraph, cost)
-            check(self.egraph, ex.choice)
-        except ExtractionError as e:
-            raise OptimizeError(f"extraction failed: {e}") from None
-        return ex
+        return run_extractor(self.egraph, extractor or self.opts.extractor, cost, self.opts.extract_time_limit)
 
-    def choose(self, path: Path, cost: CostModel) -> Extraction:
-        """The choice a file holds, as an extraction: it must be made on this e-graph (its
-        digest, when it records one) and pass the checker."""
-        try:
-            choice, meta = choice_file.read(path)
-        except choice_file.ChoiceFileError as e:
-            raise UsageError(str(e)) from None
+    def choose(self, picked: tuple[dict[str, str], dict], path: Path, cost: CostModel) -> Extraction:
+        """The choice a file held (`choice_file.read`), as an extraction: it must be made on
+        this e-graph (its digest, when it records one) and pass the checker."""
+        choice, meta = picked
         why = choice_file.same_egraph(meta, self.egraph)
         if why:
-            raise OptimizeError(f"{path}: {why}: saturate with the options of the run that saved the e-graph "
-                                "(rules, --target, --layout, --hardware, limits)")
-        try:
+            raise OptimizeError(f"{path}: {why}")
+        with extraction_errors(f"{path}: not a valid choice for this e-graph", cost):
             check(self.egraph, choice)
             costs = cost.costs(self.egraph)
-            return Extraction(choice, f"choice file {Path(path).name}", tree_cost(self.egraph, choice, costs),
-                              dag_cost(self.egraph, choice, costs))
-        except ExtractionError as e:
-            raise OptimizeError(f"{path}: not a valid choice for this e-graph: {e}") from None
+        made = f"made by {meta['extractor']} under {meta.get('cost_model', '?')}" if "extractor" in meta else ""
+        return Extraction(choice, f"choice file {Path(path).name}", tree_cost(self.egraph, choice, costs),
+                          dag_cost(self.egraph, choice, costs), notes=[made] if made else [])
 
     def decode(self, choice: dict[str, str]) -> ModelProto:
         self.decoder = Decoder(self.model, self.egraph, choice, self.tensors, self.protos, self.value_names)
         return self.decoder.decode(self.egraph.roots)
+
+
+def run_extractor(egraph: EGraph, name: str, cost: CostModel, time_limit: float | None = None) -> Extraction:
+    """Extract with the named extractor and check its answer; a failed check, a broken cost
+    contract or a plugin's exception is one OptimizeError line (errors.extraction_errors)."""
+    with extraction_errors("extraction failed", extractor_class(name), cost):
+        ex = get_extractor(name, time_limit).extract(egraph, cost)
+        if not isinstance(ex, Extraction):
+            raise ExtractionError(f"extractor {name} returned {type(ex).__name__}, not an extract.Extraction")
+        check(egraph, ex.choice)
+    return ex
+
+
+def read_choice(path: Path) -> tuple[dict[str, str], dict]:
+    """`choice_file.read`, its faults a UsageError: read before any work is done."""
+    try:
+        return choice_file.read(path)
+    except choice_file.ChoiceFileError as e:
+        raise UsageError(str(e)) from None
 
 
 def cost_model(opts: Options) -> CostModel:
@@ -229,7 +238,9 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     # layout): a saved e-graph's reader extracts with the same profile (docs/extraction.md)
     data["eqsat"]["settings"] = {
         "hardware": str(getattr(hardware, "name", hardware)), "target": opts.target, "layout": opts.layout,
-        "default_rules": opts.default_rules, "rules": [str(f) for f in opts.rule_files], "dims": dict(opts.dims)}
+        "default_rules": opts.default_rules, "rules": [str(f) for f in opts.rule_files], "dims": dict(opts.dims),
+        "fold_limit": opts.fold_limit, "explain": opts.explain, "iter_limit": opts.limits.iter_limit,
+        "node_limit": opts.limits.node_limit, "time_limit": opts.limits.time_limit}
     if opts.save_egraph:
         Path(opts.save_egraph).write_text(json.dumps(data))
 
@@ -265,6 +276,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
 def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None) -> Result:
     from .subgraphs import optimize_subgraphs  # each subgraph is optimized as a model of its own
 
+    picked = read_choice(opts.choice) if opts.choice else None  # a bad file fails before any work
     t0 = time.perf_counter()
     model, subgraphs = optimize_subgraphs(model, opts, progress)
     t_sub = round(time.perf_counter() - t0, 4)
@@ -273,7 +285,7 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         st.times["subgraphs"] = t_sub
     cost = cost_model(opts)
     t0 = time.perf_counter()
-    ex = st.choose(opts.choice, cost) if opts.choice else st.extract(cost)
+    ex = st.choose(picked, opts.choice, cost) if picked else st.extract(cost)
     st.times["extract"] = round(time.perf_counter() - t0, 4)
     t0 = time.perf_counter()
     out = st.decode(ex.choice)

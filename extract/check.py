@@ -27,7 +27,8 @@ def check(egraph: EGraph, choice: Mapping[str, str]) -> None:
         if node is None:
             raise ExtractionError(f"e-class {c}: chosen node {nid} is not an extractable node")
         if node.eclass != c:
-            raise ExtractionError(f"e-class {c}: chosen node {nid} belongs to {node.eclass}")
+            where = "" if c in egraph.classes else " (the e-graph has no e-class of that name)"
+            raise ExtractionError(f"e-class {c}{where}: chosen node {nid} belongs to {node.eclass}")
     state: dict[str, int] = {}  # 1 on the DFS path, 2 finished
     for r in egraph.roots:
         if state.get(r) == 2:

@@ -1,11 +1,12 @@
 """Choice files: an extraction kept as JSON, to check, compare or decode later.
 
     {"format": 1, "egraph_digest": "...", "extractor": "ilp", "cost_model": "node-count",
-     "dag_cost": 6.2, "tree_cost": 6.2, "choice": {"<e-class>": "<node id>", ...}}
+     "dag_cost": 6.2, "tree_cost": 6.2, "settings": {...}, "choice": {"<e-class>": "<node id>", ...}}
 
 Only `choice` is required, so a choice made by another tool (extraction-gym's, say) is a
 file `{"choice": {...}}`, or the bare mapping itself. `egraph_digest` (EGraph.digest) says
-which e-graph the node ids belong to.
+which e-graph the node ids belong to, and `settings` (the e-graph's `eqsat.settings`) what
+made it, so that a mismatch can name the option that differs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ class ChoiceFileError(ValueError):
 
 def as_json(ex: Extraction, egraph: EGraph, cost_model: str) -> dict:
     return {"format": FORMAT, "egraph_digest": egraph.digest(), "extractor": ex.extractor, "cost_model": cost_model,
-            "dag_cost": ex.dag_cost, "tree_cost": ex.tree_cost, "notes": ex.notes, "choice": ex.choice}
+            "dag_cost": ex.dag_cost, "tree_cost": ex.tree_cost, "notes": ex.notes,
+            "settings": egraph.meta.get("settings", {}), "choice": ex.choice}
 
 
 def read(path: str | Path) -> tuple[dict[str, str], dict]:
@@ -47,16 +49,26 @@ def read(path: str | Path) -> tuple[dict[str, str], dict]:
             isinstance(k, str) and isinstance(v, str) for k, v in choice.items()):
         raise ChoiceFileError(f'{path}: not a choice file: expected {{"choice": {{e-class: node id, ...}}}} '
                               "with strings for both (eqsat extract -o writes one)")
-    if int(meta.get("format", FORMAT)) > FORMAT:
-        raise ChoiceFileError(f"{path}: choice file format {meta['format']} is newer than this reader's ({FORMAT})")
+    fmt = meta.get("format", FORMAT)
+    if isinstance(fmt, bool) or not isinstance(fmt, int):
+        raise ChoiceFileError(f"{path}: choice file format {fmt!r} is not a version number")
+    if fmt > FORMAT:
+        raise ChoiceFileError(f"{path}: choice file format {fmt} is newer than this reader's ({FORMAT})")
     return choice, meta
 
 
 def same_egraph(meta: dict, egraph: EGraph) -> str | None:
     """Why the choice's node ids may not be this e-graph's, or None (no digest recorded:
-    nothing to compare; `extract.check` still checks the choice itself)."""
+    nothing to compare; `extract.check` still checks the choice itself). Names the settings
+    that differ where both sides record them."""
     want = meta.get("egraph_digest")
     have = egraph.digest()
     if want is None or want == have:
         return None
-    return f"the choice was made on another e-graph (digest {want}; this one is {have})"
+    why = f"the choice was made on another e-graph (digest {want}; this one is {have})"
+    theirs, ours = meta.get("settings") or {}, egraph.meta.get("settings") or {}
+    differ = [f"{k} {theirs[k]!r} there, {ours[k]!r} here" for k in theirs if k in ours and theirs[k] != ours[k]]
+    if differ:
+        return f"{why}; its settings differ: {'; '.join(differ)}"
+    return (f"{why}: saturate with the options of the run that saved it (rules, --target, --layout, --hardware, "
+            "--fold-limit, --explain, limits), or use its own e-graph file")

@@ -11,7 +11,8 @@ A package offers its own by declaring entry points, the name being what `--extra
 
 Contract: a plugin is imported only when its name is asked for, so a broken package breaks
 only the commands that use it; its class's `name` must equal the entry point's name (it is
-what reports record); a shipped name always means the shipped class.
+what reports record); a shipped name always means the shipped class; a name two packages
+declare is an error until one is uninstalled.
 """
 
 from __future__ import annotations
@@ -26,11 +27,16 @@ class PluginError(Exception):
     """An installed plugin could not be used; the message names its package."""
 
 
-def _points(group: str) -> dict[str, EntryPoint]:
-    out: dict[str, EntryPoint] = {}
+def _points(group: str) -> dict[str, list[EntryPoint]]:
+    out: dict[str, list[EntryPoint]] = {}
     for ep in entry_points(group=group):
-        out.setdefault(ep.name, ep)  # the first on sys.path wins, as for imports
+        if all(ep.value != e.value for e in out.get(ep.name, [])):  # one package found twice is one
+            out.setdefault(ep.name, []).append(ep)
     return out
+
+
+def _package(ep: EntryPoint) -> str:
+    return f"package {ep.dist.name} {ep.dist.version}" if ep.dist else "an installed package"
 
 
 def names(group: str) -> list[str]:
@@ -41,11 +47,14 @@ def names(group: str) -> list[str]:
 def load(group: str, name: str, base: type, registry: dict) -> type | None:
     """Import plugin `name` of `group`, check it is a subclass of `base`, add it to
     `registry` and return it; None when no installed package declares that name."""
-    ep = _points(group).get(name)
-    if ep is None:
+    found = _points(group).get(name)
+    if not found:
         return None
-    dist = f"package {ep.dist.name} {ep.dist.version}" if ep.dist else "an installed package"
-    where = f"{group} entry point {name!r} = {ep.value!r} of {dist}"
+    if len(found) > 1:
+        raise PluginError(f"{group}: {len(found)} installed packages declare {name!r} ("
+                          + ", ".join(f"{e.value!r} of {_package(e)}" for e in found) + "); uninstall all but one")
+    ep = found[0]
+    where = f"{group} entry point {name!r} = {ep.value!r} of {_package(ep)}"
     try:
         obj = ep.load()
     except Exception as e:  # noqa: BLE001 - any import failure is the plugin's, reported as such

@@ -331,8 +331,12 @@ def test_compare_costs_ranks_the_programs_it_timed(capsys, model_path, tmp_path)
         if len(progs) > 1 and rec["kendall_tau"] is not None:
             pred = [p["predicted"][rec["cost_model"]] for p in progs]
             assert rec["kendall_tau"] == pytest.approx(kendalltau(pred, [p["measured_ms"] for p in progs]).statistic)
-            lo, hi = rec["kendall_tau_95"]
-            assert -1 <= lo <= hi <= 1
+            assert 0 <= rec["kendall_p"] <= 1
+            if len(progs) >= 8:
+                lo, hi = rec["kendall_tau_95"]
+                assert -1 <= lo <= hi <= 1
+            else:
+                assert rec["kendall_tau_95"] is None
 
 
 def test_compare_costs_takes_the_cost_models_and_extractor_named(capsys, model_path, tmp_path):
@@ -348,11 +352,16 @@ def test_compare_costs_takes_the_cost_models_and_extractor_named(capsys, model_p
 
 
 def test_tau_interval_is_a_bootstrap_over_the_programs():
-    from eqsat.compare_costs import tau_interval
+    from eqsat.compare_costs import kendall_p, tau_interval
 
     x = list(range(10))
-    assert tau_interval(x, [v * 2.0 for v in x]) == pytest.approx((1.0, 1.0))  # every resample ranks them alike
-    assert tau_interval(x, [-v for v in x]) == pytest.approx((-1.0, -1.0))
+    assert tau_interval(x, [v * 2.0 for v in x]) == (1.0, 1.0)  # every resample ranks them alike
+    assert tau_interval(x, [-v for v in x]) == (-1.0, -1.0)
+    # three programs ranked perfectly resample to [1, 1] too: too few for an interval; the
+    # p-value says what three can: a third of random orders would do as well or better
+    assert tau_interval([1, 2, 3], [1, 2, 3]) is None
+    assert kendall_p([1, 2, 3], [1, 2, 3]) == pytest.approx(1 / 3)
+    assert kendall_p(x, [v * 2.0 for v in x]) < 1e-5
     lo, hi = tau_interval(x, [3, 1, 4, 1.5, 5, 9, 2, 6, 5.5, 3.5])
     assert lo < 0 < 0.33 < hi and hi - lo > 0.5  # ten programs, tau 0.33: wide, and it holds chance
     assert tau_interval([1, 1, 1], [1, 2, 3]) is None  # all predicted alike: no tau

@@ -131,6 +131,7 @@ def test_every_extractor_under_every_cost_model_one_line_each(capsys, saved):
     ('{"choice": 3}', 'not a choice file: expected {"choice": {e-class: node id, ...}}'),
     ('{"choice": {"a": 1}}', "not a choice file"),
     ('{"format": 99, "choice": {"a": "b"}}', "choice file format 99 is newer than this reader's (1)"),
+    ('{"format": "x", "choice": {"a": "b"}}', "choice file format 'x' is not a version number"),
 ])
 def test_a_file_that_is_not_a_choice_file_is_one_line(capsys, tmp_path, saved, content, says):
     _, egraph = saved
@@ -145,7 +146,14 @@ def test_usage_errors(capsys, tmp_path, saved):
     rc, _, err = run_cli(capsys, "extract", tmp_path / "missing.json")
     assert rc == 2 and err.strip() == f"eqsat: error: {tmp_path / 'missing.json'}: no such file"
     rc, _, err = run_cli(capsys, "extract", model)  # an ONNX file, not an e-graph
-    assert rc == 2 and "not an e-graph file" in err
+    assert rc == 2 and err.strip() == (f"eqsat: error: {model}: not an e-graph file (binary, not JSON); "
+                                       "`eqsat optimize --save-egraph` writes one")
+    rc, _, err = run_cli(capsys, "optimize", egraph, "-o", tmp_path / "x.onnx")  # the e-graph where a model goes
+    assert rc == 2 and err.strip().endswith(f"{egraph}: not an ONNX model: it is JSON, and eqsat reads binary .onnx "
+                                            "files (an e-graph or a choice file goes to `eqsat extract`)")
+    rc, _, err = run_cli(capsys, "extract", egraph, "-o", egraph)
+    assert rc == 2 and "refusing to overwrite the e-graph" in err
+    assert json.loads(egraph.read_text())["eqsat"]["roots"]  # untouched
     choice = tmp_path / "c.json"
     assert run_cli(capsys, "extract", egraph, "-o", choice)[0] == 0
     rc, _, err = run_cli(capsys, "extract", choice)  # a choice file, not an e-graph
@@ -162,3 +170,37 @@ def test_usage_errors(capsys, tmp_path, saved):
     assert rc == 2 and "-o writes one choice" in err and not (tmp_path / "d.json").exists()
     rc, _, err = run_cli(capsys, "extract", egraph, "--extractor", "nope")
     assert rc == 2 and "unknown extractor 'nope'; choose one of tree-greedy, dag-greedy, ilp" in err
+
+
+def test_a_choice_file_is_read_before_any_work(capsys, tmp_path, saved):
+    model, _ = saved
+    rc, _, err = run_cli(capsys, "optimize", model, "--choice", tmp_path / "missing.json", "-o", tmp_path / "o.onnx")
+    assert rc == 2 and err.strip().splitlines()[-1] == f"eqsat: error: {tmp_path / 'missing.json'}: no such file"
+    assert "round 1" not in err  # refused before saturating
+
+
+def test_a_choice_from_other_options_names_the_option(capsys, tmp_path, saved):
+    model, egraph = saved
+    choice = tmp_path / "c.json"
+    assert run_cli(capsys, "extract", egraph, "-o", choice)[0] == 0
+    rc, _, err = run_cli(capsys, "optimize", model, "--choice", choice, "--layout", "nchw", "-o", tmp_path / "o.onnx",
+                         "-q")
+    if rc == 0:  # no blocked kernels in this onnxruntime: both layouts saturate alike
+        pytest.skip("onnxruntime has no NCHWc kernels here, so --layout changes nothing")
+    assert rc == 1 and "its settings differ: layout 'nchwc' there, 'nchw' here" in err
+    rc, _, err = run_cli(capsys, "optimize", model, "--choice", choice, "--fold-limit", "1", "-o",
+                         tmp_path / "o.onnx", "-q")
+    assert rc == 1 and "fold_limit 1048576 there, 1 here" in err
+
+
+def test_check_defaults_to_the_choice_files_cost_model_and_warns_on_other_settings(capsys, tmp_path, saved):
+    _, egraph = saved
+    choice = tmp_path / "c.json"
+    assert run_cli(capsys, "extract", egraph, "--cost-model", "roofline", "-o", choice)[0] == 0
+    rc, out, err = run_cli(capsys, "extract", egraph, "--check", choice)
+    assert rc == 0 and "; roofline: DAG cost" in out and err == ""
+    rc, out, err = run_cli(capsys, "extract", egraph, "--check", choice, "--hardware", "h200", "--dim", "sequence=8")
+    assert rc == 0
+    assert "warning: --hardware h200: the e-graph was saturated with profile cpu" in err
+    assert "warning: --dim sequence: the e-graph has no symbolic dimension of that name (its symbolic dimensions: " \
+           "batch)" in err

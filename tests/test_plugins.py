@@ -53,6 +53,37 @@ class Misnamed(Uniform):
 
 class NotAModel:
     name = "not-a-model"
+
+
+class Raising(CostModel):
+    name = "raising"
+
+    def node_cost(self, egraph, node):
+        raise RuntimeError("lookup table not loaded")
+
+
+class Negative(CostModel):
+    name = "negative"
+
+    def node_cost(self, egraph, node):
+        return -1.0
+
+
+class OneArg(CostModel):
+    name = "one-arg"
+
+    def __init__(self, hardware):
+        self.hardware = hardware
+
+    def node_cost(self, egraph, node):
+        return 1.0
+
+
+class ReturnsNone(Extractor):
+    name = "returns-none"
+
+    def extract(self, egraph, cost):
+        return None
 '''
 
 
@@ -141,3 +172,35 @@ def test_a_shipped_name_is_never_taken_by_a_plugin(tmp_path, model_path):
         assert p.returncode == 0, p.stderr
         costs.append(json.loads(rep.read_text())["extraction"]["dag_cost"])
     assert costs[0] == costs[1]  # Uniform's would count every chosen node, attributes included, as 1
+
+
+@pytest.mark.parametrize("args, code, says", [
+    (["--cost-model", "raising"], 1,
+     "extraction failed: RuntimeError: lookup table not loaded (in mine.Raising)"),
+    (["--cost-model", "negative"], 1, "extraction failed: cost model negative: node "),
+    (["--extractor", "returns-none"], 1,
+     "extraction failed: extractor returns-none returned NoneType, not an extract.Extraction"),
+    (["--cost-model", "one-arg"], 2,
+     "cost model one-arg (mine.OneArg) could not be built: TypeError: "),
+])
+def test_a_plugin_that_breaks_its_contract_is_one_line_naming_it(tmp_path, model_path, args, code, says):
+    site = tmp_path / "site"
+    install(site, "mine", PLUGIN, "[eqsat.cost_models]\nraising = mine:Raising\nnegative = mine:Negative\n"
+                                  "one-arg = mine:OneArg\n\n[eqsat.extractors]\nreturns-none = mine:ReturnsNone\n")
+    p = eqsat(site, "optimize", model_path, "-o", tmp_path / "o.onnx", *args)
+    assert p.returncode == code, p.stderr
+    assert "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith(f"eqsat: error: {says}")
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_a_name_two_packages_declare_is_an_error_naming_both(tmp_path, model_path):
+    site = tmp_path / "site"
+    install(site, "mine", PLUGIN, "[eqsat.cost_models]\nuniform = mine:Uniform\n")
+    install(site, "yours", PLUGIN, "[eqsat.cost_models]\nuniform = yours:Uniform\n")
+    p = eqsat(site, "optimize", model_path, "--cost-model", "uniform", "-o", tmp_path / "o.onnx")
+    assert p.returncode == 2
+    line = p.stderr.strip().splitlines()[-1]
+    assert line.startswith("eqsat: error: eqsat.cost_models: 2 installed packages declare 'uniform' (")
+    assert "'mine:Uniform' of package mine 0.1" in line and "'yours:Uniform' of package yours 0.1" in line
+    assert line.endswith("); uninstall all but one")

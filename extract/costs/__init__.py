@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 from .. import plugins
-from .base import CostModel
+from .base import CostModel, CostModelError
 from .measured import Measured
 from .node_count import NodeCount
 from .roofline import Hardware, HardwareProfileError, Roofline, profiles
@@ -17,7 +17,8 @@ COST_MODELS: dict[str, type[CostModel]] = {m.name: m for m in (NodeCount, Roofli
 def make_cost_model(name: str, hardware: str = "cpu", dims: dict[str, int] | None = None) -> CostModel:
     """A cost model by name. One whose constructor takes two arguments gets the hardware
     profile and the sizes of symbolic dimensions (`Model(hardware, dims)`); one that takes
-    none is built as `Model()`. A name not registered is looked up among installed plugins;
+    none is built as `Model()`; `hardware` is the profile's name or path as given
+    (Hardware.load reads it). A name not registered is looked up among installed plugins;
     KeyError lists every name there is."""
     if name not in COST_MODELS and plugins.load(plugins.COST_MODEL_GROUP, name, CostModel, COST_MODELS) is None:
         known = [*COST_MODELS, *(n for n in plugins.names(plugins.COST_MODEL_GROUP) if n not in COST_MODELS)]
@@ -27,7 +28,14 @@ def make_cost_model(name: str, hardware: str = "cpu", dims: dict[str, int] | Non
     cls = COST_MODELS[name]
     # the shipped models, and any registered one whose constructor takes (hardware, dims)
     takes = len(inspect.signature(cls).parameters) >= 2
-    return cls(hardware, dims) if takes else cls()
+    if cls.__module__.startswith("extract."):
+        return cls(hardware, dims) if takes else cls()
+    try:  # another's model: a failure here is that model's, said in one line
+        return cls(hardware, dims) if takes else cls()
+    except Exception as e:  # noqa: BLE001
+        raise plugins.PluginError(f"cost model {name} ({cls.__module__}.{cls.__qualname__}) could not be built: "
+                                  f"{type(e).__name__}: {e}; its constructor takes (hardware, dims) or "
+                                  "nothing") from None
 
 
-__all__ = ["COST_MODELS", "CostModel", "Hardware", "HardwareProfileError", "Measured", "NodeCount", "Roofline", "make_cost_model", "profiles"]
+__all__ = ["COST_MODELS", "CostModel", "CostModelError", "Hardware", "HardwareProfileError", "Measured", "NodeCount", "Roofline", "make_cost_model", "profiles"]

@@ -8,6 +8,11 @@ from numbers import Real
 from ..egraph import EGraph, Node
 
 
+class CostModelError(ValueError):
+    """A cost model cannot price this e-graph, or its costs break the contract; the message
+    names the model and what is wrong."""
+
+
 class CostModel(ABC):
     """The cost of one e-node, without its children.
 
@@ -37,11 +42,11 @@ def positive(x) -> bool:
 
 
 def check_costs(egraph: EGraph, costs: dict, model: str = "") -> None:
-    """Raise ValueError naming the first node whose cost breaks the contract (not a number,
+    """Raise CostModelError naming the first node whose cost breaks the contract (not a number,
     NaN, <= 0 or -inf): an extractor given such costs loops or answers nonsense."""
     for nid, c in costs.items():
         if not positive(c):
             n = egraph.nodes.get(nid)
             what = f"{nid} ({n.op} in e-class {n.eclass})" if n else nid
-            raise ValueError(f"cost model {model or '?'}: node {what} costs {c!r}; costs must be finite and > 0, "
+            raise CostModelError(f"cost model {model or '?'}: node {what} costs {c!r}; costs must be finite and > 0, "
                              "or math.inf for a node never to choose (extract/costs/base.py)")

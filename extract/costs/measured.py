@@ -7,7 +7,7 @@ not the roofline in disguise."""
 from __future__ import annotations
 
 from ..egraph import EGraph, Node
-from .base import CostModel
+from .base import CostModel, CostModelError
 from .node_count import LEAF_COST, STRUCTURE
 from .roofline import Hardware, Roofline
 
@@ -26,7 +26,7 @@ class Measured(CostModel):
 
     def costs(self, egraph: EGraph) -> dict[str, float]:
         if "measured_us" not in egraph.meta:
-            raise ValueError("this e-graph has no measured op times (eqsat.measured_us): save it from a run "
+            raise CostModelError("this e-graph has no measured op times (eqsat.measured_us): save it from a run "
                              "with --cost-model measured (or compare-costs), or use the roofline model")
         self.fallback._setup(egraph)
         return super().costs(egraph)
