@@ -13,6 +13,7 @@ from onnx import helper
 
 from eqsat.pipeline import Options, saturate
 from eqsat.target import hardware_profile, nchwc_block
+from extract import EGraph
 from extract.costs.roofline import HARDWARE_DIR, Hardware, Roofline
 
 
@@ -72,3 +73,39 @@ def test_every_shipped_cpu_profile_has_its_own_block(monkeypatch):
     nchwc_block.cache_clear()
     assert hardware_profile("cpu") == "cpu"
     nchwc_block.cache_clear()
+
+
+def _gqa_egraph() -> EGraph:
+    """Grouped-query products as rules/attention.egg leaves them with a symbolic sequence S
+    (dim id -2): q [1, 4, S, 8] regrouped by Reshape [0, 2, -1, 0] to [1, 2, 2S, 8] and
+    multiplied by k [1, 2, S, 8] transposed. The e-graph has no shape for the regrouped
+    values (2S has no symbol)."""
+    def node(op, eclass, *children):
+        return {"op": op, "children": list(children), "eclass": eclass, "cost": 1.0}
+
+    nodes = {
+        "q": node("Input", "Q"), "k": node("Input", "K"),
+        **{f"i{v}": node(str(v), f"i64-{v}") for v in (0, 1, 2, -1)},
+        "alpha": node("0.125", "f64-a"),
+        "vec": node("vec-of", "IVec-t", "i0", "i2", "i-1", "i0"),
+        "ints": node("Ints", "T", "vec"),
+        "r": node("Reshape", "R", "q", "ints", "i0"),
+        "f": node("FusedMatMul", "F", "r", "k", "alpha", "i0", "i1", "i0", "i0"),
+    }
+    class_data = {"Q": {"type": "Op", "shape": [1, 4, -2, 8]}, "K": {"type": "Op", "shape": [1, 2, -2, 8]},
+                  "R": {"type": "Op"}, "F": {"type": "Op"}, "T": {"type": "Op"}}
+    return EGraph.from_json({"nodes": nodes, "class_data": class_data, "root_eclasses": ["F"],
+                             "eqsat": {"dims": {"-2": "sequence"}}})
+
+
+def test_regrouped_query_heads_get_their_shape_from_the_bound_sequence():
+    from extract.costs.roofline import derived_shapes
+
+    g = _gqa_egraph()
+    assert derived_shapes(g, {-2: 10}) == {"R": [1, 2.0, 20.0, 8], "F": [1, 2.0, 20.0, 10]}
+    costs = {s: Roofline("cpu", {"sequence": s}).costs(g)["f"] for s in (64, 256)}
+    hw = Hardware.load("cpu")
+    flops = 2 * (1 * 2 * 128 * 64) * 8  # [1, 2, 2S, S] outputs, K = 8, at S = 64
+    assert costs[64] >= hw.kernel_overhead_us + flops / (hw.matmul_gflops * 1e3)
+    # the products grow with S squared: priced from their shapes, not as a kernel launch
+    assert costs[256] - hw.kernel_overhead_us > 10 * (costs[64] - hw.kernel_overhead_us)

@@ -124,6 +124,78 @@ def profiles() -> list[str]:
     return sorted(p.stem for p in HARDWARE_DIR.glob("*.json"))
 
 
+def literal_ints(egraph: EGraph, eclass: str) -> list[int] | None:
+    """The integers of an `Ints` literal in the e-class, or None."""
+    for nid in egraph.classes.get(eclass, ()):
+        n = egraph.nodes[nid]
+        if n.op != "Ints" or not n.children:
+            continue
+        for vid in egraph.classes.get(n.children[0], ()):
+            v = egraph.nodes[vid]
+            if v.op == "vec-of":
+                try:
+                    return [int(egraph.nodes[egraph.classes[c][0]].op) for c in v.children]
+                except (IndexError, KeyError, ValueError):
+                    return None
+    return None
+
+
+def derived_shapes(egraph: EGraph, sym: dict[int, float]) -> dict[str, list[float]]:
+    """Shapes, in sizes, of the e-classes the e-graph leaves without one because a dimension
+    is a product with a symbolic one: grouped-query attention regroups [B, n, S, K] query
+    heads as [B, k, n*S/k, K] (rules/attention.egg; shape-reshape-regroup knows it only for
+    sizes), and the products and the Reshape back inherit the unknown. With the symbolic
+    sizes bound, the same rules give numbers: Reshape(a, [0, k, -1, 0]), and MatMul /
+    FusedMatMul of two 4-D operands with the same leading dims."""
+    def known(c: str) -> list[float] | None:
+        s = egraph.class_data.get(c, {}).get("shape")
+        if s is not None:
+            return [d if d >= 0 else sym.get(d, DEFAULT_DIM) for d in s]
+        return out.get(c)
+
+    todo = [n for n in egraph.nodes.values() if n.op in ("Reshape", "MatMul", "FusedMatMul")
+            and egraph.class_data.get(n.eclass, {}).get("shape") is None]
+    out: dict[str, list[float]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for n in todo:
+            if n.eclass in out:
+                continue
+            a = known(n.children[0]) if n.children else None
+            if a is None or len(a) != 4:
+                continue
+            shape = None
+            if n.op == "Reshape":
+                t = literal_ints(egraph, n.children[1]) if len(n.children) > 1 else None
+                if t and len(t) == 4 and t[0] == 0 and t[2] == -1 and t[3] == 0 and t[1] > 0:
+                    shape = [a[0], float(t[1]), a[1] * a[2] / t[1], a[3]]
+            else:
+                b = known(n.children[1])
+                tb = 0
+                if n.op == "FusedMatMul":  # A B alpha transA transB transBatchA transBatchB
+                    flags = [literal_int(egraph, c) for c in n.children[3:7]]
+                    if flags[0] != 0 or flags[2:] != [0, 0]:
+                        continue
+                    tb = flags[1] or 0
+                if b is not None and len(b) == 4 and a[:2] == b[:2]:
+                    shape = [a[0], a[1], a[2], b[2] if tb else b[3]]
+            if shape is not None:
+                out[n.eclass] = shape
+                changed = True
+    return out
+
+
+def literal_int(egraph: EGraph, eclass: str) -> int | None:
+    """The integer primitive an e-class holds, or None."""
+    for nid in egraph.classes.get(eclass, ()):
+        try:
+            return int(egraph.nodes[nid].op)
+        except ValueError:
+            continue
+    return None
+
+
 class Roofline(CostModel):
     """Contract: monotonic (every op costs at least its kernel overhead > 0)."""
 
@@ -137,15 +209,18 @@ class Roofline(CostModel):
     def _setup(self, egraph: EGraph) -> None:
         names = egraph.meta.get("dims", {})
         self._sym = {int(k): self.dims.get(v, DEFAULT_DIM) for k, v in names.items()}
+        self._derived = derived_shapes(egraph, self._sym)
 
-    def numel(self, egraph: EGraph, eclass: str) -> float | None:
+    def shape(self, egraph: EGraph, eclass: str) -> list[float] | None:
+        """The e-class's shape in sizes: symbolic dims bound, or derived (derived_shapes)."""
         shape = egraph.class_data.get(eclass, {}).get("shape")
         if shape is None:
-            return None
-        n = 1.0
-        for d in shape:
-            n *= d if d >= 0 else self._sym.get(d, DEFAULT_DIM)
-        return n
+            return getattr(self, "_derived", {}).get(eclass)
+        return [d if d >= 0 else self._sym.get(d, DEFAULT_DIM) for d in shape]
+
+    def numel(self, egraph: EGraph, eclass: str) -> float | None:
+        shape = self.shape(egraph, eclass)
+        return None if shape is None else math.prod(shape, start=1.0)
 
     def nbytes(self, egraph: EGraph, eclass: str) -> float:
         n = self.numel(egraph, eclass)
@@ -153,11 +228,10 @@ class Roofline(CostModel):
         return 0.0 if n is None else n * DTYPE_BYTES.get(dt, 4)
 
     def dim(self, egraph: EGraph, eclass: str, axis: int) -> float | None:
-        shape = egraph.class_data.get(eclass, {}).get("shape")
+        shape = self.shape(egraph, eclass)
         if not shape or not -len(shape) <= axis < len(shape):
             return None
-        d = shape[axis]
-        return d if d >= 0 else self._sym.get(d, DEFAULT_DIM)
+        return shape[axis]
 
     def op_inputs(self, egraph: EGraph, node: Node) -> list[str]:
         out = []
