@@ -95,10 +95,23 @@ class Mismatch:
         return f"output '{self.output}': {self.detail}"
 
 
-def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol: float = 0.0,
-            atol: float = 0.0) -> list[Mismatch]:
+# Verification's tolerance where the user gives none, by output element type: rewrites
+# reorder arithmetic and so move the last bits, and onnxruntime's CPU provider runs many
+# float16 ops in float32 with casts placed by the graph's structure (a float16 value has
+# about three decimal digits, bfloat16 two).
+DEFAULT_TOLERANCE = (1e-3, 1e-4)  # (rtol, atol)
+TOLERANCE = {"float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
+
+
+def tolerance(dtype) -> tuple[float, float]:
+    """(rtol, atol) for outputs of this element type when the user gives none."""
+    return TOLERANCE.get(np.dtype(dtype).name, DEFAULT_TOLERANCE)
+
+
+def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol: float | None = 0.0,
+            atol: float | None = 0.0) -> list[Mismatch]:
     """Differences between two runs: names, dtypes, shapes, then values (exact when
-    rtol = atol = 0; NaN equals NaN)."""
+    rtol = atol = 0; NaN equals NaN; None: `tolerance` of each output's element type)."""
     out: list[Mismatch] = []
     if list(expected) != list(actual):
         return [Mismatch(",".join(actual), f"output names differ: expected {list(expected)}")]
@@ -107,7 +120,7 @@ def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol
     return out
 
 
-def _compare_value(name: str, e: object, a: object, rtol: float, atol: float) -> list[Mismatch]:
+def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: float | None) -> list[Mismatch]:
     """One output: a tensor, a sequence (list) of tensors, a map, or None (optional)."""
     out: list[Mismatch] = []
     if e is None or a is None:
@@ -127,9 +140,13 @@ def _compare_value(name: str, e: object, a: object, rtol: float, atol: float) ->
     return _compare_tensor(name, np.asarray(e), np.asarray(a), rtol, atol)
 
 
-def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float, atol: float) -> list[Mismatch]:
+def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None, atol: float | None
+                    ) -> list[Mismatch]:
     if e.dtype != a.dtype:
         return [Mismatch(name, f"dtype {a.dtype}, expected {e.dtype}")]
+    if rtol is None or atol is None:
+        r, t = tolerance(e.dtype)
+        rtol, atol = r if rtol is None else rtol, t if atol is None else atol
     if e.shape != a.shape:
         return [Mismatch(name, f"shape {a.shape}, expected {e.shape}")]
     if e.dtype == object or e.dtype.kind in "SUb":
@@ -181,12 +198,14 @@ class Verification:
         return {"status": self.status, "detail": self.detail, "runs": self.runs}
 
 
-def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: float = 1e-3, atol: float = 1e-4,
-           dims: dict[str, int] | None = None) -> Verification:
+def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: float | None = None,
+           atol: float | None = None, dims: dict[str, int] | None = None) -> Verification:
     """Compare the optimized model with the original under onnxruntime on `runs` sets of
-    random inputs (seeds 0, 1, ...). Not possible (never silently passed) when onnxruntime
-    cannot run the original or the inputs cannot be made up; failed on any difference
-    beyond rtol/atol, or when onnxruntime cannot run the optimized model."""
+    random inputs (seeds 0, 1, ...), within rtol/atol (None: `tolerance` of each output's
+    element type). Symbolic dimensions not in `dims` take the first sizes of
+    `verification_dims` the original runs with. Not possible (never silently passed) when
+    onnxruntime cannot run the original or the inputs cannot be made up; failed on any
+    difference beyond the tolerance, or when onnxruntime cannot run the optimized model."""
     try:
         ref_sess = session(original)
     except Exception as e:  # noqa: BLE001 - an op onnxruntime lacks, a custom domain, ...
@@ -196,23 +215,84 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     except Exception as e:  # noqa: BLE001
         return Verification("failed", f"onnxruntime cannot run the optimized model: {_line(e)}")
     names = [o.name for o in ref_sess.get_outputs()]
+    sizes: dict[str, int] | None = None  # the symbolic sizes the original ran with
+    dtypes: set[str] = set()
     for seed in range(runs):
-        try:
-            feeds = random_inputs(original, dims, seed=seed)
-        except EqsatError as e:
-            return Verification("not possible", str(e))
-        try:
-            expected = dict(zip(names, ref_sess.run(names, feeds), strict=True))
-        except Exception as e:  # noqa: BLE001 - e.g. random ids out of a table's range
-            return Verification("not possible", f"onnxruntime cannot run the original on random inputs: {_line(e)}")
+        if sizes is None:
+            first = None
+            for attempt in verification_dims(original, dims):
+                try:
+                    feeds = random_inputs(original, attempt, seed=seed)
+                except EqsatError as e:
+                    return Verification("not possible", str(e))
+                try:
+                    expected = dict(zip(names, ref_sess.run(names, feeds), strict=True))
+                except Exception as e:  # noqa: BLE001 - e.g. random ids out of a table's range, a size too small
+                    first = first or e
+                    continue
+                sizes = attempt
+                break
+            if sizes is None:
+                return Verification("not possible",
+                                    f"onnxruntime cannot run the original on random inputs: {_line(first)}")
+        else:
+            feeds = random_inputs(original, sizes, seed=seed)
+            try:
+                expected = dict(zip(names, ref_sess.run(names, feeds), strict=True))
+            except Exception as e:  # noqa: BLE001
+                return Verification("not possible", f"onnxruntime cannot run the original on random inputs: "
+                                                    f"{_line(e)}")
         try:
             got = dict(zip(names, opt_sess.run(names, feeds), strict=True))
         except Exception as e:  # noqa: BLE001
             return Verification("failed", f"onnxruntime cannot run the optimized model: {_line(e)}", seed + 1)
+        dtypes |= {v.dtype.name for v in expected.values()
+                   if hasattr(v, "dtype") and v.dtype.name.startswith(("float", "bfloat"))}
         bad = compare(expected, got, rtol, atol)
         if bad:
-            return Verification("failed", "; ".join(map(str, bad[:3])) + f" (random inputs, seed {seed})", seed + 1)
-    return Verification("passed", f"{runs} run(s) within rtol {rtol:g}, atol {atol:g}", runs)
+            return Verification("failed", "; ".join(map(str, bad[:3])) + f" (random inputs, seed {seed}"
+                                + _sizes(sizes) + ")", seed + 1)
+    return Verification("passed", f"{runs} run(s) within {_tolerances(rtol, atol, dtypes)}{_sizes(sizes)}", runs)
+
+
+PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
+
+
+def verification_dims(model: ModelProto, dims: dict[str, int] | None = None) -> list[dict[str, int]]:
+    """Sizes to try, in order, for the symbolic dimensions of the model's inputs that `dims`
+    does not bind: first a different small size for each (2, 3, 5, ... in order of
+    appearance, so that a rewrite confusing batch with sequence shows), then 2 for all, then
+    the first sizes 16 and 128 times larger for every dimension but a batch (an audio
+    model's sample count or a vision model's height may need hundreds)."""
+    dims = dict(dims or {})
+    names: list[str] = []
+    for vi in model.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param and d.dim_param not in dims and d.dim_param not in names:
+                names.append(d.dim_param)
+    if not names:
+        return [dims]
+    small = {n: PRIMES[i % len(PRIMES)] for i, n in enumerate(names)}
+    out = [small, dict.fromkeys(names, 2)]
+    for k in (16, 128):
+        out.append({n: v if "batch" in n.lower() else v * k for n, v in small.items()})
+    return [{**d, **dims} for d in out]
+
+
+def _sizes(sizes: dict[str, int] | None) -> str:
+    return f"; symbolic sizes {', '.join(f'{k}={v}' for k, v in sizes.items())}" if sizes else ""
+
+
+def _tolerances(rtol: float | None, atol: float | None, dtypes: set[str]) -> str:
+    """The tolerance a verification used, per output element type where it was the default."""
+    parts = []
+    for dt in sorted(dtypes) or ["float32"]:
+        r, t = tolerance(dt)
+        r, t = r if rtol is None else rtol, t if atol is None else atol
+        parts.append((dt, f"rtol {r:g}, atol {t:g}"))
+    if len({p for _, p in parts}) == 1:
+        return parts[0][1]
+    return "; ".join(f"{p} ({dt})" for dt, p in parts)
 
 
 def _line(e: Exception) -> str:

@@ -1,0 +1,57 @@
+"""Verification of an optimized model against its original (eqsat/verify.py): the sizes it
+picks for symbolic dimensions, and its tolerance by output type."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eqsat.verify import compare, tolerance, verification_dims, verify
+
+from .conftest import parse_model
+
+
+def test_batch_and_sequence_get_different_sizes_so_confusing_them_shows():
+    # Gather(Shape(x), 0) vs Gather(Shape(x), 1): equal whenever batch == sequence
+    text = """
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, sequence] x) => (int64 y) {{ s = Shape(x)
+                                                  i = Constant <value = int64 {{{axis}}}> ()
+                                                  y = Gather(s, i) }}"""
+    right, wrong = parse_model(text.format(axis=0)), parse_model(text.format(axis=1))
+    v = verify(right, wrong)
+    assert v.status == "failed" and "3 vs expected 2" in v.detail  # at batch == sequence both would be 2
+    assert "symbolic sizes batch=2, sequence=3" in v.detail
+    assert verify(right, right).status == "passed"
+    # sizes the user binds are kept, and only the others are chosen
+    assert verification_dims(right, {"sequence": 8})[0] == {"batch": 2, "sequence": 8}
+
+
+def test_a_dimension_too_small_for_the_original_gets_larger_sizes():
+    # a 7-wide convolution over `samples`: 3 samples do not run, 48 do; the batch stays small
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, 1, samples] x) => (float[batch, 1, n] y)
+          <float[1, 1, 7] w = {1, 2, 3, 4, 3, 2, 1}> { y = Conv(x, w) }""")
+    tries = verification_dims(m)
+    assert tries[0] == {"batch": 2, "samples": 3} and tries[1] == {"batch": 2, "samples": 2}
+    assert tries[2] == {"batch": 2, "samples": 48}
+    v = verify(m, m)
+    assert v.status == "passed" and "symbolic sizes batch=2, samples=48" in v.detail
+
+
+def test_the_default_tolerance_follows_the_output_type():
+    assert tolerance(np.float32) == (1e-3, 1e-4) and tolerance(np.float16) == (1e-2, 1e-3)
+    e = np.linspace(-1, 1, 64)
+    a = e * (1 + 3e-3)  # a few float16 rounding steps
+    assert compare({"y": e.astype(np.float16)}, {"y": a.astype(np.float16)}, None, None) == []
+    assert compare({"y": e.astype(np.float32)}, {"y": a.astype(np.float32)}, None, None) != []
+    # a tolerance the user gives holds for every type
+    assert compare({"y": e.astype(np.float16)}, {"y": a.astype(np.float16)}, 1e-3, 1e-4) != []
+
+
+def test_a_float16_model_is_verified_within_float16_tolerance():
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float16[batch, 4] x) => (float16[batch, 4] y) { y = Relu(x) }""")
+    v = verify(m, m)
+    assert v.status == "passed" and "within rtol 0.01, atol 0.001" in v.detail
