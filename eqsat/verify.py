@@ -233,8 +233,11 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
                 sizes = attempt
                 break
             if sizes is None:
+                tried = verification_dims(original, dims)
+                hint = (f" (symbolic sizes tried: {'; '.join(_sizes(t)[17:] for t in tried)}; pass --dim NAME=SIZE "
+                        "for the sizes the model needs)") if tried != [dict(dims or {})] else ""
                 return Verification("not possible",
-                                    f"onnxruntime cannot run the original on random inputs: {_line(first)}")
+                                    f"onnxruntime cannot run the original on random inputs: {_line(first)}{hint}")
         else:
             feeds = random_inputs(original, sizes, seed=seed)
             try:
@@ -276,7 +279,11 @@ def verification_dims(model: ModelProto, dims: dict[str, int] | None = None) -> 
     out = [small, dict.fromkeys(names, 2)]
     for k in (16, 128):
         out.append({n: v if "batch" in n.lower() else v * k for n, v in small.items()})
-    return [{**d, **dims} for d in out]
+    tries: list[dict[str, int]] = []
+    for d in out:
+        if {**d, **dims} not in tries:
+            tries.append({**d, **dims})
+    return tries
 
 
 def _sizes(sizes: dict[str, int] | None) -> str:

@@ -55,3 +55,16 @@ def test_a_float16_model_is_verified_within_float16_tolerance():
         g (float16[batch, 4] x) => (float16[batch, 4] y) { y = Relu(x) }""")
     v = verify(m, m)
     assert v.status == "passed" and "within rtol 0.01, atol 0.001" in v.detail
+
+
+def test_sizes_no_try_fits_is_not_possible_and_says_to_pass_dim():
+    # the export fixed 16 elements behind a symbolic name: no size tried is 16
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[n] x) => (float[4, 4] y) { s = Constant <value = int64[2] {4, 4}> ()
+                                             y = Reshape(x, s) }""")
+    v = verify(m, m)
+    assert v.status == "not possible"
+    assert v.detail.endswith("(symbolic sizes tried: n=2; n=32; n=256; pass --dim NAME=SIZE for the sizes "
+                             "the model needs)")
+    assert verify(m, m, dims={"n": 16}).status == "passed"
