@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the saturated e-graph (egraph-serialize JSON with eqsat metadata)")
     o.add_argument("--no-verify", action="store_true",
                    help="skip comparing the optimized model with the original under onnxruntime")
+    o.add_argument("--require-verification", action="store_true",
+                   help="fail (exit 1, nothing written) when verification is not possible, instead of a warning")
     o.add_argument("--verify-runs", type=positive_int, default=1, metavar="N",
                    help="sets of random inputs for verification (default 1)")
     o.add_argument("--rtol", type=nonnegative_float,
@@ -167,6 +169,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     src = Path(args.input)
     out = Path(args.output) if args.output else src.with_name(src.stem + ".opt.onnx")
+    if args.no_verify and args.require_verification:
+        raise UsageError("--no-verify and --require-verification contradict each other: give one")
     if out.resolve() == src.resolve() and not args.in_place:
         raise UsageError(f"{out}: refusing to overwrite the input; pass --in-place to allow it")
     say = _progress(args.quiet)
@@ -205,6 +209,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         r["verification"] = v.as_dict()
         if v.status == "failed":
             raise OptimizeError(f"verification failed, nothing written: {v.detail}")
+        if v.status == "not possible" and args.require_verification:
+            raise OptimizeError(f"verification not possible, nothing written (--require-verification): {v.detail}")
         if v.status == "not possible":  # a warning, shown even with -q; not also a progress line
             print(f"eqsat: warning: verification not possible: {v.detail}", file=sys.stderr)
         else:

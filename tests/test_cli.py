@@ -239,6 +239,14 @@ def test_verification_not_possible_is_reported_not_passed(capsys, tmp_path):
     assert "eqsat: warning: verification not possible: onnxruntime cannot run the original" in err
     assert err.count("verification not possible") == 1  # the warning, not also a progress line
     assert json.loads(rep.read_text())["verification"]["status"] == "not possible"
+    # a deployment that must not ship an unverified model says so
+    strict = tmp_path / "strict.onnx"
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", strict, "--require-verification")
+    assert rc == 1 and not strict.exists()
+    assert error_line(err).startswith("eqsat: error: verification not possible, nothing written "
+                                      "(--require-verification): onnxruntime cannot run the original")
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", strict, "--require-verification", "--no-verify")
+    assert rc == 2 and "contradict each other" in err
 
 
 def test_a_closed_pipe_is_not_a_traceback():
