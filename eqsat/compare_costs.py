@@ -8,7 +8,7 @@ own graph optimizations off, side by side in random round orders: eqsat.latency.
 median). Per cost model: the predicted cost of its own program, that program's measured
 latency, and Kendall's tau between the model's predictions and the measured latencies over
 all the programs (1: it ranks them as the hardware does; 0: no better than chance), with
-its p-value (scipy's: how often chance alone ranks as well) and, from MIN_INTERVAL programs
+its one-sided p-value (how often chance alone ranks as well) and, from MIN_INTERVAL programs
 on, a 95 % percentile bootstrap interval over the programs (resampled with replacement; with
 fewer it says nothing: a perfectly ranked sample resamples to [1, 1] at any size). With ten
 programs the interval is wide, and one that holds 0 does not tell the model from chance.
@@ -58,7 +58,8 @@ class Record:
     programs: int
     tau_interval: tuple[float, float] | None = None  # 95 %, bootstrap over the programs
     extractor: str = "ilp"
-    p_value: float | None = None  # of tau (scipy.stats.kendalltau)
+    p_value: float | None = None  # of tau (scipy.stats.kendalltau, one-sided: agreement)
+    unit: str = ""  # the cost model's
 
     def as_dict(self) -> dict:
         return {"cost_model": self.cost_model, "extractor": self.extractor, "predicted": self.predicted,
@@ -69,8 +70,9 @@ class Record:
 
 def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int = 20, progress=None,
                   cost_models: list[str] | None = None) -> tuple[list[Record], dict]:
-    """`cost_models`: the names to compare (default every registered one); each extracts
-    its program with `opts.extractor`."""
+    """`cost_models`: the names to compare (default every registered one: the shipped
+    models, any a script added to COST_MODELS, and installed plugins this process already
+    loaded by name); each extracts its program with `opts.extractor`."""
     say = progress or (lambda _m: None)
     names = list(dict.fromkeys(cost_models or COST_MODELS))
     models = {name: cost_model(dataclasses.replace(opts, cost_model=name)) for name in names}  # bad names fail now
@@ -105,7 +107,7 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
         predicted = predictions[name] = [dag_cost(eg, p, costs[name]) for p in programs]
         records.append(Record(name, predicted[own[name]], measured[own[name]], kendall_tau(predicted, measured),
                               len(programs), tau_interval(predicted, measured), opts.extractor,
-                              kendall_p(predicted, measured)))
+                              kendall_p(predicted, measured), models[name].unit))
     info = {"programs": len(programs), "measured_ms": measured, "nodes": [len(m.graph.node) for m in decoded],
             "predicted": predictions, "chosen_by": {name: own[name] for name in models}}
     return records, info
@@ -119,7 +121,7 @@ def _kendall(a, b):
         return None
     from scipy.stats import kendalltau
 
-    r = kendalltau(a, b)
+    r = kendalltau(a, b, alternative="greater")  # the p-value of agreement: ranking backwards is no skill
     return None if r.statistic is None or math.isnan(r.statistic) else r
 
 
@@ -129,7 +131,9 @@ def kendall_tau(a: list[float], b: list[float]) -> float | None:
 
 
 def kendall_p(a: list[float], b: list[float]) -> float | None:
-    """The p-value of tau: the chance of a rank agreement at least this strong with none."""
+    """The one-sided p-value of tau: the chance that predictions unrelated to the latencies
+    agree with them at least this well (a model that ranks the programs backwards gets
+    p near 1, not near 0)."""
     r = _kendall(a, b)
     return None if r is None or math.isnan(r.pvalue) else float(r.pvalue)
 
@@ -158,9 +162,6 @@ def as_json(records: list[Record], info: dict) -> dict:
     return {"cost_models": [r.as_dict() for r in records], "programs": programs}
 
 
-UNITS = {"node-count": "ops", "roofline": "us", "measured": "us"}  # each model's prediction, in its unit
-
-
 def table(records: list[Record]) -> str:
     """One row per cost model: its predicted cost of its own choice (in its own unit), that
     choice's measured latency, and Kendall's tau over every program timed (n/a: fewer than
@@ -172,6 +173,6 @@ def table(records: list[Record]) -> str:
         if r.tau_interval:
             tau += f" [{r.tau_interval[0]:.2f}, {r.tau_interval[1]:.2f}]"
         p = "" if r.p_value is None else f"{r.p_value:.2g}"
-        pred = f"{r.predicted:.3f} {UNITS.get(r.cost_model, '')}".rstrip()
+        pred = f"{r.predicted:.3f} {r.unit}".rstrip()
         lines.append(f"{r.cost_model:12s} {pred:>16s} {r.measured_ms:12.3f} {tau:>22s} {p:>7s}")
     return "\n".join(lines)

@@ -48,13 +48,6 @@ def output_folder(out) -> Path:
     return folder
 
 
-def shipped(obj) -> bool:
-    """Whether a class (or an object's class) is eqsat's own, not a registered or installed
-    plugin's."""
-    cls = obj if isinstance(obj, type) else type(obj)
-    return cls.__module__.startswith(("extract.", "eqsat."))
-
-
 @contextmanager
 def extraction_errors(what: str, *parts) -> Iterator[None]:
     """Run an extractor or cost model: a failed check or a broken cost contract becomes an
@@ -62,6 +55,7 @@ def extraction_errors(what: str, *parts) -> Iterator[None]:
     eqsat's own (a plugin's bug is one line naming it; eqsat's own keep their traceback)."""
     from extract import ExtractionError
     from extract.costs import CostModelError
+    from extract.plugins import shipped
 
     try:
         yield

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from .argtypes import dim, output_file, positive_float
-from .errors import OptimizeError, UsageError, extraction_errors
+from .errors import UsageError
 
 
 def register(subparsers) -> dict:
@@ -33,7 +33,7 @@ def register(subparsers) -> dict:
     x.add_argument("egraph", metavar="EGRAPH.json")
     x.add_argument("--extractor", action="append", default=[], metavar="NAME",
                    help="as for optimize (default ilp); repeatable: one line for each")
-    x.add_argument("--extract-time-limit", type=positive_float, default=60.0, metavar="S",
+    x.add_argument("--extract-time-limit", type=positive_float, metavar="S",
                    help="seconds for the ILP extractor (default 60)")
     x.add_argument("--cost-model", action="append", default=[], metavar="NAME",
                    help="as for optimize (default node-count; with --check, the model the choice file names); "
@@ -76,24 +76,44 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
     if args.check and args.output:
         raise UsageError("--check reads a choice and -o writes one: give one of them")
+    if args.check and (args.extractor or args.extract_time_limit is not None):
+        raise UsageError("--check checks a choice made already: --extractor and --extract-time-limit do not apply")
     if args.output and Path(args.output).resolve() == Path(args.egraph).resolve():
         raise UsageError(f"{args.output}: refusing to overwrite the e-graph with a choice; name another file")
     extractors = list(dict.fromkeys(args.extractor or ["ilp"]))
-    if args.output and len(extractors) * max(1, len(args.cost_model)) > 1:
+    names = list(dict.fromkeys(args.cost_model))
+    if args.output and len(extractors) * max(1, len(names)) > 1:
         raise UsageError("-o writes one choice: give one --extractor and one --cost-model with it")
     picked = read_choice(args.check) if args.check else None
     g = load_egraph(args.egraph)
     settings = g.meta.get("settings", {})
     _warn_settings(args, g)
-    # --check prices the choice under the model that made it, unless told otherwise
-    default = picked[1].get("cost_model") if picked and picked[1].get("cost_model") else "node-count"
     opts = Options(hardware=args.hardware or settings.get("hardware", "cpu"),
                    dims={**settings.get("dims", {}), **dict(args.dim)})
-    models = [cost_model(dataclasses.replace(opts, cost_model=name))  # bad names fail now
-              for name in dict.fromkeys(args.cost_model or [default])]
+    if not names:  # --check prices the choice under the model that made it, where this eqsat has it
+        names = [_model_of(picked[1], args.check) if picked else "node-count"]
+    models = [cost_model(dataclasses.replace(opts, cost_model=name)) for name in names]  # bad names fail now
     if picked:
         return _check(args, g, models, picked)
     return _extract(args, g, models, extractors)
+
+
+def _model_of(meta: dict, path) -> str:
+    """The cost model a choice file names, if this eqsat can build it, else node count."""
+    import sys
+
+    from extract.costs import COST_MODELS, make_cost_model
+
+    name = meta.get("cost_model") or "node-count"
+    if name in COST_MODELS:
+        return name
+    try:
+        make_cost_model(name)  # an installed plugin's
+        return name
+    except Exception:  # noqa: BLE001 - not installed here, or broken: price the choice another way
+        print(f"eqsat: warning: {path} was made under cost model {name!r}, which this eqsat cannot build; "
+              "pricing it under node-count (--cost-model to choose)", file=sys.stderr)
+        return "node-count"
 
 
 def _warn_settings(args: argparse.Namespace, g) -> None:
@@ -116,48 +136,36 @@ def _warn_settings(args: argparse.Namespace, g) -> None:
 
 def _check(args: argparse.Namespace, g, models: list, picked: tuple[dict, dict]) -> int:
     """One line per cost model for a valid choice; exit 1 with the checker's reason if not."""
-    from extract import check, dag_cost, tree_cost
-    from extract.choice_file import same_egraph
+    from .pipeline import file_choice
 
-    choice, meta = picked
-    why = same_egraph(meta, g)
-    if why:
-        raise OptimizeError(f"{args.check}: not a valid choice for {args.egraph}: {why}")
-    with extraction_errors(f"{args.check}: not a valid choice for {args.egraph}", *models):
-        check(g, choice)
-        for cost in models:
-            costs = cost.costs(g)
-            print(f"{args.check}: valid for {args.egraph} (every root chosen, closed, acyclic); {cost.name}: "
-                  f"{_costs(dag_cost(g, choice, costs), tree_cost(g, choice, costs), cost.name)}")
+    for cost in models:
+        ex = file_choice(g, picked, args.check, cost, str(args.egraph))
+        print(f"{args.check}: valid for {args.egraph} (every root chosen, closed, acyclic); {cost.name}: "
+              f"{_costs(ex.dag_cost, ex.tree_cost, cost)}")
     return 0
 
 
 def _extract(args: argparse.Namespace, g, models: list, extractors: list[str]) -> int:
     """One line per cost model and extractor, each extraction checked; -o writes the one."""
-    from extract import PluginError, extractor_class
     from extract.choice_file import as_json
 
-    from .pipeline import run_extractor
+    from .pipeline import extractor_type, run_extractor
 
-    try:
-        classes = {name: extractor_class(name) for name in extractors}
-    except (KeyError, PluginError) as e:
-        raise UsageError(str(e).strip("'\"")) from None
+    classes = {name: extractor_type(name) for name in extractors}
+    limit = 60.0 if args.extract_time_limit is None else args.extract_time_limit
     for cost in models:
         for name, cls in classes.items():
-            ex = run_extractor(g, name, cost, args.extract_time_limit)
+            ex = run_extractor(g, name, cost, limit)
             notes = f" ({'; '.join(ex.notes)})" if ex.notes else ""
             n = len(ex.choice)
             print(f"{args.egraph}: {ex.extractor}{' (optimal)' if cls.optimal and not ex.notes else ''} under "
                   f"{cost.name}: {n} e-class{'' if n == 1 else 'es'} chosen, "
-                  f"{_costs(ex.dag_cost, ex.tree_cost, cost.name)}, {ex.time_s:.2f} s{notes}")
+                  f"{_costs(ex.dag_cost, ex.tree_cost, cost)}, {ex.time_s:.2f} s{notes}")
             if args.output:
                 args.output.write_text(json.dumps(as_json(ex, g, cost.name), indent=1))
     return 0
 
 
-def _costs(dag: float, tree: float, model: str) -> str:
-    from .compare_costs import UNITS
-
-    unit = f" {UNITS[model]}" if model in UNITS else ""
+def _costs(dag: float, tree: float, cost) -> str:
+    unit = f" {cost.unit}" if cost.unit else ""
     return f"DAG cost {dag:.6g}{unit}, tree cost {tree:.6g}{unit}"

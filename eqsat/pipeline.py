@@ -32,7 +32,7 @@ from extract.costs import CostModel, HardwareProfileError, make_cost_model
 
 from .decode import Decoder
 from .encode import Encoder
-from .errors import OptimizeError, UsageError, extraction_errors
+from .errors import UsageError, extraction_errors
 from .oracle import Oracle
 from .saturate import Limits, Saturator
 from .serialize import serialize
@@ -110,22 +110,40 @@ class Saturated:
         return run_extractor(self.egraph, extractor or self.opts.extractor, cost, self.opts.extract_time_limit)
 
     def choose(self, picked: tuple[dict[str, str], dict], path: Path, cost: CostModel) -> Extraction:
-        """The choice a file held (`choice_file.read`), as an extraction: it must be made on
-        this e-graph (its digest, when it records one) and pass the checker."""
-        choice, meta = picked
-        why = choice_file.same_egraph(meta, self.egraph)
-        if why:
-            raise OptimizeError(f"{path}: {why}")
-        with extraction_errors(f"{path}: not a valid choice for this e-graph", cost):
-            check(self.egraph, choice)
-            costs = cost.costs(self.egraph)
-        made = f"made by {meta['extractor']} under {meta.get('cost_model', '?')}" if "extractor" in meta else ""
-        return Extraction(choice, f"choice file {Path(path).name}", tree_cost(self.egraph, choice, costs),
-                          dag_cost(self.egraph, choice, costs), notes=[made] if made else [])
+        """The choice a file held (`choice_file.read`), as an extraction (`file_choice`)."""
+        return file_choice(self.egraph, picked, path, cost, "this e-graph")
 
     def decode(self, choice: dict[str, str]) -> ModelProto:
         self.decoder = Decoder(self.model, self.egraph, choice, self.tensors, self.protos, self.value_names)
         return self.decoder.decode(self.egraph.roots)
+
+
+def file_choice(egraph: EGraph, picked: tuple[dict[str, str], dict], path: Path, cost: CostModel,
+                what: str) -> Extraction:
+    """A choice file's choice as an extraction priced by `cost`: it must be made on this
+    e-graph (its digest, when it records one) and pass the checker, else OptimizeError
+    "PATH: not a valid choice for WHAT: reason"; a model that cannot price the e-graph is
+    its own error."""
+    choice, meta = picked
+    with extraction_errors(f"{path}: not a valid choice for {what}"):
+        why = choice_file.same_egraph(meta, egraph)
+        if why:
+            raise ExtractionError(why)
+        check(egraph, choice)
+    with extraction_errors(f"{path}: cost model {cost.name} cannot price it", cost):
+        costs = cost.costs(egraph)
+    made = f"made by {meta['extractor']} under {meta.get('cost_model', '?')}" if "extractor" in meta else ""
+    return Extraction(choice, f"choice file {Path(path).name}", tree_cost(egraph, choice, costs),
+                      dag_cost(egraph, choice, costs), notes=[made] if made else [])
+
+
+def extractor_type(name: str) -> type:
+    """The extractor class of that name (registered or an installed plugin's); a name there
+    is none of, or a broken plugin, is a UsageError."""
+    try:
+        return extractor_class(name)
+    except (KeyError, PluginError) as e:
+        raise UsageError(str(e).strip("'\"")) from None
 
 
 def run_extractor(egraph: EGraph, name: str, cost: CostModel, time_limit: float | None = None) -> Extraction:
@@ -166,10 +184,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     def phase(name: str, t0: float) -> None:
         times[name] = round(time.perf_counter() - t0, 4)
 
-    try:
-        extractor_class(opts.extractor)
-    except (KeyError, PluginError) as e:
-        raise UsageError(str(e).strip("'\"")) from None
+    extractor_type(opts.extractor)
     cost_model(opts)  # fail early on a bad --cost-model or --hardware
     hardware = hardware_profile(opts.hardware)
     if hardware != opts.hardware:
@@ -240,7 +255,8 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "hardware": str(getattr(hardware, "name", hardware)), "target": opts.target, "layout": opts.layout,
         "default_rules": opts.default_rules, "rules": [str(f) for f in opts.rule_files], "dims": dict(opts.dims),
         "fold_limit": opts.fold_limit, "explain": opts.explain, "iter_limit": opts.limits.iter_limit,
-        "node_limit": opts.limits.node_limit, "time_limit": opts.limits.time_limit}
+        "node_limit": opts.limits.node_limit, "time_limit": opts.limits.time_limit,
+        "stop_reason": sat_report.stop_reason}  # a time limit's stop is not reproducible
     if opts.save_egraph:
         Path(opts.save_egraph).write_text(json.dumps(data))
 

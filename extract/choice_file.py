@@ -49,6 +49,11 @@ def read(path: str | Path) -> tuple[dict[str, str], dict]:
             isinstance(k, str) and isinstance(v, str) for k, v in choice.items()):
         raise ChoiceFileError(f'{path}: not a choice file: expected {{"choice": {{e-class: node id, ...}}}} '
                               "with strings for both (eqsat extract -o writes one)")
+    for key in ("egraph_digest", "extractor", "cost_model"):
+        if key in meta and not isinstance(meta[key], str):
+            raise ChoiceFileError(f"{path}: {key} is {meta[key]!r}; a choice file's {key} is a string")
+    if not isinstance(meta.get("settings", {}), dict):
+        raise ChoiceFileError(f"{path}: settings is {meta['settings']!r}; a choice file's settings are an object")
     fmt = meta.get("format", FORMAT)
     if isinstance(fmt, bool) or not isinstance(fmt, int):
         raise ChoiceFileError(f"{path}: choice file format {fmt!r} is not a version number")

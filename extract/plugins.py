@@ -23,6 +23,13 @@ EXTRACTOR_GROUP = "eqsat.extractors"
 COST_MODEL_GROUP = "eqsat.cost_models"
 
 
+def shipped(obj) -> bool:
+    """Whether a class (or an object's class) is eqsat's own, not one a script registered or
+    a package installed: eqsat's own errors keep their traceback, a plugin's are one line."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    return cls.__module__.startswith(("extract.", "eqsat."))
+
+
 class PluginError(Exception):
     """An installed plugin could not be used; the message names its package."""
 

@@ -188,9 +188,40 @@ def test_a_choice_from_other_options_names_the_option(capsys, tmp_path, saved):
     if rc == 0:  # no blocked kernels in this onnxruntime: both layouts saturate alike
         pytest.skip("onnxruntime has no NCHWc kernels here, so --layout changes nothing")
     assert rc == 1 and "its settings differ: layout 'nchwc' there, 'nchw' here" in err
+
+
+def test_a_choice_from_another_fold_limit_names_it(capsys, tmp_path, saved):
+    model, egraph = saved
+    choice = tmp_path / "c.json"
+    assert run_cli(capsys, "extract", egraph, "-o", choice)[0] == 0
     rc, _, err = run_cli(capsys, "optimize", model, "--choice", choice, "--fold-limit", "1", "-o",
                          tmp_path / "o.onnx", "-q")
     assert rc == 1 and "fold_limit 1048576 there, 1 here" in err
+
+
+def test_check_refuses_extractor_options_and_says_when_a_model_cannot_price(capsys, tmp_path, saved):
+    _, egraph = saved
+    choice = tmp_path / "c.json"
+    # the same cost model twice is one choice
+    assert run_cli(capsys, "extract", egraph, "--cost-model", "roofline", "--cost-model", "roofline", "-o",
+                   choice)[0] == 0
+    rc, _, err = run_cli(capsys, "extract", egraph, "--check", choice, "--extractor", "nope")
+    assert rc == 2 and "--extractor and --extract-time-limit do not apply" in err
+    # the e-graph holds no measured op times: the choice is fine, the model cannot price it
+    rc, _, err = run_cli(capsys, "extract", egraph, "--check", choice, "--cost-model", "measured")
+    assert rc == 1 and f"{choice}: cost model measured cannot price it: this e-graph has no measured op times" in err
+    # a model this eqsat lacks: priced under node count, with a warning
+    data = json.loads(choice.read_text())
+    data["cost_model"] = "someone-elses"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(data))
+    rc, out, err = run_cli(capsys, "extract", egraph, "--check", other)
+    assert rc == 0 and "; node-count: DAG cost" in out
+    assert "made under cost model 'someone-elses', which this eqsat cannot build; pricing it under node-count" in err
+    data["cost_model"] = ["a"]
+    other.write_text(json.dumps(data))
+    rc, _, err = run_cli(capsys, "extract", egraph, "--check", other)
+    assert rc == 2 and err.strip() == f"eqsat: error: {other}: cost_model is ['a']; a choice file's cost_model is a string"
 
 
 def test_check_defaults_to_the_choice_files_cost_model_and_warns_on_other_settings(capsys, tmp_path, saved):

@@ -49,7 +49,7 @@ def test_the_default_tolerance_follows_the_output_type():
     assert compare({"y": e.astype(np.float16)}, {"y": a.astype(np.float16)}, 1e-3, 1e-4) != []
 
 
-def test_a_float16_model_is_verified_within_float16_tolerance():
+def test_a_float16_models_verification_uses_and_reports_the_float16_tolerance():
     m = parse_model("""
         <ir_version: 8, opset_import: ["" : 17]>
         g (float16[batch, 4] x) => (float16[batch, 4] y) { y = Relu(x) }""")

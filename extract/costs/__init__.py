@@ -28,7 +28,7 @@ def make_cost_model(name: str, hardware: str = "cpu", dims: dict[str, int] | Non
     cls = COST_MODELS[name]
     # the shipped models, and any registered one whose constructor takes (hardware, dims)
     takes = len(inspect.signature(cls).parameters) >= 2
-    if cls.__module__.startswith("extract."):
+    if plugins.shipped(cls):
         return cls(hardware, dims) if takes else cls()
     try:  # another's model: a failure here is that model's, said in one line
         return cls(hardware, dims) if takes else cls()

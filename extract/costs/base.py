@@ -24,6 +24,7 @@ class CostModel(ABC):
     """
 
     name: str = ""
+    unit: str = ""  # what a cost counts, for reports: "ops", "us", ...
 
     @abstractmethod
     def node_cost(self, egraph: EGraph, node: Node) -> float: ...

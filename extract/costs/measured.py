@@ -14,6 +14,7 @@ from .roofline import Hardware, Roofline
 
 class Measured(CostModel):
     name = "measured"
+    unit = "us"
 
     def __init__(self, hardware: Hardware | str = "cpu", dims: dict[str, int] | None = None) -> None:
         self.fallback = Roofline(hardware, dims)

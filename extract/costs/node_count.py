@@ -59,6 +59,7 @@ LAYOUT_SENSITIVE = REORDERS | {
 
 class NodeCount(CostModel):
     name = "node-count"
+    unit = "ops"
 
     def __init__(self, hardware=None, dims: dict[str, int] | None = None) -> None:
         self.hardware = hardware or "cpu"  # a profile name, path or Hardware: only read for layouts

@@ -200,6 +200,7 @@ class Roofline(CostModel):
     """Contract: monotonic (every op costs at least its kernel overhead > 0)."""
 
     name = "roofline"
+    unit = "us"
 
     def __init__(self, hardware: Hardware | str = "cpu", dims: dict[str, int] | None = None) -> None:
         self.hw = hardware if isinstance(hardware, Hardware) else Hardware.load(hardware)
