@@ -425,7 +425,7 @@ def write_results(recs: list[dict], path: Path, command: str, timeout: float, so
             n_pass += 1
         elif d["rc"] == 0 and status == "not possible":
             n_np += 1
-        elif d["rc"] != 0:
+        else:  # a non-zero exit, a timeout, or exit 0 with no report or an unknown status
             n_fail += 1
         n_nchw_ok += n["rc"] == 0
         nodes = f"{d['nodes_before']} -> {d['nodes_after']}" if "nodes_after" in d else "-"
@@ -434,12 +434,14 @@ def write_results(recs: list[dict], path: Path, command: str, timeout: float, so
                     f"| {d['wall_s']:.1f} | {n['rc']} |")
         if d["rc"] != 0:
             notes.append(f"- {name}: default run: `{_cell(d['error'])}`")
+        elif status == "-":
+            notes.append(f"- {name}: default run: exit 0 but no report with a verification status")
         elif status not in ("passed", "-"):
             notes.append(f"- {name}: verification {status}: `{_cell(v.get('detail', ''))}`")
         if n["rc"] != 0:
             notes.append(f"- {name}: `--target onnx --layout nchw`: `{_cell(n['error'])}`")
     summary = (f"{len(recs)} architectures: {n_exp} exported; default run: {n_pass} passed verification, "
-               f"{n_fail} failed (non-zero exit or timeout), {n_np} verification not possible; "
+               f"{n_fail} failed (non-zero exit, timeout or no report), {n_np} verification not possible; "
                f"`--target onnx --layout nchw`: {n_nchw_ok} of {n_exp} exit 0.")
     lines = [
         "# eqsat on more architectures",
