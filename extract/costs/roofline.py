@@ -149,9 +149,7 @@ def derived_shapes(egraph: EGraph, sym: dict[int, float]) -> dict[str, list[floa
     FusedMatMul of two 4-D operands with the same leading dims."""
     def known(c: str) -> list[float] | None:
         s = egraph.class_data.get(c, {}).get("shape")
-        if s is not None:
-            return [d if d >= 0 else sym.get(d, DEFAULT_DIM) for d in s]
-        return out.get(c)
+        return sized(s, sym) if s is not None else out.get(c)
 
     todo = [n for n in egraph.nodes.values() if n.op in ("Reshape", "MatMul", "FusedMatMul")
             and egraph.class_data.get(n.eclass, {}).get("shape") is None]
@@ -186,6 +184,12 @@ def derived_shapes(egraph: EGraph, sym: dict[int, float]) -> dict[str, list[floa
     return out
 
 
+def sized(shape: list[int], sym: dict[int, float]) -> list[float]:
+    """A shape with its symbolic dims (negative ids) replaced by their sizes (DEFAULT_DIM
+    where unbound)."""
+    return [d if d >= 0 else sym.get(d, DEFAULT_DIM) for d in shape]
+
+
 def literal_int(egraph: EGraph, eclass: str) -> int | None:
     """The integer primitive an e-class holds, or None."""
     for nid in egraph.classes.get(eclass, ()):
@@ -217,7 +221,7 @@ class Roofline(CostModel):
         shape = egraph.class_data.get(eclass, {}).get("shape")
         if shape is None:
             return getattr(self, "_derived", {}).get(eclass)
-        return [d if d >= 0 else self._sym.get(d, DEFAULT_DIM) for d in shape]
+        return sized(shape, self._sym)
 
     def numel(self, egraph: EGraph, eclass: str) -> float | None:
         shape = self.shape(egraph, eclass)
@@ -294,10 +298,7 @@ class Roofline(CostModel):
     def _gemm_k(self, egraph: EGraph, node: Node, inputs: list[str]) -> float | None:
         # Gemm A B C | alpha beta transA transB (FusedGemm has activation attributes first)
         trans_a_pos = 5 if node.op == "Gemm" else 9
-        try:
-            trans_a = int(egraph.nodes[egraph.classes[node.children[trans_a_pos]][0]].op)
-        except (IndexError, KeyError, ValueError):
-            trans_a = 0
+        trans_a = literal_int(egraph, node.children[trans_a_pos]) if len(node.children) > trans_a_pos else None
         return self.dim(egraph, inputs[0], 0 if trans_a else -1)
 
     # ---- the cost
