@@ -155,10 +155,15 @@ def _warn_unknown_dims(model, dims: list[tuple[str, int]]) -> None:
     g = model.graph
     names = {d.dim_param for v in (*g.input, *g.output, *g.value_info)
              for d in v.type.tensor_type.shape.dim if d.dim_param}
+    warn_unknown_dims(names, dims, "the model")
+
+
+def warn_unknown_dims(names: set[str], dims: list[tuple[str, int]], what: str) -> None:
+    """Warn for each --dim NAME not among `names`, the symbolic dimensions `what` has."""
     for name, _ in dims:
         if name not in names:
             have = ", ".join(sorted(names)) or "none"
-            print(f"eqsat: warning: --dim {name}: the model has no symbolic dimension of that name "
+            print(f"eqsat: warning: --dim {name}: {what} has no symbolic dimension of that name "
                   f"(its symbolic dimensions: {have})", file=sys.stderr)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 from .argtypes import dim, output_file, positive_float
@@ -34,7 +35,7 @@ def register(subparsers) -> dict:
     x.add_argument("--extractor", action="append", default=[], metavar="NAME",
                    help="as for optimize (default ilp); repeatable: one line for each")
     x.add_argument("--extract-time-limit", type=positive_float, metavar="S",
-                   help="seconds for the ILP extractor (default 60)")
+                   help="seconds for the ILP extractor (default: its own, 60)")
     x.add_argument("--cost-model", action="append", default=[], metavar="NAME",
                    help="as for optimize (default node-count; with --check, the model the choice file names); "
                         "repeatable: one line for each")
@@ -99,27 +100,20 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 
 def _model_of(meta: dict, path) -> str:
-    """The cost model a choice file names, if this eqsat can build it, else node count."""
-    import sys
-
-    from extract.costs import COST_MODELS, make_cost_model
+    """The cost model a choice file names, if registered or installed here, else node count."""
+    from extract import plugins
+    from extract.costs import COST_MODELS
 
     name = meta.get("cost_model") or "node-count"
-    if name in COST_MODELS:
+    if name in COST_MODELS or name in plugins.names(plugins.COST_MODEL_GROUP):
         return name
-    try:
-        make_cost_model(name)  # an installed plugin's
-        return name
-    except Exception:  # noqa: BLE001 - not installed here, or broken: price the choice another way
-        print(f"eqsat: warning: {path} was made under cost model {name!r}, which this eqsat cannot build; "
-              "pricing it under node-count (--cost-model to choose)", file=sys.stderr)
-        return "node-count"
+    print(f"eqsat: warning: {path} was made under cost model {name!r}, which this eqsat cannot build; "
+          "pricing it under node-count (--cost-model to choose)", file=sys.stderr)
+    return "node-count"
 
 
 def _warn_settings(args: argparse.Namespace, g) -> None:
     """Options that disagree with what made the e-graph: warnings, as optimize gives them."""
-    import sys
-
     from .target import hardware_profile
 
     saved = g.meta.get("settings", {}).get("hardware")
@@ -127,11 +121,9 @@ def _warn_settings(args: argparse.Namespace, g) -> None:
         print(f"eqsat: warning: --hardware {args.hardware}: the e-graph was saturated with profile {saved}, whose "
               "facts (which fusions and layouts pay) it holds; its costs under another profile mix the two",
               file=sys.stderr)
-    names = set(g.meta.get("dims", {}).values())
-    for name, _ in args.dim:
-        if name not in names:
-            print(f"eqsat: warning: --dim {name}: the e-graph has no symbolic dimension of that name (its symbolic "
-                  f"dimensions: {', '.join(sorted(names)) or 'none'})", file=sys.stderr)
+    from .cli import warn_unknown_dims
+
+    warn_unknown_dims(set(g.meta.get("dims", {}).values()), args.dim, "the e-graph")
 
 
 def _check(args: argparse.Namespace, g, models: list, picked: tuple[dict, dict]) -> int:
@@ -152,10 +144,9 @@ def _extract(args: argparse.Namespace, g, models: list, extractors: list[str]) -
     from .pipeline import extractor_type, run_extractor
 
     classes = {name: extractor_type(name) for name in extractors}
-    limit = 60.0 if args.extract_time_limit is None else args.extract_time_limit
     for cost in models:
         for name, cls in classes.items():
-            ex = run_extractor(g, name, cost, limit)
+            ex = run_extractor(g, name, cost, args.extract_time_limit)  # None: the extractor's own default
             notes = f" ({'; '.join(ex.notes)})" if ex.notes else ""
             n = len(ex.choice)
             print(f"{args.egraph}: {ex.extractor}{' (optimal)' if cls.optimal and not ex.notes else ''} under "

@@ -73,3 +73,14 @@ def load(group: str, name: str, base: type, registry: dict) -> type | None:
                           "the entry point's name, which reports record")
     registry[name] = obj
     return obj
+
+
+def find(group: str, name: str, base: type, registry: dict, kind: str) -> type:
+    """The class `registry` has under `name`, else the installed plugin's (`load`); KeyError
+    "unknown KIND 'name'; choose one of ..." listing the registered names, then the
+    installed ones, when there is neither."""
+    cls = registry.get(name) or load(group, name, base, registry)
+    if cls is None:
+        known = [*registry, *(n for n in names(group) if n not in registry)]
+        raise KeyError(f"unknown {kind} {name!r}; choose one of {', '.join(known)}")
+    return cls

@@ -18,11 +18,7 @@ DEFAULT = ILP.name
 def extractor_class(name: str) -> type[Extractor]:
     """The extractor class of that name: registered, or from an installed plugin.
     KeyError lists every name there is; PluginError says which package failed."""
-    cls = EXTRACTORS.get(name) or plugins.load(plugins.EXTRACTOR_GROUP, name, Extractor, EXTRACTORS)
-    if cls is None:
-        known = [*EXTRACTORS, *(n for n in plugins.names(plugins.EXTRACTOR_GROUP) if n not in EXTRACTORS)]
-        raise KeyError(f"unknown extractor {name!r}; choose one of {', '.join(known)}")
-    return cls
+    return plugins.find(plugins.EXTRACTOR_GROUP, name, Extractor, EXTRACTORS, "extractor")
 
 
 def get_extractor(name: str, time_limit: float | None = None) -> Extractor:

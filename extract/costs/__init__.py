@@ -20,12 +20,9 @@ def make_cost_model(name: str, hardware: str = "cpu", dims: dict[str, int] | Non
     none is built as `Model()`; `hardware` is the profile's name or path as given
     (Hardware.load reads it). A name not registered is looked up among installed plugins;
     KeyError lists every name there is."""
-    if name not in COST_MODELS and plugins.load(plugins.COST_MODEL_GROUP, name, CostModel, COST_MODELS) is None:
-        known = [*COST_MODELS, *(n for n in plugins.names(plugins.COST_MODEL_GROUP) if n not in COST_MODELS)]
-        raise KeyError(f"unknown cost model {name!r}; choose one of {', '.join(known)}")
+    cls = plugins.find(plugins.COST_MODEL_GROUP, name, CostModel, COST_MODELS, "cost model")
     if name == NodeCount.name:
         Hardware.load(hardware)  # fail early on a bad profile; node count reads it for layouts only
-    cls = COST_MODELS[name]
     # the shipped models, and any registered one whose constructor takes (hardware, dims)
     takes = len(inspect.signature(cls).parameters) >= 2
     if plugins.shipped(cls):
