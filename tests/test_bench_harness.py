@@ -223,3 +223,41 @@ def test_explain_page_reports_what_the_explanation_says(tmp_path):
     built = {e["op"] for e in ex["nodes"] if e["status"] == "rewritten" and e["replaced"]}
     assert built and all(f"## `{op}`" in text for op in built)
     assert "| total |" in text and "| explain | - |" in text  # the plain path has no explain phase
+
+
+def _op_profile():
+    spec = importlib.util.spec_from_file_location("bench_op_profile", ROOT / "benchmarks" / "op_profile.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_op_profile_counts_product_flops_from_shapes():
+    op_profile = _op_profile()
+    # [2, 3] x [3, 5]: 2 * 10 * 3; Gemm with transA reads K from A's first dim
+    assert op_profile.product_flops("MatMul", [[2, 3], [3, 5]], [2, 5], 0) == 60
+    assert op_profile.product_flops("Gemm", [[3, 2], [3, 5]], [2, 5], 1) == 60
+    assert op_profile.product_flops("FusedMatMul", [[4, 7, 2], [4, 7, 5]], [4, 2, 5], 1) == 2 * 40 * 7
+
+
+def test_op_profile_of_a_tiny_model(tmp_path):
+    """Both the original and eqsat's result of the tiny model run 384 FLOPs of products a run
+    (MatMul [1, 8] x [8, 16] and [1, 16] x [16, 4]), however onnxruntime and eqsat fuse them."""
+    op_profile = _op_profile()
+    src = tiny_model(tmp_path / "tiny.onnx")
+    dst = tmp_path / "tiny.eqsat.onnx"
+    op_profile._optimize(src, dst)
+    for setting in ("off", "all"):
+        work = tmp_path / setting
+        work.mkdir()
+        res = op_profile.profile_pair(src, dst, {"batch": 1}, setting, 4, work)
+        for name in ("original", "eqsat"):
+            r = res[name]
+            assert abs(r["products_gflop"] * 1e9 - 384) < 1e-6, (setting, name, r)
+            assert 0 < r["products_ms"] <= r["total_ms"]
+        # the original, unoptimized: MatMul, Add, Identity, Relu, MatMul once each a run
+        if setting == "off":
+            assert {op: c["count"] for op, c in res["original"]["ops"].items()} == {
+                "MatMul": 2, "Add": 1, "Identity": 1, "Relu": 1}
+    text = op_profile.report({"tiny": res}, "all", 4, 50.0, "python benchmarks/op_profile.py --only tiny")
+    assert "| tiny |" in text and "| MatMul |" in text
