@@ -261,3 +261,51 @@ def test_op_profile_of_a_tiny_model(tmp_path):
                 "MatMul": 2, "Add": 1, "Identity": 1, "Relu": 1}
     text = op_profile.report({"tiny": res}, "all", 4, 50.0, "python benchmarks/op_profile.py --only tiny")
     assert "| tiny |" in text and "| MatMul |" in text
+
+
+def _product_variants():
+    spec = importlib.util.spec_from_file_location("bench_product_variants", ROOT / "benchmarks" / "product_variants.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _merged_qkv_model() -> onnx.ModelProto:
+    """x[batch, seq, 8] -> MatMul [8, 12] + bias -> Split [4, 4, 4] on the last axis (GPT-2's
+    c_attn), and a second MatMul + bias on the first part."""
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 12)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(12).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([4, 4, 4], np.int64), "sizes"),
+             numpy_helper.from_array(rng.standard_normal((4, 6)).astype(np.float32), "w2"),
+             numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "b2")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Split", ["a", "sizes"], ["q", "k", "v"], axis=2),
+             helper.make_node("MatMul", ["q", "w2"], ["m2"]), helper.make_node("Add", ["b2", "m2"], ["y"])]
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "seq", d])
+          for n, d in (("x", 8), ("k", 4), ("v", 4), ("y", 6))]
+    g = helper.make_graph(nodes, "qkv", [vi[0]], vi[1:], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+GEMM = ["Shape", "Concat", "Reshape", "Gemm", "Reshape"]
+
+
+@pytest.mark.parametrize("variant, rewritten, ops", [
+    ("split", 1, ["MatMul", "Add", "MatMul", "Add", "MatMul", "Add", "MatMul", "Add"]),
+    ("gemm", 2, [*GEMM, "Split", *GEMM]),
+])
+def test_product_variants_compute_the_same(variant, rewritten, ops):
+    import onnxruntime as rt
+
+    pv = _product_variants()
+    original = _merged_qkv_model()
+    model = _merged_qkv_model()
+    assert pv.VARIANTS[variant](model) == rewritten
+    onnx.checker.check_model(model)
+    assert [n.op_type for n in model.graph.node] == ops
+    x = np.random.default_rng(2).standard_normal((2, 3, 8)).astype(np.float32)
+    want = rt.InferenceSession(original.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = rt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
