@@ -235,7 +235,10 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
                 break
             if sizes is None:
                 tried = verification_dims(original, dims)
-                hint = (f" (symbolic sizes tried: {'; '.join(_listed(t) for t in tried)}; pass --dim NAME=SIZE "
+                shown = "; ".join(_listed(t) for t in tried[:TRIES_SHOWN])
+                if len(tried) > TRIES_SHOWN:
+                    shown += f"; and {len(tried) - TRIES_SHOWN} more"
+                hint = (f" (symbolic sizes tried: {shown}; pass --dim NAME=SIZE "
                         "for the sizes the model needs)") if tried != [dict(dims or {})] else ""
                 return Verification("not possible",
                                     f"onnxruntime cannot run the original on random inputs: {_line(first)}{hint}")
@@ -259,6 +262,7 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     return Verification("passed", f"{runs} run(s) within {_tolerances(rtol, atol, dtypes)}{_sizes(sizes)}", runs)
 
 
+TRIES_SHOWN = 4  # sizes a "not possible" message lists
 PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
 
 
@@ -266,8 +270,10 @@ def verification_dims(model: ModelProto, dims: dict[str, int] | None = None) -> 
     """Sizes to try, in order, for the symbolic dimensions of the model's inputs that `dims`
     does not bind: first a different small size for each (2, 3, 5, ... in order of
     appearance, so that a rewrite confusing batch with sequence shows), then 2 for all, then
-    the first sizes 16 and 128 times larger for every dimension but a batch (an audio
-    model's sample count or a vision model's height may need hundreds)."""
+    the first sizes with one dimension the sum of two others (`related_sizes`: a decoder
+    with a KV cache needs total = past + sequence), then the first sizes 16 and 128 times
+    larger for every dimension but a batch (an audio model's sample count or a vision
+    model's height may need hundreds)."""
     dims = dict(dims or {})
     names: list[str] = []
     for vi in model.graph.input:
@@ -277,7 +283,7 @@ def verification_dims(model: ModelProto, dims: dict[str, int] | None = None) -> 
     if not names:
         return [dims]
     small = {n: PRIMES[i % len(PRIMES)] for i, n in enumerate(names)}
-    out = [small, dict.fromkeys(names, 2)]
+    out = [small, dict.fromkeys(names, 2), *related_sizes(small)]
     for k in (16, 128):
         out.append({n: v if "batch" in n.lower() else v * k for n, v in small.items()})
     tries: list[dict[str, int]] = []
@@ -285,6 +291,28 @@ def verification_dims(model: ModelProto, dims: dict[str, int] | None = None) -> 
         if {**d, **dims} not in tries:
             tries.append({**d, **dims})
     return tries
+
+
+RELATED_MAX = 6  # related_sizes looks for sums among at most this many dimensions
+
+
+def related_sizes(small: dict[str, int]) -> list[dict[str, int]]:
+    """`small` with one dimension c set to the sum of two others a and b, for every such
+    choice among the dimensions that are not a batch, in order of appearance. A decoder's
+    step with a KV cache takes past keys [batch, heads, past, d], new tokens [batch,
+    sequence] and an attention mask [batch, total], and runs only where total = past +
+    sequence; no choice of independent sizes satisfies that. With more than RELATED_MAX
+    such dimensions none is tried (pass --dim)."""
+    free = [n for n in small if "batch" not in n.lower()]
+    if len(free) < 3 or len(free) > RELATED_MAX:
+        return []
+    out = []
+    for c in free:
+        rest = [n for n in free if n != c]
+        for i, a in enumerate(rest):
+            for b in rest[i + 1:]:
+                out.append({**small, c: small[a] + small[b]})
+    return out
 
 
 def _listed(sizes: dict[str, int]) -> str:

@@ -68,3 +68,38 @@ def test_sizes_no_try_fits_is_not_possible_and_says_to_pass_dim():
     assert v.detail.endswith("(symbolic sizes tried: n=2; n=32; n=256; pass --dim NAME=SIZE for the sizes "
                              "the model needs)")
     assert verify(m, m, dims={"n": 16}).status == "passed"
+
+
+
+KV_STEP = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[batch, past, 4] k_past, float[batch, sequence, 4] k_new, int64[batch, total] mask)
+      => (float[batch, total] y) {{
+        axes = Constant <value = int64[1] {{2}}> ()
+        pads = Constant <value = int64[4] {{0, 0, 0, {extra}}}> ()
+        k = Concat <axis = 1> (k_past, k_new)
+        s = ReduceSum <keepdims = 0> (k, axes)
+        p = Pad(s, pads)
+        m = Cast <to = 1> (mask)
+        y = Mul(p, m) }}"""
+
+
+def test_a_kv_cache_steps_related_sizes_are_found():
+    # the mask covers past and new tokens: the original runs only where total = past + sequence
+    m = parse_model(KV_STEP.format(extra=0))
+    tries = verification_dims(m)
+    related = {"batch": 2, "past": 3, "sequence": 5, "total": 8}
+    assert related in tries
+    assert tries.index(related) < tries.index({"batch": 2, "past": 48, "sequence": 80, "total": 112})
+    v = verify(m, m)
+    assert v.status == "passed" and "symbolic sizes batch=2, past=3, sequence=5, total=8" in v.detail
+
+
+def test_not_possible_lists_the_first_sizes_tried_and_counts_the_rest():
+    # total = past + sequence + 1: no size tried fits
+    m = parse_model(KV_STEP.format(extra=1))
+    v = verify(m, m)
+    assert v.status == "not possible", v.detail
+    n = len(verification_dims(m))
+    assert n > 4 and f"; and {n - 4} more; pass --dim NAME=SIZE" in v.detail
+    assert verify(m, m, dims={"past": 3, "sequence": 5, "total": 9}).status == "passed"
