@@ -126,6 +126,49 @@ def dec(cls_name: str, cfg_name: str, extra=None):
     return build
 
 
+class CacheStep(nn.Module):
+    """One decoding step with a KV cache, as a deployed decoder runs it: (input_ids [batch,
+    sequence], attention_mask [batch, total], then past key and value [batch, kv heads, past,
+    head] of each layer) -> (last_hidden_state, then present key and value [batch, kv heads,
+    total, head] of each layer), where total = past + sequence."""
+
+    def __init__(self, model: nn.Module, layers: int):
+        super().__init__()
+        self.model = model
+        self.layers = layers
+
+    def forward(self, input_ids, attention_mask, *past):
+        cache = _transformers().DynamicCache(config=self.model.config)
+        for i in range(self.layers):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
+                         use_cache=True, return_dict=True)
+        present = [t for layer in out.past_key_values.layers[:self.layers] for t in (layer.keys, layer.values)]
+        return (out.last_hidden_state, *present)
+
+
+def kv(cls_name: str, cfg_name: str, cfg_kw: dict, past: int = 5, seq: int = 3):
+    """A decoder-only model's step with a KV cache (CacheStep), `past` cached tokens and
+    `seq` new ones at export."""
+    def build():
+        tf = _transformers()
+        cfg = getattr(tf, cfg_name)(attn_implementation="eager", **cfg_kw)
+        heads = cfg.num_attention_heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        head = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        gen = torch.Generator().manual_seed(0)
+        ins = {"input_ids": torch.randint(0, VOCAB, (2, seq), generator=gen),
+               "attention_mask": torch.ones(2, past + seq, dtype=torch.int64)}
+        ins["attention_mask"][1, :2] = 0  # the second row left-padded
+        dyn = {"input_ids": TOK_AXES, "attention_mask": {0: "batch", 1: "total"}}
+        for i in range(cfg.num_hidden_layers):
+            for part in ("key", "value"):
+                ins[f"past.{i}.{part}"] = torch.randn(2, kv_heads, past, head, generator=gen)
+                dyn[f"past.{i}.{part}"] = {0: "batch", 2: "past"}
+        return CacheStep(getattr(tf, cls_name)(cfg), cfg.num_hidden_layers), ins, dyn, "kv"
+    return build
+
+
 def vis(cls_name: str, cfg_name: str, cfg_kw: dict, size: int = 32,
         keys=("last_hidden_state", "pooler_output"), eager: bool = True):
     """An image model on pixel_values [batch, 3, size, size]."""
@@ -254,6 +297,10 @@ ARCHS = {
                 dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                      image_size=32, patch_size=8, use_relative_position_bias=True, use_mean_pooling=True)),
     "detr": build_detr,
+    "llama-kv": kv("LlamaModel", "LlamaConfig", dict(TXT, num_key_value_heads=2)),
+    "gpt2-kv": kv("GPT2Model", "GPT2Config", dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4,
+                                                  n_positions=128)),
+    "phi-kv": kv("PhiModel", "PhiConfig", dict(TXT, partial_rotary_factor=0.5)),
 }
 
 
@@ -289,8 +336,10 @@ def export(name: str, path: Path, a: argparse.Namespace) -> int:
     if not a.static:
         for i, (oname, o) in enumerate(zip(output_names, outs, strict=True)):
             axes = {0: "batch"}
-            if kind == "text" and o.dim() == 3:
+            if kind in ("text", "kv") and o.dim() == 3:
                 axes[1] = "sequence"
+            if kind == "kv" and o.dim() == 4:  # a present key or value
+                axes[2] = "total"
             if hw:  # every dim but the channels of a 4-D output and the hidden size of a 3-D one
                 axes.update({j: f"o{i}_{j}" for j in range(1, o.dim())
                              if not (o.dim() == 4 and j == 1) and not (o.dim() == 3 and j == 2)})
