@@ -215,6 +215,32 @@ class VisionWrapper(nn.Module):
         return out.last_hidden_state, out.pooler_output
 
 
+class CacheStepWrapper(nn.Module):
+    """A decoder's step with a KV cache, as deployed: (input_ids [batch, new_tokens],
+    attention_mask [batch, total_sequence], then past key and value [batch, kv heads,
+    past_sequence, head] of each layer) -> (last_hidden_state, then present key and value
+    [batch, kv heads, total_sequence, head] of each layer); total = past + new."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.layers = model.config.num_hidden_layers
+
+    def forward(self, input_ids, attention_mask, *past):
+        cache = _transformers().DynamicCache(config=self.model.config)
+        for i in range(self.layers):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            past_key_values=cache,
+            use_cache=True,
+            return_dict=True,
+        )
+        present = [t for layer in out.past_key_values.layers[: self.layers] for t in (layer.keys, layer.values)]
+        return (out.last_hidden_state, *present)
+
+
 def _perturb_constant_parameters(model: nn.Module, std: float = 0.02) -> nn.Module:
     """Add small noise to parameters that were initialised to a constant.
 
@@ -278,6 +304,18 @@ def build_llama_4l() -> nn.Module:
     return _perturb_constant_parameters(DecoderWrapper(tf.LlamaModel(config))).eval()
 
 
+def build_gpt2_kv() -> nn.Module:
+    tf = _transformers()
+    config = tf.GPT2Config(attn_implementation="eager")  # GPT-2 small
+    return _perturb_constant_parameters(CacheStepWrapper(tf.GPT2Model(config))).eval()
+
+
+def build_llama_4l_kv() -> nn.Module:
+    tf = _transformers()
+    config = tf.LlamaConfig(attn_implementation="eager", **LLAMA_4L_CONFIG)
+    return _perturb_constant_parameters(CacheStepWrapper(tf.LlamaModel(config))).eval()
+
+
 # --------------------------------------------------------------------------
 # Random inputs.
 # --------------------------------------------------------------------------
@@ -327,9 +365,43 @@ class ModelSpec:
     check_shapes: tuple[tuple[int, int], ...] = ((1, 128), (2, 64))
     # Keep BatchNormalization nodes (no Conv+BN folding).
     keep_batchnorm: bool = False
+    # Exported with --dynamo too (the KV-cache steps build a DynamicCache in forward, which
+    # torch.export does not trace: TorchScript only).
+    dynamo: bool = True
 
 
 _TOKEN_AXES = {0: "batch", 1: "sequence"}
+KV_PAST = 128  # cached tokens of a KV-cache step's inputs (its `new_tokens` are the sequence)
+
+
+def _kv_names(layers: int, prefix: str) -> tuple[str, ...]:
+    return tuple(f"{prefix}.{i}.{part}" for i in range(layers) for part in ("key", "value"))
+
+
+def _kv_step_inputs(vocab: int, layers: int, kv_heads: int, head: int):
+    """input_ids [batch, seq] after KV_PAST cached tokens: the mask covers both (left padding
+    on every row but the first), the past keys and values are random."""
+
+    def make(batch: int, seq: int, gen: torch.Generator) -> Inputs:
+        mask = torch.ones(batch, KV_PAST + seq, dtype=torch.int64)
+        for b in range(1, batch):
+            mask[b, : int(torch.randint(1, KV_PAST // 4, (1,), generator=gen))] = 0
+        inputs = {"input_ids": torch.randint(0, vocab, (batch, seq), dtype=torch.int64, generator=gen),
+                  "attention_mask": mask}
+        for name in _kv_names(layers, "past"):
+            inputs[name] = torch.randn(batch, kv_heads, KV_PAST, head, generator=gen)
+        return inputs
+
+    return make
+
+
+def _kv_axes(layers: int) -> dict[str, dict[int, str]]:
+    new = {0: "batch", 1: "new_tokens"}
+    axes = {"input_ids": new, "attention_mask": {0: "batch", 1: "total_sequence"}, "last_hidden_state": new}
+    axes.update({n: {0: "batch", 2: "past_sequence"} for n in _kv_names(layers, "past")})
+    axes.update({n: {0: "batch", 2: "total_sequence"} for n in _kv_names(layers, "present")})
+    return axes
+
 
 MODELS: list[ModelSpec] = [
     ModelSpec(
@@ -388,6 +460,32 @@ MODELS: list[ModelSpec] = [
             "attention_mask": _TOKEN_AXES,
             "last_hidden_state": _TOKEN_AXES,
         },
+    ),
+    ModelSpec(
+        name="gpt2-kv",
+        description=f"gpt2's step with a KV cache: new tokens after {KV_PAST} cached, past and present "
+        "keys and values of the 12 layers as inputs and outputs",
+        build=build_gpt2_kv,
+        make_inputs=_kv_step_inputs(50257, 12, 12, 64),
+        input_names=("input_ids", "attention_mask", *_kv_names(12, "past")),
+        output_names=("last_hidden_state", *_kv_names(12, "present")),
+        dynamic_axes=_kv_axes(12),
+        export_shape=(1, 3),
+        check_shapes=((1, 1), (2, 4)),
+        dynamo=False,
+    ),
+    ModelSpec(
+        name="llama-4l-kv",
+        description=f"llama-4l's step with a KV cache: new tokens after {KV_PAST} cached, past and present "
+        "keys and values (2 KV heads) of the 4 layers as inputs and outputs",
+        build=build_llama_4l_kv,
+        make_inputs=_kv_step_inputs(32000, 4, 2, 64),
+        input_names=("input_ids", "attention_mask", *_kv_names(4, "past")),
+        output_names=("last_hidden_state", *_kv_names(4, "present")),
+        dynamic_axes=_kv_axes(4),
+        export_shape=(1, 3),
+        check_shapes=((1, 1), (2, 4)),
+        dynamo=False,
     ),
     ModelSpec(
         name="resnet50",
@@ -785,6 +883,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in MODELS_BY_NAME]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS_BY_NAME)}")
+    if args.dynamo:
+        skipped = [n for n in names if not MODELS_BY_NAME[n].dynamo]
+        if skipped:
+            print(f"TorchScript only, not exported with --dynamo: {', '.join(skipped)}")
+        names = [n for n in names if MODELS_BY_NAME[n].dynamo]
 
     exporter = "dynamo" if args.dynamo else "torchscript"
     opset = args.opset or (DEFAULT_DYNAMO_OPSET if args.dynamo else DEFAULT_OPSET)

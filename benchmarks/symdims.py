@@ -1,9 +1,11 @@
 """Sizes for the symbolic dimensions of a benchmark model's graph inputs: a name containing
-`batch` -> 1, containing `seq` -> 128 (shared by peers.py and memory.py)."""
+`batch` -> 1, containing `seq` -> 128 (shared by peers.py and memory.py). A KV-cache step
+(corpus.py's `*-kv` models) decodes one new token after 128 cached: `past` -> 128, `total`
+-> 129, `new_tokens` -> 1 (matched first: `past_sequence` holds `seq` too)."""
 
 from __future__ import annotations
 
-DIM_HINTS = (("batch", 1), ("seq", 128))
+DIM_HINTS = (("batch", 1), ("past", 128), ("total", 129), ("new_tokens", 1), ("seq", 128))
 
 
 def dims_for(model, unknown: int | None = 1) -> dict[str, int]:

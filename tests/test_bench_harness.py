@@ -54,6 +54,12 @@ def args(tmp: Path) -> argparse.Namespace:
 def test_dims_and_missing(tmp_path):
     m = onnx.load(str(tiny_model(tmp_path / "tiny.onnx")))
     assert peers.dims_for(m) == {"batch": 1}
+    # a KV-cache step (corpus.py's *-kv): one new token after 128 cached, total = past + new
+    vi = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "new_tokens"]),
+          helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total_sequence"]),
+          helper.make_tensor_value_info("past.0.key", TensorProto.FLOAT, ["batch", 2, "past_sequence", 8])]
+    kv = helper.make_model(helper.make_graph([], "kv", vi, []))
+    assert peers.dims_for(kv) == {"batch": 1, "new_tokens": 1, "total_sequence": 129, "past_sequence": 128}
     assert peers.missing("eqsat") is None and peers.missing("ort-extended") is None
     assert "unknown tool" in peers.missing("no-such-tool")
 
