@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.corpus import (  # noqa: E402  (sets HF_HUB_OFFLINE before transformers is imported)
+    CacheStepWrapper,
     _perturb_constant_parameters,
     _quiet_export,
     _token_inputs,
@@ -126,30 +127,9 @@ def dec(cls_name: str, cfg_name: str, extra=None):
     return build
 
 
-class CacheStep(nn.Module):
-    """One decoding step with a KV cache, as a deployed decoder runs it: (input_ids [batch,
-    sequence], attention_mask [batch, total], then past key and value [batch, kv heads, past,
-    head] of each layer) -> (last_hidden_state, then present key and value [batch, kv heads,
-    total, head] of each layer), where total = past + sequence."""
-
-    def __init__(self, model: nn.Module, layers: int):
-        super().__init__()
-        self.model = model
-        self.layers = layers
-
-    def forward(self, input_ids, attention_mask, *past):
-        cache = _transformers().DynamicCache(config=self.model.config)
-        for i in range(self.layers):
-            cache.update(past[2 * i], past[2 * i + 1], i)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache,
-                         use_cache=True, return_dict=True)
-        present = [t for layer in out.past_key_values.layers[:self.layers] for t in (layer.keys, layer.values)]
-        return (out.last_hidden_state, *present)
-
-
 def kv(cls_name: str, cfg_name: str, cfg_kw: dict, past: int = 5, seq: int = 3):
-    """A decoder-only model's step with a KV cache (CacheStep), `past` cached tokens and
-    `seq` new ones at export."""
+    """A decoder-only model's step with a KV cache (corpus.py's CacheStepWrapper), `past`
+    cached tokens and `seq` new ones at export."""
     def build():
         tf = _transformers()
         cfg = getattr(tf, cfg_name)(attn_implementation="eager", **cfg_kw)
@@ -165,7 +145,7 @@ def kv(cls_name: str, cfg_name: str, cfg_kw: dict, past: int = 5, seq: int = 3):
             for part in ("key", "value"):
                 ins[f"past.{i}.{part}"] = torch.randn(2, kv_heads, past, head, generator=gen)
                 dyn[f"past.{i}.{part}"] = {0: "batch", 2: "past"}
-        return CacheStep(getattr(tf, cls_name)(cfg), cfg.num_hidden_layers), ins, dyn, "kv"
+        return CacheStepWrapper(getattr(tf, cls_name)(cfg)), ins, dyn, "kv"
     return build
 
 

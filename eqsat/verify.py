@@ -275,15 +275,17 @@ def verification_dims(model: ModelProto, dims: dict[str, int] | None = None) -> 
     larger for every dimension but a batch (an audio model's sample count or a vision
     model's height may need hundreds)."""
     dims = dict(dims or {})
-    names: list[str] = []
+    every: list[str] = []  # the model's symbolic dimensions, bound or not, in order of appearance
     for vi in model.graph.input:
         for d in vi.type.tensor_type.shape.dim:
-            if d.dim_param and d.dim_param not in dims and d.dim_param not in names:
-                names.append(d.dim_param)
+            if d.dim_param and d.dim_param not in every:
+                every.append(d.dim_param)
+    names = [n for n in every if n not in dims]
     if not names:
         return [dims]
     small = {n: PRIMES[i % len(PRIMES)] for i, n in enumerate(names)}
-    out = [small, dict.fromkeys(names, 2), *related_sizes(small)]
+    both = {n: dims[n] if n in dims else small[n] for n in every}
+    out = [small, dict.fromkeys(names, 2), *related_sizes(both, names)]
     for k in (16, 128):
         out.append({n: v if "batch" in n.lower() else v * k for n, v in small.items()})
     tries: list[dict[str, int]] = []
@@ -296,22 +298,22 @@ def verification_dims(model: ModelProto, dims: dict[str, int] | None = None) -> 
 RELATED_MAX = 6  # related_sizes looks for sums among at most this many dimensions
 
 
-def related_sizes(small: dict[str, int]) -> list[dict[str, int]]:
-    """`small` with one dimension c set to the sum of two others a and b, for every such
-    choice among the dimensions that are not a batch, in order of appearance. A decoder's
-    step with a KV cache takes past keys [batch, heads, past, d], new tokens [batch,
-    sequence] and an attention mask [batch, total], and runs only where total = past +
-    sequence; no choice of independent sizes satisfies that. With more than RELATED_MAX
-    such dimensions none is tried (pass --dim)."""
-    free = [n for n in small if "batch" not in n.lower()]
-    if len(free) < 3 or len(free) > RELATED_MAX:
+def related_sizes(sizes: dict[str, int], free: list[str]) -> list[dict[str, int]]:
+    """`sizes` with one dimension c of `free` (those the user did not bind) set to the sum
+    of two others a and b (bound or not), for every such choice among the dimensions that
+    are not a batch, in order of appearance. A decoder's step with a KV cache takes past
+    keys [batch, heads, past, d], new tokens [batch, sequence] and an attention mask [batch,
+    total], and runs only where total = past + sequence; no choice of independent sizes
+    satisfies that. With more than RELATED_MAX such dimensions none is tried (pass --dim)."""
+    names = [n for n in sizes if "batch" not in n.lower()]
+    if len(names) < 3 or len(names) > RELATED_MAX:
         return []
     out = []
-    for c in free:
-        rest = [n for n in free if n != c]
+    for c in (n for n in names if n in free):
+        rest = [n for n in names if n != c]
         for i, a in enumerate(rest):
             for b in rest[i + 1:]:
-                out.append({**small, c: small[a] + small[b]})
+                out.append({**sizes, c: sizes[a] + sizes[b]})
     return out
 
 

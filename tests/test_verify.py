@@ -93,6 +93,9 @@ def test_a_kv_cache_steps_related_sizes_are_found():
     assert tries.index(related) < tries.index({"batch": 2, "past": 48, "sequence": 80, "total": 112})
     v = verify(m, m)
     assert v.status == "passed" and "symbolic sizes batch=2, past=3, sequence=5, total=8" in v.detail
+    # one new token, as the user binds it: total is found from past and the bound sequence
+    v = verify(m, m, dims={"sequence": 1})
+    assert v.status == "passed" and "symbolic sizes batch=2, past=3, sequence=1, total=4" in v.detail
 
 
 def test_not_possible_lists_the_first_sizes_tried_and_counts_the_rest():
