@@ -403,6 +403,24 @@ def _kv_axes(layers: int) -> dict[str, dict[int, str]]:
     return axes
 
 
+
+def _kv_spec(name: str, build: Callable[[], nn.Module], vocab: int, layers: int, kv_heads: int,
+             head: int = 64) -> ModelSpec:
+    """The step with a KV cache of the corpus model `name` without its `-kv` (CacheStepWrapper)."""
+    return ModelSpec(
+        name=name,
+        description=f"{name.removesuffix('-kv')}'s step with a KV cache: new tokens after {KV_PAST} cached, past "
+        f"and present keys and values ({kv_heads} KV heads of {head}) of the {layers} layers as inputs and outputs",
+        build=build,
+        make_inputs=_kv_step_inputs(vocab, layers, kv_heads, head),
+        input_names=("input_ids", "attention_mask", *_kv_names(layers, "past")),
+        output_names=("last_hidden_state", *_kv_names(layers, "present")),
+        dynamic_axes=_kv_axes(layers),
+        export_shape=(1, 3),
+        check_shapes=((1, 1), (2, 4)),
+        dynamo=False,
+    )
+
 MODELS: list[ModelSpec] = [
     ModelSpec(
         name="bert-base",
@@ -461,32 +479,8 @@ MODELS: list[ModelSpec] = [
             "last_hidden_state": _TOKEN_AXES,
         },
     ),
-    ModelSpec(
-        name="gpt2-kv",
-        description=f"gpt2's step with a KV cache: new tokens after {KV_PAST} cached, past and present "
-        "keys and values of the 12 layers as inputs and outputs",
-        build=build_gpt2_kv,
-        make_inputs=_kv_step_inputs(50257, 12, 12, 64),
-        input_names=("input_ids", "attention_mask", *_kv_names(12, "past")),
-        output_names=("last_hidden_state", *_kv_names(12, "present")),
-        dynamic_axes=_kv_axes(12),
-        export_shape=(1, 3),
-        check_shapes=((1, 1), (2, 4)),
-        dynamo=False,
-    ),
-    ModelSpec(
-        name="llama-4l-kv",
-        description=f"llama-4l's step with a KV cache: new tokens after {KV_PAST} cached, past and present "
-        "keys and values (2 KV heads) of the 4 layers as inputs and outputs",
-        build=build_llama_4l_kv,
-        make_inputs=_kv_step_inputs(32000, 4, 2, 64),
-        input_names=("input_ids", "attention_mask", *_kv_names(4, "past")),
-        output_names=("last_hidden_state", *_kv_names(4, "present")),
-        dynamic_axes=_kv_axes(4),
-        export_shape=(1, 3),
-        check_shapes=((1, 1), (2, 4)),
-        dynamo=False,
-    ),
+    _kv_spec("gpt2-kv", build_gpt2_kv, vocab=50257, layers=12, kv_heads=12),
+    _kv_spec("llama-4l-kv", build_llama_4l_kv, vocab=32000, layers=4, kv_heads=2),
     ModelSpec(
         name="resnet50",
         description="ResNet-50 v1.5 in plain torch, BatchNormalization kept as nodes",
