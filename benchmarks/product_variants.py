@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # eqsat from this checkout
 
 
 def _producers(g) -> dict:
@@ -39,7 +42,20 @@ def _consumers(g) -> dict:
     return out
 
 
-def _replace(g, new: dict[int, list], drop: set[int]) -> None:
+def _used(g) -> set[str]:
+    """Every name a node of `g` or of its subgraphs reads, and the graph's outputs."""
+    names = {o.name for o in g.output}
+    for n in g.node:
+        names.update(n.input)
+        for at in n.attribute:
+            for sub in [at.g, *at.graphs] if at.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) else []:
+                names |= _used(sub)
+    return names
+
+
+def _replace(g, new: dict[int, list], drop: set[int], dead: set[str]) -> None:
+    """Nodes: id -> its replacement (a list), ids in `drop` removed; then the initializers
+    named in `dead` (the rewritten weights and biases) that nothing reads any more."""
     nodes = []
     for n in g.node:
         if id(n) in new:
@@ -48,39 +64,67 @@ def _replace(g, new: dict[int, list], drop: set[int]) -> None:
             nodes.append(n)
     del g.node[:]
     g.node.extend(nodes)
-    used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
-    keep = [t for t in g.initializer if t.name in used]
+    gone = dead - _used(g)
+    keep = [t for t in g.initializer if t.name not in gone]
     del g.initializer[:]
     g.initializer.extend(keep)
 
 
-def _bias_of(add, product_out: str, consts: dict):
+def _bias_of(add, product_out: str, consts: dict, n: int | None = None):
+    """The Add's other operand when it is a 1-D constant (of `n` elements, when given)."""
     other = add.input[1] if add.input[0] == product_out else add.input[0]
-    return other if other in consts and consts[other].ndim == 1 else None
+    if other not in consts or consts[other].ndim != 1 or (n is not None and consts[other].shape != (n,)):
+        return None
+    return other
 
 
-def split_merged(model: onnx.ModelProto) -> int:
-    """Split(Add(MatMul(x, W), b), sizes, axis=-1) -> Add(MatMul(x, W[:, part]), b[part]) per part."""
+def _ranks(model: onnx.ModelProto, names: list[str]) -> dict[str, int]:
+    """Ranks of the values `names`, read from one onnxruntime run of the model with them as
+    extra outputs (static inference loses shapes after eqsat's com.microsoft ops), on random
+    inputs at the first sizes of eqsat's verification that run."""
+    from eqsat.verify import random_inputs, session, verification_dims
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in known)
+    sess = session(probe)
+    wanted = [o.name for o in sess.get_outputs() if o.name in names]
+    for dims in verification_dims(model):
+        try:
+            values = sess.run(wanted, random_inputs(model, dims))
+        except Exception:  # noqa: BLE001 - sizes this model cannot run: try the next
+            continue
+        return {n: v.ndim for n, v in zip(wanted, values, strict=True)}
+    return {}
+
+
+def split_merged(model: onnx.ModelProto) -> tuple[int, int]:
+    """Split(Add(MatMul(x, W), b), sizes, axis=last) -> Add(MatMul(x, W[:, part]), b[part]) per
+    part. Returns (rewritten, skipped): a Split of such a product whose axis cannot be told to
+    be the last one (the model did not run, so its rank is unknown) is skipped."""
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     prod, cons = _producers(g), _consumers(g)
-    inferred = onnx.shape_inference.infer_shapes(model).graph
-    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in [*inferred.value_info, *inferred.input]
-             if v.type.tensor_type.HasField("shape")}
-    new, drop = {}, set()
+    ranks = _ranks(model, [n.input[0] for n in g.node if n.op_type == "Split"])
+    new, drop, dead, skipped = {}, set(), set(), 0
     for n in g.node:
         if n.op_type != "Split" or len(n.input) < 2 or n.input[1] not in consts:
             continue
         add = prod.get(n.input[0])
-        mm = prod.get(add.input[0]) if add is not None and add.op_type == "Add" else None
-        if mm is None or mm.op_type != "MatMul" or mm.input[1] not in consts or consts[mm.input[1]].ndim != 2:
+        if add is None or add.op_type != "Add":
             continue
-        bias = _bias_of(add, mm.output[0], consts)
-        axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+        mm = next((prod[i] for i in add.input if i in prod and prod[i].op_type == "MatMul"), None)
+        if mm is None or mm.input[1] not in consts or consts[mm.input[1]].ndim != 2:
+            continue
         w = consts[mm.input[1]]
+        bias = _bias_of(add, mm.output[0], consts, w.shape[1])
         if bias is None or len(cons[add.output[0]]) != 1 or len(cons[mm.output[0]]) != 1:
             continue
-        if axis != -1 and axis != ranks.get(n.input[0], 0) - 1:
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+        rank = ranks.get(n.input[0])
+        if axis != -1 and (rank is None or axis != rank - 1):
+            skipped += rank is None
             continue
         parts, off = [], 0
         for k, (size, out) in enumerate(zip(consts[n.input[1]].tolist(), n.output, strict=True)):
@@ -92,11 +136,12 @@ def split_merged(model: onnx.ModelProto) -> int:
             off += size
         new[id(n)] = parts
         drop |= {id(add), id(mm)}
-    _replace(g, new, drop)
-    return len(new)
+        dead |= {mm.input[1], bias}
+    _replace(g, new, drop, dead)
+    return len(new), skipped
 
 
-def matmul_add_to_gemm(model: onnx.ModelProto) -> int:
+def matmul_add_to_gemm(model: onnx.ModelProto) -> tuple[int, int]:
     """Add(MatMul(x, W), b) -> Reshape(Gemm(Reshape(x, [-1, K]), W, b), Shape(x)[:-1] ++ [N])."""
     g = model.graph
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
@@ -110,10 +155,10 @@ def matmul_add_to_gemm(model: onnx.ModelProto) -> int:
         if len(users) != 1 or users[0].op_type != "Add" or n.output[0] in outputs:
             continue
         add = users[0]
-        bias = _bias_of(add, n.output[0], consts)
+        k, m = consts[n.input[1]].shape
+        bias = _bias_of(add, n.output[0], consts, m)
         if bias is None:
             continue
-        k, m = consts[n.input[1]].shape
         p = f"{n.output[0]}.gemm"
         g.initializer.extend([numpy_helper.from_array(np.array([-1, k], np.int64), f"{p}.flat"),
                               numpy_helper.from_array(np.array([m], np.int64), f"{p}.n")])
@@ -123,8 +168,8 @@ def matmul_add_to_gemm(model: onnx.ModelProto) -> int:
                       helper.make_node("Gemm", [f"{p}.x", n.input[1], bias], [f"{p}.y"]),
                       helper.make_node("Reshape", [f"{p}.y", f"{p}.shape"], [add.output[0]])]
         drop.add(id(add))
-    _replace(g, new, drop)
-    return len(new)
+    _replace(g, new, drop, set())
+    return len(new), 0
 
 
 VARIANTS = {"split": split_merged, "gemm": matmul_add_to_gemm}
@@ -139,7 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     model = onnx.load(a.src)
     if a.variant == "gemm" and not any(o.domain in ("", "ai.onnx") and o.version >= 15 for o in model.opset_import):
         raise SystemExit("the gemm variant needs opset 15 or later (Shape with end)")
-    n = VARIANTS[a.variant](model)
+    n, skipped = VARIANTS[a.variant](model)
+    if skipped:
+        print(f"warning: {skipped} candidate(s) skipped: their rank is unknown (the model did not run on "
+              "random inputs)", file=sys.stderr)
     if not n:
         raise SystemExit(f"nothing to rewrite for --variant {a.variant} in {a.src}")
     onnx.checker.check_model(model)

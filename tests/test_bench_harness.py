@@ -307,7 +307,7 @@ def test_product_variants_compute_the_same(variant, rewritten, ops):
     pv = _product_variants()
     original = _merged_qkv_model()
     model = _merged_qkv_model()
-    assert pv.VARIANTS[variant](model) == rewritten
+    assert pv.VARIANTS[variant](model) == (rewritten, 0)
     onnx.checker.check_model(model)
     assert [n.op_type for n in model.graph.node] == ops
     x = np.random.default_rng(2).standard_normal((2, 3, 8)).astype(np.float32)
@@ -315,3 +315,30 @@ def test_product_variants_compute_the_same(variant, rewritten, ops):
     got = rt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     for w, g in zip(want, got, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_split_variant_sees_ranks_through_contrib_ops_and_keeps_a_broadcast_bias():
+    """The Split's rank comes from running the model (onnx's inference loses every shape after a
+    com.microsoft op); a bias of one element broadcast over the product is not split; a
+    weight still read elsewhere stays."""
+    pv = _product_variants()
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 12)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(12).astype(np.float32), "b"),
+             numpy_helper.from_array(rng.standard_normal(1).astype(np.float32), "b1"),
+             numpy_helper.from_array(np.array([4, 8], np.int64), "sizes")]
+    nodes = [helper.make_node("FusedMatMul", ["x", "x2"], ["f"], domain="com.microsoft", alpha=1.0),
+             helper.make_node("MatMul", ["f", "w"], ["m"]), helper.make_node("Add", ["b", "m"], ["a"]),
+             helper.make_node("Split", ["a", "sizes"], ["p", "q"], axis=2),
+             helper.make_node("MatMul", ["f", "w"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["a1"]),
+             helper.make_node("Split", ["a1", "sizes"], ["r", "t"], axis=2)]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8]),
+           helper.make_tensor_value_info("x2", TensorProto.FLOAT, [8, 8])]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("p", "q", "r", "t")]
+    model = helper.make_model(helper.make_graph(nodes, "g", ins, outs, inits),
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    assert pv.split_merged(model) == (1, 0)  # the Add(b, MatMul) one; not the broadcast bias
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("Split") == 1 and ops.count("MatMul") == 3
+    assert {"w", "b1"} <= {t.name for t in model.graph.initializer}  # w: the second product reads it
+    assert "b" not in {t.name for t in model.graph.initializer}
