@@ -221,7 +221,8 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     for seed in range(runs):
         if sizes is None:
             first = None
-            for attempt in verification_dims(original, dims):
+            tried = verification_dims(original, dims)
+            for attempt in tried:
                 try:
                     feeds = random_inputs(original, attempt, seed=seed)
                 except EqsatError as e:
@@ -234,7 +235,6 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
                 sizes = attempt
                 break
             if sizes is None:
-                tried = verification_dims(original, dims)
                 shown = "; ".join(_listed(t) for t in tried[:TRIES_SHOWN])
                 if len(tried) > TRIES_SHOWN:
                     shown += f"; and {len(tried) - TRIES_SHOWN} more"
@@ -300,21 +300,25 @@ RELATED_MAX = 6  # related_sizes looks for sums among at most this many dimensio
 
 def related_sizes(sizes: dict[str, int], free: list[str]) -> list[dict[str, int]]:
     """`sizes` with one dimension c of `free` (those the user did not bind) set to the sum
-    of two others a and b (bound or not), for every such choice among the dimensions that
-    are not a batch, in order of appearance. A decoder's step with a KV cache takes past
-    keys [batch, heads, past, d], new tokens [batch, sequence] and an attention mask [batch,
-    total], and runs only where total = past + sequence; no choice of independent sizes
-    satisfies that. With more than RELATED_MAX such dimensions none is tried (pass --dim)."""
+    of two others a and b (bound or not), then to their difference a - b where that is
+    positive, for every such choice among the dimensions that are not a batch, in order of
+    appearance. A decoder's step with a KV cache takes past keys [batch, heads, past, d],
+    new tokens [batch, sequence] and an attention mask [batch, total], and runs only where
+    total = past + sequence; no choice of independent sizes satisfies that, and where the
+    user binds total (and past or sequence), the other is a difference. With more than
+    RELATED_MAX such dimensions none is tried (pass --dim)."""
     names = [n for n in sizes if "batch" not in n.lower()]
     if len(names) < 3 or len(names) > RELATED_MAX:
         return []
-    out = []
+    sums, differences = [], []
     for c in (n for n in names if n in free):
         rest = [n for n in names if n != c]
         for i, a in enumerate(rest):
             for b in rest[i + 1:]:
-                out.append({**sizes, c: sizes[a] + sizes[b]})
-    return out
+                sums.append({**sizes, c: sizes[a] + sizes[b]})
+                if sizes[a] != sizes[b]:
+                    differences.append({**sizes, c: abs(sizes[a] - sizes[b])})
+    return sums + differences
 
 
 def _listed(sizes: dict[str, int]) -> str:

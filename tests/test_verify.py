@@ -96,6 +96,11 @@ def test_a_kv_cache_steps_related_sizes_are_found():
     # one new token, as the user binds it: total is found from past and the bound sequence
     v = verify(m, m, dims={"sequence": 1})
     assert v.status == "passed" and "symbolic sizes batch=2, past=3, sequence=1, total=4" in v.detail
+    # the deployment's sizes bound: the free one is a difference
+    v = verify(m, m, dims={"past": 128, "total": 129})
+    assert v.status == "passed" and "past=128, sequence=1, total=129" in v.detail
+    v = verify(m, m, dims={"sequence": 1, "total": 129})
+    assert v.status == "passed" and "past=128, sequence=1, total=129" in v.detail
 
 
 def test_not_possible_lists_the_first_sizes_tried_and_counts_the_rest():
