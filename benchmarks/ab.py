@@ -5,8 +5,9 @@
 
 Latency exactly as benchmarks/peers.py measures it (`peers._latency_children`: child
 processes with huge pages that share the rounds and create the sessions in opposite orders,
-each round in a fresh random order, after warm-up). Symbolic dims as there (`batch` -> 1,
-`seq*` -> 128), `--dim` overriding. Prints each model's median and its ratio to the original
+each round in a fresh random order, after warm-up). Symbolic dims as there
+(benchmarks/symdims.py), `--dim` overriding (a KV-cache step's total follows past and new
+tokens unless given). Prints each model's median and its ratio to the original
 with a 95 % bootstrap interval, then each model after the first against the first, paired
 in the same rounds (`peers.bootstrap_ratio`): `new/old: 0.992 [0.979, 1.010]` means the
 interval holds 1.00, so the two are not told apart. Pass the original itself as one of the
@@ -24,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.symdims import dims_for  # noqa: E402
+from benchmarks.symdims import dims_for, kv_total  # noqa: E402
 from eqsat.argtypes import dim  # noqa: E402  (eqsat optimize's --dim NAME=VALUE)
 
 _spec = importlib.util.spec_from_file_location("bench_peers", ROOT / "benchmarks" / "peers.py")
@@ -38,7 +39,7 @@ def measure(src: Path, models: dict[str, Path], setting: str = "all", children: 
     each model after the first against the first (pooled medians, paired interval)."""
     import onnx
 
-    bound = {**dims_for(onnx.load(str(src), load_external_data=False)), **(dims or {})}
+    bound = kv_total({**dims_for(onnx.load(str(src), load_external_data=False)), **(dims or {})}, set(dims or {}))
     job = {"kind": "latency", "src": str(src), "results": {n: str(p) for n, p in models.items()}, "dims": bound,
            "setting": setting, "runs": runs, "warmup": warmup, "max_s": 1e9, "min_runs": runs}
     out = peers._latency_children(job, timeout, children)

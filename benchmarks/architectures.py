@@ -48,6 +48,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.corpus import (  # noqa: E402  (sets HF_HUB_OFFLINE before transformers is imported)
     CacheStepWrapper,
+    _kv_axes,
+    _kv_step_inputs,
     _perturb_constant_parameters,
     _quiet_export,
     _token_inputs,
@@ -128,23 +130,17 @@ def dec(cls_name: str, cfg_name: str, extra=None):
 
 
 def kv(cls_name: str, cfg_name: str, cfg_kw: dict, past: int = 5, seq: int = 3):
-    """A decoder-only model's step with a KV cache (corpus.py's CacheStepWrapper), `past`
-    cached tokens and `seq` new ones at export."""
+    """A decoder-only model's step with a KV cache, as corpus.py's -kv models (its wrapper,
+    inputs and dimension names), `past` cached tokens and `seq` new ones at export."""
     def build():
         tf = _transformers()
         cfg = getattr(tf, cfg_name)(attn_implementation="eager", **cfg_kw)
         heads = cfg.num_attention_heads
         kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
         head = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-        gen = torch.Generator().manual_seed(0)
-        ins = {"input_ids": torch.randint(0, VOCAB, (2, seq), generator=gen),
-               "attention_mask": torch.ones(2, past + seq, dtype=torch.int64)}
-        ins["attention_mask"][1, :2] = 0  # the second row left-padded
-        dyn = {"input_ids": TOK_AXES, "attention_mask": {0: "batch", 1: "total"}}
-        for i in range(cfg.num_hidden_layers):
-            for part in ("key", "value"):
-                ins[f"past.{i}.{part}"] = torch.randn(2, kv_heads, past, head, generator=gen)
-                dyn[f"past.{i}.{part}"] = {0: "batch", 2: "past"}
+        layers = cfg.num_hidden_layers
+        ins = _kv_step_inputs(VOCAB, layers, kv_heads, head, past)(2, seq, torch.Generator().manual_seed(0))
+        dyn = {k: v for k, v in _kv_axes(layers).items() if k in ins}
         return CacheStepWrapper(getattr(tf, cls_name)(cfg)), ins, dyn, "kv"
     return build
 
@@ -316,10 +312,10 @@ def export(name: str, path: Path, a: argparse.Namespace) -> int:
     if not a.static:
         for i, (oname, o) in enumerate(zip(output_names, outs, strict=True)):
             axes = {0: "batch"}
-            if kind in ("text", "kv") and o.dim() == 3:
+            if kind == "text" and o.dim() == 3:
                 axes[1] = "sequence"
-            if kind == "kv" and o.dim() == 4:  # a present key or value
-                axes[2] = "total"
+            if kind == "kv":  # corpus.py's names: the hidden state's new tokens, a present key's or value's total
+                axes.update({1: "new_tokens"} if o.dim() == 3 else {2: "total_sequence"})
             if hw:  # every dim but the channels of a 4-D output and the hidden size of a 3-D one
                 axes.update({j: f"o{i}_{j}" for j in range(1, o.dim())
                              if not (o.dim() == 4 and j == 1) and not (o.dim() == 3 and j == 2)})

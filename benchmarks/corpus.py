@@ -378,18 +378,18 @@ def _kv_names(layers: int, prefix: str) -> tuple[str, ...]:
     return tuple(f"{prefix}.{i}.{part}" for i in range(layers) for part in ("key", "value"))
 
 
-def _kv_step_inputs(vocab: int, layers: int, kv_heads: int, head: int):
-    """input_ids [batch, seq] after KV_PAST cached tokens: the mask covers both (left padding
+def _kv_step_inputs(vocab: int, layers: int, kv_heads: int, head: int, past: int = KV_PAST):
+    """input_ids [batch, seq] after `past` cached tokens: the mask covers both (left padding
     on every row but the first), the past keys and values are random."""
 
     def make(batch: int, seq: int, gen: torch.Generator) -> Inputs:
-        mask = torch.ones(batch, KV_PAST + seq, dtype=torch.int64)
+        mask = torch.ones(batch, past + seq, dtype=torch.int64)
         for b in range(1, batch):
-            mask[b, : int(torch.randint(1, KV_PAST // 4, (1,), generator=gen))] = 0
+            mask[b, : int(torch.randint(1, max(2, past // 4), (1,), generator=gen))] = 0
         inputs = {"input_ids": torch.randint(0, vocab, (batch, seq), dtype=torch.int64, generator=gen),
                   "attention_mask": mask}
         for name in _kv_names(layers, "past"):
-            inputs[name] = torch.randn(batch, kv_heads, KV_PAST, head, generator=gen)
+            inputs[name] = torch.randn(batch, kv_heads, past, head, generator=gen)
         return inputs
 
     return make

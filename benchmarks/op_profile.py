@@ -5,7 +5,7 @@
 
 For each model: eqsat optimizes it (the defaults of `eqsat optimize`), then the original and
 the result run under onnxruntime's profiler (CPU, 1 thread, the setting's graph optimizations,
-symbolic dims as in peers.py: `batch` -> 1, `seq*` -> 128; huge pages as there), `--runs` rounds each after three
+symbolic dims as in peers.py, benchmarks/symdims.py; huge pages as there), `--runs` rounds each after three
 warm-up runs, the two sessions alternating. Kernel times are summed by op type (the op as
 onnxruntime ran it, after its own optimizer) and divided by the rounds.
 
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.symdims import dims_for  # noqa: E402
+from benchmarks.symdims import describe, dims_for  # noqa: E402
 
 PRODUCTS = ("MatMul", "FusedMatMul", "Gemm", "FusedGemm")
 DEFAULT_MODELS = "bert-base,gpt2,vit-base,llama-4l"
@@ -62,22 +62,25 @@ def _session(path: Path, setting: str, prefix: str | None, saved: Path | None):
 
 
 def _trans(saved: Path) -> dict[str, tuple[int, int]]:
-    """node name -> (transA, transB) in the graph onnxruntime ran (its saved model)."""
+    """node name -> (transA, transBatchA) in the graph onnxruntime ran (its saved model)."""
     import onnx
 
     out = {}
     for n in onnx.load(str(saved), load_external_data=False).graph.node:
         if n.op_type in PRODUCTS:
             at = {a.name: a.i for a in n.attribute}
-            out[n.name] = (at.get("transA", 0), at.get("transB", 0))
+            out[n.name] = (at.get("transA", 0), at.get("transBatchA", 0))
     return out
 
 
-def product_flops(op: str, shapes: list[list[int]], out: list[int], trans_a: int) -> float:
-    """FLOPs of one matrix product: 2 x (output elements) x K, K read from A's shape."""
+def product_flops(op: str, shapes: list[list[int]], out: list[int], trans_a: int, trans_batch_a: int = 0) -> float:
+    """FLOPs of one matrix product: 2 x (output elements) x K, K read from A's shape. FusedMatMul's
+    transBatchA moves A's first dimension to the second last before transA applies."""
     a = shapes[0]
     if op in ("Gemm", "FusedGemm"):
         k = a[0] if trans_a else a[1]
+    elif trans_batch_a and len(a) >= 3:
+        k = a[0] if trans_a else a[-1]
     else:
         k = a[-2] if (trans_a and len(a) >= 2) else a[-1]
     return 2.0 * math.prod(out) * k
@@ -104,7 +107,7 @@ def summarize(events: list[dict], rounds: int, trans: dict[str, tuple[int, int]]
             ins = [_shape(x) for x in args.get("input_type_shape", [])]
             outs = [_shape(x) for x in args.get("output_type_shape", [])]
             if ins and outs and ins[0]:
-                flops += product_flops(op, ins, outs[0], trans.get(node, (0, 0))[0])
+                flops += product_flops(op, ins, outs[0], *trans.get(node, (0, 0)))
     per = {op: {"ms": v / rounds, "count": count[op] // rounds} for op, v in ms.items()}
     total = sum(v["ms"] for v in per.values())
     prod_ms = sum(per[o]["ms"] for o in PRODUCTS if o in per)
@@ -203,13 +206,13 @@ def report(results: dict[str, dict], setting: str, runs: int, peak: float, comma
         "# Where the time goes: onnxruntime's profiler by op type",
         "",
         f"Command: `{command}` (eqsat at commit {peers._git_commit('eqsat', 'rules', 'extract')}). "
-        "Written by `benchmarks/op_profile.py`; the notes at the end are written by hand.",
+        "Written by `benchmarks/op_profile.py`.",
         "",
         f"Machine: {peers._machine()}.",
         "",
         f"Packages: {peers._versions()}.",
         "",
-        f"Method: onnxruntime CPU, 1 thread, graph optimizations {'on (ORT_ENABLE_ALL)' if setting == 'all' else 'off'}, "
+        f"Method: symbolic dims (by name) {describe()}; onnxruntime CPU, 1 thread, graph optimizations {'on (ORT_ENABLE_ALL)' if setting == 'all' else 'off'}, "
         f"profiler kernel times summed by op type over {runs} runs of each model after 3 warm-up runs, the original "
         "and eqsat's result (`eqsat optimize` defaults) alternating in one process; ms per run. **products**: MatMul, "
         "FusedMatMul, Gemm, FusedGemm, with their GFLOP per run from the recorded shapes (not those inside MultiHeadAttention). **bound**: eqsat's "
@@ -225,7 +228,7 @@ def report(results: dict[str, dict], setting: str, runs: int, peak: float, comma
         rate = e["products_gflop"] / (e["products_ms"] / 1000) if e["products_ms"] else 0.0
         lines.append(f"| {name} | {o['total_ms']:.1f} | {e['total_ms']:.1f} | {e['total_ms'] / o['total_ms']:.3f} "
                      f"| {e['products_ms']:.1f} ({100 * e['products_ms'] / e['total_ms']:.1f} %) "
-                     f"| {e['products_gflop']:.2f} | {rate:.1f} | {e['products_ms'] / o['total_ms']:.3f} |")
+                     f"| {e['products_gflop']:.3g} | {rate:.1f} | {e['products_ms'] / o['total_ms']:.3f} |")
     for name, r in results.items():
         lines += ["", f"## {name}", "", "| op | original ms | count | eqsat ms | count |", "|---|---:|---:|---:|---:|"]
         o, e = r["original"]["ops"], r["eqsat"]["ops"]

@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.symdims import dims_for  # noqa: E402
+from benchmarks.symdims import describe, dims_for  # noqa: E402
 
 
 def _load_rounds():
@@ -736,7 +736,7 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
         "",
         "Method: each tool with its defaults (eqsat: `eqsat optimize` defaults, target `ort`, cost model "
         "`node-count`, ILP extractor; onnxruntime: the model saved by `optimized_model_filepath` at "
-        "ORT_ENABLE_BASIC / EXTENDED / ALL). Symbolic dims: `batch` -> 1, `seq*` -> 128. **ratio** = "
+        f"ORT_ENABLE_BASIC / EXTENDED / ALL). Symbolic dims (by name): {describe()}. **ratio** = "
         "median latency of the result / median latency of the original, onnxruntime CPU, 1 intra-op "
         "thread, sequential, each round in a fresh random order (never starting with the session that "
         f"ended the round before), {children} child processes sharing the rounds and creating the sessions "

@@ -342,3 +342,19 @@ def test_split_variant_sees_ranks_through_contrib_ops_and_keeps_a_broadcast_bias
     assert ops.count("Split") == 1 and ops.count("MatMul") == 3
     assert {"w", "b1"} <= {t.name for t in model.graph.initializer}  # w: the second product reads it
     assert "b" not in {t.name for t in model.graph.initializer}
+
+
+def test_op_profile_reads_k_through_trans_batch_a():
+    # FusedMatMul transBatchA on A [4, 7, 2]: A is taken as [7, 4, 2]; K is 2, or 4 with transA
+    op_profile = _op_profile()
+    assert op_profile.product_flops("FusedMatMul", [[4, 7, 2], [7, 2, 5]], [7, 4, 5], 0, 1) == 2 * 140 * 2
+    assert op_profile.product_flops("FusedMatMul", [[4, 7, 2], [7, 4, 5]], [7, 2, 5], 1, 1) == 2 * 70 * 4
+
+
+def test_kv_total_follows_past_and_new_tokens_unless_given():
+    from benchmarks.symdims import kv_total
+
+    dims = {"batch": 1, "new_tokens": 4, "past_sequence": 256, "total_sequence": 129}
+    assert kv_total(dims)["total_sequence"] == 260
+    assert kv_total(dims, {"total_sequence"})["total_sequence"] == 129
+    assert kv_total({"batch": 1, "sequence": 128}) == {"batch": 1, "sequence": 128}
