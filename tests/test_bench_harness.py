@@ -17,9 +17,17 @@ from onnx import TensorProto, helper, numpy_helper
 pytest.importorskip("onnxruntime")
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("bench_peers", ROOT / "benchmarks" / "peers.py")
-peers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(peers)
+
+
+def _bench(name: str):
+    """benchmarks/NAME.py as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+peers = _bench("peers")
 
 TOOLS = ["eqsat", "ort-extended"]
 
@@ -166,9 +174,7 @@ def test_latency_groups_keep_eqsat_and_ort_all_together():
 def test_opt_time_interleaves_tools_and_reports_ratios(tmp_path):
     """benchmarks/opt_time.py: every tool timed once a round in a child; the first tool is the
     reference (ratio 1); the markdown has a row per tool."""
-    _s = importlib.util.spec_from_file_location("bench_opt_time", ROOT / "benchmarks" / "opt_time.py")
-    opt_time = importlib.util.module_from_spec(_s)
-    _s.loader.exec_module(opt_time)
+    opt_time = _bench("opt_time")
     src = tiny_model(tmp_path / "tiny.onnx")
     times = opt_time.time_rounds(src, ["eqsat", "control"], rounds=2, timeout=300)
     assert [len(v) for v in times.values()] == [2, 2]
@@ -187,9 +193,7 @@ def test_ab_pairs_every_model_with_the_first(tmp_path, capsys):
     """benchmarks/ab.py: each model's ratio to the original from the children's pooled samples,
     and each later model against the first, paired in the same rounds; a NAME=PATH that is not
     a file is refused before anything runs. No timing asserted."""
-    _s = importlib.util.spec_from_file_location("bench_ab", ROOT / "benchmarks" / "ab.py")
-    ab = importlib.util.module_from_spec(_s)
-    _s.loader.exec_module(ab)
+    ab = _bench("ab")
     src = tiny_model(tmp_path / "tiny.onnx")
     res = ab.measure(src, {"old": src, "new": src}, setting="off", children=2, runs=4)
     assert res["dims"] == {"batch": 1}
@@ -215,9 +219,7 @@ def test_explain_page_reports_what_the_explanation_says(tmp_path):
     from eqsat.demo import build_model
     from eqsat.pipeline import Options, optimize
 
-    spec = importlib.util.spec_from_file_location("bench_explain", ROOT / "benchmarks" / "explain_report.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _bench("explain_report")
     src = tmp_path / "demo.onnx"
     onnx.save(build_model(), str(src))
     text = mod.page(src, runs=1)
@@ -232,10 +234,7 @@ def test_explain_page_reports_what_the_explanation_says(tmp_path):
 
 
 def _op_profile():
-    spec = importlib.util.spec_from_file_location("bench_op_profile", ROOT / "benchmarks" / "op_profile.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _bench("op_profile")
 
 
 def test_op_profile_counts_product_flops_from_shapes():
@@ -270,10 +269,7 @@ def test_op_profile_of_a_tiny_model(tmp_path):
 
 
 def _product_variants():
-    spec = importlib.util.spec_from_file_location("bench_product_variants", ROOT / "benchmarks" / "product_variants.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _bench("product_variants")
 
 
 def _merged_qkv_model() -> onnx.ModelProto:
