@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import json
 import math
 import os
@@ -39,6 +40,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.symdims import describe, dims_for  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("bench_peers", ROOT / "benchmarks" / "peers.py")
+peers = importlib.util.module_from_spec(_spec)  # the results pages' machine, versions and feeds
+_spec.loader.exec_module(peers)
 
 PRODUCTS = ("MatMul", "FusedMatMul", "Gemm", "FusedGemm")
 DEFAULT_MODELS = "bert-base,gpt2,vit-base,llama-4l"
@@ -127,15 +132,15 @@ def profile_pair(original: Path, result: Path, dims: dict[str, int], setting: st
         saved = work / f"{name}.ort.onnx"
         sessions[name] = _session(path, setting, str(work / f"{name}-prof"), saved)
         trans[name] = _trans(saved)
-    names = {k: {i.name for i in s.get_inputs()} for k, s in sessions.items()}
+    own = {name: peers._feeds_for(s, feeds) for name, s in sessions.items()}
     for name, s in sessions.items():
         for _ in range(3):
-            s.run(None, {k: v for k, v in feeds.items() if k in names[name]})
+            s.run(None, own[name])
     # the profiler records the warm-up runs too: _last_runs keeps the last `runs`
     for r in range(runs):
         order = list(sessions) if r % 2 == 0 else list(sessions)[::-1]
         for name in order:
-            sessions[name].run(None, {k: v for k, v in feeds.items() if k in names[name]})
+            sessions[name].run(None, own[name])
     out = {}
     for name, s in sessions.items():
         path = s.end_profiling()
@@ -197,11 +202,6 @@ def _cell(c: dict | None) -> str:
 
 
 def report(results: dict[str, dict], setting: str, runs: int, peak: float, command: str) -> str:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_peers", ROOT / "benchmarks" / "peers.py")
-    peers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(peers)
     lines = [
         "# Where the time goes: onnxruntime's profiler by op type",
         "",
