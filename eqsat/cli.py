@@ -168,7 +168,7 @@ def warn_unknown_dims(names: set[str], dims: list[tuple[str, int]], what: str) -
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from .modelio import check_model, load_model, save_model
+    from .modelio import check_model, load_model, staged
     from .pipeline import Options, optimize
     from .saturate import Limits
 
@@ -205,28 +205,33 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     )
     res = optimize(model, opts, progress=say)
     r = res.report
-    if args.no_verify:
-        r["verification"] = {"status": "skipped", "detail": "--no-verify", "runs": 0}
-    else:
-        from .verify import verify
-
-        v = verify(model, res.model, args.verify_runs, args.rtol, args.atol, dict(args.dim))
-        r["verification"] = v.as_dict()
-        if v.status == "failed":
-            raise OptimizeError(f"verification failed, nothing written: {v.detail}")
-        if v.status == "not possible" and args.require_verification:
-            raise OptimizeError(f"verification not possible, nothing written (--require-verification): {v.detail}")
-        if v.status == "not possible":  # a warning, shown even with -q; not also a progress line
-            print(f"eqsat: warning: verification not possible: {v.detail}", file=sys.stderr)
-        else:
-            say(f"verification {v.status}: {v.detail}")
     plan = None
-    if args.plan:
-        from .plan.cli import plan_to_file, summary
+    # Written under a temporary name first: verification runs the written file, and a
+    # failure leaves nothing behind.
+    with staged(res.model, out) as written:
+        size = sum(f.stat().st_size for f in written.parent.iterdir())  # with its data file, if any
+        say(f"saved and checked a temporary copy ({size / 1e6:.1f} MB)")
+        if args.no_verify:
+            r["verification"] = {"status": "skipped", "detail": "--no-verify", "runs": 0}
+        else:
+            from .verify import verify
 
-        plan = plan_to_file(res.model, args.plan, dict(args.dim))  # before saving: a failed plan writes nothing
-        r["plan"] = dict(summary(plan), file=str(args.plan))
-    save_model(res.model, out)
+            v = verify(model, res.model, args.verify_runs, args.rtol, args.atol, dict(args.dim),
+                       files=(src, written))
+            r["verification"] = v.as_dict()
+            if v.status == "failed":
+                raise OptimizeError(f"verification failed, nothing written: {v.detail}")
+            if v.status == "not possible" and args.require_verification:
+                raise OptimizeError(f"verification not possible, nothing written (--require-verification): {v.detail}")
+            if v.status == "not possible":  # a warning, shown even with -q; not also a progress line
+                print(f"eqsat: warning: verification not possible: {v.detail}", file=sys.stderr)
+            else:
+                say(f"verification {v.status}: {v.detail}")
+        if args.plan:
+            from .plan.cli import plan_to_file, summary
+
+            plan = plan_to_file(res.model, args.plan, dict(args.dim))  # a failed plan writes nothing
+            r["plan"] = dict(summary(plan), file=str(args.plan))
     say(f"wrote {out}: {r['nodes_before']} -> {r['nodes_after']} nodes")
     if plan is not None:
         say(f"wrote {args.plan}: arena {plan['arena_bytes']} bytes, lower bound {plan['lower_bound_bytes']}, "

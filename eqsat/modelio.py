@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
@@ -74,15 +76,14 @@ def check_opsets(model: ModelProto, what: str) -> None:
 
 def check_model(model: ModelProto, what: str, path: str | os.PathLike | None = None) -> None:
     """Check the opsets (`check_opsets`), then run the onnx checker; raises
-    InvalidModelError naming `what` with the reason. A model whose weights stay on disk is
-    checked from its file `path`."""
+    InvalidModelError naming `what` with the reason. A model read from `path` is checked
+    from that file; without a file, one whose weights stay on disk is not checked."""
     check_opsets(model, what)
     try:
-        if external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD:
-            if path is not None:
-                onnx.checker.check_model(str(path))
-            return
-        onnx.checker.check_model(model)
+        if path is not None:  # the checker reads the file faster than Python serializes the model
+            onnx.checker.check_model(str(path))
+        elif not (external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD):
+            onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
         raise InvalidModelError(f"{what}: the onnx checker rejects the model: {_first_line(e)}") from None
 
@@ -119,6 +120,19 @@ def save_model(model: ModelProto, path: str | os.PathLike, external_data: bool |
     already on disk (see eqsat.external) or exceed what one protobuf can hold. The written
     file is checked with the onnx checker before it replaces the target; on any failure
     nothing is left behind."""
+    with staged(model, path, external_data, check):
+        pass
+    return Path(path)
+
+
+@contextmanager
+def staged(model: ModelProto, path: str | os.PathLike, external_data: bool | None = None,
+           check: bool = True) -> Iterator[Path]:
+    """`save_model` in two steps: write `model` (and its data file) under a temporary folder
+    beside `path`, check it, and yield the written file, so that the caller can run it
+    (onnxruntime reads a file faster than it takes a model serialized again) before it
+    counts as saved. Leaving the block normally moves it to `path`; an exception leaves
+    nothing behind and `path` as it was."""
     out = Path(path)
     folder = output_folder(out)
     if external_data is None:
@@ -136,12 +150,12 @@ def save_model(model: ModelProto, path: str | os.PathLike, external_data: bool |
                 onnx.checker.check_model(str(tmp))
             except onnx.checker.ValidationError as e:
                 raise OptimizeError(f"the optimized model fails the onnx checker: {_first_line(e)}") from None
+        yield tmp
         if (tmpdir / data_name).exists():
             os.replace(tmpdir / data_name, folder / data_name)
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
-    return out
 
 
 def _first_line(e: Exception) -> str:

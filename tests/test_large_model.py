@@ -61,21 +61,60 @@ def test_model_over_2gib_round_trips_with_external_data(tmp_path, capsys):
 
 def test_external_data_is_kept_when_asked_and_written_atomically(tmp_path, monkeypatch):
     # The same code path at a small size: weights to OUT.data, nothing else left behind.
-    m = helper.make_model(
-        helper.make_graph(
-            [helper.make_node("Add", ["x", "w"], ["y"])], "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])],
-            [numpy_helper.from_array(np.arange(4096, dtype=np.float32), "w")],
-        ),
-        opset_imports=[helper.make_opsetid("", 18)],
-    )
+    m = _add_model(np.arange(4096, dtype=np.float32))
     monkeypatch.setattr("eqsat.modelio.EXTERNAL_DATA_THRESHOLD", 1000)
     out = tmp_path / "o.onnx"
     save_model(m, out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx", "o.onnx.data"]
     back = load_model(out)
     assert np.array_equal(numpy_helper.to_array(back.graph.initializer[0]), np.arange(4096, dtype=np.float32))
+
+
+def test_a_staged_model_replaces_the_target_only_when_its_block_succeeds(tmp_path, monkeypatch):
+    # staged() yields the written, checked file (with its data file beside it) before the
+    # target exists; an error in the block leaves the old target and no temporary folder.
+    from eqsat.modelio import staged
+
+    m = _add_model(np.arange(4096, dtype=np.float32))
+    monkeypatch.setattr("eqsat.modelio.EXTERNAL_DATA_THRESHOLD", 1000)
+    out = tmp_path / "o.onnx"
+    out.write_bytes(b"old")
+    with pytest.raises(RuntimeError), staged(m, out) as written:
+        assert written != out and written.exists() and (written.parent / "o.onnx.data").exists()
+        feeds = {"x": np.ones(4096, np.float32)}
+        assert run(str(written), feeds)["y"][3] == 4.0  # runnable from where it was written
+        raise RuntimeError("verification failed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx"] and out.read_bytes() == b"old"
+    with staged(m, out):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx", "o.onnx.data"]
+    assert run(str(out), feeds)["y"][4095] == 4096.0
+
+
+def test_verification_runs_the_files_it_is_given(tmp_path):
+    # The CLI verifies the file it wrote, not a model serialized once more: a file that
+    # differs from the in-memory model is what verification sees.
+    from eqsat.verify import verify
+
+    orig = _add_model(np.zeros(4096, dtype=np.float32))
+    other = tmp_path / "other.onnx"
+    save_model(_add_model(np.ones(4096, dtype=np.float32)), other)
+    assert verify(orig, orig).status == "passed"
+    v = verify(orig, orig, files=(None, other))
+    assert v.status == "failed" and "4096 of 4096 values differ" in v.detail
+    assert verify(orig, orig, files=(other, str(other))).status == "passed"
+
+
+def _add_model(w: np.ndarray) -> onnx.ModelProto:
+    return helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096])],
+            [numpy_helper.from_array(w, "w")],
+        ),
+        opset_imports=[helper.make_opsetid("", 18)],
+    )
 
 
 def test_weights_the_input_kept_outside_stay_outside(tmp_path):
@@ -114,3 +153,17 @@ def test_weights_the_input_kept_outside_stay_outside(tmp_path):
     onnx.checker.check_model(str(out))
     feeds = {"x": rng.standard_normal((2, 512)).astype(np.float32)}
     assert not compare(run(str(src), feeds), run(str(out), feeds))
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.INT8,
+                                   TensorProto.INT64, TensorProto.BOOL, TensorProto.DOUBLE, TensorProto.UINT4,
+                                   TensorProto.INT4, TensorProto.FLOAT4E2M1, TensorProto.FLOAT8E4M3FN])
+@pytest.mark.parametrize("shape", [(3, 5), (7,), ()])
+def test_content_bytes_is_the_raw_data_length_without_reading_it(dtype, shape):
+    from eqsat.external import content_bytes
+
+    vals = np.ones(shape, dtype=np.float32)
+    t = helper.make_tensor("t", dtype, shape, vals.flatten().tolist(), raw=False)
+    raw = numpy_helper.from_array(numpy_helper.to_array(t), "t")  # the same tensor as raw_data
+    assert raw.HasField("raw_data")
+    assert content_bytes(raw) == len(raw.raw_data)
