@@ -362,3 +362,12 @@ def test_cli_time_table_reports_medians_and_the_ratio_to_the_first_revision():
     rows = ct.table({"m": {"aaa": runs(10, 40, 30), "bbb": runs(12, 15, 9)}})
     assert rows[2].split(" | ")[1:4] == ["aaa", "3", "30.00"] and rows[2].endswith("| 3000 | 1.00 |")
     assert rows[3].split(" | ")[1:4] == ["bbb", "3", "12.00"] and rows[3].endswith("| 1200 | 0.40 |")
+
+
+def test_decode_attention_forms_give_the_same_outputs_and_cache():
+    from eqsat.verify import compare, run
+
+    plain, fused, feeds = _bench("decode_attention").step_models(past=8)
+    assert [n.op_type for n in fused.graph.node] == ["MultiHeadAttention"]
+    a, b = run(plain, feeds), run(fused, feeds)
+    assert a["present_k"].shape == (1, 12, 9, 64) and not compare(a, b, 1e-5, 1e-6)
