@@ -647,7 +647,7 @@ def _machine() -> str:
 
 def _versions() -> str:
     names = ["eqsat", "egglog", "onnx", "onnxruntime", "onnxsim", "onnxslim", "onnxoptimizer", "onnxscript",
-             "numpy", "torch", "transformers"]
+             "numpy", "ml_dtypes", "torch", "transformers"]
     out = []
     for n in names:
         try:
