@@ -199,6 +199,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     t0 = time.perf_counter()
     sat = Saturator(opts.rule_files, opts.default_rules, explain=opts.explain)
     phase("load_rules", t0)
+    say(f"inferred shapes in {times['shape_inference']:.2f} s, loaded the rules in {times['load_rules']:.2f} s")
 
     t0 = time.perf_counter()
     tensors, protos, dims = TensorStore(), ProtoStore(), DimTable()
@@ -306,6 +307,9 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     t0 = time.perf_counter()
     out = st.decode(ex.choice)
     st.times["decode"] = round(time.perf_counter() - t0, 4)
+    if progress:
+        progress(f"extracted with {ex.extractor} ({cost.name}, DAG cost {ex.dag_cost:g}) in {st.times['extract']:.2f} s, "
+                 f"decoded {len(out.graph.node)} nodes in {st.times['decode']:.2f} s")
     before, after = op_histogram(model), op_histogram(out)
     report = {
         "nodes_before": len(model.graph.node),

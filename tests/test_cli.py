@@ -45,7 +45,11 @@ def test_optimize_writes_output_and_report(capsys, model_path, tmp_path):
     assert r["nodes_before"] == 15 and r["nodes_after"] < 15
     assert r["saturation"]["stop_reason"] == "saturated"
     assert set(r["times_s"]) >= {"encode", "saturate", "serialize", "extract", "decode"}
-    assert "round 1" in err and "wrote" in err  # progress on stderr
+    # progress on stderr, one line per phase, in order
+    phases = ["loaded", "inferred shapes", "encoded", "round 1", "saturation stopped", "extracted with",
+              "saved and checked", "verification passed", "wrote"]
+    at = [next((i for i, line in enumerate(err.splitlines()) if f"] {p}" in line), -1) for p in phases]
+    assert -1 not in at and at == sorted(at), dict(zip(phases, at, strict=True))
     assert_same_outputs(onnx.load(str(model_path)), onnx.load(str(out)), dims={"batch": 3}, rtol=1e-5, atol=1e-6)
 
 
