@@ -3,6 +3,8 @@ outputs unchanged, and does not fire where it must not."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..conftest import check_rewrite, parse_model
 
 H = '<ir_version: 8, opset_import: ["" : 18]>'
@@ -222,3 +224,39 @@ def test_if_with_constant_condition_is_inlined_and_a_runtime_condition_is_not():
 
     res = check_rewrite(m, ["Neg", "If"], feeds={"x": np.array([1, -2, 3], np.float32), "c": np.array(True)})
     assert res.report["oracle"]["if_inlined"] == 1
+
+
+def test_idempotent_unary_ops_collapse():
+    m = parse_model(H + """
+        agraph (float[2, 5] x, bool[3] c) => (float[2, 5] r, float[2, 5] a, float[2, 5] f, float[2, 5] g,
+                                            bool[3] d) {
+            r1 = Relu(x)
+            r = Relu(r1)
+            n = Neg(x)
+            a1 = Abs(n)
+            a2 = Abs(a1)
+            a = Relu(a2)
+            f1 = Ceil(x)
+            f2 = Ceil(f1)
+            f = Floor(f2)
+            g1 = Floor(x)
+            g2 = Floor(g1)
+            g = Ceil(g2)
+            d1 = Not(c)
+            d = Not(d1)
+        }""")
+    check_rewrite(m, ["Relu", "Abs", "Ceil", "Floor", "Identity"],  # d = c needs an Identity
+                  fired=["relu-relu", "relu-abs", "abs-abs", "abs-neg", "floor-floor", "ceil-ceil", "floor-ceil",
+                         "ceil-floor", "not-not"],
+                  feeds={"x": np.array([[np.nan, -0.0, 0.0, np.inf, -np.inf], [-2.5, 2.5, -1.5, 0.49, -0.51]],
+                                       np.float32), "c": np.array([True, False, True])}, rtol=0, atol=0)
+
+
+def test_relu_of_a_negation_is_not_an_abs():
+    # Relu(Neg(x)) keeps only the negative part: no rule may treat it like Abs
+    m = parse_model(H + """
+        agraph (float[2, 5] x) => (float[2, 5] y) {
+            n = Neg(x)
+            y = Relu(n)
+        }""")
+    check_rewrite(m, ["Neg", "Relu"], not_fired=["relu-abs", "abs-neg"])
