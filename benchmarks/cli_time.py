@@ -57,19 +57,20 @@ def export(rev: str, into: Path) -> tuple[str, Path]:
 
 
 def run_once(src: Path, model: Path, out: Path, cwd: Path) -> dict:
-    """One `eqsat optimize -q` in a child: wall, user and system seconds, peak RSS in MB."""
+    """One `eqsat optimize -q` in a child: wall, user and system seconds, peak RSS in MiB."""
     cmd = [sys.executable, "-c", LAUNCH, str(src), "optimize", "-q", str(model), "-o", str(out)]
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    err = p.stderr.read()
-    _, status, ru = os.wait4(p.pid, 0)
+    with p.stderr:
+        err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)  # the child's own rusage (Popen.wait would not give it)
     wall = time.perf_counter() - t0
     p.returncode = os.waitstatus_to_exitcode(status)
     for f in (out, out.with_name(out.name + ".data")):
         f.unlink(missing_ok=True)
     if p.returncode:
         raise RuntimeError(f"{model.name} at {src.name}: exit {p.returncode}: {err.decode()[-500:]}")
-    return {"wall_s": wall, "user_s": ru.ru_utime, "sys_s": ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024}
+    return {"wall_s": wall, "user_s": ru.ru_utime, "sys_s": ru.ru_stime, "rss_mib": ru.ru_maxrss / 1024}
 
 
 def measure(models: list[Path], revs: list[str], rounds: int, out_dir: Path | None) -> dict:
@@ -78,6 +79,9 @@ def measure(models: list[Path], revs: list[str], rounds: int, out_dir: Path | No
     with tempfile.TemporaryDirectory(prefix="eqsat-cli-time-") as tmp, \
             tempfile.TemporaryDirectory(prefix="eqsat-cli-out-", dir=out_dir) as outs:
         trees = [export(r, Path(tmp)) for r in revs]
+        shas = [sha for sha, _ in trees]
+        if len(set(shas)) < len(shas):
+            raise SystemExit(f"cli_time: --rev {' '.join(revs)} name the same commit twice ({' '.join(shas)})")
         for model in models:
             runs = res.setdefault(model.stem, {sha: [] for sha, _ in trees})
             for i in range(rounds):
@@ -86,21 +90,21 @@ def measure(models: list[Path], revs: list[str], rounds: int, out_dir: Path | No
                     subprocess.run(["sync"], check=False)  # the last run's writes, flushed before this one
                     r = run_once(folder, model, Path(outs) / f"{sha}.onnx", Path(tmp))
                     runs[sha].append(r)
-                    print(f"{model.stem} {sha} round {i + 1}: {r['wall_s']:.2f} s, {r['rss_mb']:.0f} MB",
+                    print(f"{model.stem} {sha} round {i + 1}: {r['wall_s']:.2f} s, {r['rss_mib']:.0f} MiB",
                           file=sys.stderr)
     return res
 
 
 def table(res: dict) -> list[str]:
-    lines = ["| model | commit | runs | wall s | user s | sys s | peak RSS MB | wall / first |",
+    lines = ["| model | commit | runs | wall s | user s | sys s | peak RSS MiB | wall / first |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for model, by_rev in res.items():
         first = None
         for sha, runs in by_rev.items():
-            med = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "user_s", "sys_s", "rss_mb")}
+            med = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "user_s", "sys_s", "rss_mib")}
             first = first or med["wall_s"]
             lines.append(f"| {model} | {sha} | {len(runs)} | {med['wall_s']:.2f} | {med['user_s']:.2f} | "
-                         f"{med['sys_s']:.2f} | {med['rss_mb']:.0f} | {med['wall_s'] / first:.2f} |")
+                         f"{med['sys_s']:.2f} | {med['rss_mib']:.0f} | {med['wall_s'] / first:.2f} |")
     return lines
 
 

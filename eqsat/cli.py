@@ -168,7 +168,7 @@ def warn_unknown_dims(names: set[str], dims: list[tuple[str, int]], what: str) -
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from .modelio import check_model, load_model, staged
+    from .modelio import check_model, read_model, staged
     from .pipeline import Options, optimize
     from .saturate import Limits
 
@@ -179,7 +179,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if out.resolve() == src.resolve() and not args.in_place:
         raise UsageError(f"{out}: refusing to overwrite the input; pass --in-place to allow it")
     say = _progress(args.quiet)
-    model = load_model(src)
+    model, runnable = read_model(src)
     check_model(model, str(src), src)
     say(f"loaded {src} ({len(model.graph.node)} nodes)")
     _warn_unknown_dims(model, args.dim)
@@ -217,7 +217,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             from .verify import verify
 
             v = verify(model, res.model, args.verify_runs, args.rtol, args.atol, dict(args.dim),
-                       files=(src, written))
+                       files=(src if runnable else None, written))
             r["verification"] = v.as_dict()
             if v.status == "failed":
                 raise OptimizeError(f"verification failed, nothing written: {v.detail}")
@@ -278,7 +278,29 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+class Terminated(BaseException):  # not caught by the `except Exception` around onnxruntime calls
+    """SIGTERM, raised in the main thread so that `finally` blocks (the staged output's
+    temporary folder) clean up, as they do for Ctrl-C."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
+    try:
+        return _main(argv)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
@@ -296,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("eqsat: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("eqsat: terminated", file=sys.stderr)
+        return 143
     except BrokenPipeError:  # `eqsat rules list | head`: the reader left; say nothing more
         import os
 

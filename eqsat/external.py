@@ -49,22 +49,24 @@ def _node_tensors(g: GraphProto) -> Iterator[TensorProto]:
                     yield from _node_tensors(sub)
 
 
-def bind(model: ModelProto, base_dir: Path) -> None:
+def bind(model: ModelProto, base_dir: Path) -> bool:
     """Make the model's external tensors self-contained: large initializers of the main graph
     become absolute references; small ones, and every tensor outside the main graph's
-    initializers, are read into memory. Raises InputError for a missing or short data file."""
-    for t in model.graph.initializer:
-        _bind(t, base_dir, keep_reference=True)
-    for t in _node_tensors(model.graph):
-        _bind(t, base_dir, keep_reference=False)
+    initializers, are read into memory. Raises InputError for a missing or short data file.
+    Returns whether every data file lies inside `base_dir`: onnxruntime and the onnx checker
+    refuse to read a model's file otherwise (eqsat reads it, and writes its own data file)."""
+    inside = [_bind(t, base_dir, keep_reference=True) for t in model.graph.initializer]
+    inside += [_bind(t, base_dir, keep_reference=False) for t in _node_tensors(model.graph)]
+    return all(inside)
 
 
-def _bind(t: TensorProto, base_dir: Path, keep_reference: bool) -> None:
+def _bind(t: TensorProto, base_dir: Path, keep_reference: bool) -> bool:
     if not is_external(t):
-        return
+        return True
     info = external_info(t)
     loc = info.get("location", "")
     path = (base_dir / loc).resolve()
+    inside = path.is_relative_to(base_dir.resolve())
     if not loc or not path.is_file():
         raise InputError(f"external data file '{loc}' of tensor '{t.name}' not found next to the model")
     offset = int(info.get("offset", 0) or 0)
@@ -81,6 +83,7 @@ def _bind(t: TensorProto, base_dir: Path, keep_reference: bool) -> None:
             f.seek(offset)
             t.raw_data = f.read(length)
         t.data_location = TensorProto.DEFAULT
+    return inside
 
 
 def _where(t: TensorProto) -> tuple[str, int, int]:
@@ -96,29 +99,37 @@ def read(t: TensorProto) -> np.ndarray:
     return arr.reshape(tuple(t.dims))
 
 
-# Element types packed below a byte in raw_data: bits per element.
-PACKED_BITS = {TensorProto.UINT4: 4, TensorProto.INT4: 4, TensorProto.FLOAT4E2M1: 4}
-for _name, _bits in (("UINT2", 2), ("INT2", 2)):  # types of newer onnx releases
-    if hasattr(TensorProto, _name):
-        PACKED_BITS[getattr(TensorProto, _name)] = _bits
-
-
 def content_bytes(t: TensorProto) -> int:
-    """The size of a tensor's data, without serializing or copying it: for raw data, the
-    element count times the element size (reading `raw_data` would copy the bytes, 1 s for
-    a 500 MB model); ByteSize fails over 2 GiB."""
+    """The size of a tensor's data, without serializing or copying it: the element count
+    times the element's width, packed for the types narrower than a byte (int4, float4,
+    float6, int2: raw_data packs them), as raw_data holds it. Reading `raw_data` would copy
+    the bytes (1 s for a 500 MB model), and ByteSize fails over 2 GiB. Strings: the proto's
+    own size."""
     if is_external(t):
         return _where(t)[2]
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type))
+    except (KeyError, TypeError, ValueError):  # undefined
+        dtype = None
+    if dtype is None or dtype.kind == "O":
+        return len(t.raw_data) if t.HasField("raw_data") else t.ByteSize()
     n = 1
     for d in t.dims:
         n *= int(d)
-    if t.data_type in PACKED_BITS:
-        return (n * PACKED_BITS[t.data_type] + 7) // 8
-    try:
-        item = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
-    except (KeyError, TypeError, ValueError):  # strings, undefined: the proto's own size
-        return len(t.raw_data) if t.HasField("raw_data") else t.ByteSize()
-    return n * item
+    return (n * _bits(dtype) + 7) // 8
+
+
+def _bits(dtype: np.dtype) -> int:
+    """Bits per element: ml_dtypes' own count for its one-byte types (int4 is 4, float6 6)."""
+    if dtype.itemsize == 1 and dtype.kind not in "b":
+        import ml_dtypes
+
+        for info in (ml_dtypes.finfo, ml_dtypes.iinfo):
+            try:
+                return int(info(dtype).bits)
+            except (TypeError, ValueError):
+                continue
+    return dtype.itemsize * 8
 
 
 def has_references(model: ModelProto) -> bool:

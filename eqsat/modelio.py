@@ -23,6 +23,13 @@ EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 
 
 def load_model(path: str | os.PathLike) -> ModelProto:
+    return read_model(path)[0]
+
+
+def read_model(path: str | os.PathLike) -> tuple[ModelProto, bool]:
+    """`load_model`, and whether the file itself can stand for the model as loaded: whether
+    onnxruntime and the onnx checker can read it (they refuse external data outside the
+    model's folder, which eqsat reads)."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file")
@@ -43,8 +50,7 @@ def load_model(path: str | os.PathLike) -> ModelProto:
         raise InputError(f"{p}: cannot read the model: {e}") from None
     if not model.HasField("graph") or not model.opset_import:
         raise InputError(f"{p}: not an ONNX model (no graph or no opset import)")
-    external.bind(model, p.parent.resolve())
-    return model
+    return model, external.bind(model, p.parent.resolve())
 
 
 def supported_opsets() -> dict[str, tuple[int, int]]:
@@ -76,14 +82,15 @@ def check_opsets(model: ModelProto, what: str) -> None:
 
 def check_model(model: ModelProto, what: str, path: str | os.PathLike | None = None) -> None:
     """Check the opsets (`check_opsets`), then run the onnx checker; raises
-    InvalidModelError naming `what` with the reason. A model read from `path` is checked
-    from that file; without a file, one whose weights stay on disk is not checked."""
+    InvalidModelError naming `what` with the reason. A model whose weights stay on disk is
+    checked from its file `path`."""
     check_opsets(model, what)
     try:
-        if path is not None:  # the checker reads the file faster than Python serializes the model
-            onnx.checker.check_model(str(path))
-        elif not (external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD):
-            onnx.checker.check_model(model)
+        if external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+            if path is not None:
+                onnx.checker.check_model(str(path))
+            return
+        onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
         raise InvalidModelError(f"{what}: the onnx checker rejects the model: {_first_line(e)}") from None
 

@@ -41,6 +41,8 @@ def session(model: ModelProto | str | os.PathLike, optimize: bool = True, thread
         so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
     providers = providers or ["CPUExecutionProvider"]
     if isinstance(model, (str, os.PathLike)):
+        # an ONNX model, whatever its name (onnxruntime reads a path ending in .ort as its own format)
+        so.add_session_config_entry("session.load_model_format", "ONNX")
         return rt.InferenceSession(str(model), so, providers=providers)
     from . import external
     from .modelio import EXTERNAL_DATA_THRESHOLD, model_bytes, save_model

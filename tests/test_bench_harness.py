@@ -358,7 +358,7 @@ def test_kv_total_follows_past_and_new_tokens_unless_given():
 
 def test_cli_time_table_reports_medians_and_the_ratio_to_the_first_revision():
     ct = _bench("cli_time")
-    runs = lambda *walls: [{"wall_s": w, "user_s": w / 2, "sys_s": 1.0, "rss_mb": 100 * w} for w in walls]  # noqa: E731
+    runs = lambda *walls: [{"wall_s": w, "user_s": w / 2, "sys_s": 1.0, "rss_mib": 100 * w} for w in walls]  # noqa: E731
     rows = ct.table({"m": {"aaa": runs(10, 40, 30), "bbb": runs(12, 15, 9)}})
     assert rows[2].split(" | ")[1:4] == ["aaa", "3", "30.00"] and rows[2].endswith("| 3000 | 1.00 |")
     assert rows[3].split(" | ")[1:4] == ["bbb", "3", "12.00"] and rows[3].endswith("| 1200 | 0.40 |")

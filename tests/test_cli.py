@@ -378,3 +378,37 @@ def test_tau_interval_is_a_bootstrap_over_the_programs():
     lo, hi = tau_interval(x, [3, 1, 4, 1.5, 5, 9, 2, 6, 5.5, 3.5])
     assert lo < 0 < 0.33 < hi and hi - lo > 0.5  # ten programs, tau 0.33: wide, and it holds chance
     assert tau_interval([1, 1, 1], [1, 2, 3]) is None  # all predicted alike: no tau
+
+
+def test_files_named_like_onnxruntime_format_still_verify(capsys, model_path, tmp_path):
+    # Verification runs the input and the written files; onnxruntime would read a path
+    # ending in .ort as its own ORT format, and refuse an ONNX file there.
+    ort_in = tmp_path / "in.ort"
+    ort_in.write_bytes(model_path.read_bytes())
+    for src, out in ((model_path, tmp_path / "o.ort"), (ort_in, tmp_path / "o.onnx")):
+        rep = tmp_path / "r.json"
+        rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--report", rep, "-q")
+        assert rc == 0 and "warning" not in err, err
+        assert json.loads(rep.read_text())["verification"]["status"] == "passed"
+
+
+def test_sigterm_during_verification_leaves_nothing_behind(model_path, tmp_path):
+    # The output is written under a temporary name before verification runs; a SIGTERM
+    # there (a job scheduler's kill) must clean it up as Ctrl-C does.
+    out = tmp_path / "out" / "o.onnx"
+    out.parent.mkdir()
+    # (inside an `except Exception`, like verification's guards around onnxruntime calls)
+    code = ("import os, signal, sys, time, eqsat.verify as v\n"
+            "def verify(*a, **k):\n"
+            "    try:\n"
+            "        os.kill(os.getpid(), signal.SIGTERM)\n"
+            "        time.sleep(5)\n"
+            "    except Exception:\n"
+            "        pass\n"
+            "    return v.Verification('passed')\n"
+            "v.verify = verify\n"
+            "from eqsat.cli import main\n"
+            f"sys.exit(main(['optimize', {str(model_path)!r}, '-o', {str(out)!r}, '-q']))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 143 and p.stderr.strip() == "eqsat: terminated", p.stderr
+    assert list(out.parent.iterdir()) == []

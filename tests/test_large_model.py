@@ -3,6 +3,7 @@ protobuf cannot hold them), outputs unchanged. The test generates its own 2.1 Gi
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -105,6 +106,27 @@ def test_verification_runs_the_files_it_is_given(tmp_path):
     assert verify(orig, orig, files=(other, str(other))).status == "passed"
 
 
+def test_an_input_with_data_outside_its_folder_is_verified_from_memory(tmp_path, capsys):
+    # onnxruntime and the onnx checker refuse "../w.bin"; eqsat reads it, so verification
+    # must not run the input's file (it would be "not possible"), and the output gets its
+    # own data beside it.
+    m = _add_model(np.arange(4096, dtype=np.float32))
+    t = m.graph.initializer[0]
+    (tmp_path / "w.bin").write_bytes(t.raw_data)
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "../w.bin"), ("offset", "0"), ("length", str(4096 * 4))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    (tmp_path / "m").mkdir()
+    src, out, rep = tmp_path / "m" / "m.onnx", tmp_path / "m" / "o.onnx", tmp_path / "r.json"
+    onnx.save(m, str(src))
+    assert main(["optimize", str(src), "-o", str(out), "--report", str(rep), "-q"]) == 0
+    assert json.loads(rep.read_text())["verification"]["status"] == "passed", capsys.readouterr().err
+    feeds = {"x": np.ones(4096, np.float32)}
+    assert run(str(out), feeds)["y"][4095] == 4096.0
+
+
 def _add_model(w: np.ndarray) -> onnx.ModelProto:
     return helper.make_model(
         helper.make_graph(
@@ -157,8 +179,10 @@ def test_weights_the_input_kept_outside_stay_outside(tmp_path):
 
 @pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.INT8,
                                    TensorProto.INT64, TensorProto.BOOL, TensorProto.DOUBLE, TensorProto.UINT4,
-                                   TensorProto.INT4, TensorProto.FLOAT4E2M1, TensorProto.FLOAT8E4M3FN])
-@pytest.mark.parametrize("shape", [(3, 5), (7,), ()])
+                                   TensorProto.INT4, TensorProto.FLOAT4E2M1, TensorProto.FLOAT8E4M3FN,
+                                   TensorProto.FLOAT8E8M0, TensorProto.INT2, TensorProto.UINT2,
+                                   TensorProto.FLOAT6E2M3, TensorProto.FLOAT6E3M2, TensorProto.UINT8])
+@pytest.mark.parametrize("shape", [(3, 5), (7,), (), (0, 4)])
 def test_content_bytes_is_the_raw_data_length_without_reading_it(dtype, shape):
     from eqsat.external import content_bytes
 
