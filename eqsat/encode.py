@@ -126,8 +126,10 @@ def uniform_facts(t: TensorProto, term) -> list:
         return []
     if t.data_type != TensorProto.BOOL and t.data_type not in FLOAT_CODES:
         return []
-    if t.raw_data and t.data_type in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BOOL):
-        # a view of the bytes, not a copy: most weights differ in their first and last element
+    if t.HasField("raw_data") and t.data_type in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
+                                                   TensorProto.BOOL):
+        # a view of the bytes (read once: each read of raw_data copies them), not a converted
+        # array: most weights differ in their first and last element
         a = np.frombuffer(t.raw_data, dtype=onnx.helper.tensor_dtype_to_np_dtype(t.data_type).newbyteorder("<"))
     else:
         a = numpy_helper.to_array(t).reshape(-1)
