@@ -18,10 +18,9 @@ def tensor_key(t: TensorProto) -> str:
     where its bytes are (reading gigabytes to hash them would cost more than it saves)."""
     h = hashlib.sha256()
     h.update(f"{t.data_type}:{tuple(t.dims)}:".encode())
-    raw = b"" if external.is_external(t) else t.raw_data  # one copy: each read of raw_data copies it
     if external.is_external(t):
         h.update(repr(sorted(external.external_info(t).items())).encode())
-    elif raw:
+    elif raw := t.raw_data:  # read once: each read of raw_data copies the bytes
         h.update(raw)
     else:
         c = TensorProto()
