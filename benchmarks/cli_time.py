@@ -40,10 +40,17 @@ LAUNCH = ("import sys; sys.path.insert(0, sys.argv.pop(1)); import eqsat; "
           "from eqsat.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
-def export(rev: str, into: Path) -> tuple[str, Path]:
-    """(short commit, folder) of `rev`'s tracked files, extracted under `into`."""
-    sha = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True, capture_output=True,
-                         text=True).stdout.strip()
+def commits(revs: list[str]) -> list[str]:
+    """The short commit of each revision; SystemExit where two name the same commit."""
+    shas = [subprocess.run(["git", "rev-parse", "--short", r], cwd=ROOT, check=True, capture_output=True,
+                           text=True).stdout.strip() for r in revs]
+    if len(set(shas)) < len(shas):
+        raise SystemExit(f"cli_time: --rev {' '.join(revs)} name the same commit twice ({' '.join(shas)})")
+    return shas
+
+
+def export(sha: str, into: Path) -> tuple[str, Path]:
+    """(sha, folder) with the commit's tracked files, extracted under `into`."""
     folder = into / sha
     folder.mkdir()
     archive = subprocess.run(["git", "archive", "--format=tar", sha], cwd=ROOT, check=True,
@@ -76,12 +83,10 @@ def run_once(src: Path, model: Path, out: Path, cwd: Path) -> dict:
 def measure(models: list[Path], revs: list[str], rounds: int, out_dir: Path | None) -> dict:
     """{model: {commit: [run dicts]}}, the revisions alternating within each round."""
     res: dict[str, dict[str, list[dict]]] = {}
+    shas = commits(revs)
     with tempfile.TemporaryDirectory(prefix="eqsat-cli-time-") as tmp, \
             tempfile.TemporaryDirectory(prefix="eqsat-cli-out-", dir=out_dir) as outs:
-        trees = [export(r, Path(tmp)) for r in revs]
-        shas = [sha for sha, _ in trees]
-        if len(set(shas)) < len(shas):
-            raise SystemExit(f"cli_time: --rev {' '.join(revs)} name the same commit twice ({' '.join(shas)})")
+        trees = [export(sha, Path(tmp)) for sha in shas]
         for model in models:
             runs = res.setdefault(model.stem, {sha: [] for sha, _ in trees})
             for i in range(rounds):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import __version__
 from .argtypes import dim, nonnegative_float, output_file, positive_float, positive_int
-from .errors import EqsatError, OptimizeError, UsageError
+from .errors import EqsatError, OptimizeError, Terminated, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -278,11 +278,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-class Terminated(BaseException):  # not caught by the `except Exception` around onnxruntime calls
-    """SIGTERM, raised in the main thread so that `finally` blocks (the staged output's
-    temporary folder) clean up, as they do for Ctrl-C."""
-
-
 def _raise_terminated(signum, frame):
     raise Terminated()
 
@@ -295,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main else None
     try:
         return _main(argv)
+    except Terminated:  # anywhere, start-up included
+        print("eqsat: terminated", file=sys.stderr)
+        return 143
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
@@ -318,9 +316,6 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("eqsat: interrupted", file=sys.stderr)
         return 130
-    except Terminated:
-        print("eqsat: terminated", file=sys.stderr)
-        return 143
     except BrokenPipeError:  # `eqsat rules list | head`: the reader left; say nothing more
         import os
 

@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from onnx import ModelProto, numpy_helper
 
+from .errors import INTERRUPTS
 from .verify import compare, onnx_checker_ok, random_inputs, run
 
 DATA_SUITES = ("light", "pytorch-converted", "pytorch-operator", "simple")
@@ -371,7 +372,7 @@ def check_expected(case: Case, optimize_fn: Callable[[ModelProto], ModelProto], 
     except Exception as e:  # noqa: BLE001
         return verdict(FAILED, f"optimize raised {type(e).__name__}: {_short(e)}", basis)
     except BaseException as e:  # egglog panics (pyo3 PanicException) are BaseException
-        if isinstance(e, KeyboardInterrupt | SystemExit):
+        if isinstance(e, INTERRUPTS):
             raise
         return verdict(FAILED, f"optimize panicked ({type(e).__name__}): {_short(e)}", basis)
     why = onnx_checker_ok(opt)

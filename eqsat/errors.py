@@ -38,6 +38,16 @@ class OptimizeError(EqsatError):
     exit_code = 1
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread by `eqsat.cli.main` so that `finally` blocks (the
+    staged output's temporary folder) clean up, as they do for Ctrl-C. A BaseException, so
+    that the `except Exception` around onnxruntime calls lets it through."""
+
+
+# What an `except BaseException` (egglog's panics are BaseExceptions) must re-raise.
+INTERRUPTS = (KeyboardInterrupt, SystemExit, Terminated)
+
+
 def output_folder(out) -> Path:
     """The folder a file `out` will be written to; InputError if it does not exist (checked
     before the work, by the command line, and again by every writer)."""

@@ -53,8 +53,9 @@ def bind(model: ModelProto, base_dir: Path) -> bool:
     """Make the model's external tensors self-contained: large initializers of the main graph
     become absolute references; small ones, and every tensor outside the main graph's
     initializers, are read into memory. Raises InputError for a missing or short data file.
-    Returns whether every data file lies inside `base_dir`: onnxruntime and the onnx checker
-    refuse to read a model's file otherwise (eqsat reads it, and writes its own data file)."""
+    Returns whether every data file lies inside `base_dir` once links are resolved:
+    onnxruntime refuses to run a model's file otherwise (eqsat reads it, and writes its own
+    data file)."""
     inside = [_bind(t, base_dir, keep_reference=True) for t in model.graph.initializer]
     inside += [_bind(t, base_dir, keep_reference=False) for t in _node_tensors(model.graph)]
     return all(inside)

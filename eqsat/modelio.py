@@ -27,9 +27,10 @@ def load_model(path: str | os.PathLike) -> ModelProto:
 
 
 def read_model(path: str | os.PathLike) -> tuple[ModelProto, bool]:
-    """`load_model`, and whether the file itself can stand for the model as loaded: whether
-    onnxruntime and the onnx checker can read it (they refuse external data outside the
-    model's folder, which eqsat reads)."""
+    """`load_model`, and whether onnxruntime can run the file itself for the model as loaded:
+    it refuses a data file outside the model's folder, which eqsat reads. (The onnx checker
+    is stricter, refusing any `..` or symlink in a location; check_model reads the file only
+    for weights kept on disk, as it did before.)"""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file")

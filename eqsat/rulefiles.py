@@ -10,7 +10,7 @@ from pathlib import Path
 
 from egglog import bindings as b
 
-from .errors import RuleError
+from .errors import INTERRUPTS, RuleError
 
 PRELUDE = "lang.egg"
 SCHEDULE = "schedule.egg"
@@ -101,7 +101,7 @@ def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared, trans
     except b.EggSmolError as e:
         raise RuleError(format_egglog_error(str(e), path, text, declared)) from None
     except BaseException as e:  # egglog panics are BaseException (pyo3 PanicException)
-        if isinstance(e, KeyboardInterrupt | SystemExit):
+        if isinstance(e, INTERRUPTS):
             raise
         raise RuleError(f"{path}: egglog failed while loading this file: {str(e).splitlines()[0]}") from None
     declared.absorb(cmds, path)

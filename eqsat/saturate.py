@@ -22,7 +22,7 @@ from pathlib import Path
 
 from egglog import bindings as b
 
-from .errors import OptimizeError, RuleError
+from .errors import INTERRUPTS, OptimizeError, RuleError
 from .rulefiles import (
     SCHEDULE,
     SPAN_RE,
@@ -143,7 +143,7 @@ class Saturator:
             m = SPAN_RE.match(last.removeprefix("Panic: "))
             raise OptimizeError(_RULES_FAILED.format(m.group(5) if m else last)) from None
         except BaseException as e:  # egglog 13 panics are BaseException (pyo3 PanicException)
-            if isinstance(e, KeyboardInterrupt | SystemExit):
+            if isinstance(e, INTERRUPTS):
                 raise
             _LOADED.pop(self._key, None)  # do not reuse an e-graph egglog panicked on
             raise OptimizeError(_RULES_FAILED.format(str(e).splitlines()[0] if str(e) else type(e).__name__)) from None

@@ -32,7 +32,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto,
 
 from .decode import all_names
 from .encode import NotTyped, constant_node_tensor, graph_outer_refs
-from .errors import UsageError
+from .errors import INTERRUPTS, UsageError
 from .modelio import model_shell
 from .shapes import _skeleton
 
@@ -232,7 +232,7 @@ def _optimize_body(model: ModelProto, g: GraphProto, types: dict[str, TypeProto]
         res = optimize(standalone, opts)
     except UsageError:
         raise
-    except (KeyboardInterrupt, SystemExit):
+    except INTERRUPTS:
         raise
     except BaseException as e:  # noqa: BLE001 - egglog panics are BaseException; the body is kept
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]

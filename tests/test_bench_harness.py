@@ -371,3 +371,9 @@ def test_decode_attention_forms_give_the_same_outputs_and_cache():
     assert [n.op_type for n in fused.graph.node] == ["MultiHeadAttention"]
     a, b = run(plain, feeds), run(fused, feeds)
     assert a["present_k"].shape == (1, 12, 9, 64) and not compare(a, b, 1e-5, 1e-6)
+
+
+def test_cli_time_refuses_one_commit_named_twice():
+    ct = _bench("cli_time")
+    with pytest.raises(SystemExit, match="the same commit twice"):
+        ct.measure([], ["HEAD", "HEAD~0"], rounds=1, out_dir=None)

@@ -412,3 +412,29 @@ def test_sigterm_during_verification_leaves_nothing_behind(model_path, tmp_path)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 143 and p.stderr.strip() == "eqsat: terminated", p.stderr
     assert list(out.parent.iterdir()) == []
+
+
+def test_sigterm_during_saturation_is_not_taken_for_an_egglog_failure(model_path, tmp_path):
+    # egglog's panics are BaseExceptions, so eqsat catches BaseException around egglog
+    # calls; a SIGTERM raised there must still end the run with 143, not "egglog failed".
+    out = tmp_path / "o.onnx"
+    code = ("import os, signal, sys, time, eqsat.saturate as s\n"
+            "real = s.b.EGraph\n"
+            "class Slow:\n"
+            "    calls = 0\n"
+            "    def __init__(self, *a, **k):\n"
+            "        self._eg = real(*a, **k)\n"
+            "    def __getattr__(self, name):\n"
+            "        return getattr(self._eg, name)\n"
+            "    def run_program(self, *cmds):\n"
+            "        Slow.calls += 1\n"
+            "        if Slow.calls == 3:\n"
+            "            os.kill(os.getpid(), signal.SIGTERM)\n"
+            "            time.sleep(5)\n"
+            "        return self._eg.run_program(*cmds)\n"
+            "s.b.EGraph = Slow\n"
+            "from eqsat.cli import main\n"
+            f"sys.exit(main(['optimize', {str(model_path)!r}, '-o', {str(out)!r}, '-q']))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 143 and p.stderr.strip() == "eqsat: terminated", p.stderr
+    assert not out.exists()
