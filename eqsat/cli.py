@@ -228,11 +228,15 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             else:
                 say(f"verification {v.status}: {v.detail}")
         if args.plan:
-            from .plan.cli import plan_to_file, summary
+            from .plan.cli import checked_plan, summary
 
-            plan = plan_to_file(res.model, args.plan, dict(args.dim))  # a failed plan writes nothing
+            plan = checked_plan(res.model, dict(args.dim))  # a failed plan writes nothing
             r["plan"] = dict(summary(plan), file=str(args.plan))
     say(f"wrote {out}: {r['nodes_before']} -> {r['nodes_after']} nodes")
+    if plan is not None:  # after the model it describes is in place
+        from .plan.cli import write_json
+
+        write_json(plan, args.plan)
     if plan is not None:
         say(f"wrote {args.plan}: arena {plan['arena_bytes']} bytes, lower bound {plan['lower_bound_bytes']}, "
             f"no reuse {plan['no_reuse_bytes']}")

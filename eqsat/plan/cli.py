@@ -5,8 +5,10 @@
 
 `add_plan_parser(subparsers)` declares the `plan` subcommand, `cmd_plan(args)` runs it,
 `add_optimize_plan_argument(parser)` adds `--plan` to `optimize`, `check_plan_dims(model,
-dims)` fails early (before optimizing) when a symbolic dimension is unbound, and
-`plan_to_file(model, path, dims, alignment)` plans, checks and writes the plan file.
+dims)` fails early (before optimizing) when a symbolic dimension is unbound,
+`checked_plan(model, dims, alignment)` plans and checks (`optimize --plan` writes it with
+`write_json` once the model is in place), and `plan_to_file(model, path, dims, alignment)`
+plans, checks and writes the plan file.
 Errors are eqsat.errors exceptions: UsageError (exit 2) for an unbound dimension, PlanError
 (exit 1) for a plan that fails its checks or its proof by execution.
 """
@@ -88,14 +90,19 @@ def write_json(data: dict, path: str | os.PathLike) -> Path:
     return out
 
 
-def plan_to_file(model: ModelProto, path: str | os.PathLike, dims: dict[str, int] | None = None,
-                 alignment: int = 64) -> dict:
-    """Plan `model`, check the plan, write it as JSON to `path`; returns the plan's dict."""
+def checked_plan(model: ModelProto, dims: dict[str, int] | None = None, alignment: int = 64) -> dict:
+    """Plan `model` and check the plan; returns the plan's dict."""
     from . import check_plan, plan_model
 
     plan = plan_model(model, dims or {}, alignment)
     check_plan(plan)
-    d = plan.to_dict()
+    return plan.to_dict()
+
+
+def plan_to_file(model: ModelProto, path: str | os.PathLike, dims: dict[str, int] | None = None,
+                 alignment: int = 64) -> dict:
+    """Plan `model`, check the plan, write it as JSON to `path`; returns the plan's dict."""
+    d = checked_plan(model, dims, alignment)
     write_json(d, path)
     return d
 
