@@ -210,7 +210,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     # failure leaves nothing behind.
     with staged(res.model, out) as written:
         size = sum(f.stat().st_size for f in written.parent.iterdir())  # with its data file, if any
-        say(f"saved and checked a temporary copy ({size / 1e6:.1f} MB)")
+        say(f"saved and checked a temporary copy ({size / 1e6:.1f} MB)" if size >= 1e5 else
+            f"saved and checked a temporary copy ({size / 1e3:.1f} kB)")
         if args.no_verify:
             r["verification"] = {"status": "skipped", "detail": "--no-verify", "runs": 0}
         else:
