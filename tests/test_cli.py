@@ -392,25 +392,30 @@ def test_files_named_like_onnxruntime_format_still_verify(capsys, model_path, tm
         assert json.loads(rep.read_text())["verification"]["status"] == "passed"
 
 
-def test_sigterm_during_verification_leaves_nothing_behind(model_path, tmp_path):
-    # The output is written under a temporary name before verification runs; a SIGTERM
-    # there (a job scheduler's kill) must clean it up as Ctrl-C does.
-    out = tmp_path / "out" / "o.onnx"
-    out.parent.mkdir()
-    # (inside an `except Exception`, like verification's guards around onnxruntime calls)
-    code = ("import os, signal, sys, time, eqsat.verify as v\n"
-            "def verify(*a, **k):\n"
-            "    try:\n"
-            "        os.kill(os.getpid(), signal.SIGTERM)\n"
-            "        time.sleep(5)\n"
-            "    except Exception:\n"
-            "        pass\n"
-            "    return v.Verification('passed')\n"
-            "v.verify = verify\n"
-            "from eqsat.cli import main\n"
+def _terminated(patch: str, model_path: Path, out: Path) -> None:
+    """Run `eqsat optimize` in a child after `patch` (Python that sends the child SIGTERM
+    somewhere), and check that it ends with 143 and "eqsat: terminated"."""
+    code = (patch + "from eqsat.cli import main\n"
             f"sys.exit(main(['optimize', {str(model_path)!r}, '-o', {str(out)!r}, '-q']))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 143 and p.stderr.strip() == "eqsat: terminated", p.stderr
+
+
+def test_sigterm_during_verification_leaves_nothing_behind(model_path, tmp_path):
+    # The output is written under a temporary name before verification runs; a SIGTERM
+    # there (a job scheduler's kill) must clean it up as Ctrl-C does, also when it arrives
+    # inside an `except Exception`, like verification's guards around onnxruntime calls.
+    out = tmp_path / "out" / "o.onnx"
+    out.parent.mkdir()
+    _terminated("import os, signal, sys, time, eqsat.verify as v\n"
+                "def verify(*a, **k):\n"
+                "    try:\n"
+                "        os.kill(os.getpid(), signal.SIGTERM)\n"
+                "        time.sleep(5)\n"
+                "    except Exception:\n"
+                "        pass\n"
+                "    return v.Verification('passed')\n"
+                "v.verify = verify\n", model_path, out)
     assert list(out.parent.iterdir()) == []
 
 
@@ -418,23 +423,19 @@ def test_sigterm_during_saturation_is_not_taken_for_an_egglog_failure(model_path
     # egglog's panics are BaseExceptions, so eqsat catches BaseException around egglog
     # calls; a SIGTERM raised there must still end the run with 143, not "egglog failed".
     out = tmp_path / "o.onnx"
-    code = ("import os, signal, sys, time, eqsat.saturate as s\n"
-            "real = s.b.EGraph\n"
-            "class Slow:\n"
-            "    calls = 0\n"
-            "    def __init__(self, *a, **k):\n"
-            "        self._eg = real(*a, **k)\n"
-            "    def __getattr__(self, name):\n"
-            "        return getattr(self._eg, name)\n"
-            "    def run_program(self, *cmds):\n"
-            "        Slow.calls += 1\n"
-            "        if Slow.calls == 3:\n"
-            "            os.kill(os.getpid(), signal.SIGTERM)\n"
-            "            time.sleep(5)\n"
-            "        return self._eg.run_program(*cmds)\n"
-            "s.b.EGraph = Slow\n"
-            "from eqsat.cli import main\n"
-            f"sys.exit(main(['optimize', {str(model_path)!r}, '-o', {str(out)!r}, '-q']))\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 143 and p.stderr.strip() == "eqsat: terminated", p.stderr
+    _terminated("import os, signal, sys, time, eqsat.saturate as s\n"
+                "real = s.b.EGraph\n"
+                "class Slow:\n"
+                "    calls = 0\n"
+                "    def __init__(self, *a, **k):\n"
+                "        self._eg = real(*a, **k)\n"
+                "    def __getattr__(self, name):\n"
+                "        return getattr(self._eg, name)\n"
+                "    def run_program(self, *cmds):\n"
+                "        Slow.calls += 1\n"
+                "        if Slow.calls == 3:\n"
+                "            os.kill(os.getpid(), signal.SIGTERM)\n"
+                "            time.sleep(5)\n"
+                "        return self._eg.run_program(*cmds)\n"
+                "s.b.EGraph = Slow\n", model_path, out)
     assert not out.exists()
