@@ -403,7 +403,6 @@ def _kv_axes(layers: int) -> dict[str, dict[int, str]]:
     return axes
 
 
-
 def _kv_spec(name: str, build: Callable[[], nn.Module], vocab: int, layers: int, kv_heads: int,
              head: int = 64) -> ModelSpec:
     """The step with a KV cache of the corpus model `name` without its `-kv` (CacheStepWrapper)."""
@@ -420,6 +419,7 @@ def _kv_spec(name: str, build: Callable[[], nn.Module], vocab: int, layers: int,
         check_shapes=((1, 1), (2, 4)),
         dynamo=False,
     )
+
 
 MODELS: list[ModelSpec] = [
     ModelSpec(
