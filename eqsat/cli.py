@@ -168,7 +168,7 @@ def warn_unknown_dims(names: set[str], dims: list[tuple[str, int]], what: str) -
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from .modelio import check_model, read_model, staged
+    from .modelio import read_model, staged
     from .pipeline import Options, optimize
     from .saturate import Limits
 
@@ -179,8 +179,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if out.resolve() == src.resolve() and not args.in_place:
         raise UsageError(f"{out}: refusing to overwrite the input; pass --in-place to allow it")
     say = _progress(args.quiet)
-    model, runnable = read_model(src)
-    check_model(model, str(src), src)
+    model, runnable = read_model(src, check=True)
     say(f"loaded {src} ({len(model.graph.node)} nodes)")
     _warn_unknown_dims(model, args.dim)
     if args.plan:
@@ -255,12 +254,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 def cmd_compare_costs(args: argparse.Namespace) -> int:
     from .compare_costs import as_json, compare_costs, table
-    from .modelio import check_model, load_model
+    from .modelio import read_model
     from .pipeline import Options
 
     src = Path(args.input)
-    model = load_model(src)
-    check_model(model, str(src), src)
+    model = read_model(src, check=True)[0]
     _warn_unknown_dims(model, args.dim)
     opts = Options(rule_files=list(args.rules), target=args.target, hardware=args.hardware, dims=dict(args.dim),
                    extractor=args.extractor)

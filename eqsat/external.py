@@ -137,6 +137,12 @@ def has_references(model: ModelProto) -> bool:
     return any(is_external(t) for t in model.graph.initializer)
 
 
+def any_external(model: ModelProto) -> bool:
+    """Whether any tensor, in the main graph's initializers, node attributes or subgraphs,
+    keeps its data in a file: the tensors `bind` rewrites."""
+    return has_references(model) or any(is_external(t) for t in _node_tensors(model.graph))
+
+
 def write_model(model: ModelProto, path: Path, data_name: str | None = None, threshold: int = 1024) -> None:
     """Save `model` to `path` with its initializers over `threshold` bytes in one data file
     (`data_name`, default `<name>.data`, beside it): references are streamed from their

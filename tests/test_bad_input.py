@@ -345,6 +345,23 @@ def test_a_failed_write_leaves_nothing_and_keeps_an_existing_output(capsys, tmp_
     _only_input_left(tmp_path, "m.onnx", "o.onnx")
 
 
+def test_the_checker_reads_the_bytes_on_disk(capsys, tmp_path, monkeypatch):
+    # The input is checked from the bytes just read and the output from the bytes written,
+    # not from models serialized again: what passes the checker is what is in the files.
+    src, out = _save(_relu_model(), tmp_path / "m.onnx"), tmp_path / "o.onnx"
+    checked, real = [], onnx.checker.check_model
+
+    def spy(model, *a, **k):
+        checked.append(model)
+        return real(model, *a, **k)
+
+    monkeypatch.setattr(modelio.onnx.checker, "check_model", spy)
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "-q", "--no-verify")
+    assert rc == 0, err
+    assert [type(c) for c in checked] == [bytes, bytes]
+    assert checked == [src.read_bytes(), out.read_bytes()]
+
+
 def test_verification_failure_keeps_an_existing_output(capsys, tmp_path):
     src, out, rules = _save(_relu_model(), tmp_path / "m.onnx"), tmp_path / "o.onnx", tmp_path / "wrong.egg"
     out.write_bytes(b"previous output")

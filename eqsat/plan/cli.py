@@ -115,7 +115,7 @@ def summary(d: dict) -> dict:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from ..modelio import check_model, load_model
+    from ..modelio import read_model
     from . import check_plan, execute_plan, plan_model
     from .errors import PlanError
 
@@ -124,8 +124,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(msg)
 
     src = Path(args.input)
-    model = load_model(src)
-    check_model(model, str(src), src)
+    model = read_model(src, check=True)[0]
     t0 = time.perf_counter()
     plan = plan_model(model, dict(args.dim), args.alignment, inplace=not args.no_inplace)
     check_plan(plan)
