@@ -39,8 +39,8 @@ def _register(sub) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .limits import Limits
     from .plan.cli import add_optimize_plan_argument
-    from .saturate import Limits
 
     lim = Limits()
     p = _Parser(prog="eqsat", description="Optimize ONNX models by equality saturation.")
@@ -168,9 +168,9 @@ def warn_unknown_dims(names: set[str], dims: list[tuple[str, int]], what: str) -
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
+    from .limits import Limits
     from .modelio import read_model, staged
     from .pipeline import Options, optimize
-    from .saturate import Limits
 
     src = Path(args.input)
     out = Path(args.output) if args.output else src.with_name(src.stem + ".opt.onnx")

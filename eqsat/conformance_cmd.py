@@ -19,11 +19,13 @@ import random
 import sys
 import time
 from collections.abc import Callable
-
-from onnx import ModelProto
+from typing import TYPE_CHECKING
 
 from .argtypes import output_file, positive_int
 from .errors import UsageError
+
+if TYPE_CHECKING:  # onnx takes 0.2 s to import: not for --help
+    from onnx import ModelProto
 
 
 def register(subparsers) -> dict:

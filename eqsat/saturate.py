@@ -23,6 +23,7 @@ from pathlib import Path
 from egglog import bindings as b
 
 from .errors import INTERRUPTS, OptimizeError, RuleError
+from .limits import Limits
 from .rulefiles import (
     SCHEDULE,
     SPAN_RE,
@@ -38,15 +39,6 @@ SPAN = b.PanicSpan()
 # the rules' round cost 0.1 s. Hooks wait for the rules to settle, at most this many rounds.
 HOOK_EVERY = 3
 _RULES_FAILED = "egglog failed while running the rules: {}; check the --rules files (nothing written)"
-
-
-@dataclass
-class Limits:
-    """Bounds that are always in force. Defaults suit models up to ~100k nodes."""
-
-    iter_limit: int = 30  # rounds
-    node_limit: int = 2_000_000  # e-nodes (constructor rows) after a round
-    time_limit: float = 120.0  # seconds of saturation, checked between rounds
 
 
 @dataclass

@@ -67,6 +67,27 @@ def test_python_dash_m(model_path, tmp_path):
     assert out.is_file()
 
 
+@pytest.mark.parametrize("args", [["--help"], ["optimize", "--help"], ["plan", "--help"], ["--version"]])
+def test_help_imports_no_heavy_package(args):
+    # Help and usage must come at once: egglog, onnx, onnxruntime and numpy are imported by
+    # the commands that use them, not by the parser (together about 0.7 s here).
+    code = ("import sys\nfrom eqsat.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'egglog', 'onnx', 'onnxruntime', 'numpy'})\n"
+            "print('HEAVY', heavy)")
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1] == "HEAVY []"
+
+
+def test_plan_package_names_load_on_first_use():
+    import eqsat.plan as plan
+
+    assert set(plan.__all__) <= set(dir(plan))
+    assert all(callable(getattr(plan, name)) for name in plan.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        plan.nope  # noqa: B018
+
+
 def test_refuses_to_overwrite_the_input(capsys, model_path):
     before = model_path.read_bytes()
     rc, _, err = run_cli(capsys, "optimize", model_path, "-o", model_path)

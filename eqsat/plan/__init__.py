@@ -26,24 +26,28 @@ execution order) and gives tensors whose stays do not overlap the same bytes.
 
 from __future__ import annotations
 
-from .check import check_plan, check_tensors
-from .errors import PlanError
-from .execute import Execution, execute_plan
-from .graph import Graph, Node, TensorInfo, graph_from_model
-from .planner import Plan, PlannedTensor, plan_graph, plan_model
+import importlib
 
-__all__ = [
-    "Execution",
-    "Graph",
-    "Node",
-    "Plan",
-    "PlanError",
-    "PlannedTensor",
-    "TensorInfo",
-    "check_plan",
-    "check_tensors",
-    "execute_plan",
-    "graph_from_model",
-    "plan_graph",
-    "plan_model",
-]
+# Loaded on first use (PEP 562), so that `eqsat --help` and the plan subcommand's parser do
+# not import numpy and onnx: name -> the submodule that defines it.
+_EXPORTS = {
+    "check_plan": "check", "check_tensors": "check",
+    "PlanError": "errors",
+    "Execution": "execute", "execute_plan": "execute",
+    "Graph": "graph", "Node": "graph", "TensorInfo": "graph", "graph_from_model": "graph",
+    "Plan": "planner", "PlannedTensor": "planner", "plan_graph": "planner", "plan_model": "planner",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

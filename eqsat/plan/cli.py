@@ -22,10 +22,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-from onnx import ModelProto
+from typing import TYPE_CHECKING
 
 from ..argtypes import dim, output_file, positive_int
+
+if TYPE_CHECKING:  # onnx takes 0.2 s to import: not for --help
+    from onnx import ModelProto
 
 PLAN_HELP = "plan the memory of a model's intermediate tensors in one arena"
 
