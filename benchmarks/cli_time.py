@@ -35,9 +35,11 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import peers  # noqa: E402
 
-LAUNCH = ("import sys; sys.path.insert(0, sys.argv.pop(1)); import eqsat; "
+# What `python -m eqsat` runs (the console script's entry since dc092fd's successor: a
+# revision's __main__ may set up the process before main, as eqsat.allocator does).
+LAUNCH = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); import eqsat; "
           "assert eqsat.__file__.startswith(sys.path[0]), eqsat.__file__; "
-          "from eqsat.cli import main; sys.exit(main(sys.argv[1:]))")
+          "runpy.run_module('eqsat', run_name='__main__')")
 
 
 def commits(revs: list[str]) -> list[str]:

@@ -285,6 +285,15 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
+def run() -> None:
+    """The `eqsat` program (console script and `python -m eqsat`): `main` in a process whose
+    allocator keeps freed memory for reuse (eqsat.allocator)."""
+    from .allocator import reuse_freed_memory
+
+    reuse_freed_memory()
+    sys.exit(main())
+
+
 def main(argv: list[str] | None = None) -> int:
     import signal
     import threading

@@ -1,0 +1,38 @@
+"""glibc's allocator, tuned for the command line: big buffers reused instead of returned.
+
+`eqsat optimize` on a 500 MB model allocates and frees buffers the size of the model a dozen
+times: the file's bytes, the parsed model, protobuf's serializations, onnxruntime's copies.
+glibc serves each one from a fresh mmap and unmaps it when freed, so every buffer's pages
+fault in again, one at a time: about 2 million page faults for GPT-2's step, most of the
+command's system time. `reuse_freed_memory` makes glibc serve them from its heap and keep
+what is freed for the next one (mallopt: M_MMAP_MAX 0, M_TRIM_THRESHOLD -1).
+The price is a higher peak (freed memory is not returned before the process exits, and a
+hole may not fit the next buffer): measured in benchmarks/results/cli_time.md.
+
+Only the `eqsat` program calls it (eqsat.cli.run), never a library user's process. It does
+nothing where the C library is not glibc.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+M_TRIM_THRESHOLD = -1
+M_MMAP_MAX = -4
+
+
+def reuse_freed_memory() -> bool:
+    """Whether glibc took the settings."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl and others: no mallopt
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    # mallopt returns 1 on success; a trim threshold of -1 turns trimming off (mallopt(3)).
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, -1))
