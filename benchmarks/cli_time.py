@@ -7,8 +7,8 @@ opt_time.py times the optimization call alone.
                                   [--out benchmarks/results/cli_time.md]
 
 Each revision is exported with `git archive` into a temporary folder and run from there
-(`python -c` with that folder first on sys.path, started from the temporary folder so that
-no checkout's package shadows it), in fresh child processes, alternating revisions within
+(`python -c` with that folder first on sys.path, then its `python -m eqsat`, started from the
+temporary folder so that no checkout's package shadows it), in fresh child processes, alternating revisions within
 each round and the order between rounds. Reports per model and revision the median wall,
 user and system seconds and peak resident memory (the child's ru_maxrss), and each
 revision's median wall over the first's. The optimized models go to `--out-dir` (default:
@@ -35,8 +35,8 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import peers  # noqa: E402
 
-# What `python -m eqsat` runs (the console script's entry since dc092fd's successor: a
-# revision's __main__ may set up the process before main, as eqsat.allocator does).
+# What `python -m eqsat` runs, as the console script does: a revision's __main__ may set up
+# the process before main (eqsat.allocator).
 LAUNCH = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); import eqsat; "
           "assert eqsat.__file__.startswith(sys.path[0]), eqsat.__file__; "
           "runpy.run_module('eqsat', run_name='__main__')")
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     text = ["# `eqsat optimize` end to end, by revision", "",
             f"Command: `{cmd}`. Written by `benchmarks/cli_time.py`.", "",
             f"Machine: {peers._machine()}. {peers._versions()}.", "",
-            "Method: each revision's tracked files (`git archive`) run `eqsat optimize -q MODEL -o OUT` "
+            "Method: each revision's tracked files (`git archive`) run `python -m eqsat optimize -q MODEL -o OUT` "
             "with its defaults (verification on) in fresh child processes, revisions alternating within a "
             f"round, {args.rounds} rounds, `sync` before each run; medians of wall, user and system seconds "
             "and peak resident memory. " + (f"Output in {args.out_dir}." if args.out_dir else
