@@ -10,27 +10,34 @@ The price is a higher peak (freed memory is not returned before the process exit
 hole may not fit the next buffer): measured in benchmarks/results/cli_time.md.
 
 Only the `eqsat` program calls it (eqsat.cli.run), never a library user's process. It does
-nothing where the C library is not glibc.
+nothing where the C library is not glibc, or where the user tunes glibc's allocator already
+(a MALLOC_* variable, or glibc.malloc in GLIBC_TUNABLES): `MALLOC_MMAP_MAX_=65536 eqsat ...`
+keeps glibc's defaults and their lower peak.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import os
 import sys
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
 
 
+def user_tuned(environ) -> bool:
+    """Whether the environment sets glibc's allocator: the user's settings win."""
+    return (any(k.startswith("MALLOC_") for k in environ)
+            or "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""))
+
+
 def reuse_freed_memory() -> bool:
     """Whether glibc took the settings."""
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or user_tuned(os.environ):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl and others: no mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own C library
+    except (OSError, AttributeError):  # no mallopt
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int

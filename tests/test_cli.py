@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -104,8 +105,10 @@ print(took, faults() - f0)
 def test_the_program_reuses_freed_memory():
     # A freed 200 MiB buffer is served again without faulting its 51,200 pages back in;
     # glibc's default unmaps it and the next one faults every page.
-    def refaults(mode):
-        p = subprocess.run([sys.executable, "-c", _REFAULTS, mode], capture_output=True, text=True, timeout=120)
+    def refaults(mode, **env):
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+        p = subprocess.run([sys.executable, "-c", _REFAULTS, mode], capture_output=True, text=True, timeout=120,
+                           env={**clean, **env})
         assert p.returncode == 0, p.stderr
         took, faults = p.stdout.split()
         return took, int(faults)
@@ -113,11 +116,17 @@ def test_the_program_reuses_freed_memory():
     took, faults = refaults("on")
     assert took == "True" and faults < 1_000
     assert refaults("off")[1] > 40_000
+    # The user's own allocator settings win: glibc's default value, set by hand, is kept.
+    took, faults = refaults("on", MALLOC_MMAP_MAX_="65536")
+    assert took == "False" and faults > 40_000
 
 
 def test_only_the_program_sets_the_allocator(capsys, monkeypatch):
     import eqsat.allocator
     from eqsat import cli
+
+    assert eqsat.allocator.user_tuned({"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0"})
+    assert not eqsat.allocator.user_tuned({"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2", "PATH": "/bin"})
 
     calls = []
     monkeypatch.setattr(eqsat.allocator, "reuse_freed_memory", lambda: calls.append(1) or True)
