@@ -14,7 +14,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import ModelProto
 
-from . import external
+from . import allocator, external
 from .errors import InputError, InvalidModelError, OptimizeError, output_folder
 
 # Protobuf cannot serialize a message over 2 GiB; above this much tensor data, weights go
@@ -163,7 +163,8 @@ def staged(model: ModelProto, path: str | os.PathLike, external_data: bool | Non
             external.write_model(model, tmp, data_name)
             serialized = None
         else:  # binary, whatever the extension
-            serialized = model.SerializeToString()
+            with allocator.mapped():
+                serialized = model.SerializeToString()
             tmp.write_bytes(serialized)
         if check:
             try:  # the bytes in hand: reading the file back costs the checker seven times as much

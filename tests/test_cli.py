@@ -93,9 +93,15 @@ def test_plan_package_names_load_on_first_use():
 _REFAULTS = """
 import resource, sys
 from eqsat.allocator import reuse_freed_memory
-took = reuse_freed_memory() if sys.argv[1] == "on" else None
+from eqsat.allocator import mapped
+took = reuse_freed_memory() if sys.argv[1] != "off" else None
 faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-b = bytearray(200 << 20); del b
+if sys.argv[1] == "mapped":
+    with mapped():
+        b = bytearray(200 << 20)
+else:
+    b = bytearray(200 << 20)
+del b
 f0 = faults(); b = bytearray(200 << 20)
 print(took, faults() - f0)
 """
@@ -116,6 +122,9 @@ def test_the_program_reuses_freed_memory():
     took, faults = refaults("on")
     assert took == "True" and faults < 1_000
     assert refaults("off")[1] > 40_000
+    # Under mapped() a buffer goes back to the system when freed, as by default.
+    took, faults = refaults("mapped")
+    assert took == "True" and faults > 40_000
     # The user's own allocator settings win: glibc's default value, set by hand, is kept.
     took, faults = refaults("on", MALLOC_MMAP_MAX_="65536")
     assert took == "False" and faults > 40_000
