@@ -7,7 +7,7 @@ fault in again, one at a time: about 2 million page faults for GPT-2's step, mos
 command's system time. `reuse_freed_memory` makes glibc serve them from its heap and keep
 what is freed for the next one (mallopt: M_MMAP_MAX 0, M_TRIM_THRESHOLD -1). A buffer grown
 by doubling would leave its smaller copies behind as holes and raise the peak by a model's
-size (BERT-base 2176 -> 2688 MiB), so the save serializes `mapped()`, as before; with that
+size (BERT-base 2175 -> 2688 MiB), so the save serializes `mapped()`, as before; with that
 the peak stays where it was (benchmarks/results/cli_time-memory-reuse.md).
 
 Only the `eqsat` program calls it (eqsat.cli.run), never a library user's process. It does
