@@ -11,9 +11,8 @@ size (BERT-base 2175 -> 2688 MiB), so the save serializes `mapped()`, as before;
 the peak stays where it was (benchmarks/results/cli_time-memory-reuse.md).
 
 Only the `eqsat` program calls it (eqsat.cli.run), never a library user's process. It does
-nothing where the C library is not glibc, or where the user tunes glibc's allocator already
-(a MALLOC_* variable, or glibc.malloc in GLIBC_TUNABLES): `MALLOC_MMAP_MAX_=65536 eqsat ...`
-keeps glibc's defaults.
+nothing where the C library is not glibc, with EQSAT_REUSE_MEMORY=0 (glibc's defaults), or
+where the user sets one of the settings it overrides (`OVERRIDDEN`, `OVERRIDDEN_TUNABLES`).
 """
 
 from __future__ import annotations
@@ -25,20 +24,31 @@ from contextlib import contextmanager
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
+GLIBC_DEFAULT_MMAP_MAX = 65536
+
+# What reuse_freed_memory overrides, as environment variables and as GLIBC_TUNABLES names;
+# a user who sets one of them keeps it.
+OVERRIDDEN = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
+OVERRIDDEN_TUNABLES = ("glibc.malloc.mmap_max", "glibc.malloc.trim_threshold",
+                       "glibc.malloc.mmap_threshold", "glibc.malloc.top_pad")
+OPT_OUT = "EQSAT_REUSE_MEMORY"  # "0": glibc's defaults
 
 
 def user_tuned(environ) -> bool:
-    """Whether the environment sets glibc's allocator: the user's settings win."""
-    return (any(k.startswith("MALLOC_") for k in environ)
-            or "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""))
+    """Whether the environment asks for glibc's defaults (EQSAT_REUSE_MEMORY=0) or sets one
+    of the settings eqsat would override: the user's choice wins. Other settings
+    (MALLOC_ARENA_MAX, MALLOC_PERTURB_, ...) do not count."""
+    tunables = environ.get("GLIBC_TUNABLES", "")
+    return (environ.get(OPT_OUT, "") == "0" or any(k in environ for k in OVERRIDDEN)
+            or any(f"{t}=" in tunables for t in OVERRIDDEN_TUNABLES))
 
 
-_reusing = False
+_mallopt = None  # set once reuse_freed_memory has changed the settings
 
 
 def reuse_freed_memory() -> bool:
-    """Whether glibc took the settings."""
-    global _reusing
+    """Whether glibc took the settings (then `mapped` can suspend them)."""
+    global _mallopt
     if not sys.platform.startswith("linux") or user_tuned(os.environ):
         return False
     try:
@@ -48,21 +58,26 @@ def reuse_freed_memory() -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     # mallopt returns 1 on success; a trim threshold of -1 turns trimming off (mallopt(3)).
-    _reusing = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, -1))
-    return _reusing
+    if not mallopt(M_MMAP_MAX, 0):
+        return False
+    if not mallopt(M_TRIM_THRESHOLD, -1):
+        mallopt(M_MMAP_MAX, GLIBC_DEFAULT_MMAP_MAX)
+        return False
+    _mallopt = mallopt
+    return True
 
 
 @contextmanager
 def mapped():
-    """Within the block, large buffers come from mmap again (glibc's default), and go back to
-    the system when freed: for a buffer grown by doubling (protobuf's serialization), which
-    in the heap leaves every smaller copy behind as a hole and raises the peak."""
-    if not _reusing:
+    """Within the block, large buffers come from mmap again, and go back to the system when
+    freed: for a buffer grown by doubling (protobuf's serialization), which in the heap leaves
+    every smaller copy behind as a hole and raises the peak. A no-op unless
+    `reuse_freed_memory` took; process-wide while it lasts, and not to be nested."""
+    if _mallopt is None:
         yield
         return
-    mallopt = ctypes.CDLL(None).mallopt
-    mallopt(M_MMAP_MAX, 65536)
+    _mallopt(M_MMAP_MAX, GLIBC_DEFAULT_MMAP_MAX)
     try:
         yield
     finally:
-        mallopt(M_MMAP_MAX, 0)
+        _mallopt(M_MMAP_MAX, 0)

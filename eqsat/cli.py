@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from . import __version__
 from .argtypes import dim, nonnegative_float, output_file, positive_float, positive_int
@@ -285,7 +286,7 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
-def run() -> None:
+def run() -> NoReturn:
     """The `eqsat` program (console script and `python -m eqsat`): `main` in a process whose
     allocator keeps freed memory for reuse (eqsat.allocator)."""
     from .allocator import reuse_freed_memory

@@ -30,9 +30,10 @@ def read_model(path: str | os.PathLike, check: bool = False) -> tuple[ModelProto
     """`load_model`, and whether onnxruntime can run the file itself for the model as loaded:
     it refuses a data file outside the model's folder, which eqsat reads. (The onnx checker
     is stricter, refusing any `..` or symlink in a location; check_model reads the file only
-    for weights kept on disk, as it did before.) `check` runs `check_model` on the bytes just
-    read, instead of serializing the model again for the checker (about 1.3 s and 500 MB of
-    fresh memory for GPT-2)."""
+    for weights kept on disk, as it did before.) `check` runs `check_model`: on the bytes just
+    read where the model has no external data and is checked in memory, instead of
+    serializing it again (about 1.3 s and 500 MB of fresh memory for GPT-2); otherwise as
+    check_model does."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file")
@@ -54,10 +55,14 @@ def read_model(path: str | os.PathLike, check: bool = False) -> tuple[ModelProto
         raise InputError(f"{p}: cannot read the model: {e}") from None
     if not model.HasField("graph") or not model.opset_import:
         raise InputError(f"{p}: not an ONNX model (no graph or no opset import)")
-    as_read = not external.any_external(model)  # else bind rewrites tensors: `data` is stale
+    # The bytes serve the checker only for a model checked in memory as it was read: bind
+    # rewrites external tensors, and a model over the threshold is checked from its file.
+    if not check or external.any_external(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+        del data
+        data = None
     runnable = external.bind(model, p.parent.resolve())
     if check:
-        check_model(model, str(p), p, serialized=data if as_read else None)
+        check_model(model, str(p), p, serialized=data)
     del data
     return model, runnable
 
@@ -163,8 +168,7 @@ def staged(model: ModelProto, path: str | os.PathLike, external_data: bool | Non
             external.write_model(model, tmp, data_name)
             serialized = None
         else:  # binary, whatever the extension
-            with allocator.mapped():
-                serialized = model.SerializeToString()
+            serialized = _serialize(model)
             tmp.write_bytes(serialized)
         if check:
             try:  # the bytes in hand: reading the file back costs the checker seven times as much
@@ -178,6 +182,19 @@ def staged(model: ModelProto, path: str | os.PathLike, external_data: bool | Non
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _serialize(model: ModelProto) -> bytes:
+    """The model's bytes, in buffers the system takes back (eqsat.allocator.mapped). Over
+    protobuf's 2 GiB, which tensors held in nodes rather than initializers can reach (only
+    initializers go to an external data file), an OptimizeError says so."""
+    try:
+        with allocator.mapped():
+            return model.SerializeToString()
+    except ValueError as e:
+        raise OptimizeError(f"the optimized model cannot be written as one protobuf ({_first_line(e)}): "
+                            "its tensors outside the initializers (Constant nodes, attributes) exceed 2 GiB; "
+                            "move large constants to initializers") from None
 
 
 def _first_line(e: Exception) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.reference
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
@@ -360,6 +361,39 @@ def test_the_checker_reads_the_bytes_on_disk(capsys, tmp_path, monkeypatch):
     assert rc == 0, err
     assert [type(c) for c in checked] == [bytes, bytes]
     assert checked == [src.read_bytes(), out.read_bytes()]
+
+
+def test_a_constant_with_external_data_is_checked_as_bound(capsys, tmp_path):
+    # Only a node holds external data: the file's bytes name c.bin, which the checker
+    # cannot check from bytes, so the model is checked once its data is read in.
+    c = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (tmp_path / "c.bin").write_bytes(c.tobytes())
+    t = onnx.numpy_helper.from_array(c, "c")
+    t.ClearField("raw_data")
+    t.data_location = TP.EXTERNAL
+    for k, v in (("location", "c.bin"), ("length", str(c.nbytes))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    m = _relu_model()
+    m.graph.node.insert(0, h.make_node("Constant", [], ["k"], value=t))
+    m.graph.node[-1].CopyFrom(h.make_node("Add", ["a", "k"], ["y"]))
+    src, out = _save(m, tmp_path / "m.onnx"), tmp_path / "o.onnx"
+    assert modelio.read_model(src, check=True)[1]
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "-q")
+    assert rc == 0, err
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    got = onnx.reference.ReferenceEvaluator(str(out)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, np.maximum(x, 0) + c, rtol=1e-6)
+
+
+def test_a_model_over_two_gib_outside_its_initializers_is_a_clear_error():
+    class Huge:
+        def SerializeToString(self):
+            raise ValueError("Message onnx.ModelProto exceeds maximum protobuf size of 2GB: 2147483700")
+
+    with pytest.raises(modelio.OptimizeError, match=r"cannot be written as one protobuf \(Message onnx.ModelProto "
+                                                  r"exceeds .*\): .*move large constants to initializers"):
+        modelio._serialize(Huge())
 
 
 def test_verification_failure_keeps_an_existing_output(capsys, tmp_path):

@@ -84,7 +84,7 @@ def test_help_imports_no_heavy_package(args):
 def test_plan_package_names_load_on_first_use():
     import eqsat.plan as plan
 
-    assert set(plan.__all__) <= set(dir(plan))
+    assert set(plan.__all__) == set(plan._EXPORTS) and set(plan.__all__) <= set(dir(plan))
     assert all(callable(getattr(plan, name)) for name in plan.__all__)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         plan.nope  # noqa: B018
@@ -109,25 +109,34 @@ print(took, faults() - f0)
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the setting is glibc's (mallopt)")
 def test_the_program_reuses_freed_memory():
-    # A freed 200 MiB buffer is served again without faulting its 51,200 pages back in;
-    # glibc's default unmaps it and the next one faults every page.
+    # A freed 200 MiB buffer is served again without faulting its pages back in (51,200 of
+    # 4 KiB); glibc's default unmaps it and the next one faults every page. Compared with
+    # the default's own count, which page size and huge pages set.
     def refaults(mode, **env):
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+        clean = {k: v for k, v in os.environ.items()
+                 if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "EQSAT_REUSE_MEMORY")}
         p = subprocess.run([sys.executable, "-c", _REFAULTS, mode], capture_output=True, text=True, timeout=120,
                            env={**clean, **env})
         assert p.returncode == 0, p.stderr
         took, faults = p.stdout.split()
         return took, int(faults)
 
+    default = refaults("off")[1]
+    if default < 50:
+        pytest.skip(f"glibc's default faulted the buffer in {default} times: no difference to measure")
     took, faults = refaults("on")
-    assert took == "True" and faults < 1_000
-    assert refaults("off")[1] > 40_000
+    assert took == "True" and faults < default / 10
     # Under mapped() a buffer goes back to the system when freed, as by default.
     took, faults = refaults("mapped")
-    assert took == "True" and faults > 40_000
-    # The user's own allocator settings win: glibc's default value, set by hand, is kept.
-    took, faults = refaults("on", MALLOC_MMAP_MAX_="65536")
-    assert took == "False" and faults > 40_000
+    assert took == "True" and faults > default / 2
+    # The opt-out and the user's own setting of what eqsat overrides win; an unrelated
+    # setting (the arena count, common in containers) does not.
+    for env in ({"EQSAT_REUSE_MEMORY": "0"}, {"MALLOC_TRIM_THRESHOLD_": "131072"},
+                {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=65536"}):
+        took, faults = refaults("on", **env)
+        assert took == "False" and faults > default / 2, env
+    took, faults = refaults("on", MALLOC_ARENA_MAX="2")
+    assert took == "True" and faults < default / 10
 
 
 def test_only_the_program_sets_the_allocator(capsys, monkeypatch):
@@ -135,7 +144,8 @@ def test_only_the_program_sets_the_allocator(capsys, monkeypatch):
     from eqsat import cli
 
     assert eqsat.allocator.user_tuned({"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0"})
-    assert not eqsat.allocator.user_tuned({"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2", "PATH": "/bin"})
+    assert eqsat.allocator.user_tuned({"EQSAT_REUSE_MEMORY": "0"})
+    assert not eqsat.allocator.user_tuned({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "MALLOC_ARENA_MAX": "2"})
 
     calls = []
     monkeypatch.setattr(eqsat.allocator, "reuse_freed_memory", lambda: calls.append(1) or True)

@@ -27,6 +27,14 @@ execution order) and gives tensors whose stays do not overlap the same bytes.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for static tools; at run time each name loads on first use
+    from .check import check_plan, check_tensors
+    from .errors import PlanError
+    from .execute import Execution, execute_plan
+    from .graph import Graph, Node, TensorInfo, graph_from_model
+    from .planner import Plan, PlannedTensor, plan_graph, plan_model
 
 # Loaded on first use (PEP 562), so that `eqsat --help` and the plan subcommand's parser do
 # not import numpy and onnx: name -> the submodule that defines it.
@@ -38,10 +46,14 @@ _EXPORTS = {
     "Plan": "planner", "PlannedTensor": "planner", "plan_graph": "planner", "plan_model": "planner",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Execution", "Graph", "Node", "Plan", "PlanError", "PlannedTensor", "TensorInfo", "check_plan",
+    "check_tensors", "execute_plan", "graph_from_model", "plan_graph", "plan_model",
+]
 
 
 def __getattr__(name: str):
+    """An exported name, imported from its submodule on first use and kept."""
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
@@ -50,4 +62,5 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
+    """The module's names with the exported ones not loaded yet."""
     return sorted(set(globals()) | set(_EXPORTS))
