@@ -8,8 +8,8 @@ opt_time.py times the optimization call alone.
 
 Each revision is exported with `git archive` into a temporary folder and run from there
 (`python -c` with that folder first on sys.path, then its `python -m eqsat`, started from the
-temporary folder so that no checkout's package shadows it), in fresh child processes, alternating revisions within
-each round and the order between rounds. Reports per model and revision the median wall,
+temporary folder so that no checkout's package shadows it), in fresh child processes,
+alternating revisions within each round and the order between rounds. Reports per model and revision the median wall,
 user and system seconds and peak resident memory (the child's ru_maxrss), and each
 revision's median wall over the first's. The optimized models go to `--out-dir` (default:
 a temporary folder); /dev/shm keeps the disk's write speed, which moves by seconds on a

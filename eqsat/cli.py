@@ -238,7 +238,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         from .plan.cli import write_json
 
         write_json(plan, args.plan)
-    if plan is not None:
         say(f"wrote {args.plan}: arena {plan['arena_bytes']} bytes, lower bound {plan['lower_bound_bytes']}, "
             f"no reuse {plan['no_reuse_bytes']}")
     if args.report:

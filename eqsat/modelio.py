@@ -57,7 +57,7 @@ def read_model(path: str | os.PathLike, check: bool = False) -> tuple[ModelProto
         raise InputError(f"{p}: not an ONNX model (no graph or no opset import)")
     # The bytes serve the checker only for a model checked in memory as it was read: bind
     # rewrites external tensors, and a model over the threshold is checked from its file.
-    if not check or external.any_external(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+    if not check or external.any_external(model) or on_disk(model):
         del data
         data = None
     runnable = external.bind(model, p.parent.resolve())
@@ -102,7 +102,7 @@ def check_model(model: ModelProto, what: str, path: str | os.PathLike | None = N
     them, spares the checker a serialization."""
     check_opsets(model, what)
     try:
-        if external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+        if on_disk(model):
             if path is not None:
                 onnx.checker.check_model(str(path))
             return
@@ -138,6 +138,13 @@ def model_bytes(model: ModelProto) -> int:
     return sum(external.content_bytes(t) for t in model.graph.initializer)
 
 
+def on_disk(model: ModelProto) -> bool:
+    """Whether the model's weights stay in files: its initializers refer to data files, or
+    hold more than one protobuf can (EXTERNAL_DATA_THRESHOLD). Such a model is written with
+    a data file, checked and run from its file, never serialized whole."""
+    return external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD
+
+
 def save_model(model: ModelProto, path: str | os.PathLike, external_data: bool | None = None, check: bool = True) -> Path:
     """Write atomically. `external_data=None` stores weights in `OUT.data` when they are
     already on disk (see eqsat.external) or exceed what one protobuf can hold. The written
@@ -159,7 +166,7 @@ def staged(model: ModelProto, path: str | os.PathLike, external_data: bool | Non
     out = Path(path)
     folder = output_folder(out)
     if external_data is None:
-        external_data = external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD
+        external_data = on_disk(model)
     tmpdir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=folder))
     try:
         tmp = tmpdir / out.name

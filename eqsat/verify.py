@@ -44,10 +44,9 @@ def session(model: ModelProto | str | os.PathLike, optimize: bool = True, thread
         # an ONNX model, whatever its name (onnxruntime reads a path ending in .ort as its own format)
         so.add_session_config_entry("session.load_model_format", "ONNX")
         return rt.InferenceSession(str(model), so, providers=providers)
-    from . import external
-    from .modelio import EXTERNAL_DATA_THRESHOLD, model_bytes, save_model
+    from .modelio import on_disk, save_model
 
-    if external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+    if on_disk(model):
         # weights on disk or too big for one protobuf: run it from a saved copy
         with tempfile.TemporaryDirectory(prefix="eqsat-run-") as d:
             path = save_model(model, Path(d) / "model.onnx", check=False)

@@ -92,8 +92,7 @@ def test_plan_package_names_load_on_first_use():
 
 _REFAULTS = """
 import resource, sys
-from eqsat.allocator import reuse_freed_memory
-from eqsat.allocator import mapped
+from eqsat.allocator import mapped, reuse_freed_memory
 took = reuse_freed_memory() if sys.argv[1] != "off" else None
 faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 if sys.argv[1] == "mapped":
