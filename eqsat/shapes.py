@@ -118,6 +118,11 @@ def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
     except Exception as e:  # noqa: BLE001 - inference is best effort, the reason is reported
         warning = f"shape inference failed, shapes are partly unknown: {str(e).splitlines()[0]}"
     if not graphs or _has_unknown_dims(graphs[0]):  # seconds on a large model: only when it helps
+        if _symbolic_shape_infer() is None:
+            warning = ((warning + "; ") if warning else "") + (
+                f"onnxruntime's symbolic shape inference is unavailable ({_unavailable}): symbolic sizes "
+                "stay unrelated, so less shape arithmetic folds and fewer fusions apply; "
+                "pip install 'eqsat[cpu]' installs it")
         symbolic = _ort_symbolic(sk)
         if symbolic is not None:
             graphs.insert(0, symbolic.graph)
@@ -154,26 +159,34 @@ def _has_unknown_dims(g: GraphProto) -> bool:
     return False
 
 
+_unavailable = ""  # why _symbolic_shape_infer() returned None
+
+
 def _symbolic_shape_infer():
     """onnxruntime's SymbolicShapeInference, loaded from its file alone: importing the
-    package onnxruntime.tools would import torch when it is installed (seconds)."""
+    package onnxruntime.tools would import torch when it is installed (seconds). None when
+    it cannot load; `_unavailable` then says why."""
     import importlib.util
     import sys
 
+    global _unavailable
     name = "eqsat._ort_symbolic_shape_infer"
     if name in sys.modules:
         return sys.modules[name].SymbolicShapeInference
     spec = importlib.util.find_spec("onnxruntime")
     if spec is None or not spec.submodule_search_locations:
+        _unavailable = "onnxruntime is not installed"
         return None
     path = Path(next(iter(spec.submodule_search_locations))) / "tools" / "symbolic_shape_infer.py"
     if not path.is_file():
+        _unavailable = f"onnxruntime has no {path.name}"
         return None
     mod_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(mod_spec)
     try:
         mod_spec.loader.exec_module(module)
-    except ImportError:  # sympy or packaging missing
+    except ImportError as e:  # sympy (onnxruntime's extra "symbolic") or packaging missing
+        _unavailable = str(e)
         return None
     sys.modules[name] = module
     return module.SymbolicShapeInference
