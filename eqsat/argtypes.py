@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .errors import InputError, output_folder
+from .errors import InputError, UsageError, output_folder
 
 
 def _number(s: str, cast, kind: str, ok, bound: str):
@@ -60,3 +60,58 @@ def output_file(s: str) -> Path:
     if p.is_dir():
         raise argparse.ArgumentTypeError(f"{s} is a folder; give a file name")
     return p
+
+
+
+def _label(action: argparse.Action) -> str:
+    return action.option_strings[-1] if action.option_strings else "the input"
+
+
+def named_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[tuple[Path, str]], list[tuple[Path, str]]]:
+    """(inputs, outputs) of a parsed command line, each a list of (path, the argument that
+    names it): outputs are the arguments of type `output_file`, inputs every other
+    argument's value (or list of values) that names an existing file."""
+    inputs: list[tuple[Path, str]] = []
+    outputs: list[tuple[Path, str]] = []
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if isinstance(action, argparse._SubParsersAction) and value in action.choices:  # `rules check`
+            more_in, more_out = named_files(action.choices[value], args)
+            inputs += more_in
+            outputs += more_out
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if not isinstance(v, (str, Path)):
+                continue
+            if action.type is output_file:
+                outputs.append((Path(v), _label(action)))
+            elif Path(v).is_file():
+                inputs.append((Path(v), _label(action)))
+    return inputs, outputs
+
+
+def _same(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return a.exists() and b.exists() and a.samefile(b)  # hard links
+    except OSError:
+        return False
+
+
+def refuse_overwrites(inputs: list[tuple[Path, str]], outputs: list[tuple[Path, str]],
+                      hints: dict[tuple[str, str], str | None] | None = None) -> None:
+    """UsageError, before any work, when an output would overwrite an input's file or two
+    outputs name one file (`--report` written over the model it reports on). `hints`: for
+    an (output, input) pair of arguments, what the user can do about it (a line added to the
+    error), or None where the pair may name one file (`--output` with `--in-place`)."""
+    hints = hints or {}
+    for i, (out, what) in enumerate(outputs):
+        for src, src_what in inputs:
+            if _same(out, src) and hints.get((what, src_what), "") is not None:
+                whose = f"the input {src}" if src_what == "the input" else f"{src}, the {src_what} file"
+                hint = hints.get((what, src_what)) or "name another file"
+                raise UsageError(f"{out}: {what} would overwrite {whose}; {hint}")
+        for other, other_what in outputs[:i]:
+            if _same(out, other):
+                raise UsageError(f"{out}: {other_what} and {what} name the same file; give each its own")

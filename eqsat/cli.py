@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import NoReturn
 
 from . import __version__
-from .argtypes import dim, nonnegative_float, output_file, positive_float, positive_int
+from .argtypes import (
+    dim,
+    named_files,
+    nonnegative_float,
+    output_file,
+    positive_float,
+    positive_int,
+    refuse_overwrites,
+)
 from .errors import EqsatError, OptimizeError, Terminated, UsageError
 
 
@@ -177,10 +185,19 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else src.with_name(src.stem + ".opt.onnx")
     if args.no_verify and args.require_verification:
         raise UsageError("--no-verify and --require-verification contradict each other: give one")
-    if out.resolve() == src.resolve() and not args.in_place:
-        raise UsageError(f"{out}: refusing to overwrite the input; pass --in-place to allow it")
+    # main has refused outputs over inputs and each other; here the default output and the
+    # files the output's weights and the input's would share
+    outputs = [(out, "--output" if args.output else f"the output ({out.name})"),
+               *[(p, a) for p, a in ((args.report, "--report"), (args.plan, "--plan"),
+                                      (args.save_egraph, "--save-egraph")) if p]]
+    refuse_overwrites([], outputs)
     say = _progress(args.quiet)
-    model, runnable = read_model(src, check=True)
+    model, runnable, data_files = read_model(src, check=True)
+    # the output's weights go to OUT.onnx.data: never over a data file the input reads
+    # unless the input itself is replaced (--in-place)
+    weights = [(out.with_name(out.name + ".data"), "the output's data file")]
+    refuse_overwrites([(f, "input's data") for f in data_files],
+                      outputs[1:] + ([] if out.resolve() == src.resolve() else weights))
     say(f"loaded {src} ({len(model.graph.node)} nodes)")
     _warn_unknown_dims(model, args.dim)
     if args.plan:
@@ -319,6 +336,10 @@ def _main(argv: list[str] | None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2
+        hints = {}
+        if args.command == "optimize":
+            hints[("--output", "the input")] = None if args.in_place else "pass --in-place to allow it"
+        refuse_overwrites(*named_files(parser.commands[args.command], args), hints)
         commands = {"optimize": cmd_optimize, "calibrate": cmd_calibrate, "compare-costs": cmd_compare_costs,
                     **args.handlers}
         return commands[args.command](args)

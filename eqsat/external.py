@@ -49,6 +49,13 @@ def _node_tensors(g: GraphProto) -> Iterator[TensorProto]:
                     yield from _node_tensors(sub)
 
 
+def data_files(model: ModelProto, base_dir: Path) -> set[Path]:
+    """The files (resolved) that the model's external tensors name, before `bind`."""
+    return {(base_dir / external_info(t)["location"]).resolve()
+            for t in [*model.graph.initializer, *_node_tensors(model.graph)]
+            if is_external(t) and external_info(t).get("location")}
+
+
 def bind(model: ModelProto, base_dir: Path) -> bool:
     """Make the model's external tensors self-contained: large initializers of the main graph
     become absolute references; small ones, and every tensor outside the main graph's

@@ -79,8 +79,6 @@ def cmd_extract(args: argparse.Namespace) -> int:
         raise UsageError("--check reads a choice and -o writes one: give one of them")
     if args.check and (args.extractor or args.extract_time_limit is not None):
         raise UsageError("--check checks a choice made already: --extractor and --extract-time-limit do not apply")
-    if args.output and Path(args.output).resolve() == Path(args.egraph).resolve():
-        raise UsageError(f"{args.output}: refusing to overwrite the e-graph with a choice; name another file")
     extractors = list(dict.fromkeys(args.extractor or ["ilp"]))
     names = list(dict.fromkeys(args.cost_model))
     if args.output and len(extractors) * max(1, len(names)) > 1:

@@ -3,7 +3,8 @@ code, never a traceback, and leaves no output file behind on failure.
 
 Covered elsewhere, not repeated here (tests/test_cli.py): missing file, not an ONNX file,
 truncated file, a model the onnx checker rejects, an unbound variable in a rule file,
-the node/iteration/time limits on a blow-up rule set, refusing to overwrite the input,
+the node/iteration/time limits on a blow-up rule set, refusing to overwrite the input
+(with the output, a side file or the output's weights),
 verification failure and verification not possible; tests/test_large_model.py: a model
 over 2 GiB with external data.
 """
@@ -413,7 +414,7 @@ def test_never_writes_over_the_input_through_a_symlink(capsys, tmp_path):
     link.symlink_to(src)
     rc, _, err = run_cli(capsys, "optimize", src, "-o", link)
     assert rc == 2
-    assert error_line(err) == f"eqsat: error: {link}: refusing to overwrite the input; pass --in-place to allow it"
+    assert error_line(err) == f"eqsat: error: {link}: --output would overwrite the input {src}; pass --in-place to allow it"
     assert src.read_bytes() == before and link.is_symlink()
 
 
@@ -432,3 +433,66 @@ def test_default_output_never_overwrites_the_input(capsys, tmp_path):
     rc, _, err = run_cli(capsys, "optimize", src, "-q")
     assert rc == 0, err
     assert src.read_bytes() == before and (tmp_path / "m.opt.onnx").is_file()
+
+
+@pytest.mark.parametrize("flag", ["--report", "--plan", "--save-egraph"])
+def test_a_side_file_never_overwrites_the_input(capsys, tmp_path, flag):
+    # --save-egraph was written mid-run, so verification then could not read the original
+    src = _save(_relu_model(), tmp_path / "m.onnx")
+    before = src.read_bytes()
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", tmp_path / "o.onnx", flag, src)
+    assert rc == 2
+    assert error_line(err) == f"eqsat: error: {src}: {flag} would overwrite the input {src}; name another file"
+    assert src.read_bytes() == before
+    _only_input_left(tmp_path, "m.onnx")
+
+
+@pytest.mark.parametrize("args", [["-o", "o.onnx", "--report", "o.onnx"], ["--report", "m.opt.onnx"],
+                                  ["-o", "o.onnx", "--report", "r.json", "--save-egraph", "r.json"]])
+def test_two_outputs_never_name_one_file(capsys, tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    _save(_relu_model(), tmp_path / "m.onnx")
+    rc, _, err = run_cli(capsys, "optimize", "m.onnx", *args)
+    assert rc == 2
+    assert "name the same file; give each its own" in error_line(err)
+    _only_input_left(tmp_path, "m.onnx")
+
+
+def _external_model(folder: Path, name: str, data: str) -> Path:
+    w = onnx.numpy_helper.from_array(np.arange(256 * 128, dtype=np.float32).reshape(256, 128), "w")
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", TP.FLOAT, [1, 256])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [1, 128])], [w])
+    path = folder / name
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 18)]), str(path), save_as_external_data=True,
+              location=data, size_threshold=0)
+    return path
+
+
+def test_the_outputs_weights_never_overwrite_the_inputs_data_file(capsys, tmp_path):
+    # a.onnx keeps its weights in c.onnx.data, the file `-o c.onnx` writes its weights to
+    src = _external_model(tmp_path, "a.onnx", "c.onnx.data")
+    before = (tmp_path / "c.onnx.data").read_bytes()
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", tmp_path / "c.onnx")
+    assert rc == 2
+    assert error_line(err) == (f"eqsat: error: {tmp_path / 'c.onnx.data'}: the output's data file would overwrite "
+                               f"{tmp_path / 'c.onnx.data'}, the input's data file; name another file")
+    assert (tmp_path / "c.onnx.data").read_bytes() == before
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", tmp_path / "b.onnx", "--report", tmp_path / "c.onnx.data")
+    assert rc == 2 and "--report would overwrite" in err
+    assert (tmp_path / "c.onnx.data").read_bytes() == before
+    _only_input_left(tmp_path, "a.onnx", "c.onnx.data")
+    # in place, the model and its data file are replaced together
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", src, "--in-place", "-q")
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("command", [["plan", "{m}", "-o", "{m}"], ["show", "{m}", "--html", "{m}"],
+                                     ["diff", "{m}", "{m}", "--html", "{m}"], ["rules", "check", "{m}", "--json", "{m}"]])
+def test_other_commands_never_write_over_their_input(capsys, tmp_path, command):
+    src = _save(_relu_model(), tmp_path / "m.onnx")  # (a rule file in `rules check`: refused before it is read)
+    before = src.read_bytes()
+    rc, _, err = run_cli(capsys, *[a.format(m=src) for a in command])
+    assert rc == 2
+    assert error_line(err).endswith(f"would overwrite the input {src}; name another file")
+    assert src.read_bytes() == before

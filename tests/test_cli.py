@@ -160,7 +160,8 @@ def test_refuses_to_overwrite_the_input(capsys, model_path):
     before = model_path.read_bytes()
     rc, _, err = run_cli(capsys, "optimize", model_path, "-o", model_path)
     assert rc == 2
-    assert error_line(err) == f"eqsat: error: {model_path}: refusing to overwrite the input; pass --in-place to allow it"
+    assert error_line(err) == (f"eqsat: error: {model_path}: --output would overwrite the input {model_path}; "
+                               "pass --in-place to allow it")
     assert model_path.read_bytes() == before
     rc, _, err = run_cli(capsys, "optimize", model_path, "-o", model_path, "--in-place", "-q")
     assert rc == 0, err
