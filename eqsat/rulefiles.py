@@ -59,6 +59,8 @@ class Declared:
     functions: list[str] = field(default_factory=list)  # functions and relations (not terms)
     rules: dict[str, str] = field(default_factory=dict)  # rule name -> ruleset
     ruleset_files: dict[str, str] = field(default_factory=dict)  # ruleset -> declaring file
+    # files with rules written without :ruleset (egglog's default ruleset, named "")
+    default_ruleset_files: list[str] = field(default_factory=list)
 
     def _constructor(self, c, sort: str, args: list[str]) -> None:
         """A term constructor; an `:unextractable` one (a handle such as `Value`) is listed
@@ -85,11 +87,15 @@ class Declared:
             elif isinstance(c, (b.FunctionCommand, b.Relation)):
                 self.functions.append(c.name)
             elif isinstance(c, (b.RewriteCommand, b.BiRewriteCommand)):
-                if getattr(c.rewrite, "name", ""):
-                    self.rules[c.rewrite.name] = c.name  # c.name is the ruleset
+                self._rule(getattr(c.rewrite, "name", ""), c.name, path)  # c.name is the ruleset
             elif isinstance(c, b.RuleCommand):
-                if c.rule.name:
-                    self.rules[c.rule.name] = c.rule.ruleset
+                self._rule(c.rule.name, c.rule.ruleset, path)
+
+    def _rule(self, name: str, ruleset: str, path: str) -> None:
+        if name:
+            self.rules[name] = ruleset
+        if not ruleset and path not in self.default_ruleset_files:
+            self.default_ruleset_files.append(path)
 
 
 def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared, transform=None) -> None:

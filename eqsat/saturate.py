@@ -60,7 +60,7 @@ class _Loaded:
     eg: b.EGraph
     declared: Declared
     schedule: list
-    user_rulesets: list[str]
+    user_rulesets: list[str]  # run once a round after the schedule; "" is egglog's default ruleset
     fact_uses: dict[str, set[str]] = field(default_factory=dict)  # with explain: eqsat.provenance
 
 
@@ -176,7 +176,8 @@ class Saturator:
     def _round_commands(self) -> list:
         cmds = list(self.schedule)
         for rs in self.user_rulesets:
-            cmds.append(b.UserDefined(SPAN, "run-schedule", [b.Call(SPAN, "run", [b.Var(SPAN, rs)])]))
+            run = b.Call(SPAN, "run", [b.Var(SPAN, rs)] if rs else [])  # (run): the default ruleset
+            cmds.append(b.UserDefined(SPAN, "run-schedule", [run]))
         return cmds
 
     def saturate(
@@ -284,6 +285,8 @@ def _load(rule_files: list[Path], default_rules: bool, explain: bool = False) ->
     for f in files:
         load_rule_file(eg, f, declared, transform)
     n_default = len(declared.rulesets)
+    if declared.default_ruleset_files:  # the default rules name a ruleset for every rule
+        raise RuleError(f"{declared.default_ruleset_files[0]}: a rule without :ruleset in the default rules")
     if default_rules:
         sched = rules_dir() / SCHEDULE
         if sched.is_file():
@@ -291,4 +294,6 @@ def _load(rule_files: list[Path], default_rules: bool, explain: bool = False) ->
     for f in rule_files:
         load_rule_file(eg, Path(f), declared, transform)
     uses = transform.fact_uses() if transform else {}
-    return _Loaded(eg, declared, schedule, declared.rulesets[n_default:], uses)
+    # A user's rule written without :ruleset goes to egglog's default ruleset: it runs too.
+    user_rulesets = declared.rulesets[n_default:] + ([""] if declared.default_ruleset_files else [])
+    return _Loaded(eg, declared, schedule, user_rulesets, uses)

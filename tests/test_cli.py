@@ -236,10 +236,17 @@ def test_argtypes_parse_what_they_accept():
             f(bad)
 
 
-def test_user_rules_run_with_and_without_default_rules(capsys, model_path, tmp_path):
+@pytest.mark.parametrize("text", [
+    "(ruleset mine)\n(rewrite (Relu (Relu x)) (Relu x) :ruleset mine :name \"relu-relu\")\n",
+    # without :ruleset: egglog's default ruleset, which runs too (it was loaded, listed and
+    # checked, but never run)
+    "(rewrite (Relu (Relu x)) (Relu x) :name \"relu-relu\")\n",
+    "(rule ((= e (Relu (Relu x)))) ((union e (Relu x))) :name \"relu-relu\")\n",
+])
+def test_user_rules_run_with_and_without_default_rules(capsys, model_path, tmp_path, text):
     rules = tmp_path / "neg.egg"
     # a rule of the user's own: Relu(Relu(x)) -> Relu(x)
-    rules.write_text("(ruleset mine)\n(rewrite (Relu (Relu x)) (Relu x) :ruleset mine :name \"relu-relu\")\n")
+    rules.write_text(text)
     m = onnx.parser.parse_model("""
         <ir_version: 8, opset_import: ["" : 18]>
         agraph (float[4] x) => (float[4] y) { a = Relu(x)  i = Identity(a)  y = Relu(i) }
@@ -252,6 +259,15 @@ def test_user_rules_run_with_and_without_default_rules(capsys, model_path, tmp_p
         assert rc == 0, err
         assert [n.op_type for n in onnx.load(str(out)).graph.node] == expected
         assert_same_outputs(m, onnx.load(str(out)))
+    # the user's rule alone: Relu(Relu(x)) -> Relu(x)
+    onnx.save(onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        agraph (float[4] x) => (float[4] y) { a = Relu(x)  y = Relu(a) }
+    """), str(src))
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", rules, "--report", rep, "--no-default-rules")
+    assert rc == 0, err
+    assert [n.op_type for n in onnx.load(str(out)).graph.node] == ["Relu"]
+    assert json.loads(rep.read_text())["saturation"]["rule_matches"]["relu-relu"] >= 1
 
 
 COMMUTE = """
@@ -310,6 +326,10 @@ def test_verification_catches_a_wrong_rule_and_writes_nothing(capsys, tmp_path):
     src, out, rules = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "wrong.egg"
     onnx.save(m, str(src))
     rules.write_text('(ruleset wrong)\n(rewrite (Relu x) x :ruleset wrong :name "relu-is-identity")\n')
+    unnamed = tmp_path / "unnamed.egg"  # the same rule without :ruleset: it runs, and fails, too
+    unnamed.write_text('(rewrite (Relu x) x :name "relu-is-identity")\n')
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", unnamed, "-q")
+    assert rc == 1 and "verification failed" in error_line(err)
     rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", rules)
     assert rc == 1
     line = error_line(err)
