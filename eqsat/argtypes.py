@@ -44,7 +44,9 @@ def dim(s: str) -> tuple[str, int]:
         v = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE with an integer value: {s!r}") from None
-    if not name or v <= 0:
+    if not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with the dimension's name before '=': {s!r}")
+    if v <= 0:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE with VALUE > 0: {s!r}")
     return name, v
 

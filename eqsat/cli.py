@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "or a .json file from `eqsat calibrate`; cpu (default): the shipped profile for "
                         "this machine's vector width (cpu-avx2 where onnxruntime's NCHWc block is 8), h200")
     o.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE",
-                   help="size of a symbolic dimension for cost models (repeatable), e.g. --dim batch=8")
+                   help="size of a symbolic dimension (repeatable), e.g. --dim batch=8: for the cost "
+                        "model, verification's inputs and the --plan")
     o.add_argument("--choice", metavar="CHOICE.json", type=Path,
                    help="decode this choice file (`eqsat extract -o`, or another tool's) instead of extracting; "
                         "it must be made on the e-graph these options saturate to (--save-egraph)")
@@ -101,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print, for each output node, the rules that produced it and the original nodes it "
                         "replaced (also an `explain` section in --report); loads instrumented rules, slower")
     o.add_argument("--save-egraph", metavar="FILE.json", type=output_file,
-                   help="write the saturated e-graph (egraph-serialize JSON with eqsat metadata)")
+                   help="write the saturated e-graph (egraph-serialize JSON with eqsat metadata); written "
+                        "before extraction, and kept if verification then fails")
     o.add_argument("--no-verify", action="store_true",
                    help="skip comparing the optimized model with the original under onnxruntime")
     o.add_argument("--require-verification", action="store_true",

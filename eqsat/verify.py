@@ -66,7 +66,7 @@ def random_inputs(model: ModelProto, dims: dict[str, int] | None = None, seed: i
     rng = np.random.default_rng(seed)
     dims = dims or {}
     inits = {t.name for t in model.graph.initializer}
-    feeds: dict[str, np.ndarray] = {}
+    shapes: dict[str, tuple[list[int], np.dtype]] = {}
     for vi in model.graph.input:
         if vi.name in inits:
             continue
@@ -74,18 +74,33 @@ def random_inputs(model: ModelProto, dims: dict[str, int] | None = None, seed: i
         if t is None or not t.elem:
             raise EqsatError(f"input '{vi.name}' is not a tensor of known element type")
         shape = [d if isinstance(d, int) else dims.get(d, 2) if isinstance(d, str) else 2 for d in (t.dims or ())]
-        dt = np_dtype(t.elem)
+        shapes[vi.name] = (shape, np_dtype(t.elem))
+    need = sum(int(np.prod(shape, dtype=object)) * max(dt.itemsize, 1) for shape, dt in shapes.values())
+    if need > _memory() // 2:
+        sized = ", ".join(f"{k}={v}" for k, v in dims.items())
+        raise EqsatError(f"random inputs at these sizes ({sized}) take {need / (1 << 30):,.1f} GiB, more than half "
+                         f"of this machine's memory: give smaller --dim values to verify")
+    feeds: dict[str, np.ndarray] = {}
+    for name, (shape, dt) in shapes.items():
         if dt == np.bool_:
-            feeds[vi.name] = np.asarray(rng.random(shape) < 0.5)
+            feeds[name] = np.asarray(rng.random(shape) < 0.5)
         elif np.issubdtype(dt, np.integer):
-            feeds[vi.name] = rng.integers(0, 2, size=shape).astype(dt)
+            feeds[name] = rng.integers(0, 2, size=shape).astype(dt)
         elif np.issubdtype(dt, np.floating):
-            feeds[vi.name] = rng.standard_normal(shape).astype(dt)
+            feeds[name] = rng.standard_normal(shape).astype(dt)
         elif dt == np.object_:
-            feeds[vi.name] = np.array(["a"] * int(np.prod(shape)), dtype=object).reshape(shape)
+            feeds[name] = np.array(["a"] * int(np.prod(shape)), dtype=object).reshape(shape)
         else:
-            feeds[vi.name] = rng.standard_normal(shape).astype(dt)
+            feeds[name] = rng.standard_normal(shape).astype(dt)
     return feeds
+
+
+def _memory() -> int:
+    """Bytes of physical memory (a large number where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 50
 
 
 @dataclass

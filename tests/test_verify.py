@@ -111,3 +111,14 @@ def test_not_possible_lists_the_first_sizes_tried_and_counts_the_rest():
     n = len(verification_dims(m))
     assert n > 4 and f"; and {n - 4} more; pass --dim NAME=SIZE" in v.detail
     assert verify(m, m, dims={"past": 3, "sequence": 5, "total": 9}).status == "passed"
+
+
+def test_inputs_larger_than_memory_make_verification_not_possible_not_a_crash():
+    # --dim batch=100000000 asked numpy for 372 GiB of random floats: a MemoryError traceback
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[batch, 1000] x) => (float[batch, 1000] y) { y = Relu(x) }""")
+    v = verify(m, m, dims={"batch": 100_000_000})
+    assert v.status == "not possible"
+    assert v.detail.startswith("random inputs at these sizes (batch=100000000) take 372.5 GiB")
+    assert verify(m, m, dims={"batch": 3}).status == "passed"
