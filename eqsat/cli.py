@@ -114,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="verification relative tolerance (default by output type: 1e-3, float16 1e-2)")
     o.add_argument("--atol", type=nonnegative_float,
                    help="verification absolute tolerance (default by output type: 1e-4, float16 1e-3)")
-    o.add_argument("--in-place", action="store_true", help="allow the output to overwrite the input")
+    o.add_argument("--in-place", action="store_true",
+                   help="replace the input with the output (the default output then is the input itself; "
+                        "-o may name it)")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     add_optimize_plan_argument(o)
 
@@ -184,7 +186,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from .pipeline import Options, optimize
 
     src = Path(args.input)
-    out = Path(args.output) if args.output else src.with_name(src.stem + ".opt.onnx")
+    out = Path(args.output) if args.output else src if args.in_place else src.with_name(src.stem + ".opt.onnx")
     if args.no_verify and args.require_verification:
         raise UsageError("--no-verify and --require-verification contradict each other: give one")
     # main has refused outputs over inputs and each other; here the default output and the

@@ -418,9 +418,10 @@ def test_never_writes_over_the_input_through_a_symlink(capsys, tmp_path):
     assert src.read_bytes() == before and link.is_symlink()
 
 
-def test_in_place_replaces_the_input(capsys, tmp_path):
+@pytest.mark.parametrize("out", [["-o", "{m}"], []])  # without -o too: --in-place alone named m.opt.onnx
+def test_in_place_replaces_the_input(capsys, tmp_path, out):
     src = _save(_relu_model(), tmp_path / "m.onnx")
-    rc, _, err = run_cli(capsys, "optimize", src, "-o", src, "--in-place", "-q")
+    rc, _, err = run_cli(capsys, "optimize", src, *[a.format(m=src) for a in out], "--in-place", "-q")
     assert rc == 0, err
     assert [n.op_type for n in onnx.load(str(src)).graph.node] == ["Relu"]
     _only_input_left(tmp_path, "m.onnx")
