@@ -87,9 +87,41 @@ def named_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tu
                 continue
             if action.type is output_file:
                 outputs.append((Path(v), _label(action)))
-            elif Path(v).is_file():
+            elif _is_file(Path(v)):
                 inputs.append((Path(v), _label(action)))
+                inputs += [(f, "input's data") for f in model_data_files(Path(v))]
     return inputs, outputs
+
+
+def _is_file(p: Path) -> bool:
+    try:
+        return p.is_file()
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a file
+        return False
+
+
+def model_data_files(path: Path) -> list[Path]:
+    """The external data files an ONNX model file names, without reading the model unless
+    it may have some: only a file that holds the key `location` is parsed (a model whose
+    weights live in data files is a small file)."""
+    import mmap
+
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            if m.find(b"location") < 0:
+                return []
+            data = m[:]
+    except (OSError, ValueError):  # empty, unreadable
+        return []
+    from onnx import ModelProto
+
+    from .external import data_files
+
+    try:
+        model = ModelProto.FromString(data)
+    except Exception:  # noqa: BLE001 - not a model (a rule file, a JSON e-graph)
+        return []
+    return sorted(data_files(model, path.parent.resolve()))
 
 
 def _same(a: Path, b: Path) -> bool:

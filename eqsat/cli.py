@@ -189,19 +189,16 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else src if args.in_place else src.with_name(src.stem + ".opt.onnx")
     if args.no_verify and args.require_verification:
         raise UsageError("--no-verify and --require-verification contradict each other: give one")
-    # main has refused outputs over inputs and each other; here the default output and the
-    # files the output's weights and the input's would share
-    outputs = [(out, "--output" if args.output else f"the output ({out.name})"),
+    # main has refused the named outputs over inputs and each other; here the default output
+    # and the output's weights, OUT.onnx.data, which may replace the input's only in place
+    in_place = out.resolve() == src.resolve()
+    outputs = [*([] if in_place else [(out, "--output" if args.output else f"the output ({out.name})"),
+                                      (out.with_name(out.name + ".data"), "the output's data file")]),
                *[(p, a) for p, a in ((args.report, "--report"), (args.plan, "--plan"),
                                       (args.save_egraph, "--save-egraph")) if p]]
-    refuse_overwrites([], outputs)
+    refuse_overwrites(getattr(args, "named_inputs", []), outputs)
     say = _progress(args.quiet)
-    model, runnable, data_files = read_model(src, check=True)
-    # the output's weights go to OUT.onnx.data: never over a data file the input reads
-    # unless the input itself is replaced (--in-place)
-    weights = [(out.with_name(out.name + ".data"), "the output's data file")]
-    refuse_overwrites([(f, "input's data") for f in data_files],
-                      outputs[1:] + ([] if out.resolve() == src.resolve() else weights))
+    model, runnable = read_model(src, check=True)
     say(f"loaded {src} ({len(model.graph.node)} nodes)")
     _warn_unknown_dims(model, args.dim)
     if args.plan:
@@ -343,7 +340,8 @@ def _main(argv: list[str] | None) -> int:
         hints = {}
         if args.command == "optimize":
             hints[("--output", "the input")] = None if args.in_place else "pass --in-place to allow it"
-        refuse_overwrites(*named_files(parser.commands[args.command], args), hints)
+        args.named_inputs, outputs = named_files(parser.commands[args.command], args)
+        refuse_overwrites(args.named_inputs, outputs, hints)
         commands = {"optimize": cmd_optimize, "calibrate": cmd_calibrate, "compare-costs": cmd_compare_costs,
                     **args.handlers}
         return commands[args.command](args)

@@ -9,7 +9,6 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -27,16 +26,9 @@ def load_model(path: str | os.PathLike) -> ModelProto:
     return read_model(path)[0]
 
 
-class Loaded(NamedTuple):
-    model: ModelProto
-    runnable: bool  # onnxruntime can run the file itself
-    data_files: set[Path]  # the external data files it read (resolved)
-
-
-def read_model(path: str | os.PathLike, check: bool = False) -> Loaded:
-    """`load_model`, whether onnxruntime can run the file itself for the model as loaded
-    (it refuses a data file outside the model's folder, which eqsat reads), and the data
-    files the model's weights were read from. (The onnx checker
+def read_model(path: str | os.PathLike, check: bool = False) -> tuple[ModelProto, bool]:
+    """`load_model`, and whether onnxruntime can run the file itself for the model as loaded:
+    it refuses a data file outside the model's folder, which eqsat reads. (The onnx checker
     is stricter, refusing any `..` or symlink in a location; check_model reads the file only
     for weights kept on disk, as it did before.) `check` runs `check_model`: on the bytes just
     read where the model has no external data and is checked in memory, instead of
@@ -68,12 +60,11 @@ def read_model(path: str | os.PathLike, check: bool = False) -> Loaded:
     if not check or external.any_external(model) or on_disk(model):
         del data
         data = None
-    data_files = external.data_files(model, p.parent.resolve())
     runnable = external.bind(model, p.parent.resolve())
     if check:
         check_model(model, str(p), p, serialized=data)
     del data
-    return Loaded(model, runnable, data_files)
+    return model, runnable
 
 
 def supported_opsets() -> dict[str, tuple[int, int]]:

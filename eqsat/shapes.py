@@ -121,8 +121,9 @@ def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
         if _symbolic_shape_infer() is None:
             warning = ((warning + "; ") if warning else "") + (
                 f"onnxruntime's symbolic shape inference is unavailable ({_unavailable}): symbolic sizes "
-                "stay unrelated, so less shape arithmetic folds and fewer fusions apply; "
-                "pip install 'eqsat[cpu]' installs it")
+                "stay unrelated, so less shape arithmetic folds and fewer fusions apply"
+                + ("; pip install 'eqsat[cpu]' (or 'eqsat[gpu]')" if _unavailable == "onnxruntime is not installed"
+                   else "; pip install sympy"))
         symbolic = _ort_symbolic(sk)
         if symbolic is not None:
             graphs.insert(0, symbolic.graph)

@@ -75,11 +75,12 @@ def random_inputs(model: ModelProto, dims: dict[str, int] | None = None, seed: i
             raise EqsatError(f"input '{vi.name}' is not a tensor of known element type")
         shape = [d if isinstance(d, int) else dims.get(d, 2) if isinstance(d, str) else 2 for d in (t.dims or ())]
         shapes[vi.name] = (shape, np_dtype(t.elem))
-    need = sum(int(np.prod(shape, dtype=object)) * max(dt.itemsize, 1) for shape, dt in shapes.values())
+    # numpy draws them as 8-byte values, then casts
+    need = sum(int(np.prod(shape, dtype=object)) * (8 + dt.itemsize) for shape, dt in shapes.values())
     if need > _memory() // 2:
-        sized = ", ".join(f"{k}={v}" for k, v in dims.items())
-        raise EqsatError(f"random inputs at these sizes ({sized}) take {need / (1 << 30):,.1f} GiB, more than half "
-                         f"of this machine's memory: give smaller --dim values to verify")
+        at = f"at these sizes ({', '.join(f'{k}={v}' for k, v in dims.items())})" if dims else "of these shapes"
+        raise EqsatError(f"making random inputs {at} takes {need / (1 << 30):,.1f} GiB, more than half of this "
+                         "machine's memory" + (": give smaller --dim values to verify" if dims else ""))
     feeds: dict[str, np.ndarray] = {}
     for name, (shape, dt) in shapes.items():
         if dt == np.bool_:

@@ -479,9 +479,13 @@ def test_the_outputs_weights_never_overwrite_the_inputs_data_file(capsys, tmp_pa
     assert error_line(err) == (f"eqsat: error: {tmp_path / 'c.onnx.data'}: the output's data file would overwrite "
                                f"{tmp_path / 'c.onnx.data'}, the input's data file; name another file")
     assert (tmp_path / "c.onnx.data").read_bytes() == before
-    rc, _, err = run_cli(capsys, "optimize", src, "-o", tmp_path / "b.onnx", "--report", tmp_path / "c.onnx.data")
-    assert rc == 2 and "--report would overwrite" in err
-    assert (tmp_path / "c.onnx.data").read_bytes() == before
+    for args in (["-o", tmp_path / "b.onnx", "--report", tmp_path / "c.onnx.data"],
+                 ["-o", tmp_path / "c.onnx.data"]):  # the output itself over the data file
+        rc, _, err = run_cli(capsys, "optimize", src, *args)
+        assert rc == 2, err
+        assert error_line(err).endswith(f"would overwrite {tmp_path / 'c.onnx.data'}, the input's data file; "
+                                        "name another file")
+        assert (tmp_path / "c.onnx.data").read_bytes() == before
     _only_input_left(tmp_path, "a.onnx", "c.onnx.data")
     # in place, the model and its data file are replaced together
     rc, _, err = run_cli(capsys, "optimize", src, "-o", src, "--in-place", "-q")
@@ -497,3 +501,24 @@ def test_other_commands_never_write_over_their_input(capsys, tmp_path, command):
     assert rc == 2
     assert error_line(err).endswith(f"would overwrite the input {src}; name another file")
     assert src.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [["plan", "{m}", "-o", "{d}"], ["show", "{m}", "--html", "{d}"],
+                                     ["diff", "{m}", "{m}", "--html", "{d}"]])
+def test_other_commands_never_write_over_their_inputs_data_file(capsys, tmp_path, command):
+    src = _external_model(tmp_path, "a.onnx", "weights.bin")
+    data = tmp_path / "weights.bin"
+    before = data.read_bytes()
+    rc, _, err = run_cli(capsys, *[a.format(m=src, d=data) for a in command])
+    assert rc == 2
+    assert error_line(err).endswith(f"would overwrite {data}, the input's data file; name another file")
+    assert data.read_bytes() == before
+
+
+def test_an_option_value_too_long_for_a_file_name_is_not_a_traceback(capsys, tmp_path):
+    # every option's value is looked up as a possible input file; a 300-character name
+    # made Path.is_file raise "File name too long"
+    rules = tmp_path / "r.egg"
+    rules.write_text('(ruleset r)\n(rewrite (Relu (Relu x)) (Relu x) :ruleset r :name "relu-relu")\n')
+    rc, _, err = run_cli(capsys, "rules", "check", rules, "--rule", "a" * 300)
+    assert rc == 2 and error_line(err).startswith("eqsat: error: no rule named")

@@ -114,11 +114,18 @@ def test_not_possible_lists_the_first_sizes_tried_and_counts_the_rest():
 
 
 def test_inputs_larger_than_memory_make_verification_not_possible_not_a_crash():
-    # --dim batch=100000000 asked numpy for 372 GiB of random floats: a MemoryError traceback
+    # --dim batch=100000000 asked numpy for 745 GiB of random float64s: a MemoryError traceback
     m = parse_model("""
         <ir_version: 8, opset_import: ["" : 18]>
-        g (float[batch, 1000] x) => (float[batch, 1000] y) { y = Relu(x) }""")
-    v = verify(m, m, dims={"batch": 100_000_000})
+        g (float[batch, 1000000] x) => (float[batch, 1000000] y) { y = Relu(x) }""")
+    v = verify(m, m, dims={"batch": 10**9})  # 10**15 floats: more than any machine's memory
     assert v.status == "not possible"
-    assert v.detail.startswith("random inputs at these sizes (batch=100000000) take 372.5 GiB")
-    assert verify(m, m, dims={"batch": 3}).status == "passed"
+    assert v.detail == ("making random inputs at these sizes (batch=1000000000) takes 11,175,870.9 GiB, "
+                        "more than half of this machine's memory: give smaller --dim values to verify")
+    assert verify(m, m, dims={"batch": 1}).status == "passed"
+    fixed = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[1000000000, 1000000] x) => (float[1000000000, 1000000] y) { y = Relu(x) }""")
+    v = verify(fixed, fixed)
+    assert v.status == "not possible" and v.detail.startswith("making random inputs of these shapes takes ")
+    assert "--dim" not in v.detail  # no --dim helps a fixed shape
