@@ -7,6 +7,7 @@ Each takes the argument's text and returns its value, or raises
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
 from .errors import InputError, UsageError, output_folder
@@ -89,7 +90,6 @@ def named_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tu
                 outputs.append((Path(v), _label(action)))
             elif _is_file(Path(v)):
                 inputs.append((Path(v), _label(action)))
-                inputs += [(f, "input's data") for f in model_data_files(Path(v))]
     return inputs, outputs
 
 
@@ -100,19 +100,20 @@ def _is_file(p: Path) -> bool:
         return False
 
 
-def model_data_files(path: Path) -> list[Path]:
+@functools.cache
+def model_data_files(path: Path) -> tuple[Path, ...]:
     """The external data files an ONNX model file names, without reading the model unless
     it may have some: only a file that holds the key `location` is parsed (a model whose
-    weights live in data files is a small file)."""
+    weights live in data files is a small file). Any other file names none."""
     import mmap
 
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             if m.find(b"location") < 0:
-                return []
+                return ()
             data = m[:]
     except (OSError, ValueError):  # empty, unreadable
-        return []
+        return ()
     from onnx import ModelProto
 
     from .external import data_files
@@ -120,8 +121,8 @@ def model_data_files(path: Path) -> list[Path]:
     try:
         model = ModelProto.FromString(data)
     except Exception:  # noqa: BLE001 - not a model (a rule file, a JSON e-graph)
-        return []
-    return sorted(data_files(model, path.parent.resolve()))
+        return ()
+    return tuple(sorted(data_files(model, path.parent.resolve())))
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -146,6 +147,9 @@ def refuse_overwrites(inputs: list[tuple[Path, str]], outputs: list[tuple[Path, 
                 whose = f"the input {src}" if src_what == "the input" else f"{src}, the {src_what} file"
                 hint = hints.get((what, src_what)) or "name another file"
                 raise UsageError(f"{out}: {what} would overwrite {whose}; {hint}")
+            # only a file that exists can be a data file: the input models are searched then
+            if _is_file(out) and any(_same(out, f) for f in model_data_files(src.resolve())):
+                raise UsageError(f"{out}: {what} would overwrite {out}, the input's data file; name another file")
         for other, other_what in outputs[:i]:
             if _same(out, other):
                 raise UsageError(f"{out}: {other_what} and {what} name the same file; give each its own")
