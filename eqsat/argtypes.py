@@ -65,7 +65,6 @@ def output_file(s: str) -> Path:
     return p
 
 
-
 def _label(action: argparse.Action) -> str:
     return action.option_strings[-1] if action.option_strings else "the input"
 
@@ -136,8 +135,9 @@ def _same(a: Path, b: Path) -> bool:
 
 def refuse_overwrites(inputs: list[tuple[Path, str]], outputs: list[tuple[Path, str]],
                       hints: dict[tuple[str, str], str | None] | None = None) -> None:
-    """UsageError, before any work, when an output would overwrite an input's file or two
-    outputs name one file (`--report` written over the model it reports on). `hints`: for
+    """UsageError, before any work, when an output would overwrite an input's file, a data
+    file an input model reads its weights from, or another output (`--report` written over
+    the model it reports on, `-o` over the input's `weights.bin`). `hints`: for
     an (output, input) pair of arguments, what the user can do about it (a line added to the
     error), or None where the pair may name one file (`--output` with `--in-place`)."""
     hints = hints or {}
