@@ -488,8 +488,10 @@ def test_the_outputs_weights_never_overwrite_the_inputs_data_file(capsys, tmp_pa
         assert (tmp_path / "c.onnx.data").read_bytes() == before
     _only_input_left(tmp_path, "a.onnx", "c.onnx.data")
     # in place, the model and its data file are replaced together
+    original = onnx.load(str(src))  # weights read into memory
     rc, _, err = run_cli(capsys, "optimize", src, "-o", src, "--in-place", "-q")
     assert rc == 0, err
+    assert_same_outputs(original, onnx.load(str(src)))
 
 
 @pytest.mark.parametrize("command", [["plan", "{m}", "-o", "{m}"], ["show", "{m}", "--html", "{m}"],
