@@ -103,14 +103,26 @@ def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared, trans
     `transform`, if given, maps the parsed commands to the ones run (eqsat.provenance)."""
     try:
         cmds = eg.parse_program(text, filename=path)
+        _refuse_includes(cmds, path, text)
         eg.run_program(*(transform(cmds) if transform else cmds))
     except b.EggSmolError as e:
         raise RuleError(format_egglog_error(str(e), path, text, declared)) from None
     except BaseException as e:  # egglog panics are BaseException (pyo3 PanicException)
-        if isinstance(e, INTERRUPTS):
+        if isinstance(e, INTERRUPTS) or isinstance(e, RuleError):
             raise
         raise RuleError(f"{path}: egglog failed while loading this file: {str(e).splitlines()[0]}") from None
     declared.absorb(cmds, path)
+
+
+def _refuse_includes(cmds: list, path: str, text: str) -> None:
+    """egglog would run an included file behind eqsat's back: its rulesets would never be
+    scheduled, `rules list` and `rules check` would not see its rules."""
+    for c in cmds:
+        if isinstance(c, b.Include):
+            line = text.count("\n", 0, c.span.i) + 1
+            col = c.span.i - (text.rfind("\n", 0, c.span.i) + 1) + 1
+            raise RuleError(f"{path}:{line}:{col}: (include \"{c.path}\") is not supported in eqsat rule files; "
+                            f"pass {c.path} with another --rules")
 
 
 def load_rule_file(eg: b.EGraph, path: Path, declared: Declared, transform=None) -> None:
