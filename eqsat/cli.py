@@ -23,6 +23,7 @@ from .argtypes import (
     positive_int,
     refuse_overwrites,
 )
+from .atomic import write_text
 from .errors import EqsatError, OptimizeError, Terminated, UsageError
 
 
@@ -260,7 +261,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             f"no reuse {plan['no_reuse_bytes']}")
     if args.report:
         r = dict(r, input=str(src), output=str(out))
-        args.report.write_text(json.dumps(r, indent=2))
+        write_text(args.report, json.dumps(r, indent=2))
     if args.explain:
         from .explain import format_text
 
@@ -287,7 +288,7 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
           f"{args.extractor}" + (" (Kendall's tau needs two or more)" if n < 2 else ""))
     print(table(records))
     if args.json:
-        args.json.write_text(json.dumps(as_json(records, info), indent=2))
+        write_text(args.json, json.dumps(as_json(records, info), indent=2))
     return 0
 
 

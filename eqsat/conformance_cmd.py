@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .argtypes import output_file, positive_int
+from .atomic import write_text
 from .errors import UsageError
 
 if TYPE_CHECKING:  # onnx takes 0.2 s to import: not for --help
@@ -128,5 +129,5 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     verdicts, summary = run_conformance(args)
     print("\n".join(report_lines(verdicts, summary, args.quiet)))
     if args.json:
-        args.json.write_text(json.dumps({"summary": summary, "cases": [v.as_dict() for v in verdicts]}, indent=2))
+        write_text(args.json, json.dumps({"summary": summary, "cases": [v.as_dict() for v in verdicts]}, indent=2))
     return 1 if summary["counts"]["failed"] else 0

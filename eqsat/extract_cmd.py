@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from .argtypes import dim, output_file, positive_float
+from .atomic import write_text
 from .errors import UsageError
 
 
@@ -151,7 +152,7 @@ def _extract(args: argparse.Namespace, g, models: list, extractors: list[str]) -
                   f"{cost.name}: {n} e-class{'' if n == 1 else 'es'} chosen, "
                   f"{_costs(ex.dag_cost, ex.tree_cost, cost)}, {ex.time_s:.2f} s{notes}")
             if args.output:
-                args.output.write_text(json.dumps(as_json(ex, g, cost.name), indent=1))
+                write_text(args.output, json.dumps(as_json(ex, g, cost.name), indent=1))
     return 0
 
 

@@ -30,6 +30,7 @@ from extract import (
 )
 from extract.costs import CostModel, HardwareProfileError, make_cost_model
 
+from .atomic import write_text
 from .decode import Decoder
 from .encode import Encoder
 from .errors import UsageError, extraction_errors
@@ -259,7 +260,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "node_limit": opts.limits.node_limit, "time_limit": opts.limits.time_limit,
         "stop_reason": sat_report.stop_reason}  # a time limit's stop is not reproducible
     if opts.save_egraph:
-        Path(opts.save_egraph).write_text(json.dumps(data))
+        write_text(opts.save_egraph, json.dumps(data))
 
     egraph = EGraph.from_json(data)
     value_class = data["eqsat"]["value_class"]

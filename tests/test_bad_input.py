@@ -524,3 +524,24 @@ def test_an_option_value_too_long_for_a_file_name_is_not_a_traceback(capsys, tmp
     rules.write_text('(ruleset r)\n(rewrite (Relu (Relu x)) (Relu x) :ruleset r :name "relu-relu")\n')
     rc, _, err = run_cli(capsys, "rules", "check", rules, "--rule", "a" * 300)
     assert rc == 2 and error_line(err).startswith("eqsat: error: no rule named")
+
+
+def test_result_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    # --report, --save-egraph, --json and the choice files went through Path.write_text: an
+    # interrupt mid-write left a partial file in place of the previous one
+    from eqsat import atomic
+
+    out = tmp_path / "r.json"
+    out.write_text("previous")
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.write_text(out, "{}" * 1000)
+    assert out.read_text() == "previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    monkeypatch.undo()
+    atomic.write_text(out, "new")
+    assert out.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]

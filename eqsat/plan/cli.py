@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,21 +74,10 @@ def check_plan_dims(model: ModelProto, dims: dict[str, int]) -> None:
 
 
 def write_json(data: dict, path: str | os.PathLike) -> Path:
-    """Write atomically (a temporary file in the same folder, then a rename)."""
-    from ..errors import output_folder
+    """Write atomically (eqsat.atomic)."""
+    from ..atomic import write_text
 
-    out = Path(path)
-    folder = output_folder(out)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    return write_text(path, json.dumps(data, indent=1) + "\n")
 
 
 def checked_plan(model: ModelProto, dims: dict[str, int] | None = None, alignment: int = 64) -> dict:

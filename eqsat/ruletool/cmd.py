@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from ..argtypes import output_file
+from ..atomic import write_text
 from ..errors import RuleError, UsageError
 
 
@@ -130,7 +131,7 @@ def _check(args) -> int:
                f"{time.perf_counter() - t0:.1f} s")
     print(summary, file=sys.stderr)
     if args.json:
-        Path(args.json).write_text(json.dumps([
+        write_text(args.json, json.dumps([
             {"name": x.rule.name, "ruleset": x.rule.ruleset, "file": x.rule.path, "line": x.rule.line,
              "status": x.status, "detail": x.detail, "runs": x.runs, "covered_by": x.covered_by}
             for x in results], indent=1), encoding="utf-8")
