@@ -402,6 +402,18 @@ def test_an_output_in_a_missing_folder_fails_before_any_work(capsys, model_path,
                                           "`eqsat calibrate -o box.json` measures a complete one"),
     ('{"name": "x", "matmul_gflops": 1, "vector_gflops": 0, "mem_gbps": "fast", "kernel_overhead_us": 1}',
      "vector_gflops = 0, mem_gbps = 'fast': rates must be numbers > 0"),
+    # a quoted "false" was true; a zero or missing layout figure failed after saturation, a
+    # misspelled key was ignored
+    ('{"name": "x", "matmul_gflops": 1, "vector_gflops": 1, "mem_gbps": 1, "kernel_overhead_us": 1, '
+     '"fuse_attention": "false"}', "fuse_attention = 'false': must be true or false (JSON, unquoted)"),
+    ('{"name": "x", "matmul_gflops": 1, "vector_gflops": 1, "mem_gbps": 1, "kernel_overhead_us": 1, '
+     '"fuse_atention": false}', "unknown key 'fuse_atention'; did you mean 'fuse_attention'?"),
+    ('{"name": "x", "matmul_gflops": 1, "vector_gflops": 1, "mem_gbps": 1, "kernel_overhead_us": 1, '
+     '"layouts": {"nchwc": {"block": 8, "conv_speedup": 0}}}', "layouts.nchwc.conv_speedup = 0: must be a number > 0"),
+    ('{"name": "x", "matmul_gflops": 1, "vector_gflops": 1, "mem_gbps": 1, "kernel_overhead_us": 1, '
+     '"layouts": {"nchwc": null}}', "layouts.nchwc = None: must be an object of figures"),
+    ('{"name": "x", "matmul_gflops": 1, "vector_gflops": 1, "mem_gbps": 1, "kernel_overhead_us": 1, '
+     '"transcendental_flops": -5}', "transcendental_flops = -5: must be a number > 0"),
 ])
 def test_a_broken_hardware_profile_is_named_with_what_is_wrong(capsys, model_path, tmp_path, text, says):
     prof = tmp_path / "box.json"

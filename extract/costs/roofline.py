@@ -113,7 +113,44 @@ class Hardware:
         bad = [k for k in rates if not positive(d[k])]
         if bad:
             raise HardwareProfileError(f"{p}: {', '.join(f'{k} = {d[k]!r}' for k in bad)}: rates must be numbers > 0")
+        _check_profile(p, d, cls)
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+# what a profile's optional keys and its layouts' figures must hold (a quoted "false" is true
+# to Python, a zero speed-up divides by zero after saturation)
+LAYOUT_FIGURES = ("conv_speedup", "pool_speedup", "depthwise_gflops", "reorder_gbps")
+
+
+def _check_profile(p: Path, d: dict, cls) -> None:
+    import difflib
+
+    known = set(cls.__dataclass_fields__)
+    for k, v in d.items():
+        if k.endswith("_source") and k[:-len("_source")] in known or k == "source":
+            continue  # where a figure came from
+        if k not in known:
+            near = difflib.get_close_matches(k, sorted(known), n=1)
+            raise HardwareProfileError(f"{p}: unknown key {k!r}" + (f"; did you mean {near[0]!r}?" if near else ""))
+        kind = cls.__dataclass_fields__[k].type
+        if kind == "bool" and not isinstance(v, bool):
+            raise HardwareProfileError(f"{p}: {k} = {v!r}: must be true or false (JSON, unquoted)")
+        if k == "name" and not isinstance(v, str):
+            raise HardwareProfileError(f"{p}: name = {v!r}: must be a string")
+        if k in ("transcendental_flops", "depthwise_gflops") and not (positive(v) or (k == "depthwise_gflops" and v is None)):
+            raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number > 0")
+    layouts = d.get("layouts", {})
+    if not isinstance(layouts, dict):
+        raise HardwareProfileError(f"{p}: layouts = {layouts!r}: must be an object of layouts")
+    for name, figures in layouts.items():
+        if not isinstance(figures, dict):
+            raise HardwareProfileError(f"{p}: layouts.{name} = {figures!r}: must be an object of figures")
+        block = figures.get("block")
+        if name == "nchwc" and (isinstance(block, bool) or not isinstance(block, int) or block <= 0):
+            raise HardwareProfileError(f"{p}: layouts.nchwc.block = {block!r}: must be an integer > 0")
+        for k in LAYOUT_FIGURES:
+            if k in figures and not positive(figures[k]):
+                raise HardwareProfileError(f"{p}: layouts.{name}.{k} = {figures[k]!r}: must be a number > 0")
 
 
 class HardwareProfileError(ValueError):
