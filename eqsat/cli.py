@@ -279,7 +279,17 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
     src = Path(args.input)
     model = read_model(src, check=True)[0]
     _warn_unknown_dims(model, args.dim)
-    opts = Options(rule_files=list(args.rules), target=args.target, hardware=args.hardware, dims=dict(args.dim),
+    # the programs are timed at the sizes the cost models predict for: each must be given (the
+    # cost models' default of 16 and verification's 2 to 5 would compare different runs, and a
+    # decoder with a KV cache needs sizes that fit together)
+    given = dict(args.dim)
+    unbound = [d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim
+               if d.dim_param and d.dim_param not in given]
+    if unbound:
+        names = list(dict.fromkeys(unbound))
+        raise UsageError(f"{src}: compare-costs times the programs at the sizes its cost models predict for: "
+                         f"give {' '.join(f'--dim {n}=N' for n in names)}")
+    opts = Options(rule_files=list(args.rules), target=args.target, hardware=args.hardware, dims=given,
                    extractor=args.extractor)
     records, info = compare_costs(model, opts, samples=args.samples, runs=args.runs, progress=_progress(args.quiet),
                                   cost_models=args.cost_model)

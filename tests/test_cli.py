@@ -452,7 +452,8 @@ def test_compare_costs_ranks_the_programs_it_timed(capsys, model_path, tmp_path)
     from extract.costs import COST_MODELS
 
     out = tmp_path / "c.json"
-    rc, text, err = run_cli(capsys, "compare-costs", model_path, "--samples", "3", "--runs", "3", "--json", out, "-q")
+    rc, text, err = run_cli(capsys, "compare-costs", model_path, "--samples", "3", "--runs", "3", "--json", out, "-q",
+                            "--dim", "batch=2")
     assert rc == 0, err
     rows = [ln.split() for ln in text.splitlines() if ln.split() and ln.split()[0] in COST_MODELS]
     assert [r[0] for r in rows] == list(COST_MODELS) and rows[0][2] == "ops" and rows[1][2] == "us"
@@ -476,13 +477,18 @@ def test_compare_costs_ranks_the_programs_it_timed(capsys, model_path, tmp_path)
 def test_compare_costs_takes_the_cost_models_and_extractor_named(capsys, model_path, tmp_path):
     out = tmp_path / "c.json"
     rc, text, err = run_cli(capsys, "compare-costs", model_path, "--samples", "2", "--runs", "2", "--json", out, "-q",
-                            "--cost-model", "roofline", "--extractor", "tree-greedy")
+                            "--cost-model", "roofline", "--extractor", "tree-greedy", "--dim", "batch=2")
     assert rc == 0, err
     assert "each cost model's own chosen by tree-greedy" in text
     assert [(r["cost_model"], r["extractor"]) for r in json.loads(out.read_text())["cost_models"]] == [
         ("roofline", "tree-greedy")]
-    rc, _, err = run_cli(capsys, "compare-costs", model_path, "--cost-model", "nope", "-q")
+    rc, _, err = run_cli(capsys, "compare-costs", model_path, "--cost-model", "nope", "-q", "--dim", "batch=2")
     assert rc == 2 and "unknown cost model 'nope'; choose one of node-count, roofline, measured" in err
+    # without the sizes, the cost models predicted at 16 while the programs ran at 2 (a KV
+    # decoder's did not run at all)
+    rc, _, err = run_cli(capsys, "compare-costs", model_path, "-q")
+    assert rc == 2 and error_line(err) == (f"eqsat: error: {model_path}: compare-costs times the programs at the "
+                                           "sizes its cost models predict for: give --dim batch=N")
 
 
 def test_tau_interval_is_a_bootstrap_over_the_programs():
