@@ -113,10 +113,10 @@ def _model_of(meta: dict, path) -> str:
 
 def _warn_settings(args: argparse.Namespace, g) -> None:
     """Options that disagree with what made the e-graph: warnings, as optimize gives them."""
-    from .target import hardware_profile
+    from .target import hardware_profile, profile_id
 
     saved = g.meta.get("settings", {}).get("hardware")
-    if args.hardware and saved and str(hardware_profile(args.hardware)) != saved:
+    if args.hardware and saved and profile_id(hardware_profile(args.hardware)) != profile_id(saved):
         print(f"eqsat: warning: --hardware {args.hardware}: the e-graph was saturated with profile {saved}, whose "
               "facts (which fusions and layouts pay) it holds; its costs under another profile mix the two",
               file=sys.stderr)

@@ -39,7 +39,13 @@ from .saturate import Limits, Saturator
 from .serialize import serialize
 from .shapes import DimTable, infer_types
 from .store import ProtoStore, TensorStore
-from .target import forbidden_constructors, hardware_facts, hardware_profile, opset_facts
+from .target import (
+    forbidden_constructors,
+    hardware_facts,
+    hardware_profile,
+    opset_facts,
+    profile_id,
+)
 
 FOLD_LIMIT = 1 << 20  # bytes: larger folded constants only where no larger than their inputs
 
@@ -254,7 +260,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     # what produced this e-graph (its facts depend on the profile, its ops on target and
     # layout): a saved e-graph's reader extracts with the same profile (docs/extraction.md)
     data["eqsat"]["settings"] = {
-        "hardware": str(getattr(hardware, "name", hardware)), "target": opts.target, "layout": opts.layout,
+        "hardware": profile_id(hardware), "target": opts.target, "layout": opts.layout,
         "default_rules": opts.default_rules, "rules": [str(f) for f in opts.rule_files], "dims": dict(opts.dims),
         "fold_limit": opts.fold_limit, "explain": opts.explain, "iter_limit": opts.limits.iter_limit,
         "node_limit": opts.limits.node_limit, "time_limit": opts.limits.time_limit,

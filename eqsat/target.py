@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from pathlib import Path
 
 import onnx
 from onnx import ModelProto, TensorProto, helper
@@ -109,6 +110,13 @@ def hardware_profile(hardware):
         if block and nchwc.get("block") == block:
             return path.stem
     return hardware
+
+
+def profile_id(hardware) -> str:
+    """How a saved e-graph names its profile: a profile file by its absolute path (so that
+    `eqsat extract` finds it from any folder), a shipped one by its name."""
+    h = str(getattr(hardware, "name", hardware))
+    return str(Path(h).resolve()) if Path(h).suffix and Path(h).is_file() else h
 
 
 def hardware_facts(hardware) -> list:

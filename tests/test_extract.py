@@ -284,6 +284,21 @@ def test_a_saved_egraph_says_what_made_it_and_measured_needs_its_timings(tmp_pat
     assert get_extractor("ilp").extract(g, make_cost_model("roofline", s["hardware"])).dag_cost > 0
 
 
+def test_a_saved_egraph_names_a_profile_file_by_its_absolute_path(tmp_path, monkeypatch):
+    """`--hardware my.json` was saved as "my.json", which `eqsat extract` then looked for in
+    whatever folder it ran from."""
+    import shutil
+
+    from eqsat.demo import build_model
+    from eqsat.pipeline import Options, saturate
+    from extract.costs.roofline import HARDWARE_DIR
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(HARDWARE_DIR / "cpu-avx2.json", tmp_path / "my.json")
+    saturate(build_model(), Options(hardware="my.json", save_egraph=tmp_path / "g.json"))
+    assert EGraph.from_json(tmp_path / "g.json").meta["settings"]["hardware"] == str(tmp_path / "my.json")
+
+
 def test_an_egraph_from_a_newer_writer_is_refused():
     from eqsat.serialize import FORMAT as WRITTEN
     from extract.egraph import FORMAT as READ
