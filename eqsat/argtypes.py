@@ -28,6 +28,12 @@ def positive_int(s: str) -> int:
     return _number(s, int, "an integer", lambda v: v > 0, "> 0")
 
 
+def power_of_two(s: str) -> int:
+    """An integer power of two (`--alignment 64`): an offset aligned to 3 bytes would
+    misalign every float."""
+    return _number(s, int, "an integer", lambda v: v > 0 and v & (v - 1) == 0, "a power of two")
+
+
 def positive_float(s: str) -> float:
     """A number > 0 (`--time-limit 2.5`)."""
     return _number(s, float, "a number", lambda v: v > 0, "> 0")

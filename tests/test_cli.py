@@ -227,11 +227,13 @@ def test_bad_usage(capsys):
 
 
 def test_argtypes_parse_what_they_accept():
-    from eqsat.argtypes import dim, positive_float, positive_int
+    from eqsat.argtypes import dim, positive_float, positive_int, power_of_two
 
     assert dim("batch=8") == ("batch", 8) and dim("seq_len=128") == ("seq_len", 128)
     assert positive_int("3") == 3 and positive_float("0.5") == 0.5
-    for f, bad in ((positive_int, "0"), (positive_int, "1.5"), (positive_float, "-1"), (positive_float, "nan")):
+    assert power_of_two("64") == 64 and power_of_two("1") == 1
+    for f, bad in ((positive_int, "0"), (positive_int, "1.5"), (positive_float, "-1"), (positive_float, "nan"),
+                   (power_of_two, "3"), (power_of_two, "0")):
         with pytest.raises(argparse.ArgumentTypeError):
             f(bad)
 

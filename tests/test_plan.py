@@ -508,6 +508,10 @@ def test_cli_plan_unbound_dim_exits_2(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (
         "eqsat: error: dimension 'batch' is symbolic: give its size with --dim batch=N")
     assert plan_cli("plan", src, "--dim", "batch=4", "-q") == 0
+    # a --dim the model lacks binds nothing: a warning, as optimize gives
+    assert plan_cli("plan", src, "--dim", "batch=4", "--dim", "bacth=4", "-q") == 0
+    assert capsys.readouterr().err.strip() == ("eqsat: warning: --dim bacth: the model has no symbolic dimension "
+                                               "of that name (its symbolic dimensions: batch)")
 
 
 def test_plan_to_file(tmp_path):

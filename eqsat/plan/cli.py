@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..argtypes import dim, output_file, positive_int
+from ..argtypes import dim, output_file, power_of_two
 
 if TYPE_CHECKING:  # onnx takes 0.2 s to import: not for --help
     from onnx import ModelProto
@@ -43,8 +43,8 @@ def add_plan_parser(subparsers) -> argparse.ArgumentParser:
                    help="size of a symbolic dimension (repeatable), e.g. --dim batch=8; every symbolic "
                         "dimension of the inputs must be given")
     p.add_argument("-o", "--output", metavar="PLAN.json", type=output_file, help="write the plan as JSON")
-    p.add_argument("--alignment", type=positive_int, default=64, metavar="N",
-                   help="offsets are multiples of N bytes (default 64)")
+    p.add_argument("--alignment", type=power_of_two, default=64, metavar="N",
+                   help="offsets are multiples of N bytes, a power of two (default 64)")
     p.add_argument("--no-inplace", action="store_true", help="no in-place reuse (views still share buffers)")
     p.add_argument("--execute", action="store_true",
                    help="prove the plan: run the model node by node through one numpy arena laid out by the plan "
@@ -115,6 +115,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     src = Path(args.input)
     model = read_model(src, check=True)[0]
+    from ..cli import _warn_unknown_dims
+
+    _warn_unknown_dims(model, args.dim)  # as optimize and compare-costs do
     t0 = time.perf_counter()
     plan = plan_model(model, dict(args.dim), args.alignment, inplace=not args.no_inplace)
     check_plan(plan)
