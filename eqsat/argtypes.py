@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 from pathlib import Path
 
 from .errors import InputError, UsageError, output_folder
@@ -68,6 +69,9 @@ def output_file(s: str) -> Path:
         raise argparse.ArgumentTypeError(str(e)) from None
     if p.is_dir():
         raise argparse.ArgumentTypeError(f"{s} is a folder; give a file name")
+    folder = p.parent if str(p.parent) else Path(".")
+    if not os.access(folder, os.W_OK | os.X_OK):  # found after the work, not before, otherwise
+        raise argparse.ArgumentTypeError(f"{s}: the output folder {folder} is not writable")
     return p
 
 

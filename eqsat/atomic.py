@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .errors import output_folder
+from .errors import EqsatError, output_folder
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
@@ -14,11 +14,17 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     rename, so that an error, Ctrl-C or SIGTERM leaves `path` as it was, with no partial
     file beside it."""
     out = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=output_folder(out))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=output_folder(out))
+    except OSError as e:  # a folder that refuses files (permissions, a read-only or special file system)
+        raise EqsatError(f"{out}: cannot write it: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, out)
+    except OSError as e:  # a full disk
+        Path(tmp).unlink(missing_ok=True)
+        raise EqsatError(f"{out}: cannot write it: {e.strerror or e}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -276,8 +276,8 @@ def measure(threads: int = 1, runs: int = 15) -> dict:
 def write(path, threads: int = 1) -> dict:
     """Measure this machine and write the profile to `path`, named after the file's stem (the
     name `--hardware` and the progress messages show; `cpu` stays the shipped profiles')."""
+    from .atomic import write_text
+
     prof = {**measure(threads), "name": Path(path).stem}
-    with open(path, "w") as f:
-        json.dump(prof, f, indent=2)
-        f.write("\n")
+    write_text(path, json.dumps(prof, indent=2) + "\n")
     return prof

@@ -23,6 +23,7 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 
 from eqsat import modelio
+from eqsat.errors import EqsatError
 
 from .conftest import assert_same_outputs
 from .test_cli import COMMUTE, _sum_chain, error_line, run_cli
@@ -542,6 +543,14 @@ def test_result_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
         atomic.write_text(out, "{}" * 1000)
     assert out.read_text() == "previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    monkeypatch.undo()
+
+    def refused(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", refused)  # a folder that refuses files: one line
+    with pytest.raises(EqsatError, match=f"^{out}: cannot write it: Permission denied$"):
+        atomic.write_text(out, "new")
     monkeypatch.undo()
     atomic.write_text(out, "new")
     assert out.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]

@@ -569,3 +569,13 @@ def test_sigterm_during_saturation_is_not_taken_for_an_egglog_failure(model_path
                 "        return self._eg.run_program(*cmds)\n"
                 "s.b.EGraph = Slow\n", model_path, out)
     assert not out.exists()
+
+
+def test_an_output_folder_that_refuses_files_is_refused_before_the_work(tmp_path, monkeypatch):
+    # calibrate measured for 9 s, then failed to write (root ignores permissions, so the
+    # folder's answer is simulated)
+    from eqsat import argtypes
+
+    monkeypatch.setattr(argtypes.os, "access", lambda path, mode: False)
+    with pytest.raises(argparse.ArgumentTypeError, match=f"the output folder {tmp_path} is not writable"):
+        argtypes.output_file(str(tmp_path / "p.json"))

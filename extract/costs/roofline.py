@@ -154,7 +154,8 @@ def _check_profile(p: Path, d: dict, cls) -> None:
 
 
 class HardwareProfileError(ValueError):
-    """A hardware profile file that cannot be used: not JSON, or a rate missing or not > 0."""
+    """A hardware profile file that cannot be used: not JSON, a rate missing or not > 0, an
+    unknown key, or a flag or figure of the wrong kind."""
 
 
 def profiles() -> list[str]:
