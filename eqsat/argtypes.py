@@ -7,7 +7,6 @@ Each takes the argument's text and returns its value, or raises
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 from pathlib import Path
 
@@ -109,32 +108,14 @@ def _is_file(p: Path) -> bool:
         return False
 
 
-@functools.cache
-def model_data_files(path: Path) -> tuple[Path, ...]:
-    """The external data files an ONNX model file names, without reading the model unless
-    it may have some: only a file that holds the key `location` is parsed (a model whose
-    weights live in data files is a small file). Any other file names none."""
-    import mmap
+def _data_files_of(model_file: Path) -> tuple[Path, ...]:
+    from .external import data_files_of  # numpy and onnx, loaded only when an output exists
 
-    try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            if m.find(b"location") < 0:
-                return ()
-            data = m[:]
-    except (OSError, ValueError):  # empty, unreadable
-        return ()
-    from onnx import ModelProto
-
-    from .external import data_files
-
-    try:
-        model = ModelProto.FromString(data)
-    except Exception:  # noqa: BLE001 - not a model (a rule file, a JSON e-graph)
-        return ()
-    return tuple(sorted(data_files(model, path.parent.resolve())))
+    return data_files_of(model_file.resolve())
 
 
-def _same(a: Path, b: Path) -> bool:
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: the same path once links are resolved, or hard links."""
     if a.resolve() == b.resolve():
         return True
     try:
@@ -153,13 +134,13 @@ def refuse_overwrites(inputs: list[tuple[Path, str]], outputs: list[tuple[Path, 
     hints = hints or {}
     for i, (out, what) in enumerate(outputs):
         for src, src_what in inputs:
-            if _same(out, src) and hints.get((what, src_what), "") is not None:
+            if same_file(out, src) and hints.get((what, src_what), "") is not None:
                 whose = f"the input {src}" if src_what == "the input" else f"{src}, the {src_what} file"
                 hint = hints.get((what, src_what)) or "name another file"
                 raise UsageError(f"{out}: {what} would overwrite {whose}; {hint}")
             # only a file that exists can be a data file: the input models are searched then
-            if _is_file(out) and any(_same(out, f) for f in model_data_files(src.resolve())):
+            if _is_file(out) and any(same_file(out, f) for f in _data_files_of(src)):
                 raise UsageError(f"{out}: {what} would overwrite {out}, the input's data file; name another file")
         for other, other_what in outputs[:i]:
-            if _same(out, other):
+            if same_file(out, other):
                 raise UsageError(f"{out}: {other_what} and {what} name the same file; give each its own")

@@ -22,10 +22,9 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, out)
-    except OSError as e:  # a full disk
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
-        raise EqsatError(f"{out}: cannot write it: {e.strerror or e}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):  # a full disk
+            raise EqsatError(f"{out}: cannot write it: {e.strerror or e}") from None
         raise
     return out

@@ -22,6 +22,7 @@ from .argtypes import (
     positive_float,
     positive_int,
     refuse_overwrites,
+    same_file,
 )
 from .atomic import write_text
 from .errors import EqsatError, OptimizeError, Terminated, UsageError
@@ -163,7 +164,7 @@ def _progress(quiet: bool):
     return say
 
 
-def _warn_unknown_dims(model, dims: list[tuple[str, int]]) -> None:
+def warn_unknown_model_dims(model, dims: list[tuple[str, int]]) -> None:
     """A --dim the model has no symbolic dimension for binds nothing: say so (a typo of
     `sequence` would otherwise silently leave the default size)."""
     g = model.graph
@@ -192,7 +193,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         raise UsageError("--no-verify and --require-verification contradict each other: give one")
     # main has refused the named outputs over inputs and each other; here the default output
     # and the output's weights, OUT.onnx.data, which may replace the input's only in place
-    in_place = out.resolve() == src.resolve()
+    in_place = same_file(out, src)
     outputs = [*([] if in_place else [(out, "--output" if args.output else f"the output ({out.name})"),
                                       (out.with_name(out.name + ".data"), "the output's data file")]),
                *[(p, a) for p, a in ((args.report, "--report"), (args.plan, "--plan"),
@@ -201,7 +202,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     say = _progress(args.quiet)
     model, runnable = read_model(src, check=True)
     say(f"loaded {src} ({len(model.graph.node)} nodes)")
-    _warn_unknown_dims(model, args.dim)
+    warn_unknown_model_dims(model, args.dim)
     if args.plan:
         from .plan.cli import check_plan_dims
 
@@ -278,17 +279,16 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
 
     src = Path(args.input)
     model = read_model(src, check=True)[0]
-    _warn_unknown_dims(model, args.dim)
+    warn_unknown_model_dims(model, args.dim)
     # the programs are timed at the sizes the cost models predict for: each must be given (the
     # cost models' default of 16 and verification's 2 to 5 would compare different runs, and a
     # decoder with a KV cache needs sizes that fit together)
+    from .verify import symbolic_input_dims
+
     given = dict(args.dim)
-    unbound = [d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim
-               if d.dim_param and d.dim_param not in given]
-    if unbound:
-        names = list(dict.fromkeys(unbound))
+    if unbound := [n for n in symbolic_input_dims(model) if n not in given]:
         raise UsageError(f"{src}: compare-costs times the programs at the sizes its cost models predict for: "
-                         f"give {' '.join(f'--dim {n}=N' for n in names)}")
+                         f"give {' '.join(f'--dim {n}=N' for n in unbound)}")
     opts = Options(rule_files=list(args.rules), target=args.target, hardware=args.hardware, dims=given,
                    extractor=args.extractor)
     records, info = compare_costs(model, opts, samples=args.samples, runs=args.runs, progress=_progress(args.quiet),

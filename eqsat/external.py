@@ -10,6 +10,7 @@ locations, so a model with references must go through `write_model` before eithe
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +55,27 @@ def data_files(model: ModelProto, base_dir: Path) -> set[Path]:
     return {(base_dir / external_info(t)["location"]).resolve()
             for t in [*model.graph.initializer, *_node_tensors(model.graph)]
             if is_external(t) and external_info(t).get("location")}
+
+
+@functools.cache
+def data_files_of(path: Path) -> tuple[Path, ...]:
+    """The external data files an ONNX model file names, without reading the model unless
+    it may have some: only a file that holds the key `location` is parsed (a model whose
+    weights live in data files is a small file). Any other file names none."""
+    import mmap
+
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            if m.find(b"location") < 0:
+                return ()
+            data = m[:]
+    except (OSError, ValueError):  # empty, unreadable
+        return ()
+    try:
+        model = ModelProto.FromString(data)
+    except Exception:  # noqa: BLE001 - not a model (a rule file, a JSON e-graph)
+        return ()
+    return tuple(sorted(data_files(model, path.parent.resolve())))
 
 
 def bind(model: ModelProto, base_dir: Path) -> bool:

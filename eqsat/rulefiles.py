@@ -119,9 +119,9 @@ def _refuse_includes(cmds: list, path: str, text: str) -> None:
     scheduled, `rules list` and `rules check` would not see its rules."""
     for c in cmds:
         if isinstance(c, b.Include):
-            line = text.count("\n", 0, c.span.i) + 1
-            col = c.span.i - (text.rfind("\n", 0, c.span.i) + 1) + 1
-            raise RuleError(f"{path}:{line}:{col}: (include \"{c.path}\") is not supported in eqsat rule files; "
+            m = SPAN_RE.match(str(c.span))  # egglog's own line and column
+            where = f"{path}:{m.group(1)}:{m.group(2)}" if m else path
+            raise RuleError(f"{where}: (include \"{c.path}\") is not supported in eqsat rule files; "
                             f"pass {c.path} with another --rules")
 
 

@@ -287,6 +287,12 @@ TRIES_SHOWN = 4  # sizes a "not possible" message lists
 PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
 
 
+def symbolic_input_dims(model: ModelProto) -> list[str]:
+    """The names of the symbolic dimensions of the graph's inputs, in order of appearance."""
+    return list(dict.fromkeys(d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim
+                              if d.dim_param))
+
+
 def verification_dims(model: ModelProto, dims: dict[str, int] | None = None) -> list[dict[str, int]]:
     """Sizes to try, in order, for the symbolic dimensions of the model's inputs that `dims`
     does not bind: first a different small size for each (2, 3, 5, ... in order of
@@ -296,11 +302,7 @@ def verification_dims(model: ModelProto, dims: dict[str, int] | None = None) -> 
     larger for every dimension but a batch (an audio model's sample count or a vision
     model's height may need hundreds)."""
     dims = dict(dims or {})
-    every: list[str] = []  # the model's symbolic dimensions, bound or not, in order of appearance
-    for vi in model.graph.input:
-        for d in vi.type.tensor_type.shape.dim:
-            if d.dim_param and d.dim_param not in every:
-                every.append(d.dim_param)
+    every = symbolic_input_dims(model)
     names = [n for n in every if n not in dims]
     if not names:
         return [dims]

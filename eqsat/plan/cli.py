@@ -115,9 +115,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     src = Path(args.input)
     model = read_model(src, check=True)[0]
-    from ..cli import _warn_unknown_dims
+    from ..cli import warn_unknown_model_dims
 
-    _warn_unknown_dims(model, args.dim)  # as optimize and compare-costs do
+    warn_unknown_model_dims(model, args.dim)  # as optimize and compare-costs do
     t0 = time.perf_counter()
     plan = plan_model(model, dict(args.dim), args.alignment, inplace=not args.no_inplace)
     check_plan(plan)
