@@ -185,7 +185,7 @@ def warn_unknown_dims(names: set[str], dims: list[tuple[str, int]], what: str) -
 def cmd_optimize(args: argparse.Namespace) -> int:
     from .limits import Limits
     from .modelio import read_model, staged
-    from .pipeline import Options, optimize
+    from .pipeline import Options, check_options, optimize
 
     src = Path(args.input)
     out = Path(args.output) if args.output else src if args.in_place else src.with_name(src.stem + ".opt.onnx")
@@ -199,14 +199,6 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                *[(p, a) for p, a in ((args.report, "--report"), (args.plan, "--plan"),
                                       (args.save_egraph, "--save-egraph")) if p]]
     refuse_overwrites(getattr(args, "named_inputs", []), outputs)
-    say = _progress(args.quiet)
-    model, runnable = read_model(src, check=True)
-    say(f"loaded {src} ({len(model.graph.node)} nodes)")
-    warn_unknown_model_dims(model, args.dim)
-    if args.plan:
-        from .plan.cli import check_plan_dims
-
-        check_plan_dims(model, dict(args.dim))  # an unbound dimension fails now, not after optimizing
     opts = Options(
         rule_files=list(args.rules),
         default_rules=not args.no_default_rules,
@@ -223,6 +215,15 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         layout=args.layout,
         choice=args.choice,
     )
+    check_options(opts)  # a bad --cost-model, --hardware or --extractor fails before the load
+    say = _progress(args.quiet)
+    model, runnable = read_model(src, check=True)
+    say(f"loaded {src} ({len(model.graph.node)} nodes)")
+    warn_unknown_model_dims(model, args.dim)
+    if args.plan:
+        from .plan.cli import check_plan_dims
+
+        check_plan_dims(model, dict(args.dim))  # an unbound dimension fails now, not after optimizing
     res = optimize(model, opts, progress=say)
     r = res.report
     plan = None

@@ -179,6 +179,13 @@ def cost_model(opts: Options) -> CostModel:
         raise UsageError(str(e).strip("'\"")) from None
 
 
+def check_options(opts: Options) -> None:
+    """Raise UsageError for an unknown extractor, cost model or hardware profile: what
+    needs no model, checked before one is read or saturated."""
+    extractor_type(opts.extractor)
+    cost_model(opts)
+
+
 @gc_paused()
 def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None,
              measure: bool = False) -> Saturated:
@@ -191,8 +198,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     def phase(name: str, t0: float) -> None:
         times[name] = round(time.perf_counter() - t0, 4)
 
-    extractor_type(opts.extractor)
-    cost_model(opts)  # fail early on a bad --cost-model or --hardware
+    check_options(opts)
     hardware = hardware_profile(opts.hardware)
     if hardware != opts.hardware:
         say(f"hardware profile {hardware} for {opts.hardware} on this machine")

@@ -554,3 +554,22 @@ def test_result_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     monkeypatch.undo()
     atomic.write_text(out, "new")
     assert out.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+# ---- options checked before the model is read
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--cost-model", "nope", "unknown cost model 'nope'; choose one of node-count, roofline, measured"),
+    ("--extractor", "nope", "unknown extractor 'nope'; choose one of tree-greedy, dag-greedy, ilp"),
+    ("--hardware", "nope", "no hardware profile 'nope' (known: cpu, cpu-avx2, h200, or a .json path)"),
+])
+def test_bad_option_fails_before_the_model_is_read(capsys, tmp_path, option, value, message):
+    # the input is no model at all: the option's error comes first, as it would before a
+    # large model's load of seconds
+    src = tmp_path / "m.onnx"
+    src.write_bytes(b"not a model")
+    rc, _, err = run_cli(capsys, "optimize", src, option, value)
+    assert rc == 2 and error_line(err) == f"eqsat: error: {message}"
+    assert "loaded" not in err
+    _only_input_left(tmp_path, "m.onnx")
