@@ -285,6 +285,8 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "nodes_before": len(model.graph.node),
         "opaque": dict(enc.opaque.most_common()),
         "target": opts.target,
+        "hardware": profile_id(hardware),  # the profile used: its rules' guards and the cost model's rates
+        "layout": opts.layout,
         "oracle": oracle.report(),
         "saturation": {
             "stop_reason": sat_report.stop_reason,

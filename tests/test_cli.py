@@ -47,6 +47,18 @@ def test_optimize_writes_output_and_report(capsys, model_path, tmp_path):
     assert r["nodes_before"] == 15 and r["nodes_after"] < 15
     assert r["saturation"]["stop_reason"] == "saturated"
     assert set(r["times_s"]) >= {"encode", "saturate", "serialize", "extract", "decode"}
+    # what chose the program: the profile behind the rules' guards and the costs, the layout
+    from eqsat.target import hardware_profile
+
+    assert (r["target"], r["hardware"], r["layout"]) == ("ort", hardware_profile("cpu"), "nchwc")
+    assert r["extraction"]["cost_model"] == "node-count" and r["extraction"]["extractor"] == "ilp"
+    rc, _, err = run_cli(capsys, "optimize", model_path, "-o", out, "--report", rep, "--hardware", "h200",
+                         "--layout", "nchw", "--cost-model", "roofline", "-q")
+    assert rc == 0, err
+    r = json.loads(rep.read_text())
+    assert (r["hardware"], r["layout"], r["extraction"]["cost_model"]) == ("h200", "nchw", "roofline")
+    rc, _, err = run_cli(capsys, "optimize", model_path, "-o", out, "--report", rep)
+    assert rc == 0, err
     # progress on stderr, one line per phase, in order
     phases = ["loaded", "inferred shapes", "encoded", "round 1", "saturation stopped", "extracted with",
               "saved and checked", "verification passed", "wrote"]
