@@ -6,7 +6,10 @@ e-graph; extract's `measured` cost model reads it, so a saved e-graph carries it
 measurements and the extractors need nothing else. A node is timed as a one-node model:
 its non-constant inputs are graph inputs with random values of their shapes (symbolic
 dimensions bound by `dims`, else 16), its constant inputs initializers (so onnxruntime can
-pre-pack weights, as it does in the full model). Median of `runs` timed runs after warm-up,
+pre-pack weights, as it does in the full model). The cache ($EQSAT_CACHE/measured.json, by
+default ~/.cache/eqsat) is keyed by the one-node model and by what its time depends on
+besides: onnxruntime's version and the CPU (`machine_salt`), so a home folder shared by
+machines, or an upgraded onnxruntime, times afresh rather than reusing another's figures. Median of `runs` timed runs after warm-up,
 one thread, onnxruntime's own graph optimizations off: the op is timed as written (with them
 on, onnxruntime would run an NCHW Conv as its own blocked one, and BatchNormalization fused
 away, so the layouts and fusions eqsat chooses between would time alike). A node that cannot
@@ -16,9 +19,11 @@ for it).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import platform
 import statistics
 import time
 from pathlib import Path
@@ -38,6 +43,24 @@ from .verify import session
 DEFAULT_DIM = 16
 KEY_SALT = b"ort-optimizations-off\0"  # cache entries timed with them on (before) do not match
 CACHE = Path(os.environ.get("EQSAT_CACHE", Path.home() / ".cache" / "eqsat")) / "measured.json"
+
+
+@functools.cache
+def machine_salt() -> bytes:
+    """What a cached time depends on besides the op: onnxruntime's version, the architecture,
+    the CPU's model name, family, model number and instruction-set flags (Linux's
+    /proc/cpuinfo; elsewhere platform.processor())."""
+    import onnxruntime
+
+    cpu = platform.processor()
+    try:
+        info = Path("/proc/cpuinfo").read_text(errors="replace")
+        fields = dict(line.split(":", 1) for line in info.splitlines()[:40] if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        cpu = "|".join(fields.get(k, "") for k in ("model name", "cpu family", "model", "flags", "Features"))
+    except OSError:
+        pass
+    return f"onnxruntime {onnxruntime.__version__}\0{platform.machine()}\0{cpu}\0".encode()
 
 
 class Measurer:
@@ -68,7 +91,7 @@ class Measurer:
             if built is None:
                 continue
             model, feeds = built
-            key = hashlib.sha256(KEY_SALT + model.SerializeToString(deterministic=True)).hexdigest()[:24]
+            key = hashlib.sha256(KEY_SALT + machine_salt() + model.SerializeToString(deterministic=True)).hexdigest()[:24]
             if key not in self.cache:
                 self.cache[key] = self._time(model, feeds)
                 self.timed += 1

@@ -50,3 +50,31 @@ def test_ops_are_timed_as_written_and_cached(monkeypatch, tmp_path):
     again = measure.Measurer(st.model, st.tensors, st.protos, runs=2, cache=cache)
     assert again.annotate(copy.deepcopy(st.data))["eqsat"]["measured_us"] == timed
     assert again.timed == 0  # all from the cache
+
+
+def test_cache_is_keyed_by_onnxruntime_version_and_cpu(tmp_path, monkeypatch):
+    # a home folder shared by two machines, or an upgraded onnxruntime, must time afresh
+    import onnxruntime
+
+    st = saturate(_conv_bn_relu(), Options(layout="nchw"))
+    cache = tmp_path / "measured.json"
+    first = measure.Measurer(st.model, st.tensors, st.protos, runs=2, cache=cache)
+    first.annotate(copy.deepcopy(st.data))
+    assert first.timed > 0
+    monkeypatch.setattr(onnxruntime, "__version__", "0.0.0-other")
+    measure.machine_salt.cache_clear()
+    try:
+        other = measure.Measurer(st.model, st.tensors, st.protos, runs=2, cache=cache)
+        other.annotate(copy.deepcopy(st.data))
+        assert other.timed == first.timed  # nothing reused from the other version's times
+        monkeypatch.setattr(measure.platform, "machine", lambda: "another-cpu")
+        measure.machine_salt.cache_clear()
+        third = measure.Measurer(st.model, st.tensors, st.protos, runs=2, cache=cache)
+        third.annotate(copy.deepcopy(st.data))
+        assert third.timed == first.timed
+    finally:
+        monkeypatch.undo()
+        measure.machine_salt.cache_clear()
+    same = measure.Measurer(st.model, st.tensors, st.protos, runs=2, cache=cache)
+    same.annotate(copy.deepcopy(st.data))
+    assert same.timed == 0  # this machine's own entries are still there
