@@ -41,6 +41,7 @@ from .shapes import DimTable, infer_types
 from .store import ProtoStore, TensorStore
 from .target import (
     forbidden_constructors,
+    foreign_block_warning,
     hardware_facts,
     hardware_profile,
     opset_facts,
@@ -202,6 +203,8 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     hardware = hardware_profile(opts.hardware)
     if hardware != opts.hardware:
         say(f"hardware profile {hardware} for {opts.hardware} on this machine")
+    if opts.target == "ort" and (w := foreign_block_warning(hardware, opts.layout)):
+        warnings.append(w)
 
     t0 = time.perf_counter()
     types, warning = infer_types(model)

@@ -112,6 +112,25 @@ def hardware_profile(hardware):
     return hardware
 
 
+def foreign_block_warning(hardware, layout: str = "nchwc") -> str | None:
+    """A warning when the profile's NCHWc figures were measured with another block than this
+    machine's onnxruntime uses (an AVX2 profile on an AVX-512 machine, or the reverse): the
+    blocked layout's speed-ups it claims need not hold here. None when they match, when the
+    profile or the machine has no blocked layout, or when the layout is not asked for."""
+    from extract.costs.roofline import Hardware
+
+    if layout != "nchwc":
+        return None
+    hw = hardware if isinstance(hardware, Hardware) else Hardware.load(hardware)
+    theirs = hw.layouts.get("nchwc", {}).get("block")
+    ours = nchwc_block()
+    if not theirs or not ours or theirs == ours:
+        return None
+    return (f"hardware profile {hw.name} was measured with onnxruntime's NCHWc block {theirs}, this machine's "
+            f"is {ours}: its layout figures need not hold here (`eqsat calibrate -o mine.json`, then "
+            "--hardware mine.json, measures this machine)")
+
+
 def profile_id(hardware) -> str:
     """How a saved e-graph names its profile: a profile file by its absolute path (so that
     `eqsat extract` finds it from any folder), a shipped one by its name."""

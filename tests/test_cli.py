@@ -591,3 +591,24 @@ def test_an_output_folder_that_refuses_files_is_refused_before_the_work(tmp_path
     monkeypatch.setattr(argtypes.os, "access", lambda path, mode: False)
     with pytest.raises(argparse.ArgumentTypeError, match=f"the output folder {tmp_path} is not writable"):
         argtypes.output_file(str(tmp_path / "p.json"))
+
+
+def test_a_profile_of_another_nchwc_block_is_warned_of(capsys, model_path, tmp_path, monkeypatch):
+    from eqsat.target import nchwc_block
+
+    monkeypatch.setenv("EQSAT_NCHWC_BLOCK", "16")  # as on an AVX-512 machine; cpu-avx2.json has 8
+    nchwc_block.cache_clear()
+    try:
+        rep = tmp_path / "r.json"
+        rc, _, err = run_cli(capsys, "optimize", model_path, "-o", tmp_path / "o.onnx", "--hardware", "cpu-avx2",
+                             "--report", rep, "-q")
+        assert rc == 0, err
+        warning = ("hardware profile cpu-avx2 was measured with onnxruntime's NCHWc block 8, this machine's is 16: "
+                   "its layout figures need not hold here")
+        assert err.startswith(f"eqsat: warning: {warning}")  # shown even with -q
+        assert any(w.startswith(warning) for w in json.loads(rep.read_text())["warnings"])
+        rc, _, err = run_cli(capsys, "optimize", model_path, "-o", tmp_path / "o.onnx", "--hardware", "cpu-avx2",
+                             "--layout", "nchw", "-q")
+        assert rc == 0 and err == ""
+    finally:
+        nchwc_block.cache_clear()

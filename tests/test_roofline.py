@@ -12,7 +12,7 @@ import pytest
 from onnx import helper
 
 from eqsat.pipeline import Options, saturate
-from eqsat.target import hardware_profile, nchwc_block
+from eqsat.target import foreign_block_warning, hardware_profile, nchwc_block
 from extract import EGraph
 from extract.costs.roofline import HARDWARE_DIR, Hardware, Roofline
 
@@ -73,6 +73,24 @@ def test_every_shipped_cpu_profile_has_its_own_block(monkeypatch):
     nchwc_block.cache_clear()
     assert hardware_profile("cpu") == "cpu"
     nchwc_block.cache_clear()
+
+
+def test_a_profile_of_another_block_is_warned_of(monkeypatch):
+    monkeypatch.setenv("EQSAT_NCHWC_BLOCK", "16")
+    nchwc_block.cache_clear()
+    try:
+        w = foreign_block_warning("cpu-avx2")  # measured with block 8
+        assert w is not None and w.startswith("hardware profile cpu-avx2 was measured with onnxruntime's NCHWc "
+                                              "block 8, this machine's is 16")
+        assert "eqsat calibrate" in w
+        assert foreign_block_warning("cpu") is None  # block 16, as here
+        assert foreign_block_warning("cpu-avx2", layout="nchw") is None  # the layout is not asked for
+        assert foreign_block_warning("h200") is None  # a profile with no blocked layout
+        monkeypatch.setenv("EQSAT_NCHWC", "0")  # a machine without blocked kernels
+        nchwc_block.cache_clear()
+        assert foreign_block_warning("cpu-avx2") is None
+    finally:
+        nchwc_block.cache_clear()
 
 
 def _gqa_egraph() -> EGraph:
