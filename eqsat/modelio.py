@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 from onnx import ModelProto
 
 from . import allocator, external
+from .atomic import destination, file_mode
 from .errors import InputError, InvalidModelError, OptimizeError, output_folder
 
 # Protobuf cannot serialize a message over 2 GiB; above this much tensor data, weights go
@@ -161,9 +162,10 @@ def staged(model: ModelProto, path: str | os.PathLike, external_data: bool | Non
     """`save_model` in two steps: write `model` (and its data file) under a temporary folder
     beside `path`, check it, and yield the written file, so that the caller can run it
     (onnxruntime reads a file faster than it takes a model serialized again) before it
-    counts as saved. Leaving the block normally moves it to `path`; an exception leaves
-    nothing behind and `path` as it was."""
-    out = Path(path)
+    counts as saved. Leaving the block normally moves it to `path` (a symbolic link's
+    target, with the replaced file's mode: eqsat.atomic); an exception leaves nothing behind
+    and `path` as it was."""
+    out = destination(path)
     folder = output_folder(out)
     if external_data is None:
         external_data = on_disk(model)
@@ -185,7 +187,9 @@ def staged(model: ModelProto, path: str | os.PathLike, external_data: bool | Non
         del serialized
         yield tmp
         if (tmpdir / data_name).exists():
+            os.chmod(tmpdir / data_name, file_mode(folder / data_name))
             os.replace(tmpdir / data_name, folder / data_name)
+        os.chmod(tmp, file_mode(out))
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)

@@ -556,6 +556,30 @@ def test_result_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     assert out.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
 
 
+def test_results_are_written_as_a_plain_write_would(capsys, tmp_path):
+    # through a symbolic link to its target (the rename replaced the link), with the umask's
+    # mode for a new file and the old mode for a replaced one (the temporary file's 0600 stayed)
+    src = _save(_relu_model(), tmp_path / "m.onnx")
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "o.onnx").symlink_to(real / "model.onnx")
+    (tmp_path / "r.json").symlink_to(real / "report.json")
+    (real / "report.json").write_text("{}")
+    os.chmod(real / "report.json", 0o640)
+    old = os.umask(0o022)
+    try:
+        rc, _, err = run_cli(capsys, "optimize", src, "-o", tmp_path / "o.onnx", "--report", tmp_path / "r.json",
+                             "--save-egraph", tmp_path / "g.json", "-q")
+    finally:
+        os.umask(old)
+    assert rc == 0, err
+    assert (tmp_path / "o.onnx").is_symlink() and (tmp_path / "r.json").is_symlink()
+    assert onnx.load(str(real / "model.onnx")).graph.node and json.loads((real / "report.json").read_text())
+    assert sorted(p.name for p in real.iterdir()) == ["model.onnx", "report.json"]
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (real / "model.onnx", real / "report.json", tmp_path / "g.json")}
+    assert modes == {"model.onnx": 0o644, "report.json": 0o640, "g.json": 0o644}
+
+
 # ---- options checked before the model is read
 
 
