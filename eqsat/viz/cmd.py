@@ -28,8 +28,9 @@ def register(subparsers) -> dict:
 
     d = subparsers.add_parser("diff", help="compare two models: op counts and a drawing of what changed",
                               description="Print op counts before, after and the change, and how many nodes were "
-                                          "kept, removed and added (nodes match by op and input/output names); "
-                                          "with --html, draw the changed nodes.")
+                                          "unchanged (same op, inputs, outputs and attributes), changed (same op "
+                                          "and outputs), removed and added, and how many initializers changed; "
+                                          "with --html, draw what changed.")
     d.add_argument("before", metavar="BEFORE.onnx")
     d.add_argument("after", metavar="AFTER.onnx")
     d.add_argument("--html", metavar="OUT.html", type=output_file, help="write an HTML page: tables and the drawing")
@@ -80,7 +81,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from .diffing import diff_drawing, match_nodes
+    from html import escape
+
+    from .diffing import diff_drawing, initializer_diff, match_nodes
     from .graph import html_page, html_table, render_svg
     from .histogram import diff_rows, diff_table, histogram, op_name
 
@@ -90,7 +93,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
     print(f"{args.before} -> {args.after}")
     print(diff_table(before, after))
     nd = match_nodes(before, after)
-    print(f"nodes: {len(nd.same)} unchanged, {len(nd.removed)} removed, {len(nd.added)} added")
+    idiff = initializer_diff(before, after)
+    counts = (f"nodes: {len(nd.same)} unchanged, {len(nd.changed)} changed (other inputs or attributes), "
+              f"{len(nd.removed)} removed, {len(nd.added)} added")
+    inits = (f"initializers: {idiff.same} unchanged, {len(idiff.changed)} changed (other values), "
+             f"{len(idiff.removed)} removed, {len(idiff.added)} added")
+    print(counts)
+    print(inits)
     if args.html:
         svg = render_svg(diff_drawing(before, after, nd, None if args.full else args.context))
         rows = [(op, b, a, f"+{d}" if d > 0 else str(d)) for op, b, a, d in
@@ -100,13 +109,18 @@ def cmd_diff(args: argparse.Namespace) -> int:
             return [(op_name(model.graph.node[k]), model.graph.node[k].name or "-") for k in idx]
 
         sections = [
-            f"<p>{len(nd.same)} nodes unchanged, {len(nd.removed)} removed, {len(nd.added)} added "
-            f"(nodes match by op and input/output names)</p>",
+            f"<p>{escape(counts)}; a node is unchanged with the same op, inputs, outputs and attributes, "
+            "changed with the same op and outputs</p>",
+            f"<p>{escape(inits)}</p>",
             html_table(["op", "before", "after", "delta"], rows),
             "<details><summary>removed nodes</summary>"
             + html_table(["op", "name"], listing(before, nd.removed)) + "</details>",
             "<details><summary>added nodes</summary>"
             + html_table(["op", "name"], listing(after, nd.added)) + "</details>",
+            "<details><summary>changed nodes</summary>"
+            + html_table(["op", "name"], listing(after, [a for _, a in nd.changed])) + "</details>",
+            "<details><summary>changed initializers</summary>"
+            + html_table(["name"], [(n,) for n in idiff.changed]) + "</details>",
         ]
         _write(args.html, html_page(f"{Path(args.before).name} \u2192 {Path(args.after).name}", sections, svg))
         print(f"wrote {args.html}")

@@ -2,8 +2,9 @@
 a self-contained HTML page around it (no network, no JavaScript, no Graphviz).
 
 The drawn graph is a `Drawing`: boxes (nodes of the model, graph inputs and outputs) and
-edges between them (values; initializers are not drawn, a node's tooltip lists them). A
-box's `state` is "same", "added" or "removed" and picks its colour, so one drawing can show
+edges between them (values, those a node's subgraphs read from the graph around them among
+them; initializers are not drawn, a node's tooltip lists them). A
+box's `state` is "same", "changed", "added" or "removed" and picks its colour, so one drawing can show
 two models at once (eqsat.viz.diffing builds that).
 
 Layout: a box's layer is the longest path to it from a box with no inputs; within a layer,
@@ -17,13 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 
-from onnx import ModelProto
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto
 
 from .histogram import op_name
 
 BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 170, 40, 24, 46, 20
 COLORS = {  # state -> (fill, stroke)
     "same": ("#f2f2f2", "#8c8c8c"),
+    "changed": ("#fcefd4", "#c78a00"),
     "added": ("#d9f2d9", "#2e8b2e"),
     "removed": ("#f9d6d5", "#c0392b"),
     "io": ("#e3ecf7", "#4a6fa5"),
@@ -63,7 +65,7 @@ def model_drawing(model: ModelProto, state: str = "same") -> Drawing:
             if o:
                 producer[o] = bid
     for k, n in enumerate(g.node):
-        for v in n.input:
+        for v in reads(n):
             if v in producer:
                 d.edges.append((producer[v], f"n{k}", v))
     for o in g.output:
@@ -73,10 +75,43 @@ def model_drawing(model: ModelProto, state: str = "same") -> Drawing:
     return d
 
 
+def outer_reads(n: NodeProto) -> list[str]:
+    """The values the node's subgraphs (If, Loop, Scan bodies, nested) read from the graphs
+    around them: names used inside that nothing inside defines, in order of first use."""
+    out: dict[str, None] = {}
+
+    def visit(g: GraphProto, bound: set[str]) -> None:
+        bound = bound | {i.name for i in g.input} | {t.name for t in g.initializer} | {
+            t.name for t in g.sparse_initializer}
+        for m in g.node:
+            for v in m.input:
+                if v and v not in bound:
+                    out.setdefault(v)
+            for a in m.attribute:
+                for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
+                    visit(sub, bound)
+            bound |= set(m.output)
+
+    for a in n.attribute:
+        for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
+            visit(sub, set())
+    return list(out)
+
+
+def reads(n: NodeProto) -> list[str]:
+    """Every value the node reads: its inputs, then what its subgraphs read from outside."""
+    ins = [v for v in n.input if v]
+    return ins + [v for v in outer_reads(n) if v not in ins]
+
+
 def node_box(bid: str, n, inits: set[str], state: str) -> Box:
     ins = [v for v in n.input if v]
-    title = (f"{op_name(n)} {n.name}\ninputs: {', '.join(ins) or '-'}\noutputs: {', '.join(o for o in n.output if o)}"
-             + (f"\ninitializers: {', '.join(v for v in ins if v in inits)}" if any(v in inits for v in ins) else ""))
+    outer = [v for v in outer_reads(n) if v not in ins]
+    title = (f"{op_name(n)} {n.name}\ninputs: {', '.join(ins) or '-'}"
+             + (f"\nread by its subgraphs: {', '.join(outer)}" if outer else "")
+             + f"\noutputs: {', '.join(o for o in n.output if o)}"
+             + (f"\ninitializers: {', '.join(v for v in ins + outer if v in inits)}"
+                if any(v in inits for v in ins + outer) else ""))
     return Box(bid, op_name(n), n.name, state, title)
 
 
@@ -159,7 +194,7 @@ def render_svg(d: Drawing) -> str:
             parts.append(f'<ellipse cx="{x + BOX_W / 2:.1f}" cy="{y + BOX_H / 2:.1f}" rx="{BOX_W / 2:.1f}" '
                          f'ry="{BOX_H / 2:.1f}" fill="{fill}" stroke="{stroke}"/>')
         else:
-            width = 2.5 if box.state in ("added", "removed") else 1
+            width = 2.5 if box.state in ("added", "removed", "changed") else 1
             parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{BOX_W}" height="{BOX_H}" rx="6" fill="{fill}" '
                          f'stroke="{stroke}" stroke-width="{width}"/>')
         parts.append(f'<text x="{x + BOX_W / 2:.1f}" y="{y + 16:.1f}" text-anchor="middle" font-weight="bold">'
@@ -181,7 +216,8 @@ def html_page(title: str, sections: list[str], svg: str) -> str:
     fragments), a legend, then the SVG."""
     legend = "".join(
         f'<span class="key" style="background:{COLORS[s][0]};border-color:{COLORS[s][1]}">{label}</span>'
-        for s, label in (("same", "unchanged"), ("added", "added"), ("removed", "removed"), ("io", "graph input/output"))
+        for s, label in (("same", "unchanged"), ("changed", "changed"), ("added", "added"), ("removed", "removed"),
+                         ("io", "graph input/output"))
     )
     return (
         "<!DOCTYPE html>\n"
