@@ -26,6 +26,7 @@ from .errors import InvalidModelError
 from .lang import terms as T
 from .lang.dtypes import FLOAT_CODES, INT_CODES
 from .lang.ops import Attr, OpSpec, spec_for
+from .scopes import graph_outer_refs, implicit_inputs, subgraphs
 from .shapes import DimTable, ValueType
 from .store import ProtoStore, TensorStore
 
@@ -54,46 +55,9 @@ def plain_float(v: float) -> bool:
     return not (math.isnan(v) or (v == 0.0 and math.copysign(1.0, v) < 0))
 
 
-def graph_outer_refs(g: GraphProto) -> list[str]:
-    """Names a subgraph reads from enclosing scopes, in order of first use."""
-    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
-    defined |= {t.values.name for t in g.sparse_initializer}
-    refs: list[str] = []
-    seen: set[str] = set()
-
-    def use(name: str) -> None:
-        if name and name not in defined and name not in seen:
-            seen.add(name)
-            refs.append(name)
-
-    for node in g.node:
-        for i in node.input:
-            use(i)
-        for a in node.attribute:
-            for sub in _subgraphs(a):
-                for r in graph_outer_refs(sub):
-                    use(r)
-        defined.update(o for o in node.output if o)
-    return refs
-
-
-def _subgraphs(a: AttributeProto) -> list[GraphProto]:
-    if a.type == AttributeProto.GRAPH:
-        return [a.g]
-    if a.type == AttributeProto.GRAPHS:
-        return list(a.graphs)
-    return []
-
-
 def node_captures(node: NodeProto) -> list[str]:
     """Outer-scope names read by all subgraphs of a node, attributes in name order."""
-    out: list[str] = []
-    for a in sorted(node.attribute, key=lambda a: a.name):
-        for sub in _subgraphs(a):
-            for r in graph_outer_refs(sub):
-                if r not in out:
-                    out.append(r)
-    return out
+    return implicit_inputs(node, by_name=True)
 
 
 def constant_term(t: TensorProto, store: TensorStore):
@@ -281,7 +245,7 @@ class Encoder:
         for node in g.node:
             used.update(node.input)
             for a in node.attribute:
-                for sub in _subgraphs(a):
+                for sub in subgraphs(a):
                     used.update(graph_outer_refs(sub))
         return used
 

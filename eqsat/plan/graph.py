@@ -21,8 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import onnx
-from onnx import AttributeProto, GraphProto, ModelProto
+from onnx import ModelProto
 
+from ..scopes import implicit_inputs
 from .errors import PlanError
 
 
@@ -100,30 +101,6 @@ def node_names(nodes: Iterable[onnx.NodeProto]) -> tuple[list[str], list[str]]:
         used.add(name)
         names.append(name)
     return names, generated
-
-
-def outer_reads(g: GraphProto) -> list[str]:
-    """Names a subgraph reads that it does not define (values of the enclosing scopes)."""
-    defined = {vi.name for vi in g.input} | {t.name for t in g.initializer}
-    defined |= {t.name for t in g.sparse_initializer}
-    reads: list[str] = []
-    for n in g.node:
-        for x in [*n.input, *implicit_inputs(n)]:
-            if x and x not in defined and x not in reads:
-                reads.append(x)
-        defined.update(y for y in n.output if y)
-    return reads
-
-
-def implicit_inputs(node: onnx.NodeProto) -> list[str]:
-    out: list[str] = []
-    for a in node.attribute:
-        graphs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []
-        for g in graphs:
-            for x in outer_reads(g):
-                if x not in out:
-                    out.append(x)
-    return out
 
 
 def graph_from_model(model: ModelProto, dims: dict[str, int] | None = None) -> Graph:

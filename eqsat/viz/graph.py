@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 
-from onnx import AttributeProto, GraphProto, ModelProto, NodeProto
+from onnx import ModelProto, NodeProto
 
+from ..scopes import implicit_inputs
 from .histogram import op_name
 
 BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 170, 40, 24, 46, 20
@@ -75,38 +76,15 @@ def model_drawing(model: ModelProto, state: str = "same") -> Drawing:
     return d
 
 
-def outer_reads(n: NodeProto) -> list[str]:
-    """The values the node's subgraphs (If, Loop, Scan bodies, nested) read from the graphs
-    around them: names used inside that nothing inside defines, in order of first use."""
-    out: dict[str, None] = {}
-
-    def visit(g: GraphProto, bound: set[str]) -> None:
-        bound = bound | {i.name for i in g.input} | {t.name for t in g.initializer} | {
-            t.name for t in g.sparse_initializer}
-        for m in g.node:
-            for v in m.input:
-                if v and v not in bound:
-                    out.setdefault(v)
-            for a in m.attribute:
-                for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
-                    visit(sub, bound)
-            bound |= set(m.output)
-
-    for a in n.attribute:
-        for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
-            visit(sub, set())
-    return list(out)
-
-
 def reads(n: NodeProto) -> list[str]:
     """Every value the node reads: its inputs, then what its subgraphs read from outside."""
     ins = [v for v in n.input if v]
-    return ins + [v for v in outer_reads(n) if v not in ins]
+    return ins + [v for v in implicit_inputs(n) if v not in ins]
 
 
 def node_box(bid: str, n, inits: set[str], state: str) -> Box:
     ins = [v for v in n.input if v]
-    outer = [v for v in outer_reads(n) if v not in ins]
+    outer = [v for v in implicit_inputs(n) if v not in ins]
     title = (f"{op_name(n)} {n.name}\ninputs: {', '.join(ins) or '-'}"
              + (f"\nread by its subgraphs: {', '.join(outer)}" if outer else "")
              + f"\noutputs: {', '.join(o for o in n.output if o)}"
