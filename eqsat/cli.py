@@ -251,9 +251,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 say(f"verification {v.status}: {v.detail}")
         if args.plan:
             from .plan.cli import checked_plan, summary
+            from .plan.planner import plan_warnings
 
             plan = checked_plan(res.model, dict(args.dim))  # a failed plan writes nothing
             r["plan"] = dict(summary(plan), file=str(args.plan))
+            r["warnings"] += [f"plan: {w}" for w in plan_warnings(plan)]
     say(f"wrote {out}: {r['nodes_before']} -> {r['nodes_after']} nodes")
     if plan is not None:  # after the model it describes is in place
         from .plan.cli import write_json

@@ -462,6 +462,37 @@ def test_contrib_ops_sized_by_a_run_and_executed_under_onnxruntime():
     assert ex.engines == {"onnxruntime": 3}  # Conv: the reference one is Python loops
 
 
+def _nonzero_model() -> onnx.ModelProto:
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("NonZero", ["r"], ["nz"], name="nz"),
+             helper.make_node("Cast", ["nz"], ["f"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Exp", ["f"], ["y"], name="exp")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "K"])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_sizes_that_depend_on_input_values_are_named_and_warned_of(tmp_path, capsys):
+    # NonZero's output size follows from x's values: the plan was sized on one random input,
+    # without a word, and an all-positive x overflowed the arena
+    p = plan_model(_nonzero_model(), {"N": 4})
+    assert p.value_dependent == {"nz": "nz", "f": "nz", "y": "nz"}
+    assert p.to_dict()["value_dependent_sizes"] == p.value_dependent
+    assert plan_model(several_ops_model()).value_dependent == {}
+    src = tmp_path / "nz.onnx"
+    onnx.save(_nonzero_model(), str(src))
+    assert plan_cli("plan", src, "--dim", "N=4", "-q") == 0
+    assert capsys.readouterr().err.strip() == (
+        "eqsat: warning: plan: the sizes of 3 tensor(s) (nz, f, y) depend on input values (from nz): measured on "
+        "one random input, the plan holds only for inputs that give the same sizes")
+    # and in optimize --plan's report and stderr
+    rc = plan_cli("optimize", src, "-o", tmp_path / "o.onnx", "--plan", tmp_path / "p.json", "--dim", "N=4",
+                  "--report", tmp_path / "r.json", "-q")
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [w for w in report["warnings"] if w.startswith("plan: the sizes of")] and "eqsat: warning: plan:" in err
+
+
 # ---- abstract graphs -----------------------------------------------------------------------------
 
 def test_plan_graph_on_an_abstract_graph():

@@ -124,6 +124,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     say(f"{src}: planned in {time.perf_counter() - t0:.2f} s")
     for line in plan.summary():
         say(f"  {line}")
+    for w in plan.warnings():  # shown even with -q
+        print(f"eqsat: warning: plan: {w}", file=sys.stderr)
     if args.output:
         write_json(plan.to_dict(), args.output)
         say(f"  wrote {args.output}")

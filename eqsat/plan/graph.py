@@ -26,6 +26,9 @@ from onnx import ModelProto
 from ..scopes import implicit_inputs
 from .errors import PlanError
 
+# ops whose output shapes depend on input values, not only on input shapes
+VALUE_SHAPED_OPS = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression", "If", "Loop", "TopK"})
+
 
 @dataclass(frozen=True)
 class Node:
@@ -101,6 +104,23 @@ def node_names(nodes: Iterable[onnx.NodeProto]) -> tuple[list[str], list[str]]:
         used.add(name)
         names.append(name)
     return names, generated
+
+
+def value_dependent_sizes(graph: Graph) -> dict[str, str]:
+    """Tensors sized by the measuring run (shape_source `run`) whose shape follows from input
+    values: produced by one of VALUE_SHAPED_OPS, or by any node from such a tensor. Maps each
+    to the name of the node its size comes from. Their sizes hold for the run's inputs only."""
+    origin: dict[str, str] = {}
+    for node in graph.nodes:  # the model's order is topological
+        src = node.name if node.op_type in VALUE_SHAPED_OPS else next(
+            (origin[x] for x in node.inputs if x in origin), None)
+        if src is None:
+            continue
+        for y in node.outputs:
+            t = graph.tensors.get(y)
+            if t is not None and t.shape_source == "run":
+                origin[y] = src
+    return origin
 
 
 def graph_from_model(model: ModelProto, dims: dict[str, int] | None = None) -> Graph:

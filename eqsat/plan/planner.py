@@ -31,7 +31,7 @@ from onnx import ModelProto, helper
 
 from ..errors import UsageError
 from .arena import HEURISTICS, place, repack
-from .graph import Graph, graph_from_model
+from .graph import Graph, graph_from_model, value_dependent_sizes
 from .inplace import Alias, aliases, buffers
 from .lifetimes import Buffer, check_order, lifetimes, lower_bound
 from .order import ORDERS, candidate_orders
@@ -86,6 +86,7 @@ class Plan:
     generated_names: list[str] = field(default_factory=list)
     orders: dict[str, int] = field(default_factory=dict)  # candidate order -> lower bound
     heuristics: dict[str, int] = field(default_factory=dict)  # heuristic -> arena (chosen order and reuse)
+    value_dependent: dict[str, str] = field(default_factory=dict)  # tensor -> node its size comes from
     graph: Graph | None = field(default=None, repr=False, compare=False)
     order_index: list[int] = field(default_factory=list, repr=False, compare=False)
 
@@ -116,6 +117,7 @@ class Plan:
             "orders": self.orders,
             "dims": self.dims,
             "generated_names": self.generated_names,
+            "value_dependent_sizes": self.value_dependent,
             "order": self.order,
             "tensors": [t.as_dict() for t in self.tensors],
         }
@@ -134,6 +136,23 @@ class Plan:
         if self.generated_names:
             lines.append(f"{len(self.generated_names)} unnamed nodes got generated names (OPTYPE_INDEX)")
         return lines
+
+    def warnings(self) -> list[str]:
+        """What the user must know before trusting the plan for every input."""
+        return plan_warnings({"value_dependent_sizes": self.value_dependent})
+
+
+def plan_warnings(d: dict) -> list[str]:
+    """The warnings of a plan's dict (Plan.to_dict): sizes that hold for the measuring run's
+    inputs only."""
+    dep = d.get("value_dependent_sizes") or {}
+    if not dep:
+        return []
+    names = list(dep)
+    origins = sorted(set(dep.values()))
+    return [f"the sizes of {len(names)} tensor(s) ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) "
+                f"depend on input values (from {', '.join(origins[:3])}{', ...' if len(origins) > 3 else ''}): "
+            "measured on one random input, the plan holds only for inputs that give the same sizes"]
 
 
 def _human(n: int) -> str:
@@ -250,6 +269,7 @@ def plan_graph(graph: Graph, alignment: int = 64, inplace: bool = True, views: b
         generated_names=list(graph.generated_names),
         orders=lbs,
         heuristics=table,
+        value_dependent=value_dependent_sizes(graph),
         graph=graph,
         order_index=list(order),
     )
