@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .argtypes import output_file, positive_int
+from .argtypes import nonnegative_float, output_file, positive_int
 from .atomic import write_text
 from .errors import UsageError
 
@@ -42,8 +42,8 @@ def register(subparsers) -> dict:
     c.add_argument("--only", metavar="PATTERN", action="append", default=[],
                    help="cases whose name matches a shell pattern (node/test_conv*) or contains the text "
                         "(repeatable; applied before --sample)")
-    c.add_argument("--rtol", type=float, help="relative tolerance (default: each case's own, 1e-3)")
-    c.add_argument("--atol", type=float, help="absolute tolerance (default: each case's own, 1e-7)")
+    c.add_argument("--rtol", type=nonnegative_float, help="relative tolerance (default: each case's own, 1e-3)")
+    c.add_argument("--atol", type=nonnegative_float, help="absolute tolerance (default: each case's own, 1e-7)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress; print only failures and the summary")
     return {"conformance": cmd_conformance}
 

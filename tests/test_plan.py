@@ -493,6 +493,52 @@ def test_sizes_that_depend_on_input_values_are_named_and_warned_of(tmp_path, cap
     assert [w for w in report["warnings"] if w.startswith("plan: the sizes of")] and "eqsat: warning: plan:" in err
 
 
+def test_execute_runs_control_flow_and_float16_as_onnxruntime_does(tmp_path, capsys):
+    # a Loop without its condition input (valid ONNX), which the reference evaluator ran zero
+    # times, and float16 ops it computes in float16: both "failed" on correct plans
+    v = helper.make_tensor_value_info
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c2"]), helper.make_node("Add", ["acc", "u"], ["acc2"])],
+                             "body", [v("i", TensorProto.INT64, []), v("c", TensorProto.BOOL, []),
+                                      v("acc", TensorProto.FLOAT, [2, 4])],
+                             [v("c2", TensorProto.BOOL, []), v("acc2", TensorProto.FLOAT, [2, 4])])
+    g = helper.make_graph([helper.make_node("Sigmoid", ["x"], ["u"], name="s"),
+                           helper.make_node("Relu", ["x"], ["y"], name="r"),
+                           helper.make_node("Loop", ["trip", "", "y"], ["out"], name="loop", body=body)],
+                          "g", [v("x", TensorProto.FLOAT, [2, 4])], [v("out", TensorProto.FLOAT, [2, 4])],
+                          [onnx.numpy_helper.from_array(np.array(3, np.int64), "trip")])
+    loop = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    ex = execute_plan(loop, plan_model(loop))
+    assert ex.status == "passed" and ex.engines.get("onnxruntime") == 1, ex.detail
+    rng = np.random.default_rng(0)
+    w = onnx.numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float16), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+                           helper.make_node("Softmax", ["m"], ["s"], name="sm"),
+                           helper.make_node("Cast", ["s"], ["y"], name="cast", to=TensorProto.FLOAT)],
+                          "g", [v("x", TensorProto.FLOAT16, ["B", 64])], [v("y", TensorProto.FLOAT, ["B", 64])], [w])
+    half = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    ex = execute_plan(half, plan_model(half, {"B": 7}))
+    assert ex.status == "passed" and ex.engines == {"onnxruntime": 3}, ex.detail
+    # a plan whose proof fails is not written; a tolerance must be a number >= 0
+    src = tmp_path / "loop.onnx"
+    onnx.save(loop, str(src))
+    assert plan_cli("plan", src, "--execute", "--rtol", "-1", "-o", tmp_path / "p.json") == 2
+    assert plan_cli("plan", src, "--execute", "--rtol", "nan", "-o", tmp_path / "p.json") == 2
+    capsys.readouterr()
+    assert plan_cli("plan", src, "--execute", "-o", tmp_path / "p.json", "-q") == 0
+    assert (tmp_path / "p.json").is_file()
+
+
+def test_a_plan_that_fails_its_proof_is_not_written(tmp_path, monkeypatch, capsys):
+    src = tmp_path / "m.onnx"
+    onnx.save(several_ops_model(), str(src))
+    from eqsat import verify
+
+    monkeypatch.setattr(verify, "compare", lambda e, a, r, t: ["output 'y': poisoned"])  # a failed proof
+    assert plan_cli("plan", src, "--execute", "-o", tmp_path / "p.json", "-q") == 1
+    assert "execution failed" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()
+
+
 # ---- abstract graphs -----------------------------------------------------------------------------
 
 def test_plan_graph_on_an_abstract_graph():

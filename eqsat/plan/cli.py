@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..argtypes import dim, output_file, power_of_two
+from ..argtypes import dim, nonnegative_float, output_file, power_of_two
 
 if TYPE_CHECKING:  # onnx takes 0.2 s to import: not for --help
     from onnx import ModelProto
@@ -49,8 +49,10 @@ def add_plan_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--execute", action="store_true",
                    help="prove the plan: run the model node by node through one numpy arena laid out by the plan "
                         "and compare the outputs with onnxruntime's")
-    p.add_argument("--rtol", type=float, default=1e-4, help="--execute relative tolerance (default 1e-4)")
-    p.add_argument("--atol", type=float, default=1e-5, help="--execute absolute tolerance (default 1e-5)")
+    p.add_argument("--rtol", type=nonnegative_float,
+                   help="--execute relative tolerance (default 1e-4; 1e-2 for a model with float16 tensors)")
+    p.add_argument("--atol", type=nonnegative_float,
+                   help="--execute absolute tolerance (default 1e-5; 1e-3 for a model with float16 tensors)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     return p
 
@@ -126,9 +128,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         say(f"  {line}")
     for w in plan.warnings():  # shown even with -q
         print(f"eqsat: warning: plan: {w}", file=sys.stderr)
-    if args.output:
-        write_json(plan.to_dict(), args.output)
-        say(f"  wrote {args.output}")
     if args.execute:
         ex = execute_plan(model, plan, rtol=args.rtol, atol=args.atol)
         engines = ", ".join(f"{k} {v}" for k, v in sorted(ex.engines.items()))
@@ -139,4 +138,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"eqsat: warning: {msg}", file=sys.stderr)
         else:
             say(f"  {msg}")
+    if args.output:  # after --execute: a plan that fails its proof is not written
+        write_json(plan.to_dict(), args.output)
+        say(f"  wrote {args.output}")
     return 0

@@ -19,7 +19,10 @@ differently (BatchNormalization: an ulp per element, which 50 layers of a ResNet
 2e-5 on the logits, past atol 1e-5; LRN: 1e-3 relative, which AlexNet's softmax shows),
 and
 Softmax, LogSoftmax and Hardmax before opset 13 (the reference evaluator has only their
-opset-13 semantics) run alone under onnxruntime instead: a one-node model, its inputs fed from the arena, its outputs
+opset-13 semantics), If, Loop and Scan (the reference evaluator runs a Loop without its
+condition input zero times), and every node with a float16 or bfloat16 input or output
+(the reference evaluator computes in that type, onnxruntime's CPU kernels mostly in
+float32) run alone under onnxruntime instead: a one-node model, its inputs fed from the arena, its outputs
 copied into it. The expected outputs come from onnxruntime running the whole model with
 graph optimizations off (the same graph that was planned), on the same inputs.
 """
@@ -46,6 +49,15 @@ ORT_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "Def
 # (before 13, Softmax & co. flatten the input to 2-D at `axis`, default 1): older ones run
 # under onnxruntime.
 REFERENCE_SINCE = {"Softmax": 13, "LogSoftmax": 13, "Hardmax": 13}
+CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+HALF = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16})
+# (rtol, atol) where the caller gives none: the arena run and onnxruntime's whole-model run
+# compute alike, so tighter than verification's. Every output of a model with float16 or
+# bfloat16 tensors gets HALF_TOLERANCE (verification's for float16): onnxruntime's whole
+# model keeps some half values in float32 between the casts it inserts, the node-by-node
+# run rounds each to its type.
+DEFAULT_TOLERANCE = (1e-4, 1e-5)
+HALF_TOLERANCE = (1e-2, 1e-3)
 
 
 @dataclass
@@ -121,14 +133,15 @@ def _buffers(tensors: dict[str, dict]) -> list[tuple[int, int, int]]:
     return [(e, int(tensors[r]["offset"]), int(tensors[r]["size"])) for r, e in end.items()]
 
 
-def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = None, rtol: float = 1e-4,
-                 atol: float = 1e-5, poison: bool = True, ort_ops: frozenset[str] = ORT_OPS,
+def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = None, rtol: float | None = None,
+                 atol: float | None = None, poison: bool = True, ort_ops: frozenset[str] = ORT_OPS,
                  graph: Graph | None = None) -> Execution:
     """Run `model` through the arena of `plan` (a Plan or its dict form) and compare with
     onnxruntime. Random inputs at the plan's dims unless `feeds` are given. Returns an
     Execution whose status is `passed`, `failed` (with the differing output, or the node
     whose output did not fit its planned shape) or `not possible` (onnxruntime cannot run
-    the whole model)."""
+    the whole model). `rtol`/`atol` None: DEFAULT_TOLERANCE, or HALF_TOLERANCE for a model
+    with half-precision tensors."""
     from ..verify import compare, random_inputs, run
     from .planner import Plan
 
@@ -182,8 +195,10 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
         ins = {x: value(x) for x in node.inputs}
         out_types = {y: graph.tensors[y].elem_type for y in node.outputs}
         m = _one_node_model(model, proto, ins, out_types)
-        use_ort = (node.domain not in ("", "ai.onnx") or node.op_type in ort_ops
-                   or opset < REFERENCE_SINCE.get(node.op_type, 0))
+        use_ort = (node.domain not in ("", "ai.onnx") or node.op_type in ort_ops or node.op_type in CONTROL_FLOW
+                   or opset < REFERENCE_SINCE.get(node.op_type, 0)
+                   or any(_elem(v) in HALF for v in ins.values() if isinstance(v, np.ndarray))
+                   or any(t in HALF for t in out_types.values()))
         results = None
         if not use_ort:
             try:
@@ -222,6 +237,10 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
             err = np.abs(e.astype(np.float64) - a.astype(np.float64))
             err = err[~np.isnan(err)]
             diffs[n] = float(err.max()) if err.size else float("nan")
+    half = any(i.elem_type in HALF for i in graph.tensors.values()) or any(
+        _elem(np.asarray(v)) in HALF for v in feeds.values())
+    r, t = HALF_TOLERANCE if half else DEFAULT_TOLERANCE
+    rtol, atol = r if rtol is None else rtol, t if atol is None else atol
     with warnings.catch_warnings():  # all-NaN outputs (a poisoned buffer) are a finding, not a warning
         warnings.simplefilter("ignore", RuntimeWarning)
         bad = compare({n: expected[n] for n in names}, actual, rtol, atol)
