@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -162,6 +163,15 @@ def run_extractor(egraph: EGraph, name: str, cost: CostModel, time_limit: float 
         if not isinstance(ex, Extraction):
             raise ExtractionError(f"extractor {name} returned {type(ex).__name__}, not an extract.Extraction")
         check(egraph, ex.choice)
+        # the costs reported are the choice's own under the cost model, whatever the
+        # extractor says (a plugin's figures are its own claim)
+        costs = cost.costs(egraph)
+        tree, dag = tree_cost(egraph, ex.choice, costs), dag_cost(egraph, ex.choice, costs)
+        if not (math.isclose(dag, ex.dag_cost, rel_tol=1e-6, abs_tol=1e-9)
+                and math.isclose(tree, ex.tree_cost, rel_tol=1e-6, abs_tol=1e-9)):
+            ex.notes.append(f"extractor {name} reported DAG cost {ex.dag_cost:g} and tree cost {ex.tree_cost:g}; "
+                            f"the choice's own under {cost.name}: {dag:g} and {tree:g} (reported here)")
+            ex.dag_cost, ex.tree_cost = dag, tree
     return ex
 
 

@@ -79,6 +79,14 @@ class OneArg(CostModel):
         return 1.0
 
 
+class LyingCost(FirstNode):
+    name = "lying-cost"
+
+    def extract(self, egraph, cost):
+        ex = super().extract(egraph, cost)
+        return Extraction(ex.choice, self.name, 0.0, -5.0)
+
+
 class ReturnsNone(Extractor):
     name = "returns-none"
 
@@ -127,6 +135,25 @@ def test_an_installed_extractor_and_cost_model_run_by_name(tmp_path, model_path)
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 2
     assert "unknown extractor 'first-node'; choose one of tree-greedy, dag-greedy, ilp" in p.stderr
+
+
+def test_an_extractors_own_cost_figures_are_not_taken_on_trust(tmp_path, model_path):
+    # a plugin reported DAG cost -5 for a choice that costs what it costs: the report and
+    # `eqsat extract` printed it
+    site = tmp_path / "site"
+    install(site, "mine", PLUGIN, "[eqsat.extractors]\nlying-cost = mine:LyingCost\nfirst-node = mine:FirstNode\n")
+    rep = tmp_path / "r.json"
+    p = eqsat(site, "optimize", model_path, "-o", tmp_path / "o.onnx", "--extractor", "lying-cost", "--report", rep,
+              "-q")
+    assert p.returncode == 0, p.stderr
+    lying = json.loads(rep.read_text())["extraction"]
+    p = eqsat(site, "optimize", model_path, "-o", tmp_path / "o.onnx", "--extractor", "first-node", "--report", rep,
+              "-q")
+    honest = json.loads(rep.read_text())["extraction"]
+    assert (lying["dag_cost"], lying["tree_cost"]) == (honest["dag_cost"], honest["tree_cost"]) and honest["dag_cost"] > 0
+    assert lying["notes"] == [f"extractor lying-cost reported DAG cost -5 and tree cost 0; the choice's own under "
+                              f"node-count: {honest['dag_cost']:g} and {honest['tree_cost']:g} (reported here)"]
+    assert honest["notes"] == []
 
 
 def test_an_unknown_name_lists_the_installed_plugins_too(tmp_path, model_path):
