@@ -28,6 +28,11 @@ def positive_int(s: str) -> int:
     return _number(s, int, "an integer", lambda v: v > 0, "> 0")
 
 
+def nonnegative_int(s: str) -> int:
+    """An integer >= 0 (`--context 0`)."""
+    return _number(s, int, "an integer", lambda v: v >= 0, ">= 0")
+
+
 def power_of_two(s: str) -> int:
     """An integer power of two (`--alignment 64`): an offset aligned to 3 bytes would
     misalign every float."""

@@ -68,6 +68,10 @@ def load_egraph(path: str | Path):
         raise UsageError(f"{path}: not an e-graph file ({what}); `eqsat optimize --save-egraph` writes one") from None
     except ValueError as e:
         raise UsageError(f"{path}: {e}") from None
+    if not g.meta:  # without its constructor list every table row (shape, dtype, ...) looks like a term
+        raise UsageError(f"{path}: an e-graph without eqsat's metadata (the top-level \"eqsat\" object: constructors, "
+                         "roots, value classes); `eqsat optimize --save-egraph` writes one, and other egraph-serialize "
+                         "files go to the extract package's Python API (docs/extraction.md)")
     if not g.roots:
         raise UsageError(f"{path}: the e-graph names no roots; `eqsat optimize --save-egraph` writes them")
     return g
@@ -87,15 +91,17 @@ def cmd_extract(args: argparse.Namespace) -> int:
     picked = read_choice(args.check) if args.check else None
     g = load_egraph(args.egraph)
     settings = g.meta.get("settings", {})
-    _warn_settings(args, g)
+    # --check prices at the sizes the choice's costs were computed at, unless told others
+    made_at = picked[1].get("dims") if picked and isinstance(picked[1].get("dims"), dict) else {}
     opts = Options(hardware=args.hardware or settings.get("hardware", "cpu"),
-                   dims={**settings.get("dims", {}), **dict(args.dim)})
+                   dims={**settings.get("dims", {}), **made_at, **dict(args.dim)})
     if not names:  # --check prices the choice under the model that made it, where this eqsat has it
         names = [_model_of(picked[1], args.check) if picked else "node-count"]
     models = [cost_model(dataclasses.replace(opts, cost_model=name)) for name in names]  # bad names fail now
+    _warn_settings(args, g)
     if picked:
         return _check(args, g, models, picked)
-    return _extract(args, g, models, extractors)
+    return _extract(args, g, models, extractors, opts.dims)
 
 
 def _model_of(meta: dict, path) -> str:
@@ -127,16 +133,19 @@ def _warn_settings(args: argparse.Namespace, g) -> None:
 
 def _check(args: argparse.Namespace, g, models: list, picked: tuple[dict, dict]) -> int:
     """One line per cost model for a valid choice; exit 1 with the checker's reason if not."""
-    from .pipeline import file_choice
+    from .pipeline import UnpricedChoice, file_choice
 
     for cost in models:
-        ex = file_choice(g, picked, args.check, cost, str(args.egraph))
-        print(f"{args.check}: valid for {args.egraph} (every root chosen, closed, acyclic); {cost.name}: "
-              f"{_costs(ex.dag_cost, ex.tree_cost, cost)}")
+        try:
+            ex = file_choice(g, picked, args.check, cost, str(args.egraph))
+            priced = _costs(ex.dag_cost, ex.tree_cost, cost)
+        except UnpricedChoice as e:  # valid all the same: exit 1 is for a choice that fails the check
+            priced = f"not priced ({str(e).split(': ', 2)[-1]})"
+        print(f"{args.check}: valid for {args.egraph} (every root chosen, closed, acyclic); {cost.name}: {priced}")
     return 0
 
 
-def _extract(args: argparse.Namespace, g, models: list, extractors: list[str]) -> int:
+def _extract(args: argparse.Namespace, g, models: list, extractors: list[str], dims: dict[str, int]) -> int:
     """One line per cost model and extractor, each extraction checked; -o writes the one."""
     from extract.choice_file import as_json
 
@@ -152,7 +161,7 @@ def _extract(args: argparse.Namespace, g, models: list, extractors: list[str]) -
                   f"{cost.name}: {n} e-class{'' if n == 1 else 'es'} chosen, "
                   f"{_costs(ex.dag_cost, ex.tree_cost, cost)}, {ex.time_s:.2f} s{notes}")
             if args.output:
-                write_text(args.output, json.dumps(as_json(ex, g, cost.name), indent=1))
+                write_text(args.output, json.dumps(as_json(ex, g, cost.name, dims), indent=1))
     return 0
 
 

@@ -34,7 +34,7 @@ from extract.costs import CostModel, HardwareProfileError, make_cost_model
 from .atomic import write_text
 from .decode import Decoder
 from .encode import Encoder
-from .errors import UsageError, extraction_errors
+from .errors import OptimizeError, UsageError, extraction_errors
 from .oracle import Oracle
 from .saturate import Limits, Saturator
 from .serialize import serialize
@@ -132,18 +132,31 @@ def file_choice(egraph: EGraph, picked: tuple[dict[str, str], dict], path: Path,
     """A choice file's choice as an extraction priced by `cost`: it must be made on this
     e-graph (its digest, when it records one) and pass the checker, else OptimizeError
     "PATH: not a valid choice for WHAT: reason"; a model that cannot price the e-graph is
-    its own error."""
+    UnpricedChoice, an OptimizeError that carries the valid choice."""
     choice, meta = picked
     with extraction_errors(f"{path}: not a valid choice for {what}"):
         why = choice_file.same_egraph(meta, egraph)
         if why:
             raise ExtractionError(why)
         check(egraph, choice)
-    with extraction_errors(f"{path}: cost model {cost.name} cannot price it", cost):
-        costs = cost.costs(egraph)
     made = f"made by {meta['extractor']} under {meta.get('cost_model', '?')}" if "extractor" in meta else ""
+    try:
+        with extraction_errors(f"{path}: cost model {cost.name} cannot price it", cost):
+            costs = cost.costs(egraph)
+    except OptimizeError as e:
+        raise UnpricedChoice(str(e), Extraction(choice, f"choice file {Path(path).name}", math.nan, math.nan,
+                                                notes=[made] if made else [])) from None
     return Extraction(choice, f"choice file {Path(path).name}", tree_cost(egraph, choice, costs),
                       dag_cost(egraph, choice, costs), notes=[made] if made else [])
+
+
+class UnpricedChoice(OptimizeError):
+    """A valid choice that the cost model cannot price (`measured` on an e-graph without
+    times): `extraction` holds it, with NaN costs."""
+
+    def __init__(self, message: str, extraction: Extraction) -> None:
+        super().__init__(message)
+        self.extraction = extraction
 
 
 def extractor_type(name: str) -> type:

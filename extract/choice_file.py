@@ -24,9 +24,11 @@ class ChoiceFileError(ValueError):
     """The file is not a choice file; the message says what is wrong with it."""
 
 
-def as_json(ex: Extraction, egraph: EGraph, cost_model: str) -> dict:
+def as_json(ex: Extraction, egraph: EGraph, cost_model: str, dims: dict[str, int] | None = None) -> dict:
+    """The choice file: the choice, what made it, its costs and the symbolic sizes those
+    costs were computed at (`dims`; a check prices it at the same unless told others)."""
     return {"format": FORMAT, "egraph_digest": egraph.digest(), "extractor": ex.extractor, "cost_model": cost_model,
-            "dag_cost": ex.dag_cost, "tree_cost": ex.tree_cost, "notes": ex.notes,
+            "dag_cost": ex.dag_cost, "tree_cost": ex.tree_cost, "dims": dict(dims or {}), "notes": ex.notes,
             "settings": egraph.meta.get("settings", {}), "choice": ex.choice}
 
 

@@ -163,6 +163,13 @@ def test_usage_errors(capsys, tmp_path, saved):
     rc, _, err = run_cli(capsys, "extract", listing)
     assert rc == 2 and err.strip() == (f"eqsat: error: {listing}: not an e-graph file (not egraph-serialize JSON); "
                                        "`eqsat optimize --save-egraph` writes one")
+    raw = tmp_path / "raw.json"  # egglog's own serialization, without eqsat's object: the extraction was nonsense
+    raw.write_text(json.dumps({k: v for k, v in json.loads(egraph.read_text()).items() if k != "eqsat"}))
+    rc, _, err = run_cli(capsys, "extract", raw, "--cost-model", "roofline")
+    assert rc == 2 and err.strip() == (
+        f"eqsat: error: {raw}: an e-graph without eqsat's metadata (the top-level \"eqsat\" object: constructors, "
+        "roots, value classes); `eqsat optimize --save-egraph` writes one, and other egraph-serialize files go to the "
+        "extract package's Python API (docs/extraction.md)")
     rc, _, err = run_cli(capsys, "extract", egraph, "--check", choice, "-o", tmp_path / "d.json")
     assert rc == 2 and "give one of them" in err
     rc, _, err = run_cli(capsys, "extract", egraph, "--extractor", "ilp", "--extractor", "dag-greedy", "-o",
@@ -208,8 +215,16 @@ def test_check_refuses_extractor_options_and_says_when_a_model_cannot_price(caps
     rc, _, err = run_cli(capsys, "extract", egraph, "--check", choice, "--extractor", "nope")
     assert rc == 2 and "--extractor and --extract-time-limit do not apply" in err
     # the e-graph holds no measured op times: the choice is fine, the model cannot price it
-    rc, _, err = run_cli(capsys, "extract", egraph, "--check", choice, "--cost-model", "measured")
-    assert rc == 1 and f"{choice}: cost model measured cannot price it: this e-graph has no measured op times" in err
+    # (exit 1 is for a choice that fails the check: it was 1 here)
+    rc, out, err = run_cli(capsys, "extract", egraph, "--check", choice, "--cost-model", "measured",
+                           "--cost-model", "node-count")
+    assert rc == 0, err
+    lines = out.strip().splitlines()
+    assert lines[0] == (f"{choice}: valid for {egraph} (every root chosen, closed, acyclic); measured: not priced "
+                        "(this e-graph has no measured op times (eqsat.measured_us): save it from a run with "
+                        "--cost-model measured (or "
+                        "compare-costs), or use the roofline model)")
+    assert lines[1].startswith(f"{choice}: valid for {egraph} (every root chosen, closed, acyclic); node-count: DAG cost")
     # a model this eqsat lacks: priced under node count, with a warning
     data = json.loads(choice.read_text())
     data["cost_model"] = "someone-elses"
@@ -235,3 +250,25 @@ def test_check_defaults_to_the_choice_files_cost_model_and_warns_on_other_settin
     assert "warning: --hardware h200: the e-graph was saturated with profile cpu" in err
     assert "warning: --dim sequence: the e-graph has no symbolic dimension of that name (its symbolic dimensions: " \
            "batch)" in err
+
+
+def test_a_choice_is_checked_at_the_sizes_its_costs_were_computed_at(capsys, tmp_path, saved):
+    # the choice file recorded no sizes: --check repriced it at the e-graph's own, another cost
+    _, egraph = saved
+    choice = tmp_path / "c.json"
+    rc, out, err = run_cli(capsys, "extract", egraph, "--cost-model", "roofline", "--dim", "batch=64", "-o", choice)
+    assert rc == 0, err
+    data = json.loads(choice.read_text())
+    assert data["dims"] == {"batch": 64}
+    rc, out, err = run_cli(capsys, "extract", egraph, "--check", choice)
+    assert rc == 0, err
+    assert f"roofline: DAG cost {data['dag_cost']:g} us" in out
+    rc, out, err = run_cli(capsys, "extract", egraph, "--check", choice, "--dim", "batch=1")  # told others
+    assert rc == 0 and f"DAG cost {data['dag_cost']:g} us" not in out
+
+
+def test_an_unknown_profile_is_an_error_before_any_warning(capsys, saved):
+    _, egraph = saved
+    rc, _, err = run_cli(capsys, "extract", egraph, "--hardware", "nosuch")
+    assert rc == 2 and err.strip().splitlines() == [
+        "eqsat: error: no hardware profile 'nosuch' (known: cpu, cpu-avx2, h200, or a .json path)"]

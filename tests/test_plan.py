@@ -646,3 +646,10 @@ def test_light_model_plan_checks_and_executes(name):
     assert p.lower_bound_bytes <= p.arena_bytes <= 1.05 * p.lower_bound_bytes
     ex = execute_plan(m, p)
     assert ex.status == "passed", ex.detail
+
+
+def test_sizes_print_in_a_unit_that_fits():
+    from eqsat.plan.planner import _human
+
+    assert [_human(n) for n in (512, 3 << 10, 5 << 20, 7 << 30, 100 << 40)] == [
+        "512 B", "3.0 KiB", "5.00 MiB", "7.00 GiB", "100.00 TiB"]

@@ -180,3 +180,9 @@ def test_missing_files_exit_2_with_one_line(pair, capsys, argv):
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [f"eqsat: error: {pair}/missing.onnx: no such file"]
     assert not (pair / "x.html").exists()
+
+
+def test_a_negative_context_is_a_usage_error(pair, capsys):
+    assert main(["diff", str(pair / "before.onnx"), str(pair / "after.onnx"), "--context", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: eqsat diff") and "argument --context: must be >= 0: -1" in err

@@ -156,6 +156,10 @@ def plan_warnings(d: dict) -> list[str]:
 
 
 def _human(n: int) -> str:
+    if n >= 1 << 40:
+        return f"{n / (1 << 40):.2f} TiB"
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
     if n >= 1 << 20:
         return f"{n / (1 << 20):.2f} MiB"
     if n >= 1 << 10:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..argtypes import output_file
+from ..argtypes import nonnegative_int, output_file
 from ..errors import UsageError
 
 
@@ -35,7 +35,7 @@ def register(subparsers) -> dict:
     d.add_argument("after", metavar="AFTER.onnx")
     d.add_argument("--html", metavar="OUT.html", type=output_file, help="write an HTML page: tables and the drawing")
     ctx = d.add_mutually_exclusive_group()
-    ctx.add_argument("--context", type=int, default=1, metavar="N",
+    ctx.add_argument("--context", type=nonnegative_int, default=1, metavar="N",
                      help="draw changed nodes and the nodes within N edges of them (default 1)")
     ctx.add_argument("--full", action="store_true", help="draw every node of both models")
     return {"show": cmd_show, "diff": cmd_diff}
@@ -87,8 +87,6 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from .graph import html_page, html_table, render_svg
     from .histogram import diff_rows, diff_table, histogram, op_name
 
-    if args.context < 0:
-        raise UsageError(f"--context must be >= 0, got {args.context}")
     before, after = _load(args.before), _load(args.after)
     print(f"{args.before} -> {args.after}")
     print(diff_table(before, after))
