@@ -630,10 +630,17 @@ def load_all(out: Path, models: list[str] | None = None) -> list[dict]:
 # ---- RESULTS.md and plots -----------------------------------------------------------------------
 
 def _machine() -> str:
+    """The machine in words: the CPU as /proc/cpuinfo names it, with its family and model
+    numbers and widest vector extension (a virtual machine may call every EPYC "AMD EPYC",
+    and the AVX2 and AVX-512 ones time differently), memory and kernel."""
     cpu = "?"
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+            info = dict((k.strip(), v.strip()) for k, v in (ln.split(":", 1) for ln in f.read().split("\n\n")[0]
+                                                            .splitlines() if ":" in ln))
+        flags = set(info.get("flags", "").split())
+        vec = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+        cpu = f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}, {vec})"
     except OSError:
         pass
     mem = "?"
