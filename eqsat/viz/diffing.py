@@ -98,9 +98,15 @@ class InitializerDiff:
 
 
 def _content(t) -> tuple:
-    t2 = type(t).FromString(t.SerializeToString())
-    t2.name = ""
-    return (t.data_type, tuple(t.dims), hashlib.sha256(t2.SerializeToString(deterministic=True)).digest())
+    """What an initializer holds, its name aside: raw bytes hashed as they are (no copy of a
+    model's weights), typed fields through a copy without the name."""
+    if t.raw_data:
+        data = hashlib.sha256(t.raw_data).digest()
+    else:
+        t2 = type(t).FromString(t.SerializeToString())
+        t2.name = ""
+        data = hashlib.sha256(t2.SerializeToString(deterministic=True)).digest()
+    return (t.data_type, tuple(t.dims), t.data_location, tuple((e.key, e.value) for e in t.external_data), data)
 
 
 def initializer_diff(before: ModelProto, after: ModelProto) -> InitializerDiff:
@@ -116,8 +122,8 @@ def initializer_diff(before: ModelProto, after: ModelProto) -> InitializerDiff:
 
 def diff_drawing(before: ModelProto, after: ModelProto, nd: NodeDiff, context: int | None = 1) -> Drawing:
     """Both models in one drawing: unchanged nodes once, changed nodes once (as `after` has
-    them), removed nodes (from `before`) and added nodes (from `after`) coloured. An edge into a node of one model comes from that
-    model's producer of the value. `context`: keep only changed nodes and what lies within
+    them), removed nodes (from `before`) and added nodes (from `after`) coloured. An edge
+    into a node of one model comes from that model's producer of the value. `context`: keep only changed nodes and what lies within
     that many edges of them (None: everything)."""
     d = Drawing()
     gb, ga = before.graph, after.graph
