@@ -140,7 +140,7 @@ def _check(args: argparse.Namespace, g, models: list, picked: tuple[dict, dict])
             ex = file_choice(g, picked, args.check, cost, str(args.egraph))
             priced = _costs(ex.dag_cost, ex.tree_cost, cost)
         except UnpricedChoice as e:  # valid all the same: exit 1 is for a choice that fails the check
-            priced = f"not priced ({str(e).split(': ', 2)[-1]})"
+            priced = f"not priced ({e.reason})"
         print(f"{args.check}: valid for {args.egraph} (every root chosen, closed, acyclic); {cost.name}: {priced}")
     return 0
 

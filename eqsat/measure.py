@@ -6,15 +6,17 @@ e-graph; extract's `measured` cost model reads it, so a saved e-graph carries it
 measurements and the extractors need nothing else. A node is timed as a one-node model:
 its non-constant inputs are graph inputs with random values of their shapes (symbolic
 dimensions bound by `dims`, else 16), its constant inputs initializers (so onnxruntime can
-pre-pack weights, as it does in the full model). The cache ($EQSAT_CACHE/measured.json, by
-default ~/.cache/eqsat) is keyed by the one-node model and by what its time depends on
-besides: onnxruntime's version and the CPU (`machine_salt`), so a home folder shared by
-machines, or an upgraded onnxruntime, times afresh rather than reusing another's figures. Median of `runs` timed runs after warm-up,
+pre-pack weights, as it does in the full model). Median of `runs` timed runs after warm-up,
 one thread, onnxruntime's own graph optimizations off: the op is timed as written (with them
 on, onnxruntime would run an NCHW Conv as its own blocked one, and BatchNormalization fused
 away, so the layouts and fusions eqsat chooses between would time alike). A node that cannot
 be built or run gets no measurement (the cost model then falls back to the roofline estimate
 for it).
+
+The cache ($EQSAT_CACHE/measured.json, by default ~/.cache/eqsat) is keyed by the one-node
+model and by what its time depends on besides: onnxruntime's version and the CPU
+(`machine_salt`), so a home folder shared by machines, or an upgraded onnxruntime, times
+afresh rather than reusing another's figures.
 """
 
 from __future__ import annotations

@@ -141,22 +141,22 @@ def file_choice(egraph: EGraph, picked: tuple[dict[str, str], dict], path: Path,
         check(egraph, choice)
     made = f"made by {meta['extractor']} under {meta.get('cost_model', '?')}" if "extractor" in meta else ""
     try:
-        with extraction_errors(f"{path}: cost model {cost.name} cannot price it", cost):
+        with extraction_errors("", cost):
             costs = cost.costs(egraph)
     except OptimizeError as e:
-        raise UnpricedChoice(str(e), Extraction(choice, f"choice file {Path(path).name}", math.nan, math.nan,
-                                                notes=[made] if made else [])) from None
+        reason = str(e).removeprefix(": ")
+        raise UnpricedChoice(f"{path}: cost model {cost.name} cannot price it: {reason}", reason) from None
     return Extraction(choice, f"choice file {Path(path).name}", tree_cost(egraph, choice, costs),
                       dag_cost(egraph, choice, costs), notes=[made] if made else [])
 
 
 class UnpricedChoice(OptimizeError):
     """A valid choice that the cost model cannot price (`measured` on an e-graph without
-    times): `extraction` holds it, with NaN costs."""
+    times); `reason` says why."""
 
-    def __init__(self, message: str, extraction: Extraction) -> None:
+    def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
-        self.extraction = extraction
+        self.reason = reason
 
 
 def extractor_type(name: str) -> type:
