@@ -478,6 +478,13 @@ def test_sizes_that_depend_on_input_values_are_named_and_warned_of(tmp_path, cap
     assert p.value_dependent == {"nz": "nz", "f": "nz", "y": "nz"}
     assert p.to_dict()["value_dependent_sizes"] == p.value_dependent
     assert plan_model(several_ops_model()).value_dependent == {}
+    # through a static tensor: the shape of NonZero's output, then a Reshape to it
+    m = _nonzero_model()
+    m.graph.node.extend([helper.make_node("Shape", ["nz"], ["s"], name="shape"),
+                         helper.make_node("Reshape", ["f", "s"], ["z"], name="reshape")])
+    m.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    dep = plan_model(m, {"N": 4}).value_dependent
+    assert dep.get("z") == "nz" and "s" not in dep  # s has a static shape, [2]
     src = tmp_path / "nz.onnx"
     onnx.save(_nonzero_model(), str(src))
     assert plan_cli("plan", src, "--dim", "N=4", "-q") == 0

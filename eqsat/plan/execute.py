@@ -22,8 +22,8 @@ Softmax, LogSoftmax and Hardmax before opset 13 (the reference evaluator has onl
 opset-13 semantics), If, Loop and Scan (the reference evaluator runs a Loop without its
 condition input zero times), and every node with a float16 or bfloat16 input or output
 (the reference evaluator computes in that type, onnxruntime's CPU kernels mostly in
-float32) run alone under onnxruntime instead: a one-node model, its inputs fed from the arena, its outputs
-copied into it. The expected outputs come from onnxruntime running the whole model with
+float32) run alone under onnxruntime instead: a one-node model, its inputs fed from the
+arena, its outputs copied into it. The expected outputs come from onnxruntime running the whole model with
 graph optimizations off (the same graph that was planned), on the same inputs.
 """
 

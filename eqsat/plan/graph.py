@@ -107,20 +107,24 @@ def node_names(nodes: Iterable[onnx.NodeProto]) -> tuple[list[str], list[str]]:
 
 
 def value_dependent_sizes(graph: Graph) -> dict[str, str]:
-    """Tensors sized by the measuring run (shape_source `run`) whose shape follows from input
-    values: produced by one of VALUE_SHAPED_OPS, or by any node from such a tensor. Maps each
-    to the name of the node its size comes from. Their sizes hold for the run's inputs only."""
+    """Tensors sized by the measuring run (shape_source `run`) whose shape may follow from
+    input values: downstream of a node of VALUE_SHAPED_OPS that shape inference could not
+    size (through any tensor, a Shape of one included). Maps each to the name of that node.
+    Their sizes hold for the run's inputs only."""
+
+    def run_sized(y: str) -> bool:
+        t = graph.tensors.get(y)
+        return t is not None and t.shape_source == "run"
+
     origin: dict[str, str] = {}
     for node in graph.nodes:  # the model's order is topological
-        src = node.name if node.op_type in VALUE_SHAPED_OPS else next(
-            (origin[x] for x in node.inputs if x in origin), None)
-        if src is None:
-            continue
-        for y in node.outputs:
-            t = graph.tensors.get(y)
-            if t is not None and t.shape_source == "run":
-                origin[y] = src
-    return origin
+        if node.op_type in VALUE_SHAPED_OPS and any(run_sized(y) for y in node.outputs):
+            src = node.name
+        else:
+            src = next((origin[x] for x in node.inputs if x in origin), None)
+        if src is not None:
+            origin.update((y, src) for y in node.outputs)
+    return {y: src for y, src in origin.items() if run_sized(y)}
 
 
 def graph_from_model(model: ModelProto, dims: dict[str, int] | None = None) -> Graph:
