@@ -160,6 +160,22 @@ def test_drawings_show_what_a_subgraph_reads_from_outside(tmp_path):
     assert any("read by its subgraphs: t" in t for t in titles)
 
 
+def test_show_counts_the_ops_inside_subgraphs(tmp_path, capsys):
+    h = onnx.helper
+    inner = h.make_graph([h.make_node("Neg", ["t"], ["q"])], "inner", [], [_v("q")])
+    then = h.make_graph([h.make_node("Add", ["t", "t"], ["a"]), h.make_node("If", ["c"], ["r"], then_branch=inner,
+                                                                            else_branch=inner)], "b", [], [_v("r")])
+    other = h.make_graph([h.make_node("Sub", ["t", "t"], ["r"])], "e", [], [_v("r")])
+    m = _model([h.make_node("Exp", ["x"], ["t"]), h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+               [_v("c", onnx.TensorProto.BOOL, ()), _v("x")], [_v("y")])
+    onnx.save(m, tmp_path / "m.onnx")
+    assert main(["show", str(tmp_path / "m.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "inside 4 subgraphs (If, Loop, Scan bodies): 5 nodes" in out
+    rows = {ln.split()[0]: ln.split()[1:] for ln in out.split("inside")[1].splitlines()[1:] if ln and ln[0].isalpha()}
+    assert rows == {"Neg": ["2"], "Add": ["1"], "If": ["1"], "Sub": ["1"], "op": ["count"], "total": ["5"]}
+
+
 def test_identical_models_match_node_for_node():
     m = conv_bn_relu()
     nd = match_nodes(m, m)

@@ -56,13 +56,19 @@ def _write(path: Path, text: str) -> None:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from .graph import html_page, html_table, model_drawing, render_svg
-    from .histogram import histogram, histogram_rows, show_table
+    from .histogram import format_table, histogram, histogram_rows, show_table, subgraph_histogram
 
     model = _load(args.model)
     g = model.graph
     print(f"{args.model}: {len(g.node)} nodes, {len(g.input)} inputs, {len(g.output)} outputs, "
           f"{len(g.initializer)} initializers")
     print(show_table(model))
+    inner, bodies = subgraph_histogram(model)
+    if bodies:
+        rows = histogram_rows(inner)
+        print(f"\ninside {bodies} subgraph{'' if bodies == 1 else 's'} (If, Loop, Scan bodies): "
+              f"{sum(inner.values())} nodes")
+        print(format_table(["op", "count"], rows, ("total", sum(c for _, c in rows))))
     if args.svg or args.html:
         svg = render_svg(model_drawing(model))
         if args.svg:

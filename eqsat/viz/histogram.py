@@ -17,6 +17,23 @@ def histogram(model: ModelProto) -> Counter:
     return Counter(op_name(n) for n in model.graph.node)
 
 
+def subgraph_histogram(model: ModelProto) -> tuple[Counter, int]:
+    """Op name -> number of nodes inside the main graph's subgraphs (If, Loop and Scan
+    bodies, nested ones included), and how many bodies there are."""
+    from ..scopes import subgraphs
+
+    h: Counter = Counter()
+    bodies = 0
+    stack = [g for n in model.graph.node for a in n.attribute for g in subgraphs(a)]
+    while stack:
+        g = stack.pop()
+        bodies += 1
+        for n in g.node:
+            h[op_name(n)] += 1
+            stack.extend(sub for a in n.attribute for sub in subgraphs(a))
+    return h, bodies
+
+
 def histogram_rows(h: Counter) -> list[tuple[str, int]]:
     """(op, count), most frequent first, then by name."""
     return sorted(h.items(), key=lambda kv: (-kv[1], kv[0]))
