@@ -64,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--rules", metavar="FILE.egg", action="append", default=[], type=Path,
                    help="a rule file to load after the default rules (repeatable)")
     o.add_argument("--no-default-rules", action="store_true",
-                   help="load only the op language prelude and the --rules files")
+                   help="load only the op language prelude and the --rules files: no schedule, and no constant "
+                        "folding or shape oracles; the --rules files' rulesets (and the prelude's phases their rules "
+                        "join) run once a round")
     o.add_argument("--iter-limit", type=positive_int, default=lim.iter_limit, metavar="N",
                    help=f"saturation rounds at most (default {lim.iter_limit})")
     o.add_argument("--node-limit", type=positive_int, default=lim.node_limit, metavar="N",
@@ -191,6 +193,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else src if args.in_place else src.with_name(src.stem + ".opt.onnx")
     if args.no_verify and args.require_verification:
         raise UsageError("--no-verify and --require-verification contradict each other: give one")
+    if args.in_place and args.output and not same_file(Path(args.output), src):
+        raise UsageError(f"--in-place replaces {src}, but -o names another file ({args.output}): give one of them")
     # main has refused the named outputs over inputs and each other; here the default output
     # and the output's weights, OUT.onnx.data, which may replace the input's only in place
     in_place = same_file(out, src)
@@ -320,10 +324,17 @@ def _raise_terminated(signum, frame):
 def run() -> NoReturn:
     """The `eqsat` program (console script and `python -m eqsat`): `main` in a process whose
     allocator keeps freed memory for reuse (eqsat.allocator)."""
+    import signal
+
     from .allocator import reuse_freed_memory
 
     reuse_freed_memory()
-    sys.exit(main())
+    rc = main()
+    # The outcome is settled: a Ctrl-C or SIGTERM while the interpreter shuts down would only
+    # print a traceback from its threads' shutdown or replace the exit status.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(rc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -350,6 +361,7 @@ def _main(argv: list[str] | None) -> int:
             parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command is None:
             parser.print_help(sys.stderr)
+            print("eqsat: error: a command is required (optimize, plan, show, ...)", file=sys.stderr)
             return 2
         hints = {}
         if args.command == "optimize":

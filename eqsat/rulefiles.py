@@ -61,6 +61,7 @@ class Declared:
     ruleset_files: dict[str, str] = field(default_factory=dict)  # ruleset -> declaring file
     # files with rules written without :ruleset (egglog's default ruleset, named "")
     default_ruleset_files: list[str] = field(default_factory=list)
+    rule_files_of: dict[str, list[str]] = field(default_factory=dict)  # ruleset -> files adding rules to it
 
     def _constructor(self, c, sort: str, args: list[str]) -> None:
         """A term constructor; an `:unextractable` one (a handle such as `Value`) is listed
@@ -94,6 +95,9 @@ class Declared:
     def _rule(self, name: str, ruleset: str, path: str) -> None:
         if name:
             self.rules[name] = ruleset
+        files = self.rule_files_of.setdefault(ruleset, [])
+        if path not in files:
+            files.append(path)
         if not ruleset and path not in self.default_ruleset_files:
             self.default_ruleset_files.append(path)
 

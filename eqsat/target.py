@@ -112,6 +112,12 @@ def hardware_profile(hardware):
     return hardware
 
 
+def effective_layout(target: str, layout: str) -> str:
+    """The layout the rules may use: `nchwc` only with `--target ort` where the installed
+    onnxruntime has the blocked kernels (`nchwc_block`), else `nchw`."""
+    return "nchwc" if target == "ort" and layout == "nchwc" and nchwc_block() else "nchw"
+
+
 def foreign_block_warning(hardware, layout: str = "nchwc") -> str | None:
     """A warning when the profile's NCHWc figures were measured with another block than this
     machine's onnxruntime uses (an AVX2 profile on an AVX-512 machine, or the reverse): the

@@ -428,6 +428,15 @@ def test_in_place_replaces_the_input(capsys, tmp_path, out):
     _only_input_left(tmp_path, "m.onnx")
 
 
+def test_in_place_with_another_output_is_refused(capsys, tmp_path):
+    # it wrote -o's file and left the input as it was, exit 0
+    src = _save(_relu_model(), tmp_path / "m.onnx")
+    rc, _, err = run_cli(capsys, "optimize", src, "--in-place", "-o", tmp_path / "c.onnx", "-q")
+    assert rc == 2 and error_line(err) == (f"eqsat: error: --in-place replaces {src}, but -o names another file "
+                                           f"({tmp_path / 'c.onnx'}): give one of them")
+    _only_input_left(tmp_path, "m.onnx")
+
+
 def test_default_output_never_overwrites_the_input(capsys, tmp_path):
     """Without -o the output is IN.opt.onnx beside the input; the input is untouched."""
     src = _save(_relu_model(), tmp_path / "m.onnx")

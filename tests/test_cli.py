@@ -48,15 +48,19 @@ def test_optimize_writes_output_and_report(capsys, model_path, tmp_path):
     assert r["saturation"]["stop_reason"] == "saturated"
     assert set(r["times_s"]) >= {"encode", "saturate", "serialize", "extract", "decode"}
     # what chose the program: the profile behind the rules' guards and the costs, the layout
-    from eqsat.target import hardware_profile
+    from eqsat.target import hardware_profile, nchwc_block
 
-    assert (r["target"], r["hardware"], r["layout"]) == ("ort", hardware_profile("cpu"), "nchwc")
+    # the layout in effect: nchwc where onnxruntime has the blocked kernels, else nchw
+    assert (r["target"], r["hardware"], r["layout"]) == ("ort", hardware_profile("cpu"),
+                                                         "nchwc" if nchwc_block() else "nchw")
     assert r["extraction"]["cost_model"] == "node-count" and r["extraction"]["extractor"] == "ilp"
     rc, _, err = run_cli(capsys, "optimize", model_path, "-o", out, "--report", rep, "--hardware", "h200",
                          "--layout", "nchw", "--cost-model", "roofline", "-q")
     assert rc == 0, err
     r = json.loads(rep.read_text())
     assert (r["hardware"], r["layout"], r["extraction"]["cost_model"]) == ("h200", "nchw", "roofline")
+    rc, _, err = run_cli(capsys, "optimize", model_path, "-o", out, "--report", rep, "--target", "onnx", "-q")
+    assert rc == 0 and json.loads(rep.read_text())["layout"] == "nchw"  # no blocked ops in standard ONNX
     rc, _, err = run_cli(capsys, "optimize", model_path, "-o", out, "--report", rep)
     assert rc == 0, err
     # progress on stderr, one line per phase, in order
@@ -71,6 +75,23 @@ def test_default_output_name_and_quiet(capsys, model_path):
     rc, out, err = run_cli(capsys, "optimize", model_path, "-q")
     assert rc == 0 and out == "" and err == ""
     assert (model_path.parent / "model.opt.onnx").is_file()
+
+
+def test_no_command_is_a_usage_error_saying_so(capsys):
+    rc, out, err = run_cli(capsys)
+    assert rc == 2 and out == "" and err.startswith("usage: eqsat")
+    assert error_line(err) == "eqsat: error: a command is required (optimize, plan, show, ...)"
+
+
+def test_an_interrupt_after_the_outcome_changes_nothing():
+    # Ctrl-C while the interpreter shut down, after the output was written: a traceback from
+    # the threads' shutdown with exit 0, or the signal's status instead of the outcome's
+    code = ("import atexit, os, signal, eqsat.cli as c\n"
+            "c.main = lambda: 0\n"
+            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), os.kill(os.getpid(), signal.SIGTERM)))\n"
+            "c.run()\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stderr) == (0, "")
 
 
 def test_python_dash_m(model_path, tmp_path):
@@ -256,6 +277,9 @@ def test_argtypes_parse_what_they_accept():
     # checked, but never run)
     "(rewrite (Relu (Relu x)) (Relu x) :name \"relu-relu\")\n",
     "(rule ((= e (Relu (Relu x)))) ((union e (Relu x))) :name \"relu-relu\")\n",
+    # in a phase the prelude declares: with --no-default-rules there is no schedule to run
+    # it, and it was loaded, matched nothing and said nothing
+    "(rewrite (Relu (Relu x)) (Relu x) :ruleset cleanup :name \"relu-relu\")\n",
 ])
 def test_user_rules_run_with_and_without_default_rules(capsys, model_path, tmp_path, text):
     rules = tmp_path / "neg.egg"
