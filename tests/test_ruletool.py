@@ -4,6 +4,7 @@ example rule files (checked, and firing on a small model with the outputs unchan
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -85,6 +86,12 @@ WRONG = {
         "; Softmax(x, axis) -> Softmax(x, 0)   (WRONG: another axis)\n"
         '(rule ((= e (Softmax x ax)) (!= ax 0)) ((union e (Softmax x 0))) :ruleset bad :name "wrong-axis")\n',
         "values differ"),
+    # the rewritten side cannot run: its tries were thrown away, and the rule came out
+    # unchecked (exit 0) or ok on the inputs where it happened to run
+    "unrunnable-right-side": (
+        "; Sigmoid(x) -> Softmax(x, 7)   (WRONG: there is no axis 7)\n"
+        '(rewrite (Sigmoid x) (Softmax x 7) :ruleset bad :name "unrunnable-right-side")\n',
+        "the rewritten graph fails under onnxruntime"),
 }
 
 
@@ -98,8 +105,19 @@ def test_wrong_rule_is_caught_with_a_counterexample(capsys, tmp_path, name):
     assert re.search(rf"bad\.egg:4: {name}: UNSOUND: .*{problem}", out), out
     # the counterexample: the inputs with their shapes and values, and both outputs
     assert re.search(r"^  [a-z]+ = float32\[[\d, ]*\] ", out, re.M), out
-    assert re.search(r"^  before: float32\[", out, re.M) and re.search(r"^  after:  float32\[", out, re.M), out
+    if name != "unrunnable-right-side":  # which has no "after" to show
+        assert re.search(r"^  before: float32\[", out, re.M) and re.search(r"^  after:  float32\[", out, re.M), out
     assert "1 unsound" in err
+
+
+def test_json_results(capsys, tmp_path):
+    # --json wrote nothing and ended in a traceback
+    f = tmp_path / "bad.egg"
+    f.write_text("(ruleset bad)\n\n" + WRONG["swapped-operands"][0])
+    rc, _, err = run(capsys, "rules", "check", f, "--json", tmp_path / "r.json")
+    assert rc == 1, err
+    (r,) = json.loads((tmp_path / "r.json").read_text())
+    assert (r["name"], r["status"], r["line"]) == ("swapped-operands", "unsound", 4)
 
 
 def test_sound_variant_of_a_wrong_rule_passes(capsys, tmp_path):

@@ -98,8 +98,18 @@ class GraphBuilder:
         return outs
 
     def model(self, outputs: list[str]) -> onnx.ModelProto:
+        """The graph of the nodes `outputs` need (all nodes for none): the matched side can
+        run alone when the rewritten side's nodes are invalid."""
+        nodes = self.nodes
+        if outputs:
+            need, keep = set(outputs), []
+            for n in reversed(self.nodes):
+                if need & set(n.output):
+                    keep.append(n)
+                    need.update(x for x in n.input if x)
+            nodes = keep[::-1]
         g = helper.make_graph(
-            self.nodes, "ruletool", self.inputs,
+            nodes, "ruletool", self.inputs,
             [helper.make_empty_tensor_value_info(o) for o in outputs],
             initializer=list(self.inits.values()),
         )

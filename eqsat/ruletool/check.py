@@ -29,7 +29,7 @@ from .prims import NoMatch
 from .unfold import variants
 
 TRIALS = 24  # random tries per unfolding
-RUNS = 4  # instantiations to run per rule
+RUNS = 8  # instantiations to run per rule
 MAX_UNFOLDINGS = 8  # unfoldings tried per rule
 
 

@@ -134,7 +134,7 @@ def _check(args) -> int:
         write_text(args.json, json.dumps([
             {"name": x.rule.name, "ruleset": x.rule.ruleset, "file": x.rule.path, "line": x.rule.line,
              "status": x.status, "detail": x.detail, "runs": x.runs, "covered_by": x.covered_by}
-            for x in results], indent=1), encoding="utf-8")
+            for x in results], indent=1))
     if counts.get("unsound"):
         return 1
     if args.strict and (counts.get("unchecked") or counts.get("facts-uncovered")):

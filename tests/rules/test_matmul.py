@@ -254,6 +254,20 @@ def test_both_inputs_transposed_fold_into_one_fused_matmul():
     assert (attr(res.model, "FusedMatMul", "transA"), attr(res.model, "FusedMatMul", "transB")) == (1, 1)
 
 
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_a_transpose_stays_out_of_a_fused_matmul_with_a_vector_operand(side):
+    # onnxruntime's FusedMatMul does not apply transA / transB as MatMul would when the other
+    # operand is a vector: FusedMatMul(Transpose(a), v) folded into transA gave other values
+    # (`eqsat rules check --default --seed 2` found it)
+    ms = 'opset_import: ["" : 18, "com.microsoft" : 1]>'
+    body = ("t = Transpose <perm = [1, 0]> (a)\n y = com.microsoft.FusedMatMul(t, v)" if side == "a" else
+            "t = Transpose <perm = [1, 0]> (a)\n y = com.microsoft.FusedMatMul(v, t)")
+    m = parse_model(f"<ir_version: 8, {ms}\n agraph (float[3, 3] a, float[3] v) => (float[3] y) {{ {body} }}")
+    res = check_rewrite(m, ["Transpose", "com.microsoft.FusedMatMul"],
+                        not_fired=[f"fused-matmul-fold-transpose-{side}"])
+    assert (attr(res.model, "FusedMatMul", "transA"), attr(res.model, "FusedMatMul", "transB")) == (0, 0)
+
+
 def test_transposed_matrix_times_a_batch_becomes_fused_matmul():
     # b is 2-D and broadcast over a's batch
     m = parse_model(H + """
