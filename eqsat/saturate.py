@@ -38,7 +38,8 @@ SPAN = b.PanicSpan()
 # A hook (the oracle) serializes the whole e-graph: at 20k nodes it cost 2.3 s a round while
 # the rules' round cost 0.1 s. Hooks wait for the rules to settle, at most this many rounds.
 HOOK_EVERY = 3
-_RULES_FAILED = "egglog failed while running the rules: {}; check the --rules files (nothing written)"
+_RULES_FAILED = "egglog failed while running the rules: {}; {} (nothing written)"
+_WHOSE = ("check the --rules files", "a fault of eqsat's default rules: please report it with the model")
 
 
 @dataclass
@@ -120,6 +121,10 @@ class Saturator:
         except Exception:  # noqa: BLE001 - a broken e-graph is not reused
             _LOADED.pop(self._key, None)
 
+    def _whose(self) -> str:
+        """Where to look when a rule's action failed: the user's files, if any were loaded."""
+        return _WHOSE[0] if self._key[3] else _WHOSE[1]
+
     def _parse(self, text: str, path: str) -> list:
         return _parse(self.eg, text, path, self.declared)
 
@@ -133,12 +138,13 @@ class Saturator:
             # egglog 14: a primitive failed in a rule's action (`Panic: In 2:5-9 of F: (log2 0): ...`)
             _LOADED.pop(self._key, None)
             m = SPAN_RE.match(last.removeprefix("Panic: "))
-            raise OptimizeError(_RULES_FAILED.format(m.group(5) if m else last)) from None
+            raise OptimizeError(_RULES_FAILED.format(m.group(5) if m else last, self._whose())) from None
         except BaseException as e:  # egglog 13 panics are BaseException (pyo3 PanicException)
             if isinstance(e, INTERRUPTS):
                 raise
             _LOADED.pop(self._key, None)  # do not reuse an e-graph egglog panicked on
-            raise OptimizeError(_RULES_FAILED.format(str(e).splitlines()[0] if str(e) else type(e).__name__)) from None
+            raise OptimizeError(_RULES_FAILED.format(str(e).splitlines()[0] if str(e) else type(e).__name__,
+                                                     self._whose())) from None
 
     def run_batch(self, cmds: list) -> None:
         """Run commands, each run of consecutive actions (`let`, `union`, `set`) as one

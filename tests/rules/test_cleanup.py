@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..conftest import check_rewrite, parse_model
+from ..conftest import assert_same_outputs, check_rewrite, optimized, parse_model
 
 H = '<ir_version: 8, opset_import: ["" : 18]>'
 
@@ -117,7 +117,33 @@ def test_scalar_arithmetic_folds_and_neutral_elements_go():
             p = Mul(x, one)
             y = Add(p, z)
         }""")
-    check_rewrite(m, ["Identity"], fired=["fold-scalar-mul", "mul-one", "add-splat-zero"])
+    # float32 scalars fold in the oracle, in float32 (the egglog rules fold doubles only)
+    check_rewrite(m, ["Identity"], fired=["mul-one", "add-splat-zero"], not_fired=["fold-scalar-mul"])
+    check_rewrite(parse_model(H + """
+        agraph (double[3] x) => (double[3] y) {
+            a = Constant <value = double {2.0}> ()
+            b = Constant <value = double {0.5}> ()
+            one = Mul(a, b)
+            y = Mul(x, one)
+        }"""), ["Identity"], fired=["fold-scalar-mul", "mul-one"])
+
+
+def test_a_chain_of_scalar_folds_rounds_each_step_to_the_dtype(dtype="float", one="1.0", big="100000000.0"):
+    # (1e8 + 1) - 1e8 is 0 in float32 as onnxruntime computes it; folded in f64 it was 1, and
+    # x * c then became x: exit 0 with other outputs wherever the Where picked x * c
+    m = parse_model(H + f"""
+        agraph ({dtype}[4] x) => ({dtype}[4] y) {{
+            b = Constant <value = {dtype} {{{big}}}> ()
+            o = Constant <value = {dtype} {{{one}}}> ()
+            s = Add(b, o)
+            c = Sub(s, b)
+            t = Constant <value = {dtype} {{1000.0}}> ()
+            g = Greater(x, t)
+            p = Mul(x, c)
+            y = Where(g, p, x)
+        }}""")
+    x = np.array([0.5, 2e4, -3.0, 5e4], np.float32)
+    assert_same_outputs(m, optimized(m).model, feeds={"x": x})  # exactly
 
 
 def test_multiply_by_one_that_broadcasts_stays():
