@@ -49,6 +49,24 @@ def test_the_default_tolerance_follows_the_output_type():
     assert compare({"y": e.astype(np.float16)}, {"y": a.astype(np.float16)}, 1e-3, 1e-4) != []
 
 
+def test_a_double_computed_in_float32_fails_verification():
+    # with float32's tolerance a double scale folded into a float attribute passed
+    assert tolerance(np.float64) == (1e-9, 1e-12)
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (double[batch, 4] x) => (double[batch, 4] y) { s = Constant <value = double {0.1}> ()  y = Mul(x, s) }""")
+    in_f32 = parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (double[batch, 4] x) => (double[batch, 4] y) {
+            s = Constant <value = float {0.1}> ()
+            f = Cast <to = 1> (x)
+            p = Mul(f, s)
+            y = Cast <to = 11> (p)
+        }""")
+    assert verify(m, m).status == "passed"
+    assert verify(m, in_f32).status == "failed"
+
+
 def test_a_float16_models_verification_uses_and_reports_the_float16_tolerance():
     m = parse_model("""
         <ir_version: 8, opset_import: ["" : 17]>

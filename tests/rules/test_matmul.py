@@ -662,3 +662,28 @@ def test_hardware_profile_decides_the_merge(tmp_path):
     off = tmp_path / "plain.json"
     off.write_text(json.dumps(prof))
     check_rewrite(parallel(3, bias=False), ["MatMul"] * 3, not_fired=["matmul-group-3"], hardware=str(off))
+
+
+@pytest.mark.parametrize("scale", ["0.1", "1e-300"])
+def test_a_double_scale_stays_out_of_fused_matmul_alpha(scale):
+    # alpha is a float attribute: 0.1 lost its double precision (3e-8 relative) and 1e-300
+    # became 0, every output 0 where the original's were about 1e-300
+    m = parse_model(H + f"""
+        agraph (double[3, 4] a, double[4, 5] b) => (double[3, 5] y) {{
+            s = Constant <value = double {{{scale}}}> ()
+            p = MatMul(a, b)
+            y = Mul(p, s)
+        }}""")
+    res = check_rewrite(m, ["MatMul", "Mul"], not_fired=["fused-matmul-mul-scalar"], rtol=1e-15, atol=0.0)
+    assert res is not None
+
+
+def test_a_float_scale_still_folds_into_fused_matmul_alpha():
+    m = parse_model(H + """
+        agraph (float[3, 4] a, float[4, 5] b) => (float[3, 5] y) {
+            s = Constant <value = float {0.125}> ()
+            p = MatMul(a, b)
+            y = Mul(p, s)
+        }""")
+    res = check_rewrite(m, ["com.microsoft.FusedMatMul"], fired=["fused-matmul-mul-scalar"])
+    assert attr(res.model, "FusedMatMul", "alpha") == 0.125
