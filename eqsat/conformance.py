@@ -28,29 +28,9 @@ import onnx
 from onnx import ModelProto, numpy_helper
 
 from .errors import INTERRUPTS
-from .verify import compare, onnx_checker_ok, random_inputs, run
+from .verify import compare, onnx_checker_ok, random_inputs, random_ops, run
 
 DATA_SUITES = ("light", "pytorch-converted", "pytorch-operator", "simple")
-# Ops whose outputs are random: two runs of the same model differ, so nothing to compare.
-RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
-                        "Bernoulli", "Multinomial"})
-
-
-def random_ops(model: ModelProto) -> set[str]:
-    found: set[str] = set()
-
-    def walk(g: onnx.GraphProto) -> None:
-        for n in g.node:
-            if n.op_type in RANDOM_OPS:
-                found.add(n.op_type)
-            for a in n.attribute:
-                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    walk(sub)
-
-    walk(model.graph)
-    for f in model.functions:
-        found.update(n.op_type for n in f.node if n.op_type in RANDOM_OPS)
-    return found
 
 
 @dataclass

@@ -220,6 +220,34 @@ class Verification:
         return {"status": self.status, "detail": self.detail, "runs": self.runs}
 
 
+# Ops whose outputs are random: two runs of the same model differ, so nothing to compare.
+RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                        "Bernoulli", "Multinomial"})
+
+
+def random_ops(model: ModelProto) -> set[str]:
+    """The random ops of the model, subgraphs and functions included; Dropout counts where
+    its training_mode input is given and not a constant false."""
+    found: set[str] = set()
+    false = {t.name for t in model.graph.initializer if t.data_type == onnx.TensorProto.BOOL
+             and not onnx.numpy_helper.to_array(t).any()}
+
+    def walk(g: onnx.GraphProto) -> None:
+        for n in g.node:
+            if n.op_type in RANDOM_OPS:
+                found.add(n.op_type)
+            elif n.op_type == "Dropout" and len(n.input) > 2 and n.input[2] and n.input[2] not in false:
+                found.add("Dropout (training mode)")
+            for a in n.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    walk(sub)
+
+    walk(model.graph)
+    for f in model.functions:
+        found.update(n.op_type for n in f.node if n.op_type in RANDOM_OPS)
+    return found
+
+
 def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: float | None = None,
            atol: float | None = None, dims: dict[str, int] | None = None,
            files: tuple[str | os.PathLike | None, str | os.PathLike | None] = (None, None)) -> Verification:
@@ -227,10 +255,15 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     random inputs (seeds 0, 1, ...), within rtol/atol (None: `tolerance` of each output's
     element type). Symbolic dimensions not in `dims` take the first sizes of
     `verification_dims` the original runs with. Not possible (never silently passed) when
-    onnxruntime cannot run the original or the inputs cannot be made up; failed on any
+    onnxruntime cannot run the original, the inputs cannot be made up, or the model has
+    random ops (`random_ops`); failed on any
     difference beyond the tolerance, or when onnxruntime cannot run the optimized model.
     `files` are where the two models are saved, if they are: onnxruntime reads a file
     faster than it gets a model serialized again (seconds for a 500 MB model)."""
+    rnd = random_ops(original)
+    if rnd:
+        return Verification("not possible", f"the model has random ops ({', '.join(sorted(rnd))}): two runs of it "
+                                            "differ, so there is nothing to compare")
     try:
         ref_sess = session(files[0] or original)
     except Exception as e:  # noqa: BLE001 - an op onnxruntime lacks, a custom domain, ...

@@ -147,3 +147,28 @@ def test_inputs_larger_than_memory_make_verification_not_possible_not_a_crash():
     v = verify(fixed, fixed)
     assert v.status == "not possible" and v.detail.startswith("making random inputs of these shapes takes ")
     assert "--dim" not in v.detail  # no --dim helps a fixed shape
+
+
+def test_a_model_with_random_ops_cannot_be_verified_and_says_why():
+    # two runs of such a model differ: verification always "failed" (exit 1), so a model with
+    # training-mode Dropout could only be optimized with --no-verify
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, 4] x) => (float[batch, 4] y, float[batch, 4] z) {
+            r = Constant <value = float {0.5}> ()
+            t = Constant <value = bool {1}> ()
+            y = Dropout(x, r, t)
+            u = RandomUniformLike(x)
+            z = Add(x, u)
+        }""")
+    v = verify(m, m)
+    assert v.status == "not possible"
+    assert v.detail == ("the model has random ops (Dropout (training mode), RandomUniformLike): two runs of it differ, "
+                        "so there is nothing to compare")
+    inference = parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, 4] x) => (float[batch, 4] y) {
+            r = Constant <value = float {0.5}> ()
+            y = Dropout(x, r)
+        }""")
+    assert verify(inference, inference).status == "passed"  # no training_mode: an identity

@@ -36,13 +36,11 @@ from ..lang import terms as T
 from ..lang.dtypes import CTOR_TO_CODE, np_dtype
 from ..lang.ops import BY_CTOR
 from ..store import ProtoStore, TensorStore
+from ..verify import RANDOM_OPS
 from .layout import NEW_OPS
 from .symbolic import SymValues, concrete
 from .view import View
 
-RANDOM_OPS = frozenset(
-    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial"}
-)
 # Ops whose inputs must share one dtype (ONNX type constraint T on all of them).
 SAME_DTYPE = frozenset(
     {"Add", "Sub", "Mul", "Div", "MatMul", "Gemm", "Concat", "Sum", "Max", "Min", "Equal", "Less",
