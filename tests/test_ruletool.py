@@ -110,6 +110,15 @@ def test_wrong_rule_is_caught_with_a_counterexample(capsys, tmp_path, name):
     assert "1 unsound" in err
 
 
+def test_rules_behind_a_hardware_choice_are_checked_too(capsys):
+    # (hardware-pays "skip-layernorm") is the profile's word, not something rules compute:
+    # these were unchecked ("the guard reads the function hardware-pays, which rules compute")
+    rc, out, err = run(capsys, "rules", "check", "--default", "--rule", "skip-layernorm-fuse",
+                       "--rule", "skip-rmsnorm-fuse", "-v")
+    assert rc == 0, out + err
+    assert "skip-layernorm-fuse: ok" in out and "skip-rmsnorm-fuse: ok" in out, out
+
+
 def test_json_results(capsys, tmp_path):
     # --json wrote nothing and ended in a traceback
     f = tmp_path / "bad.egg"
@@ -138,8 +147,8 @@ def test_unchecked_rule_is_reported_with_why_and_fails_only_when_strict(capsys, 
     rc, out, _ = run(capsys, "rules", "check", f)
     assert rc == 0
     assert "relu-opaque: unchecked: " in out and "Opaque" in out
-    rc, _, _ = run(capsys, "rules", "check", f, "--strict")
-    assert rc == 1
+    rc, _, err = run(capsys, "rules", "check", f, "--strict")
+    assert rc == 1 and "--strict: 1 unchecked rule(s) and 0 fact rule(s) no checked rule used: exit 1" in err
 
 
 # ---- errors at FILE:LINE:COL

@@ -15,6 +15,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from ..lang.dtypes import CTOR_TO_CODE, np_dtype
 from ..lang.ops import BY_CTOR, OpSpec
+from ..target import NCHWC_DOMAIN
 from .prims import DV
 
 OPSET = 23
@@ -114,7 +115,8 @@ class GraphBuilder:
             initializer=list(self.inits.values()),
         )
         m = helper.make_model(
-            g, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)], ir_version=IR_VERSION
+            g, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1),
+                              helper.make_opsetid(NCHWC_DOMAIN, 1)], ir_version=IR_VERSION
         )
         return m
 
@@ -145,7 +147,9 @@ class GraphBuilder:
             sess = session(m, optimize=False)
             res = sess.run(None, self.feeds)
         except Exception as e:  # noqa: BLE001 - onnxruntime's errors have many types
-            raise BuildError(" ".join(str(e).split())[:400]) from None
+            msg = " ".join(str(e).split())
+            # onnxruntime's cause comes last, after the place in its sources
+            raise BuildError(msg if len(msg) <= 400 else msg[:120] + " ... " + msg[-280:]) from None
         return dict(zip(outputs, res, strict=True))
 
 

@@ -138,5 +138,7 @@ def _check(args) -> int:
     if counts.get("unsound"):
         return 1
     if args.strict and (counts.get("unchecked") or counts.get("facts-uncovered")):
+        print(f"--strict: {counts.get('unchecked', 0)} unchecked rule(s) and {counts.get('facts-uncovered', 0)} "
+              "fact rule(s) no checked rule used: exit 1", file=sys.stderr)
         return 1
     return 0

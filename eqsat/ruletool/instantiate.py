@@ -16,6 +16,7 @@ import numpy as np
 
 from ..lang.dtypes import CODE_TO_CTOR, np_dtype
 from ..lang.ops import BY_CTOR
+from ..target import NCHWC_DOMAIN, nchwc_block
 from .build import OPSET, BuildError, GraphBuilder, dtype_code
 from .model import Program
 from .prims import DV, PREDICATES, PRIMS, NoMatch
@@ -284,7 +285,15 @@ class Instance:
                 return OPSET
             if dom == "com.microsoft":
                 return 1
+            if dom == NCHWC_DOMAIN and nchwc_block():
+                return 1
             raise NoMatch(f"no opset {dom}")
+        if head == "hardware-pays":  # a rule must be sound whatever the profile says pays
+            return 1
+        if head == "layout-block":  # the block of this machine's onnxruntime, which runs the check
+            if self.eval(x[1]) == "nchwc" and nchwc_block():
+                return nchwc_block()
+            raise NoMatch("this machine's onnxruntime has no channel-blocked kernels")
         args = [self.eval(a) for a in x[1:]]
         if head in PRIMS:
             try:
