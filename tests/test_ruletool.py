@@ -86,6 +86,21 @@ WRONG = {
         "; Softmax(x, axis) -> Softmax(x, 0)   (WRONG: another axis)\n"
         '(rule ((= e (Softmax x ax)) (!= ax 0)) ((union e (Softmax x 0))) :ruleset bad :name "wrong-axis")\n',
         "values differ"),
+    # free attributes took their defaults only: dropping strides, pads or a Cast passed
+    "dropped-strides": (
+        "; Conv(x, strides) -> Conv(x)   (WRONG unless the strides are all 1)\n"
+        '(rewrite (Conv x w b ap dil g ks pads st) (Conv x w b ap dil g ks pads (vec-empty)) :ruleset bad '
+        ':name "dropped-strides")\n',
+        "shape"),
+    "dropped-pads": (
+        "; Conv(x, pads) -> Conv(x)   (WRONG unless the pads are all 0)\n"
+        '(rewrite (Conv x w b ap dil g ks p st) (Conv x w b ap dil g ks (vec-empty) st) :ruleset bad '
+        ':name "dropped-pads")\n',
+        "values differ|shape"),
+    "dropped-cast": (
+        "; Cast(x, to) -> x   (WRONG: x need not have that type)\n"
+        '(rewrite (Cast x rm sat t) x :ruleset bad :name "dropped-cast")\n',
+        "dtype|values differ"),
     # the rewritten side cannot run: its tries were thrown away, and the rule came out
     # unchecked (exit 0) or ok on the inputs where it happened to run
     "unrunnable-right-side": (
@@ -102,10 +117,10 @@ def test_wrong_rule_is_caught_with_a_counterexample(capsys, tmp_path, name):
     f.write_text("(ruleset bad)\n\n" + body)
     rc, out, err = run(capsys, "rules", "check", f)
     assert rc == 1, out + err
-    assert re.search(rf"bad\.egg:4: {name}: UNSOUND: .*{problem}", out), out
+    assert re.search(rf"bad\.egg:4: {name}: UNSOUND: .*({problem})", out), out
     # the counterexample: the inputs with their shapes and values, and both outputs
     assert re.search(r"^  [a-z]+ = float32\[[\d, ]*\] ", out, re.M), out
-    if name != "unrunnable-right-side":  # which has no "after" to show
+    if name not in ("unrunnable-right-side", "dropped-cast"):  # no "after" to show; dtypes other than float32
         assert re.search(r"^  before: float32\[", out, re.M) and re.search(r"^  after:  float32\[", out, re.M), out
     assert "1 unsound" in err
 

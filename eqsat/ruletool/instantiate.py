@@ -376,6 +376,16 @@ class Instance:
 
     def _attr_value(self, a, ctor: str, rank: int | None, op_args: list):
         rng, k = self.rng, a.kind
+        sp = rank - 2 if rank and rank >= 3 and ctor in WINDOWED else 0
+        if sp and a.name == "kernel_shape" and ctor != "Conv":  # a pool's, which it must have
+            return tuple(int(rng.integers(1, 4)) for _ in range(sp))
+        if sp and self.trial > 1 and a.name in ("strides", "dilations", "pads") and ctor != "ConvTranspose":
+            # varied from the third try on: a rule that drops or moves them must show
+            n = 2 * sp if a.name == "pads" else sp
+            lo, hi = (0, 2) if a.name == "pads" else (1, 3)
+            return tuple(int(rng.integers(lo, hi)) for _ in range(n))
+        if ctor == "Cast" and a.name == "to" and self.trial > 1:
+            return DV(str(rng.choice(["F32", "F64", "F16", "I64"])))
         if a.name == "perm":
             r = rank if rank is not None else 3
             return tuple(int(i) for i in (rng.permutation(r) if self.trial > 0 else range(r)[::-1]))
@@ -683,6 +693,8 @@ __all__ = ["Instance", "Reject", "Unsupported"]
 
 
 _BIG = np.iinfo(np.int64).max
+# ops with a sliding window: strides, dilations and pads apply to the input's spatial axes
+WINDOWED = frozenset({"Conv", "FusedConv", "MaxPool", "AveragePool", "LpPool", "ConvTranspose"})
 
 
 def _int_role(inst: Instance, ctx, op_args: list):
