@@ -101,6 +101,16 @@ WRONG = {
         "; Cast(x, to) -> x   (WRONG: x need not have that type)\n"
         '(rewrite (Cast x rm sat t) x :ruleset bad :name "dropped-cast")\n',
         "dtype|values differ"),
+    # inputs the checker made up wrong: a float condition, tensor bounds (unchecked before)
+    "where-picks-one": (
+        "; Where(c, a, b) -> a   (WRONG: c picks b somewhere)\n"
+        '(rewrite (Where c a b) a :when ((= s (shape a)) (= s (shape b)) (= s (shape c))) :ruleset bad '
+        ':name "where-picks-one")\n',
+        "values differ"),
+    "clip-bounds-swapped": (
+        "; Clip(x, lo, hi) -> Clip(x, hi, lo)   (WRONG)\n"
+        '(rewrite (Clip x lo hi) (Clip x hi lo) :ruleset bad :name "clip-bounds-swapped")\n',
+        "values differ"),
     # the rewritten side cannot run: its tries were thrown away, and the rule came out
     # unchecked (exit 0) or ok on the inputs where it happened to run
     "unrunnable-right-side": (

@@ -508,7 +508,13 @@ class Instance:
                 self.leaves.append((v, self.val[v]))
             return
         sh = self._shape_from_guards(v) or self._leaf_shape(v, ctx)
-        name = self.gb.add_input(v.split("~")[0], self._random(sh, self.dtype))
+        if ctx is not None and ctx[0] == "Where" and ctx[1] == 0:  # a condition: booleans, not the trial's floats
+            arr = self.rng.random(sh) < 0.5
+        elif ctx is not None and ctx[0] == "Clip" and ctx[1] in (1, 2):  # min and max are scalars
+            arr = self._random((), self.dtype)
+        else:
+            arr = self._random(sh, self.dtype)
+        name = self.gb.add_input(v.split("~")[0], arr)
         self.val[v] = name
         self.leaves.append((v, name))
 
