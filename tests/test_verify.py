@@ -172,3 +172,11 @@ def test_a_model_with_random_ops_cannot_be_verified_and_says_why():
             y = Dropout(x, r)
         }""")
     assert verify(inference, inference).status == "passed"  # no training_mode: an identity
+    seeded = parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, 4] x) => (float[batch, 4] y) {
+            r = Constant <value = float {0.5}> ()
+            t = Constant <value = bool {1}> ()
+            y = Dropout <seed = 0> (x, r, t)
+        }""")
+    assert verify(seeded, seeded).status == "passed"  # a seed repeats the mask run to run
