@@ -101,6 +101,12 @@ WRONG = {
         "; Cast(x, to) -> x   (WRONG: x need not have that type)\n"
         '(rewrite (Cast x rm sat t) x :ruleset bad :name "dropped-cast")\n',
         "dtype|values differ"),
+    # a rule for integers only: its guard never held on the float32 tensors drawn (unchecked)
+    "int-cast-dropped": (
+        "; Cast(x, float) -> x for an int64 x   (WRONG: the type changes)\n"
+        '(rule ((= e (Cast x rm sat (F32))) (= (I64) (dtype x))) ((union e x)) :ruleset bad '
+        ':name "int-cast-dropped")\n',
+        "dtype"),
     # inputs the checker made up wrong: a float condition, tensor bounds (unchecked before)
     "where-picks-one": (
         "; Where(c, a, b) -> a   (WRONG: c picks b somewhere)\n"
@@ -129,8 +135,8 @@ def test_wrong_rule_is_caught_with_a_counterexample(capsys, tmp_path, name):
     assert rc == 1, out + err
     assert re.search(rf"bad\.egg:4: {name}: UNSOUND: .*({problem})", out), out
     # the counterexample: the inputs with their shapes and values, and both outputs
-    assert re.search(r"^  [a-z]+ = float32\[[\d, ]*\] ", out, re.M), out
-    if name not in ("unrunnable-right-side", "dropped-cast"):  # no "after" to show; dtypes other than float32
+    assert re.search(r"^  [a-z]+ = (float32|int64)\[[\d, ]*\] ", out, re.M), out
+    if name not in ("unrunnable-right-side", "dropped-cast", "int-cast-dropped"):  # no "after"; other dtypes
         assert re.search(r"^  before: float32\[", out, re.M) and re.search(r"^  after:  float32\[", out, re.M), out
     assert "1 unsound" in err
 

@@ -25,6 +25,7 @@ from .unfold import Variant, is_var
 
 LITERALS = ("Ints", "ScalarF", "ScalarI", "Const", "Input")
 FLOATS = ("F32", "F16", "F64", "BF16")
+INTS = ("I64", "I32")  # drawn only for a rule that names them (a guard (= (I64) (dtype x)), say)
 
 
 class Reject(Exception):
@@ -166,16 +167,19 @@ class Instance:
 
         def walk(x):
             if isinstance(x, SList):
-                if len(x) == 1 and isinstance(x[0], Sym) and str(x[0]) in FLOATS:
+                if len(x) == 1 and isinstance(x[0], Sym) and str(x[0]) in FLOATS + INTS:
                     mentioned.add(str(x[0]))
                 for y in x:
                     walk(y)
 
         for a in variant.atoms:
             walk(a)
-        if "F32" in mentioned or not mentioned:
+        ints = sorted(mentioned & set(INTS))
+        if ints and (self.trial % 2 == 1 or not mentioned & set(FLOATS)):
+            return ints[self.trial // 2 % len(ints)]
+        if "F32" in mentioned or not mentioned & set(FLOATS):
             return "F32"
-        return sorted(mentioned)[0]
+        return sorted(mentioned & set(FLOATS))[0]
 
     # ---- hints from the guards
     def _collect_hints(self) -> None:
@@ -451,6 +455,9 @@ class Instance:
         return tuple(dims)
 
     def _random(self, shape: tuple, code_ctor: str) -> np.ndarray:
+        if code_ctor in INTS:  # small, never 0 (an integer division by zero is undefined)
+            a = self.rng.integers(1, 8, shape) * self.rng.choice([-1, 1], shape)
+            return a.astype(np_dtype(dtype_code(DV(code_ctor))))
         a = self.rng.standard_normal(shape)
         if self.trial % 3 == 1:
             a = np.abs(a) + 0.5
