@@ -18,6 +18,7 @@ from onnx import ModelProto
 
 from .errors import EqsatError
 from .lang.dtypes import np_dtype
+from .scopes import subgraphs
 from .shapes import type_of
 
 
@@ -240,7 +241,7 @@ def random_ops(model: ModelProto) -> set[str]:
                   and not any(a.name == "seed" for a in n.attribute)):  # a seeded one repeats itself
                 found.add("Dropout (training mode)")
             for a in n.attribute:
-                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                for sub in subgraphs(a):
                     walk(sub)
 
     walk(model.graph)
@@ -257,8 +258,8 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     element type). Symbolic dimensions not in `dims` take the first sizes of
     `verification_dims` the original runs with. Not possible (never silently passed) when
     onnxruntime cannot run the original, the inputs cannot be made up, or the model has
-    random ops (`random_ops`); failed on any
-    difference beyond the tolerance, or when onnxruntime cannot run the optimized model.
+    random ops (`random_ops`); failed on any difference beyond the tolerance, or when
+    onnxruntime cannot run the optimized model.
     `files` are where the two models are saved, if they are: onnxruntime reads a file
     faster than it gets a model serialized again (seconds for a 500 MB model)."""
     rnd = random_ops(original)

@@ -3,9 +3,9 @@ a self-contained HTML page around it (no network, no JavaScript, no Graphviz).
 
 The drawn graph is a `Drawing`: boxes (nodes of the model, graph inputs and outputs) and
 edges between them (values, those a node's subgraphs read from the graph around them among
-them; initializers are not drawn, a node's tooltip lists them). A
-box's `state` is "same", "changed", "added" or "removed" and picks its colour, so one drawing can show
-two models at once (eqsat.viz.diffing builds that).
+them; initializers are not drawn, a node's tooltip lists them). A box's `state` is "same",
+"changed", "added" or "removed" and picks its colour, so one drawing can show two models at
+once (eqsat.viz.diffing builds that).
 
 Layout: a box's layer is the longest path to it from a box with no inputs; within a layer,
 boxes are ordered by the mean position of their producers (one top-down sweep), which keeps
