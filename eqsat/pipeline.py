@@ -227,7 +227,8 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     hardware = hardware_profile(opts.hardware)
     if hardware != opts.hardware:
         say(f"hardware profile {hardware} for {opts.hardware} on this machine")
-    if opts.target == "ort" and (w := foreign_block_warning(hardware, opts.layout)):
+    layout = effective_layout(opts.target, opts.layout)  # nchw where nchwc has no kernels or target
+    if w := foreign_block_warning(hardware, layout):
         warnings.append(w)
 
     t0 = time.perf_counter()
@@ -293,7 +294,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     # what produced this e-graph (its facts depend on the profile, its ops on target and
     # layout): a saved e-graph's reader extracts with the same profile (docs/extraction.md)
     data["eqsat"]["settings"] = {
-        "hardware": profile_id(hardware), "target": opts.target, "layout": effective_layout(opts.target, opts.layout),
+        "hardware": profile_id(hardware), "target": opts.target, "layout": layout,
         "default_rules": opts.default_rules, "rules": [str(f) for f in opts.rule_files], "dims": dict(opts.dims),
         "fold_limit": opts.fold_limit, "explain": opts.explain, "iter_limit": opts.limits.iter_limit,
         "node_limit": opts.limits.node_limit, "time_limit": opts.limits.time_limit,
@@ -313,7 +314,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "opaque": dict(enc.opaque.most_common()),
         "target": opts.target,
         "hardware": profile_id(hardware),  # the profile used: its rules' guards and the cost model's rates
-        "layout": effective_layout(opts.target, opts.layout),  # the one in effect: nchw where nchwc has no kernels
+        "layout": layout,
         "oracle": oracle.report(),
         "saturation": {
             "stop_reason": sat_report.stop_reason,

@@ -93,6 +93,7 @@ class Saturator:
                  explain: bool = False) -> None:
         rule_files = list(rule_files or [])
         self._key = _key(rule_files, default_rules, explain)
+        self._user_rules = bool(rule_files)
         loaded = _LOADED.get(self._key)
         if loaded is None:
             loaded = _load(rule_files, default_rules, explain)
@@ -123,7 +124,7 @@ class Saturator:
 
     def _whose(self) -> str:
         """Where to look when a rule's action failed: the user's files, if any were loaded."""
-        return _WHOSE[0] if self._key[3] else _WHOSE[1]
+        return _WHOSE[0] if self._user_rules else _WHOSE[1]
 
     def _parse(self, text: str, path: str) -> list:
         return _parse(self.eg, text, path, self.declared)

@@ -23,8 +23,9 @@ opset-13 semantics), If, Loop and Scan (the reference evaluator runs a Loop with
 condition input zero times), and every node with a float16 or bfloat16 input or output
 (the reference evaluator computes in that type, onnxruntime's CPU kernels mostly in
 float32) run alone under onnxruntime instead: a one-node model, its inputs fed from the
-arena, its outputs copied into it. The expected outputs come from onnxruntime running the whole model with
-graph optimizations off (the same graph that was planned), on the same inputs.
+arena, its outputs copied into it. The expected outputs come from onnxruntime running the
+whole model with graph optimizations off (the same graph that was planned), on the same
+inputs.
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def plan_warnings(d: dict) -> list[str]:
     names = list(dep)
     origins = sorted(set(dep.values()))
     return [f"the sizes of {len(names)} tensor(s) ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) "
-                f"depend on input values (from {', '.join(origins[:3])}{', ...' if len(origins) > 3 else ''}): "
+            f"depend on input values (from {', '.join(origins[:3])}{', ...' if len(origins) > 3 else ''}): "
             "measured on one random input, the plan holds only for inputs that give the same sizes"]
 
 

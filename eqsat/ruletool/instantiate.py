@@ -381,9 +381,9 @@ class Instance:
     def _attr_value(self, a, ctor: str, rank: int | None, op_args: list):
         rng, k = self.rng, a.kind
         sp = rank - 2 if rank and rank >= 3 and ctor in WINDOWED else 0
-        if sp and a.name == "kernel_shape" and ctor != "Conv":  # a pool's, which it must have
+        if sp and a.name == "kernel_shape" and ctor in POOLS:  # which a pool must have (a conv's weight gives it)
             return tuple(int(rng.integers(1, 4)) for _ in range(sp))
-        if sp and self.trial > 1 and a.name in ("strides", "dilations", "pads") and ctor != "ConvTranspose":
+        if sp and self.trial > 1 and a.name in ("strides", "dilations", "pads"):
             # varied from the third try on: a rule that drops or moves them must show
             n = 2 * sp if a.name == "pads" else sp
             lo, hi = (0, 2) if a.name == "pads" else (1, 3)
@@ -707,7 +707,8 @@ __all__ = ["Instance", "Reject", "Unsupported"]
 
 _BIG = np.iinfo(np.int64).max
 # ops with a sliding window: strides, dilations and pads apply to the input's spatial axes
-WINDOWED = frozenset({"Conv", "FusedConv", "MaxPool", "AveragePool", "LpPool", "ConvTranspose"})
+POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
+WINDOWED = POOLS | {"Conv", "FusedConv"}
 
 
 def _int_role(inst: Instance, ctx, op_args: list):

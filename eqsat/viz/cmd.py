@@ -56,7 +56,13 @@ def _write(path: Path, text: str) -> None:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from .graph import html_page, html_table, model_drawing, render_svg
-    from .histogram import format_table, histogram, histogram_rows, show_table, subgraph_histogram
+    from .histogram import (
+        histogram,
+        histogram_rows,
+        histogram_table,
+        show_table,
+        subgraph_histogram,
+    )
 
     model = _load(args.model)
     g = model.graph
@@ -65,10 +71,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(show_table(model))
     inner, bodies = subgraph_histogram(model)
     if bodies:
-        rows = histogram_rows(inner)
         print(f"\ninside {bodies} subgraph{'' if bodies == 1 else 's'} (If, Loop, Scan bodies): "
               f"{sum(inner.values())} nodes")
-        print(format_table(["op", "count"], rows, ("total", sum(c for _, c in rows))))
+        print(histogram_table(inner))
     if args.svg or args.html:
         svg = render_svg(model_drawing(model))
         if args.svg:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto
 
+from ..scopes import subgraphs
 from .graph import Box, Drawing, node_box, reads
 from .histogram import op_name
 
@@ -31,7 +32,7 @@ def _without_node_names(g: GraphProto) -> GraphProto:
         for n in stack.pop().node:
             n.name = ""
             for a in n.attribute:
-                stack.extend([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs))
+                stack.extend(subgraphs(a))
     return g
 
 
@@ -69,8 +70,8 @@ def match_nodes(before: ModelProto, after: ModelProto) -> NodeDiff:
     for same, key in zip(found, keys, strict=True):
         waiting: dict[tuple, list[int]] = defaultdict(list)
         for k, n in enumerate(before.graph.node):
-            if k not in matched and key(n) is not None:
-                waiting[key(n)].append(k)
+            if k not in matched and (kk := key(n)) is not None:
+                waiting[kk].append(k)
         for q in waiting.values():
             q.reverse()
         rest = []

@@ -67,7 +67,12 @@ def _cell(v) -> str:
 
 
 def show_table(model: ModelProto) -> str:
-    rows = histogram_rows(histogram(model))
+    return histogram_table(histogram(model))
+
+
+def histogram_table(h: Counter) -> str:
+    """(op, count) rows, most frequent first, and their total."""
+    rows = histogram_rows(h)
     return format_table(["op", "count"], rows, ("total", sum(c for _, c in rows)))
 
 
