@@ -154,7 +154,9 @@ def hardware_facts(hardware) -> list:
     attention subgraph (fuse_attention; rules/attention.egg); (hardware-pays
     "attention-unmasked") = 1 where it is for attention without a mask
     (fuse_unmasked_attention); (hardware-pays "grouped-query-matmul") = 1 where grouped-query
-    attention's products run on the kv heads unrepeated (grouped_query_matmul)."""
+    attention's products run on the kv heads unrepeated (grouped_query_matmul); (hardware-pays
+    "pad-contraction") = 1 where a product whose left operand's rows alias in the cache is
+    slower than padded (contraction_alias_slowdown >= 1.03; rules/contraction.egg)."""
     from extract.costs.roofline import Hardware
 
     hw = hardware if isinstance(hardware, Hardware) else Hardware.load(hardware)
@@ -169,6 +171,8 @@ def hardware_facts(hardware) -> list:
         facts.append(T.set_fn("hardware-pays", [T.string("attention-unmasked")], T.i64(1)))
     if hw.grouped_query_matmul:
         facts.append(T.set_fn("hardware-pays", [T.string("grouped-query-matmul")], T.i64(1)))
+    if hw.pads_contraction():
+        facts.append(T.set_fn("hardware-pays", [T.string("pad-contraction")], T.i64(1)))
     return facts
 
 

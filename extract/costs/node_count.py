@@ -24,7 +24,13 @@ predicted time of convolution, pooling and reorders decides (the blocked form is
 where its faster convolutions pay for the reorders). On a profile without the layout, every
 NCHWc op (reorders included) costs NO_LAYOUT_OPS = 2 ops: never chosen where an NCHW
 alternative exists, yet finite, so that an input model's own NCHWc ops (an
-onnxruntime-optimized model) can still be extracted. Every cost stays > 0 and a term costs more
+onnxruntime-optimized model) can still be extracted.
+
+Aliased products. Where the profile says that padding an aliased contraction pays
+(contraction_alias_slowdown, rules/contraction.egg), a float32 product whose left operand's
+rows lie a multiple of 4 KiB apart (extract/costs/roofline.py, aliased_rows) costs ALIAS_COST
+more than an op: among programs with as many ops, the one with the padded products wins,
+whatever its padded weights add in bytes (ALIAS_COST is far above their tie-break). Every cost stays > 0 and a term costs more
 than each of its subterms (monotonic), as the contract asks. E-graphs without NCHWc nodes
 (other models, target onnx) are costed exactly as without layouts.
 """
@@ -42,6 +48,7 @@ VALUE_COST = 1e-12  # an attribute value or literal: below any constant's bytes,
 TIME_SHARE = 0.9  # the most a program's layout-sensitive time may add: below one op
 REORDER_COST = 1e-6  # a layout conversion's own cost (its time is added): not an op
 NO_LAYOUT_OPS = 2.0  # an NCHWc op on a profile without the layout: more than any alternative
+ALIAS_COST = 0.01  # an aliased product, where padding pays: below an op, above a padded weight's bytes
 DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
                "U16": 2, "U32": 4, "U64": 8, "Bool": 1}
 # Term structure that is not an operator of the output model.
@@ -57,6 +64,9 @@ LAYOUT_SENSITIVE = REORDERS | {
 }
 
 
+PRODUCTS = frozenset({"MatMul", "FusedMatMul", "Gemm", "FusedGemm"})
+
+
 class NodeCount(CostModel):
     name = "node-count"
     unit = "ops"
@@ -68,6 +78,8 @@ class NodeCount(CostModel):
         self._timed: EGraph | None = None  # the e-graph it was set up for (identity, not id(): ids are reused)
         self._weight = 0.0  # cost per predicted microsecond, for that e-graph
         self._layout: bool | None = None  # whether the profile has NCHWc kernels
+        self._shaper = None  # a Roofline for the sizes of an e-graph's shapes, where padding pays
+        self._shaped: EGraph | None = None  # the e-graph it was set up for
 
     def _layout_timer(self, egraph: EGraph):
         if self._timed is not egraph:
@@ -89,6 +101,17 @@ class NodeCount(CostModel):
                 self._weight = TIME_SHARE / total if total > 0 else 0.0
         return self._timer
 
+    def _alias_shaper(self, egraph: EGraph):
+        if self._shaped is not egraph:
+            from .roofline import Roofline
+
+            self._shaped = egraph
+            shaper = Roofline(self.hardware, self.dims)
+            self._shaper = shaper if shaper.hw.pads_contraction() else None
+            if self._shaper is not None:
+                self._shaper._setup(egraph)
+        return self._shaper
+
     def _has_layout(self) -> bool:
         if self._layout is None:
             from .roofline import Hardware
@@ -99,6 +122,7 @@ class NodeCount(CostModel):
 
     def costs(self, egraph: EGraph) -> dict[str, float]:
         self._timed = None
+        self._shaped = None
         return super().costs(egraph)
 
     def node_cost(self, egraph: EGraph, node: Node) -> float:
@@ -118,6 +142,13 @@ class NodeCount(CostModel):
             if timer is not None:
                 t = timer.node_cost(egraph, node)
                 return (REORDER_COST if node.op in REORDERS else ops) + self._weight * t
+        if node.op in PRODUCTS:
+            shaper = self._alias_shaper(egraph)
+            if shaper is not None:
+                from .roofline import aliased_rows  # roofline imports this module
+
+                if aliased_rows(egraph, node, lambda c: shaper.shape(egraph, c)):
+                    return ops + ALIAS_COST
         return ops
 
 

@@ -44,6 +44,9 @@ MATMUL = {"MatMul", "FusedMatMul"}
 GEMM = {"Gemm", "FusedGemm"}
 CONV = {"Conv", "FusedConv", "NchwcConv", "NchwcConvPlain"}
 NO_LAYOUT_US = 1e6
+PAYS = 1.03  # a measured speed-up below 3 % is within the noise: the rewrite is not taken
+ALIAS_BYTES = 4096  # rows this many bytes apart share L1 cache sets (64 sets of 64-byte lines)
+ALIAS_MIN_ROWS = 16  # fewer rows than this: measured no slower (a kernel reads few rows at once)
 POOL = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "NchwcMaxPool", "NchwcAveragePool",
         "NchwcGlobalAveragePool", "NchwcGlobalMaxPool"}
 WINDOW_POOL_NCHWC = {"NchwcMaxPool", "NchwcAveragePool"}  # blocked pools with a window
@@ -87,6 +90,16 @@ class Hardware:
     # as rows, instead of the kv heads repeated g times (rules/attention.egg; true on the CPU:
     # the core alone 5-8 % faster, a Llama decoder level to 1.5 %; off where no profile measured it)
     grouped_query_matmul: bool = False
+    # how many times slower a float32 product runs when its left operand's rows lie a multiple
+    # of 4 KiB apart (inner dimension a multiple of 1024) and it has at least ALIAS_MIN_ROWS
+    # rows, than with the inner dimension padded by 16: the rows the GEMM kernel reads
+    # together share L1 cache sets (rules/contraction.egg pads a transformer's MLP where this
+    # is at least PAYS; 1.0: not measured, or no slower)
+    contraction_alias_slowdown: float = 1.0
+
+    def pads_contraction(self) -> bool:
+        """Whether padding an aliased contraction pays here (hardware-pays "pad-contraction")."""
+        return self.contraction_alias_slowdown >= PAYS
 
     def has_layout(self, name: str) -> bool:
         return name in self.layouts
@@ -137,6 +150,8 @@ def _check_profile(p: Path, d: dict, cls) -> None:
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be true or false (JSON, unquoted)")
         if k == "name" and not isinstance(v, str):
             raise HardwareProfileError(f"{p}: name = {v!r}: must be a string")
+        if k == "contraction_alias_slowdown" and not (positive(v) and math.isfinite(v)):
+            raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number > 0 (a time ratio; 1.0: no slower)")
         if k in ("transcendental_flops", "depthwise_gflops") and not (positive(v) or (k == "depthwise_gflops" and v is None)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number > 0")
     layouts = d.get("layouts", {})
@@ -236,6 +251,24 @@ def literal_int(egraph: EGraph, eclass: str) -> int | None:
         except ValueError:
             continue
     return None
+
+
+def aliased_rows(egraph: EGraph, node: Node, shape) -> bool:
+    """Whether a product's left operand is float32 with rows a multiple of ALIAS_BYTES apart
+    and at least ALIAS_MIN_ROWS of them (`shape(eclass)`: its shape in sizes, symbolic dims
+    bound): MatMul, and FusedMatMul and Gemm without transA (FusedMatMul: nor transBatchA)."""
+    if node.op not in MATMUL and node.op not in GEMM or not node.children:
+        return False
+    a = node.children[0]
+    if egraph.class_data.get(a, {}).get("dtype", "F32") != "F32":
+        return False
+    flags = {"FusedMatMul": (3, 5), "Gemm": (5,), "FusedGemm": (9,)}.get(node.op, ())
+    if any(len(node.children) <= i or literal_int(egraph, node.children[i]) != 0 for i in flags):
+        return False
+    s = shape(a)
+    if not s or len(s) < 2 or not s[-1] or (s[-1] * 4) % ALIAS_BYTES:
+        return False
+    return math.prod(s[:-1]) >= ALIAS_MIN_ROWS
 
 
 class Roofline(CostModel):
@@ -361,6 +394,8 @@ class Roofline(CostModel):
             dw = hw.layouts["nchwc"].get("depthwise_gflops") if blocked else hw.depthwise_gflops
             rate = float(dw) if dw else rate
         compute_us = flops / (rate * 1e3)
+        if kind == "matmul" and hw.contraction_alias_slowdown != 1.0 and aliased_rows(egraph, node, lambda c: self.shape(egraph, c)):
+            compute_us *= hw.contraction_alias_slowdown
         gbps = hw.mem_gbps
         if node.op in REORDERS and hw.has_layout("nchwc"):
             gbps = float(hw.layouts["nchwc"].get("reorder_gbps") or gbps)
