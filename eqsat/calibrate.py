@@ -21,7 +21,10 @@
 - grouped_query_matmul: whether grouped-query attention's products on the kv heads as they
   are (the query heads of a group stacked as rows) beat them on the kv heads repeated (8
   query and 2 kv heads of 64, sequence 128, causal bias; rules/attention.egg).
-The last five run with onnxruntime's graph optimizations off (the model as eqsat writes it),
+- contraction_alias_slowdown: how many times slower MatMul [128, 3072] x [3072, 768] (a
+  transformer MLP's second product, its rows 12 KiB apart) runs than the same with 16 zero
+  columns and rows appended (rules/contraction.egg pads where it is at least 1.03).
+The five booleans run with onnxruntime's graph optimizations off (the model as eqsat writes it),
 side by side (eqsat.latency.compare), and hold only where the fused form is at least 3% faster.
 - depthwise_gflops and layouts.nchwc (block, conv_speedup, depthwise_gflops, pool_speedup,
   reorder_gbps): the channel-blocked layout's figures, where onnxruntime has those kernels on
@@ -116,7 +119,30 @@ def fusion_choices(threads: int = 1, runs: int = 100) -> dict:
     return {"merge_parallel_matmuls": merge, "fuse_skip_layernorm": skip_ln,
             "fuse_attention": _attention_pays(rng, runs, threads),
             "fuse_unmasked_attention": _unmasked_attention_pays(rng, runs, threads),
-            "grouped_query_matmul": _grouped_query_pays(rng, runs, threads)}
+            "grouped_query_matmul": _grouped_query_pays(rng, runs, threads),
+            "contraction_alias_slowdown": contraction_alias_slowdown(rng, runs, threads)}
+
+
+def aliased_models(rng, m: int = 128, k: int = 3072, n: int = 768, pad: int = 16):
+    """(aliased, padded, feeds of each): x [m, k] x w [k, n], and the same with `pad` zero
+    columns in x and zero rows in w (the same result)."""
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+
+    def product(kk: int, weight: np.ndarray):
+        return _weights_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [_vi("x", [m, kk])], [_vi("y", [m, n])],
+                              {"w": weight})
+
+    padded = product(k + pad, np.concatenate([w, np.zeros((pad, n), np.float32)]))
+    return product(k, w), padded, {"x": x}, {"x": np.concatenate([x, np.zeros((m, pad), np.float32)], axis=1)}
+
+
+def contraction_alias_slowdown(rng, runs: int, threads: int) -> float:
+    """The aliased product's time over the padded one's (aliased_models), medians of `runs`
+    rounds side by side (eqsat.latency.compare), rounded to 2 decimals."""
+    aliased, padded, fa, fp = aliased_models(rng)
+    ta, tp = compare([aliased, padded], [fa, fp], runs=runs, threads=threads)
+    return round(ta / tp, 2)
 
 
 def _grouped_query_pays(rng, runs: int, threads: int) -> bool:

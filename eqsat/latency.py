@@ -24,19 +24,22 @@ from .rounds import round_orders
 from .verify import session
 
 
-def compare(models: Sequence[ModelProto | str], feeds: dict, runs: int = 30, warmup: int = 3,
+def compare(models: Sequence[ModelProto | str], feeds: dict | Sequence[dict], runs: int = 30, warmup: int = 3,
             optimize: bool = False, threads: int = 1) -> list[float]:
-    """Median milliseconds of each model over `runs` rounds (`round_orders`). `optimize` turns
-    onnxruntime's own graph optimizations on (off by default: what the model is, is
-    what runs)."""
+    """Median milliseconds of each model over `runs` rounds (`round_orders`). `feeds`: one
+    dict for all models, or one a model. `optimize` turns onnxruntime's own graph
+    optimizations on (off by default: what the model is, is what runs)."""
     sessions = [session(m, optimize=optimize, threads=threads) for m in models]
-    for s in sessions:
+    each = [feeds] * len(sessions) if isinstance(feeds, dict) else list(feeds)
+    if len(each) != len(sessions):
+        raise ValueError(f"compare: {len(each)} feeds for {len(sessions)} models")
+    for s, f in zip(sessions, each, strict=True):
         for _ in range(warmup):
-            s.run(None, feeds)
+            s.run(None, f)
     times: list[list[float]] = [[] for _ in sessions]
     for perm in round_orders(len(sessions), runs):
         for i in perm:
             t0 = time.perf_counter()
-            sessions[i].run(None, feeds)
+            sessions[i].run(None, each[i])
             times[i].append(time.perf_counter() - t0)
     return [statistics.median(t) * 1e3 for t in times]

@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from eqsat import calibrate, calibrate_layout
-from eqsat.calibrate import fusion_choices, grouped_query_models
+from eqsat.calibrate import aliased_models, fusion_choices, grouped_query_models
 from eqsat.verify import run, session
 from extract.costs.roofline import Hardware
 
@@ -15,14 +15,24 @@ from extract.costs.roofline import Hardware
 def test_fusion_choices_are_measured_booleans_that_a_profile_loads(tmp_path):
     got = fusion_choices(runs=10)
     keys = ("merge_parallel_matmuls", "fuse_skip_layernorm", "fuse_attention", "fuse_unmasked_attention",
-            "grouped_query_matmul")
+            "grouped_query_matmul", "contraction_alias_slowdown")
     assert set(got) == set(keys)
-    assert all(isinstance(v, bool) for v in got.values())
+    assert all(isinstance(got[k], bool) for k in keys[:-1])
+    assert isinstance(got["contraction_alias_slowdown"], float) and got["contraction_alias_slowdown"] > 0
     prof = {"name": "t", "matmul_gflops": 1.0, "vector_gflops": 1.0, "mem_gbps": 1.0, "kernel_overhead_us": 1.0, **got}
     path = tmp_path / "t.json"
     path.write_text(json.dumps(prof))
     hw = Hardware.load(str(path))
     assert tuple(getattr(hw, k) for k in keys) == tuple(got[k] for k in keys)
+
+
+def test_the_aliased_and_the_padded_product_compute_the_same():
+    """The two products eqsat calibrate times for contraction_alias_slowdown: the padded one's
+    zero columns meet zero rows, and the sums are the same."""
+    aliased, padded, fa, fp = aliased_models(np.random.default_rng(0), m=4, k=1024, n=8)
+    assert fp["x"].shape == (4, 1040)
+    want = run(aliased, fa, optimize=False)["y"]
+    np.testing.assert_allclose(run(padded, fp, optimize=False)["y"], want, rtol=1e-5, atol=1e-4)
 
 
 def test_grouped_query_models_compute_the_same_attention():
