@@ -24,15 +24,17 @@ predicted time of convolution, pooling and reorders decides (the blocked form is
 where its faster convolutions pay for the reorders). On a profile without the layout, every
 NCHWc op (reorders included) costs NO_LAYOUT_OPS = 2 ops: never chosen where an NCHW
 alternative exists, yet finite, so that an input model's own NCHWc ops (an
-onnxruntime-optimized model) can still be extracted.
+onnxruntime-optimized model) can still be extracted. E-graphs without NCHWc nodes (other
+models, target onnx) are costed exactly as without layouts.
 
 Aliased products. Where the profile says that padding an aliased contraction pays
 (contraction_alias_slowdown, rules/contraction.egg), a float32 product whose left operand's
 rows lie a multiple of 4 KiB apart (extract/costs/roofline.py, aliased_rows) costs ALIAS_COST
 more than an op: among programs with as many ops, the one with the padded products wins,
-whatever its padded weights add in bytes (ALIAS_COST is far above their tie-break). Every cost stays > 0 and a term costs more
-than each of its subterms (monotonic), as the contract asks. E-graphs without NCHWc nodes
-(other models, target onnx) are costed exactly as without layouts.
+whatever its padded weights add in bytes (ALIAS_COST is far above their tie-break).
+
+Every cost stays > 0 and a term costs more than each of its subterms (monotonic), as the
+contract asks.
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def _check_profile(p: Path, d: dict, cls) -> None:
         if k == "name" and not isinstance(v, str):
             raise HardwareProfileError(f"{p}: name = {v!r}: must be a string")
         if k == "contraction_alias_slowdown" and not (positive(v) and math.isfinite(v)):
-            raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number > 0 (a time ratio; 1.0: no slower)")
+            raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a finite number > 0 (a time ratio; 1.0: no slower)")
         if k in ("transcendental_flops", "depthwise_gflops") and not (positive(v) or (k == "depthwise_gflops" and v is None)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number > 0")
     layouts = d.get("layouts", {})
@@ -394,8 +394,9 @@ class Roofline(CostModel):
             dw = hw.layouts["nchwc"].get("depthwise_gflops") if blocked else hw.depthwise_gflops
             rate = float(dw) if dw else rate
         compute_us = flops / (rate * 1e3)
-        if kind == "matmul" and hw.contraction_alias_slowdown != 1.0 and aliased_rows(egraph, node, lambda c: self.shape(egraph, c)):
-            compute_us *= hw.contraction_alias_slowdown
+        if kind == "matmul" and hw.contraction_alias_slowdown != 1.0 \
+                and aliased_rows(egraph, node, lambda c: self.shape(egraph, c)):
+            compute_us *= hw.contraction_alias_slowdown  # the rows share L1 cache sets
         gbps = hw.mem_gbps
         if node.op in REORDERS and hw.has_layout("nchwc"):
             gbps = float(hw.layouts["nchwc"].get("reorder_gbps") or gbps)

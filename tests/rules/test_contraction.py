@@ -184,6 +184,22 @@ def test_a_profile_without_the_slowdown_does_not_pad(tmp_path):
                         not_fired=["pad-contraction-source"])
 
 
+def test_a_broadcast_bias_is_not_padded():
+    # a [1] bias (here -0.0, which stays a stored constant) broadcasts over every column: padded
+    # with zeros to 1040 it would add -0.0 to the first column only, a different bias
+    w = weights(1024)
+    m = with_weights(f"""<ir_version: 9, opset_import: ["" : 20]>
+        agraph (float[2, 16, {D}] x, float[{D}, 1024] w1, float[1] c, float[1024, {N}] w2) => (float[2, 16, {N}] y) {{
+            p = MatMul(x, w1)
+            h = Add(p, c)
+            g = Relu(h)
+            y = MatMul(g, w2)
+        }}""", w1=w["w1"], c=np.array([-0.0], np.float32), w2=w["w2"])
+    res = optimized(m)
+    assert res.report["saturation"]["rule_matches"].get("pad-contraction-bias", 0) == 0
+    assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-5)
+
+
 def test_a_double_mlp_is_left_alone():
     # the rows alias at 512 doubles, but the slowdown was measured for float32 only
     text = f"""<ir_version: 9, opset_import: ["" : 20]>
