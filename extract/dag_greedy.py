@@ -3,7 +3,8 @@ the set of distinct nodes under it, so a value shared by two children is paid on
 (extraction-gym's greedy-dag). Each e-class keeps the node whose set costs least; a node is
 re-evaluated when one of its child classes improves. Not optimal: the sets of different
 classes are chosen independently, so it cannot see that a value another root needs anyway
-is free for this one (the ILP can)."""
+is free for this one (the ILP can); a local search afterwards (extract/reuse.py) switches
+classes to such shared values where the whole program's DAG cost drops."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import math
 import time
 
 from .base import Extraction, Extractor
-from .check import ExtractionError, dag_cost, reachable, tree_cost
+from .check import ExtractionError, dag_cost, tree_cost
 from .costs import CostModel
 from .egraph import EGraph
+from .reuse import reuse_shared
 
 
 class DagGreedy(Extractor):
@@ -57,6 +59,7 @@ class DagGreedy(Extractor):
         for r in egraph.roots:
             if r not in choice:
                 raise ExtractionError(f"root e-class {r} has no finite-cost term")
-        choice = {c: choice[c] for c in reachable(egraph, choice)}
+        choice, switches = reuse_shared(egraph, choice, costs)
+        notes = [f"reuse pass: {switches} e-class(es) switched to a value the program computes anyway"] if switches else []
         return Extraction(choice, self.name, tree_cost(egraph, choice, costs), dag_cost(egraph, choice, costs),
-                          time.perf_counter() - t0)
+                          time.perf_counter() - t0, notes)

@@ -201,7 +201,9 @@ print(len(g.roots), len(ex.choice), round(ex.dag_cost, 3))
 def test_ilp_finds_the_shared_dag_that_greedy_misses():
     """A residual sum feeds LayerNorm and a MatMul. SkipLayerNormalization computes the
     LayerNorm and, as its 4th output, the sum itself: taking it for both is cheapest, but
-    the greedy extractors choose each class alone and keep the Add as well."""
+    tree greedy chooses each class alone and keeps the Add as well; so does DAG greedy, whose
+    reuse pass (extract/reuse.py) then finds a local improvement, not the optimum: the
+    LayerNorm on the Add it computes anyway, without SkipLayerNormalization."""
     data = egraph_json(
         {
             "a": [("a", [], 0.001)],
@@ -220,8 +222,12 @@ def test_ilp_finds_the_shared_dag_that_greedy_misses():
     check(g, ilp.choice)
     assert g.nodes[ilp.choice["sum"]].op == "Out3" and g.nodes[ilp.choice["ln"]].op == "Out0"
     assert ilp.dag_cost == pytest.approx(16.005)  # SkipLayerNormalization + MatMul + leaves
-    for ex in greedy.values():
-        assert ex.dag_cost == pytest.approx(19.004)  # SkipLayerNormalization and the Add
+    assert greedy["tree-greedy"].dag_cost == pytest.approx(19.004)  # SkipLayerNormalization and the Add
+    dag = greedy["dag-greedy"]
+    check(g, dag.choice)
+    assert dag.dag_cost == pytest.approx(18.003)  # Add, LayerNormalization, MatMul
+    assert g.nodes[dag.choice["ln"]].op == "LayerNormalization" and g.nodes[dag.choice["sum"]].op == "Add"
+    assert dag.notes == ["reuse pass: 1 e-class(es) switched to a value the program computes anyway"]
 
 
 def test_ilp_pays_for_the_value_nodes_it_needs():
