@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from .check import reachable
 from .egraph import EGraph
 
-BUDGET_S = 2.0  # at most this long: a pass is a few ms on BERT-base's e-graph
+BUDGET_S = 2.0  # at most this long (DAG greedy with the pass: 0.17 s on BERT-base's e-graph)
 
 
 def reuse_shared(egraph: EGraph, choice: Mapping[str, str], costs: Mapping[str, float],
