@@ -76,43 +76,36 @@ class NodeCount(CostModel):
     def __init__(self, hardware=None, dims: dict[str, int] | None = None) -> None:
         self.hardware = hardware or "cpu"  # a profile name, path or Hardware: only read for layouts
         self.dims = dims
-        self._timer = None  # a Roofline, for e-graphs with layout alternatives
-        self._timed: EGraph | None = None  # the e-graph it was set up for (identity, not id(): ids are reused)
-        self._weight = 0.0  # cost per predicted microsecond, for that e-graph
+        self._timer = None  # a Roofline set up for the e-graph below, where its times or shapes are needed
+        self._timed: EGraph | None = None  # that e-graph (identity, not id(): ids are reused)
+        self._weight: float | None = None  # cost per predicted microsecond of a layout-sensitive op (None: no layout choice)
+        self._pads = False  # whether the profile pads aliased contractions
         self._layout: bool | None = None  # whether the profile has NCHWc kernels
-        self._shaper = None  # a Roofline for the sizes of an e-graph's shapes, where padding pays
-        self._shaped: EGraph | None = None  # the e-graph it was set up for
 
-    def _layout_timer(self, egraph: EGraph):
+    def _roofline(self, egraph: EGraph):
+        """A Roofline set up for `egraph` where it has layout alternatives (then _weight is
+        set) or the profile pads aliased contractions (_pads); else None."""
         if self._timed is not egraph:
             from .roofline import Roofline
 
             self._timed = egraph
-            self._timer = None
+            self._timer, self._weight = None, None
             timer = Roofline(self.hardware, self.dims)
-            if timer.hw.has_layout("nchwc") and any(n.op in NCHWC_OPS for n in egraph.nodes.values()):
+            layout = timer.hw.has_layout("nchwc") and any(n.op in NCHWC_OPS for n in egraph.nodes.values())
+            self._pads = timer.hw.pads_contraction()
+            if layout or self._pads:
                 self._timer = timer
-                self._timer._setup(egraph)
+                timer._setup(egraph)
+            if layout:
                 worst: dict[str, float] = {}
                 for n in egraph.nodes.values():
                     if n.op in LAYOUT_SENSITIVE:
-                        t = self._timer.node_cost(egraph, n)
+                        t = timer.node_cost(egraph, n)
                         if math.isfinite(t) and t > worst.get(n.eclass, 0.0):
                             worst[n.eclass] = t
                 total = sum(worst.values())
                 self._weight = TIME_SHARE / total if total > 0 else 0.0
         return self._timer
-
-    def _alias_shaper(self, egraph: EGraph):
-        if self._shaped is not egraph:
-            from .roofline import Roofline
-
-            self._shaped = egraph
-            shaper = Roofline(self.hardware, self.dims)
-            self._shaper = shaper if shaper.hw.pads_contraction() else None
-            if self._shaper is not None:
-                self._shaper._setup(egraph)
-        return self._shaper
 
     def _has_layout(self) -> bool:
         if self._layout is None:
@@ -124,7 +117,6 @@ class NodeCount(CostModel):
 
     def costs(self, egraph: EGraph) -> dict[str, float]:
         self._timed = None
-        self._shaped = None
         return super().costs(egraph)
 
     def node_cost(self, egraph: EGraph, node: Node) -> float:
@@ -139,17 +131,15 @@ class NodeCount(CostModel):
         ops = float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))  # If: 1 + its branches
         if node.op in NCHWC_OPS and not self._has_layout():
             return NO_LAYOUT_OPS
-        if node.op in LAYOUT_SENSITIVE:
-            timer = self._layout_timer(egraph)
-            if timer is not None:
+        if node.op in LAYOUT_SENSITIVE or node.op in PRODUCTS:
+            timer = self._roofline(egraph)
+            if timer is not None and self._weight is not None and node.op in LAYOUT_SENSITIVE:
                 t = timer.node_cost(egraph, node)
                 return (REORDER_COST if node.op in REORDERS else ops) + self._weight * t
-        if node.op in PRODUCTS:
-            shaper = self._alias_shaper(egraph)
-            if shaper is not None:
+            if timer is not None and self._pads and node.op in PRODUCTS:
                 from .roofline import aliased_rows  # roofline imports this module
 
-                if aliased_rows(egraph, node, lambda c: shaper.shape(egraph, c)):
+                if aliased_rows(egraph, node, lambda c: timer.shape(egraph, c)):
                     return ops + ALIAS_COST
         return ops
 
