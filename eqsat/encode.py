@@ -23,6 +23,7 @@ import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, numpy_helper
 
 from .errors import InvalidModelError
+from .initializers import fixed_initializers
 from .lang import terms as T
 from .lang.dtypes import FLOAT_CODES, INT_CODES
 from .lang.ops import Attr, OpSpec, spec_for
@@ -190,14 +191,11 @@ class Encoder:
     # ---- model
     def encode(self) -> Encoded:
         g = self.model.graph
-        # An initializer that is also a graph input can be overridden at run time: an Input,
-        # never folded. Before IR version 4 every initializer had to be listed as an input,
-        # and runtimes (onnxruntime) treat them as constants: so does eqsat.
-        overridable = self.model.ir_version >= 4
-        inits = {t.name: t for t in g.initializer}
+        # An initializer a caller may override is an Input, never folded (eqsat.initializers).
+        inits = fixed_initializers(self.model)
         inputs = {i.name for i in g.input}
         for i in g.input:
-            if i.name in inits and not overridable:
+            if i.name in inits:
                 self._define_constant(i.name, inits[i.name])
             else:
                 self._define(i.name, T.call("Input", T.string(i.name)))

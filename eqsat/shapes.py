@@ -15,6 +15,7 @@ import onnx
 from onnx import GraphProto, ModelProto, TypeProto
 
 from .external import content_bytes
+from .initializers import fixed_initializers, overridable_inputs
 from .modelio import model_shell
 
 SMALL_TENSOR_BYTES = 64 * 1024  # initializers above this lose their data in the inference copy
@@ -78,8 +79,11 @@ def type_of(tp: TypeProto) -> ValueType | None:
 
 def _skeleton(model: ModelProto) -> ModelProto:
     """A copy for shape inference without the data of large initializers (the data is
-    only needed for small shape-like tensors), so a 2 GiB model does not get copied."""
+    only needed for small shape-like tensors), so a 2 GiB model does not get copied, and
+    without the defaults of overridable inputs (eqsat.initializers): inference must not take
+    a value the caller may replace for a constant."""
     sk = model_shell(model)
+    free = overridable_inputs(model)
     g = model.graph
     sg = sk.graph
     sg.name = g.name
@@ -89,6 +93,8 @@ def _skeleton(model: ModelProto) -> ModelProto:
     sg.node.extend(g.node)
     sg.sparse_initializer.extend(g.sparse_initializer)
     for t in g.initializer:
+        if t.name in free:
+            continue
         if content_bytes(t) <= SMALL_TENSOR_BYTES:
             sg.initializer.append(t)
         else:
@@ -144,7 +150,7 @@ def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
         t = type_of(vi.type)
         if t is not None and (vi.name not in types or types[vi.name].dims is None):
             types[vi.name] = t
-    for t in model.graph.initializer:
+    for t in fixed_initializers(model).values():
         types.setdefault(t.name, ValueType(t.data_type, tuple(int(d) for d in t.dims)))
     return types, warning
 
@@ -197,7 +203,7 @@ def _computed_split_sizes(model: ModelProto) -> bool:
     """Whether a Split (or SplitToSequence) takes its sizes from a value computed at run
     time. onnxruntime's inference then guesses an equal split, and every shape after it
     may be wrong (Split(x[..., 8], [8, 0]) would give two halves of 4)."""
-    consts = {t.name for t in model.graph.initializer}
+    consts = set(fixed_initializers(model))
     consts.update(o for n in model.graph.node if n.op_type == "Constant" for o in n.output)
     return any(n.op_type in ("Split", "SplitToSequence") and n.domain in ("", "ai.onnx") and len(n.input) > 1
                and n.input[1] and n.input[1] not in consts for n in model.graph.node)

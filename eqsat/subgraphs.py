@@ -33,6 +33,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto,
 from .decode import all_names
 from .encode import NotTyped, constant_node_tensor, graph_outer_refs
 from .errors import INTERRUPTS, UsageError
+from .initializers import fixed_initializers
 from .modelio import model_shell
 from .shapes import _skeleton
 
@@ -198,8 +199,7 @@ def _outer_constants(model: ModelProto) -> dict[str, TensorProto]:
     """The main graph's constants by name: initializers that cannot be overridden (not
     graph inputs, from IR version 4 on) and outputs of Constant nodes."""
     g = model.graph
-    inputs = {i.name for i in g.input} if model.ir_version >= 4 else set()
-    out = {t.name: t for t in g.initializer if t.name not in inputs}
+    out = fixed_initializers(model)
     for n in g.node:
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output and n.output[0]:
             try:

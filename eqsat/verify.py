@@ -17,6 +17,7 @@ import onnx
 from onnx import ModelProto
 
 from .errors import EqsatError
+from .initializers import fixed_initializers
 from .lang.dtypes import np_dtype
 from .scopes import subgraphs
 from .shapes import type_of
@@ -230,8 +231,8 @@ def random_ops(model: ModelProto) -> set[str]:
     """The random ops of the model, subgraphs and functions included; Dropout counts where
     its training_mode input is given and not a constant false, and it has no seed."""
     found: set[str] = set()
-    false = {t.name for t in model.graph.initializer if t.data_type == onnx.TensorProto.BOOL
-             and not onnx.numpy_helper.to_array(t).any()}
+    false = {name for name, t in fixed_initializers(model).items() if t.data_type == onnx.TensorProto.BOOL
+             and not onnx.numpy_helper.to_array(t).any()}  # a caller may set an overridable one
 
     def walk(g: onnx.GraphProto) -> None:
         for n in g.node:
