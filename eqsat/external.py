@@ -6,6 +6,10 @@ something needs them (`read`) or the model is saved (`write_model`, which stream
 into the output's own data file). Copying such a model is cheap, and nothing ever has to
 hold more than 2 GiB in one protobuf. onnxruntime and the onnx checker only accept relative
 locations, so a model with references must go through `write_model` before either sees it.
+
+A model reads data only from regular files inside its own folder (`bind`), as onnxruntime
+does; what eqsat writes keeps its weights in the output's own data file, whose name comes
+from the output's, never from the model.
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto
 
-from .errors import InputError
+from .errors import InputError, OptimizeError
 
 INLINE_MAX = 64 * 1024  # external tensors smaller than this are read into memory at load
 ALIGN = 4096  # offsets of large tensors in written data files (lets runtimes mmap them)
@@ -33,28 +37,63 @@ def is_external(t: TensorProto) -> bool:
     return t.data_location == TensorProto.EXTERNAL
 
 
-def _node_tensors(g: GraphProto) -> Iterator[TensorProto]:
-    """Tensors held by the graph's nodes: attributes, and subgraphs' initializers and nodes."""
-    for n in g.node:
+def tensors(model: ModelProto) -> Iterator[tuple[TensorProto, str, bool]]:
+    """Every tensor the model holds, as (tensor, label, initializer): the main graph's
+    initializers (`initializer` True: those may stay on disk), then sparse initializers,
+    node attributes (dense and sparse), subgraphs, model-local functions' nodes and training
+    graphs. `label` names it for an error: `tensor 'w'`, or `node 'n'` for a nameless one."""
+    yield from ((t, _label(t, None), True) for t in model.graph.initializer)
+    yield from _graph_tensors(model.graph, skip_initializers=True)
+    for f in model.functions:
+        yield from _node_tensors(f.node)
+    for ti in model.training_info:
+        yield from _graph_tensors(ti.initialization)
+        yield from _graph_tensors(ti.algorithm)
+
+
+def _label(t: TensorProto, node: NodeProto | None) -> str:
+    if t.name or node is None:
+        return f"tensor '{t.name}'"
+    return f"node '{node.name or (node.output[0] if node.output else node.op_type)}'"
+
+
+def _graph_tensors(g: GraphProto, skip_initializers: bool = False) -> Iterator[tuple[TensorProto, str, bool]]:
+    if not skip_initializers:
+        yield from ((t, _label(t, None), False) for t in g.initializer)
+    for s in g.sparse_initializer:
+        yield from ((t, _label(t, None), False) for t in (s.values, s.indices))
+    yield from _node_tensors(g.node)
+
+
+def _node_tensors(nodes) -> Iterator[tuple[TensorProto, str, bool]]:
+    for n in nodes:
         for a in n.attribute:
             if a.type == AttributeProto.TENSOR:
-                yield a.t
+                yield a.t, _label(a.t, n), False
             elif a.type == AttributeProto.TENSORS:
-                yield from a.tensors
+                yield from ((t, _label(t, n), False) for t in a.tensors)
+            elif a.type in (AttributeProto.SPARSE_TENSOR, AttributeProto.SPARSE_TENSORS):
+                for s in [a.sparse_tensor] if a.type == AttributeProto.SPARSE_TENSOR else a.sparse_tensors:
+                    yield from ((t, _label(s.values, n), False) for t in (s.values, s.indices))
             elif a.type == AttributeProto.GRAPH:
-                yield from a.g.initializer
-                yield from _node_tensors(a.g)
+                yield from _graph_tensors(a.g)
             elif a.type == AttributeProto.GRAPHS:
                 for sub in a.graphs:
-                    yield from sub.initializer
-                    yield from _node_tensors(sub)
+                    yield from _graph_tensors(sub)
 
 
 def data_files(model: ModelProto, base_dir: Path) -> set[Path]:
-    """The files (resolved) that the model's external tensors name, before `bind`."""
-    return {(base_dir / external_info(t)["location"]).resolve()
-            for t in [*model.graph.initializer, *_node_tensors(model.graph)]
-            if is_external(t) and external_info(t).get("location")}
+    """The files (resolved) that the model's external tensors name, before `bind`, wherever
+    they are; a location that names no file (empty, with a NUL byte) names none."""
+    found = set()
+    for t, _, _ in tensors(model):
+        loc = external_info(t).get("location") if is_external(t) else None
+        if loc:
+            try:
+                found.add((base_dir / loc).resolve())
+            except (OSError, RuntimeError, ValueError):  # a NUL byte, a symbolic link loop
+                continue
+    return found
 
 
 @functools.cache
@@ -78,42 +117,80 @@ def data_files_of(path: Path) -> tuple[Path, ...]:
     return tuple(sorted(data_files(model, path.parent.resolve())))
 
 
-def bind(model: ModelProto, base_dir: Path) -> bool:
+def bind(model: ModelProto, base_dir: Path, what: str | os.PathLike = "the model") -> None:
     """Make the model's external tensors self-contained: large initializers of the main graph
-    become absolute references; small ones, and every tensor outside the main graph's
-    initializers, are read into memory. Raises InputError for a missing or short data file.
-    Returns whether every data file lies inside `base_dir` once links are resolved:
-    onnxruntime refuses to run a model's file otherwise (eqsat reads it, and writes its own
-    data file)."""
-    inside = [_bind(t, base_dir, keep_reference=True) for t in model.graph.initializer]
-    inside += [_bind(t, base_dir, keep_reference=False) for t in _node_tensors(model.graph)]
-    return all(inside)
+    become absolute references; small ones, and every other tensor (`tensors`), are read
+    into memory. Every location is checked before any byte is read: it must name a regular
+    file inside `base_dir` (relative, not leaving it by `..` or a symbolic link: what
+    onnxruntime accepts), with an offset and length inside the file. Raises InputError
+    "`what`: tensor 'w': why" otherwise."""
+    base = Path(os.path.realpath(base_dir))
+    found = [(t, initializer, *_checked(t, label, base, what))
+             for t, label, initializer in tensors(model) if is_external(t)]
+    for t, initializer, path, offset, length in found:
+        del t.external_data[:]
+        if initializer and length >= INLINE_MAX:
+            for k, v in (("location", str(path)), ("offset", str(offset)), ("length", str(length))):
+                e = t.external_data.add()
+                e.key, e.value = k, v
+        else:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                t.raw_data = f.read(length)
+            t.data_location = TensorProto.DEFAULT
 
 
-def _bind(t: TensorProto, base_dir: Path, keep_reference: bool) -> bool:
-    if not is_external(t):
-        return True
+def _checked(t: TensorProto, label: str, base: Path, what) -> tuple[Path, int, int]:
+    """(resolved file, offset, length) of an external tensor whose location `bind` accepts."""
     info = external_info(t)
     loc = info.get("location", "")
-    path = (base_dir / loc).resolve()
-    inside = path.is_relative_to(base_dir.resolve())
-    if not loc or not path.is_file():
-        raise InputError(f"external data file '{loc}' of tensor '{t.name}' not found next to the model")
-    offset = int(info.get("offset", 0) or 0)
-    length = int(info["length"]) if info.get("length") else path.stat().st_size - offset
-    if offset + length > path.stat().st_size:
-        raise InputError(f"external data of tensor '{t.name}' runs past the end of '{loc}' (truncated file?)")
-    del t.external_data[:]
-    if keep_reference and length >= INLINE_MAX:
-        for k, v in (("location", str(path)), ("offset", str(offset)), ("length", str(length))):
-            e = t.external_data.add()
-            e.key, e.value = k, v
-    else:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            t.raw_data = f.read(length)
-        t.data_location = TensorProto.DEFAULT
-    return inside
+
+    def refuse(why: str):
+        raise InputError(f"{what}: {label}: {why}")
+
+    shown = f"'{loc}'" if loc.isprintable() else repr(loc)
+    if not loc:
+        refuse("external data has no location")
+    if "\0" in loc:
+        refuse(f"external data location {shown} is not a file name")
+    if os.path.isabs(loc):
+        refuse(f"external data location {shown} is absolute; it must name a file inside the model's "
+               "folder, relative to it (onnxruntime refuses it too)")
+    norm = os.path.normpath(loc)
+    try:
+        path = Path(os.path.realpath(base / loc))
+    except (OSError, ValueError):
+        path = None
+    if norm == os.pardir or norm.startswith(os.pardir + os.sep) or path is None or not path.is_relative_to(base):
+        refuse(f"external data location {shown} leads outside the model's folder {base}; move the file "
+               "into that folder (onnxruntime refuses it too)")
+    try:
+        size = path.stat().st_size if path.is_file() else None
+    except OSError:  # a name too long
+        size = None
+    if size is None:
+        refuse(f"external data file {shown} not found in the model's folder {base}" if not os.path.lexists(path)
+               else f"external data location {shown} is not a regular file")
+    offset, length = (_count(info, key, refuse) for key in ("offset", "length"))
+    offset = offset or 0
+    length = max(size - offset, 0) if length is None else length
+    if offset + length > size:
+        refuse(f"external data runs past the end of {shown} (truncated file?)")
+    return path, offset, length
+
+
+def _count(info: dict[str, str], key: str, refuse) -> int | None:
+    """The integer >= 0 at `key` of external data info, None where absent or empty."""
+    text = info.get(key)
+    if not text:
+        return None
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        refuse(f"external data {key} '{text}' is not an integer >= 0")
+    return v
 
 
 def _where(t: TensorProto) -> tuple[str, int, int]:
@@ -167,9 +244,18 @@ def has_references(model: ModelProto) -> bool:
 
 
 def any_external(model: ModelProto) -> bool:
-    """Whether any tensor, in the main graph's initializers, node attributes or subgraphs,
-    keeps its data in a file: the tensors `bind` rewrites."""
-    return has_references(model) or any(is_external(t) for t in _node_tensors(model.graph))
+    """Whether any tensor (`tensors`) keeps its data in a file: the tensors `bind` rewrites."""
+    return any(is_external(t) for t, _, _ in tensors(model))
+
+
+def check_bound(model: ModelProto) -> None:
+    """Raise OptimizeError unless every external tensor of `model` is a reference `bind`
+    made (a main graph initializer at an absolute path): another location would be read
+    relative to the output's folder, or the working folder, when the model is written."""
+    for t, label, initializer in tensors(model):
+        if is_external(t) and not (initializer and os.path.isabs(external_info(t).get("location", ""))):
+            raise OptimizeError(f"{label} keeps its data at '{external_info(t).get('location', '')}', relative to "
+                                "no folder: read the model with eqsat.modelio.load_model before writing it")
 
 
 def write_model(model: ModelProto, path: Path, data_name: str | None = None, threshold: int = 1024) -> None:

@@ -28,13 +28,13 @@ def load_model(path: str | os.PathLike) -> ModelProto:
 
 
 def read_model(path: str | os.PathLike, check: bool = False) -> tuple[ModelProto, bool]:
-    """`load_model`, and whether onnxruntime can run the file itself for the model as loaded:
-    it refuses a data file outside the model's folder, which eqsat reads. (The onnx checker
-    is stricter, refusing any `..` or symlink in a location; check_model reads the file only
-    for weights kept on disk, as it did before.) `check` runs `check_model`: on the bytes just
-    read where the model has no external data and is checked in memory, instead of
-    serializing it again (about 1.3 s and 500 MB of fresh memory for GPT-2); otherwise as
-    check_model does."""
+    """`load_model`, and True: onnxruntime can run the file itself, for every external data
+    location eqsat reads it reads too (a regular file inside the model's folder: eqsat.external
+    .bind refuses any other with InputError before any byte is read; the onnx checker is
+    stricter, refusing a symbolic link in a location, and reads the file only for weights kept
+    on disk). `check` runs `check_model`: on the bytes just read where the model has no
+    external data and is checked in memory, instead of serializing it again (about 1.3 s and
+    500 MB of fresh memory for GPT-2); otherwise as check_model does."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file")
@@ -61,11 +61,11 @@ def read_model(path: str | os.PathLike, check: bool = False) -> tuple[ModelProto
     if not check or external.any_external(model) or on_disk(model):
         del data
         data = None
-    runnable = external.bind(model, p.parent.resolve())
+    external.bind(model, p.parent, p)
     if check:
         check_model(model, str(p), p, serialized=data)
     del data
-    return model, runnable
+    return model, True
 
 
 def supported_opsets() -> dict[str, tuple[int, int]]:
