@@ -38,7 +38,7 @@ from ..lang.ops import BY_CTOR
 from ..store import ProtoStore, TensorStore
 from ..verify import RANDOM_OPS
 from .layout import NEW_OPS
-from .symbolic import SymValues, concrete
+from .symbolic import SymValues
 from .view import View
 
 # Ops whose inputs must share one dtype (ONNX type constraint T on all of them).
@@ -126,14 +126,12 @@ class Folder:
             targets.append(c)
         # Shape arithmetic whose value is fully known, whatever it is computed from.
         for c in v.egraph.classes:
-            if c in const or v.egraph.class_type(c) != "Op" or v.dtype(c) != "I64":
+            if c in const or v.egraph.class_type(c) != "Op" or v.dtype(c) not in ("I64", "I32"):
                 continue
-            shape = v.shape(c)
-            vals = sym.of(c)
-            if shape is None or len(shape) > 1 or not concrete(vals) or (shape and shape[0] != len(vals)):
+            known = sym.tensor(c)
+            if known is None or not known.concrete() or list(known.shape) != v.shape(c):
                 continue
-            arr = np.array(vals, np.int64).reshape(shape)
-            cmds += self._union(v, c, arr)
+            cmds += self._union(v, c, known.array())
         if targets:
             for c, arr in self._evaluate(v, const, targets).items():
                 cmds += self._union(v, c, arr)

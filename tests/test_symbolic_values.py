@@ -1,0 +1,256 @@
+"""The symbolic shape oracle (eqsat/oracle/symbolic.py) against ONNX semantics.
+
+End to end: shape arithmetic that the oracle folds or turns into a Reshape target gives the
+original's outputs (rank, axes, broadcasting, wrap-around in int64 and int32). Property: on
+random chains of shape arithmetic, every value the oracle claims to know equals what onnx's
+reference evaluator computes, at two sets of sizes for the symbolic dimensions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.reference
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto as TP
+from onnx import helper as h
+from onnx import numpy_helper
+
+from eqsat.oracle.symbolic import Sym, SymValues
+from eqsat.oracle.view import View
+from eqsat.pipeline import Options, saturate
+
+from .conftest import assert_same_outputs, optimized, parse_model
+
+H = '<ir_version: 8, opset_import: ["" : 18]>'
+
+
+def test_concat_on_the_last_axis_of_a_matrix_is_not_an_append():
+    # x [4, 6]: t = Slice(Reshape(Concat(Unsqueeze(Gather(Shape(x), [1, 0]), [1]), same, axis=-1),
+    # [-1]), 1, 3) is [6, 4] ([[6, 6], [4, 4]] flattened, then its middle); read as a flat
+    # append it would be [4, 6]
+    m = parse_model(H + """
+        agraph (float[4, 6] x) => (float[4, 6] y) {
+            s = Shape(x)
+            idx = Constant <value = int64[2] {1, 0}> ()
+            g = Gather <axis = 0> (s, idx)
+            one = Constant <value = int64[1] {1}> ()
+            u = Unsqueeze(g, one)
+            c = Concat <axis = -1> (u, u)
+            flat = Constant <value = int64[1] {-1}> ()
+            f = Reshape(c, flat)
+            b = Constant <value = int64[1] {1}> ()
+            e = Constant <value = int64[1] {3}> ()
+            t = Slice(f, b, e)
+            r = Reshape(x, t)
+            sm = Softmax <axis = -1> (r)
+            y = Reshape(sm, s)
+        }""")
+    res = optimized(m)
+    assert_same_outputs(m, res.model, rtol=1e-6, atol=1e-7)
+
+
+def test_gather_on_a_matrix_takes_rows():
+    # Gather(M, [1], axis=0) of M = [[2, 3], [3, 2]] (built from Shape) is the row [3, 2],
+    # not the flat element 3
+    m = parse_model(H + """
+        agraph (float[2, 3] x) => (float[3, 2] y) {
+            s = Shape(x)
+            r = Constant <value = int64[2] {1, 0}> ()
+            sr = Gather <axis = 0> (s, r)
+            zero = Constant <value = int64[1] {0}> ()
+            a = Unsqueeze(s, zero)
+            b = Unsqueeze(sr, zero)
+            mm = Concat <axis = 0> (a, b)
+            i = Constant <value = int64[1] {1}> ()
+            row = Gather <axis = 0> (mm, i)
+            flat = Constant <value = int64[1] {-1}> ()
+            t = Reshape(row, flat)
+            y = Reshape(x, t)
+        }""")
+    res = optimized(m)
+    assert_same_outputs(m, res.model, rtol=1e-6, atol=1e-7)
+
+
+def test_int64_arithmetic_wraps_and_does_not_stop_the_run():
+    # Shape(x) * 2^62 wraps in int64 (onnxruntime gives [0, -2^63] for [4, 6]... and
+    # [-2^63, ...] is no size); folded, it must be the same numbers, and a Python int that
+    # does not fit int64 must not stop the run
+    m = parse_model(H + """
+        agraph (float[4, 6] x) => (int64[2] y) {
+            s = Shape(x)
+            k = Constant <value = int64[1] {4611686018427387904}> ()
+            y = Mul(s, k)
+        }""")
+    res = optimized(m)
+    assert_same_outputs(m, res.model)
+
+
+def test_cast_to_int32_wraps():
+    # Cast(Shape(x) * 2^31, INT32): onnxruntime gives [0, -2147483648] for x [2, 3]
+    m = parse_model(H + """
+        agraph (float[2, 3] x) => (int32[2] y) {
+            s = Shape(x)
+            k = Constant <value = int64[1] {2147483648}> ()
+            p = Mul(s, k)
+            y = Cast <to = 6> (p)
+        }""")
+    res = optimized(m)
+    assert_same_outputs(m, res.model)
+
+
+def test_shape_of_a_scalar_plus_one_broadcasts_to_empty():
+    m = parse_model(H + """
+        agraph (float x) => (int64[0] y) {
+            s = Shape(x)
+            one = Constant <value = int64[1] {1}> ()
+            y = Add(s, one)
+        }""")
+    res = optimized(m)
+    assert_same_outputs(m, res.model)
+
+
+def test_slice_axes_must_name_an_axis_of_the_data():
+    # Slice on axis -1 of the matrix [[3, 2], [2, 3]] takes its first column [[3], [2]];
+    # read as a flat list it took the first entry
+    m = parse_model(H + """
+        agraph (float[2, 3] x) => (float[3, 2] y) {
+            s = Shape(x)
+            zero = Constant <value = int64[1] {0}> ()
+            a = Unsqueeze(s, zero)
+            r = Constant <value = int64[2] {1, 0}> ()
+            sr = Gather <axis = 0> (s, r)
+            b = Unsqueeze(sr, zero)
+            mm = Concat <axis = 0> (b, a)
+            st = Constant <value = int64[1] {0}> ()
+            en = Constant <value = int64[1] {1}> ()
+            ax = Constant <value = int64[1] {-1}> ()
+            col = Slice(mm, st, en, ax)
+            flat = Constant <value = int64[1] {-1}> ()
+            t = Reshape(col, flat)
+            y = Reshape(x, t)
+        }""")
+    res = optimized(m)
+    assert_same_outputs(m, res.model, rtol=1e-6, atol=1e-7)
+
+
+# ---- property: the oracle against onnx's reference evaluator
+
+SIZES = ({"n": 3, "k": 5}, {"n": 7, "k": 2})
+
+
+@st.composite
+def shape_programs(draw):
+    """A random chain of shape arithmetic over Shape(x) for x [n, 4, k] (n, k symbolic):
+    nodes of the ops the oracle models with random axes, indices, dtypes and constants,
+    each output a graph output. Invalid programs are discarded by the caller."""
+    nodes, inits, vals = [], [], []  # vals: (name, rank, dtype)
+    counter = iter(range(10_000))
+
+    def const(arr) -> str:
+        name = f"c{next(counter)}"
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    nodes.append(h.make_node("Shape", ["x"], ["s0"], **draw(st.sampled_from([{}, {"start": 1}, {"end": -1}]))))
+    vals.append(("s0", 1, TP.INT64))
+    big = st.sampled_from([0, 1, -1, 2, 3, 7, 2**31, 2**31 - 1, 2**62, -(2**62), 2**63 - 1, -(2**63)])
+    for i in range(draw(st.integers(1, 6))):
+        name = f"v{i}"
+        src, rank, dt = draw(st.sampled_from(vals))
+        op = draw(st.sampled_from(["Gather", "Unsqueeze", "Concat", "Slice", "Reshape", "Arith", "Cast",
+                                   "Squeeze", "Flatten"]))
+        if op == "Gather":
+            axis = draw(st.integers(-rank, rank - 1)) if rank else 0
+            idx = draw(st.lists(st.integers(-3, 3), min_size=0, max_size=3))
+            idx_arr = np.array(idx if draw(st.booleans()) or not idx else idx[0], np.int64)
+            nodes.append(h.make_node("Gather", [src, const(idx_arr)], [name], axis=axis))
+            out_rank = rank - 1 + idx_arr.ndim
+        elif op == "Unsqueeze":
+            axes = draw(st.lists(st.integers(-rank - 1, rank), min_size=1, max_size=2, unique=True))
+            nodes.append(h.make_node("Unsqueeze", [src, const(np.array(axes, np.int64))], [name]))
+            out_rank = rank + len(axes)
+        elif op == "Squeeze":
+            nodes.append(h.make_node("Squeeze", [src], [name]))
+            out_rank = None
+        elif op == "Flatten":
+            nodes.append(h.make_node("Flatten", [src], [name], axis=draw(st.integers(-rank, rank)) if rank else 0))
+            out_rank = 2
+        elif op == "Concat":
+            other, orank, odt = draw(st.sampled_from(vals))
+            axis = draw(st.integers(-rank, rank - 1)) if rank else 0
+            nodes.append(h.make_node("Concat", [src, other], [name], axis=axis))
+            out_rank = rank
+        elif op == "Slice":
+            starts = [draw(st.integers(-4, 4))]
+            ends = [draw(st.sampled_from([-100, -1, 0, 1, 2, 3, 100]))]
+            ins = [src, const(np.array(starts, np.int64)), const(np.array(ends, np.int64))]
+            if draw(st.booleans()):
+                ins.append(const(np.array([draw(st.integers(-max(rank, 1), max(rank, 1) - 1))], np.int64)))
+                if draw(st.booleans()):
+                    ins.append(const(np.array([draw(st.sampled_from([1, 2, -1, -2]))], np.int64)))
+            nodes.append(h.make_node("Slice", ins, [name]))
+            out_rank = rank
+        elif op == "Reshape":
+            target = draw(st.sampled_from([[-1], [1, -1], [-1, 1], [0, -1], [2, -1]]))
+            nodes.append(h.make_node("Reshape", [src, const(np.array(target, np.int64))], [name]))
+            out_rank = len(target)
+        elif op == "Arith":
+            kind = draw(st.sampled_from(["Add", "Sub", "Mul", "Div"]))
+            np_dt = np.int64 if dt == TP.INT64 else np.int32
+            info = np.iinfo(np_dt)
+            k = [int(np.clip(draw(big), info.min, info.max)) for _ in range(draw(st.integers(0, 2)))]
+            other = const(np.array(k or [draw(big) % 5 + 1], np_dt).reshape(draw(st.sampled_from(
+                [(-1,), (1, -1)])) if len(k) != 0 else (-1,)))
+            ins = [src, other] if draw(st.booleans()) else [other, src]
+            nodes.append(h.make_node(kind, ins, [name]))
+            out_rank = None
+        else:
+            to = draw(st.sampled_from([TP.INT64, TP.INT32]))
+            nodes.append(h.make_node("Cast", [src], [name], to=to))
+            out_rank, dt = rank, to
+        if out_rank is None:
+            out_rank = rank
+        vals.append((name, out_rank, dt))
+    return nodes, inits, [v for v, _, _ in vals]
+
+
+def _reference(model: onnx.ModelProto, sizes: dict[str, int]) -> dict[str, np.ndarray] | None:
+    x = np.zeros((sizes["n"], 4, sizes["k"]), np.float32)
+    try:
+        outs = onnx.reference.ReferenceEvaluator(model).run(None, {"x": x})
+    except Exception:  # noqa: BLE001 - an invalid program at these sizes
+        return None
+    return {o.name: np.asarray(v) for o, v in zip(model.graph.output, outs, strict=True)}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(shape_programs())
+def test_known_values_match_the_reference_evaluator(program):
+    nodes, inits, names = program
+    outputs = [h.make_tensor_value_info(n, TP.UNDEFINED, None) for n in names]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, ["n", 4, "k"])], outputs, inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
+    refs = [_reference(model, s) for s in SIZES]
+    assume(all(r is not None for r in refs))
+    st_ = saturate(model, Options(default_rules=False))
+    sym = SymValues(View.of(st_.data, "t_"))
+    eclass = {name: c for c, ns in st_.value_names.items() for name in ns}
+    dims = {int(k): v for k, v in st_.data["eqsat"]["dims"].items()}
+    for name in names:
+        known = sym.tensor(eclass[name]) if name in eclass else None
+        if known is None:
+            continue
+        for sizes, ref in zip(SIZES, refs, strict=True):
+            want = ref[name]
+            assert known.shape == want.shape, f"{name}: shape {known.shape}, reference {want.shape}"
+            assert known.np_dtype == want.dtype, f"{name}: dtype {known.np_dtype}, reference {want.dtype}"
+            got = known.values.reshape(-1)
+            for i, (e, w) in enumerate(zip(got, want.reshape(-1), strict=True)):
+                if e is None:
+                    continue
+                if isinstance(e, Sym):
+                    e = sizes[dims[e.id]]
+                assert e == int(w), f"{name}[{i}]: {e}, reference {int(w)} at sizes {sizes}"
