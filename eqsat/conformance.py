@@ -28,7 +28,8 @@ import onnx
 from onnx import ModelProto, numpy_helper
 
 from .errors import INTERRUPTS
-from .verify import compare, onnx_checker_ok, random_inputs, random_ops, run
+from .randomness import random_ops
+from .verify import compare, onnx_checker_ok, random_inputs, run
 
 DATA_SUITES = ("light", "pytorch-converted", "pytorch-operator", "simple")
 

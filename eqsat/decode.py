@@ -32,6 +32,7 @@ from .lang.dtypes import CTOR_TO_CODE, np_dtype
 from .lang.literals import parse_bool, parse_float, parse_int, parse_string
 from .lang.ops import BY_CTOR, Attr, OpSpec
 from .modelio import model_shell
+from .randomness import INSTANCE_ATTR
 from .store import ProtoStore, TensorStore, tensor_key
 
 LITERALS = ("Const", "Ints", "ScalarF", "ScalarI")
@@ -387,7 +388,8 @@ class Decoder:
         a = self.node(attrs_c)
         while a.op == "ACons":
             name_c, val_c, rest = a.children
-            attrs.append(self._attr_from_val(self.lit(name_c), val_c))
+            if self.lit(name_c) != INSTANCE_ATTR:  # the encoder's tag of a random node
+                attrs.append(self._attr_from_val(self.lit(name_c), val_c))
             a = self.node(rest)
         attrs = self._rename_captures(attrs, captures)
         outs = self._tuple_names(eclass, self.lit(nout_c), op_type, domain)

@@ -27,6 +27,7 @@ from .initializers import fixed_initializers
 from .lang import terms as T
 from .lang.dtypes import FLOAT_CODES, INT_CODES
 from .lang.ops import Attr, OpSpec, spec_for
+from .randomness import INSTANCE_ATTR, RandomNodes
 from .scopes import graph_outer_refs, implicit_inputs, subgraphs
 from .shapes import DimTable, ValueType
 from .store import ProtoStore, TensorStore
@@ -162,7 +163,9 @@ class Encoder:
         self.cmds: list = []
         self.var: dict[str, str] = {}
         self.opaque: Counter = Counter()
+        self.random = RandomNodes(model)
         self._n = 0
+        self._instances = 0
 
     # ---- names (local to the batch that loads the model: Saturator.run_batch)
     def _bind(self, expr) -> str:
@@ -260,6 +263,9 @@ class Encoder:
     # ---- nodes
     def _node(self, node: NodeProto, used: set[str]) -> None:
         domain = "" if node.domain == "ai.onnx" else node.domain
+        if self.random.why(node):  # its own e-class, whatever it has in common with another
+            self._opaque(node, instance=True)
+            return
         if domain == "" and node.op_type == "Constant":
             try:
                 tensor = constant_node_tensor(node)
@@ -405,8 +411,14 @@ class Encoder:
             if o:
                 self._define(o, T.call("Out", T.var(var), T.i64(k)))
 
-    def _opaque(self, node: NodeProto) -> None:
+    def _opaque(self, node: NodeProto, instance: bool = False) -> None:
+        """`node` as an Opaque term; `instance` tags it with its own number (a random node:
+        eqsat.randomness), so that no other node is ever the same term."""
         attrs = T.call("ANil")
+        if instance:
+            self._instances += 1
+            tag = T.call("AStr", T.string(f"{self.prefix}{self._instances}"))  # prefixes differ per batch
+            attrs = T.call("ACons", T.string(INSTANCE_ATTR), tag, attrs)
         for a in sorted(node.attribute, key=lambda a: a.name, reverse=True):
             attrs = T.call("ACons", T.string(a.name), self._attr_val(a), attrs)
         term = T.call(

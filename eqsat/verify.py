@@ -17,9 +17,8 @@ import onnx
 from onnx import ModelProto
 
 from .errors import EqsatError
-from .initializers import fixed_initializers
 from .lang.dtypes import np_dtype
-from .scopes import subgraphs
+from .randomness import random_ops
 from .shapes import type_of
 
 
@@ -220,35 +219,6 @@ class Verification:
 
     def as_dict(self) -> dict:
         return {"status": self.status, "detail": self.detail, "runs": self.runs}
-
-
-# Ops whose outputs are random: two runs of the same model differ, so nothing to compare.
-RANDOM_OPS = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
-                        "Bernoulli", "Multinomial"})
-
-
-def random_ops(model: ModelProto) -> set[str]:
-    """The random ops of the model, subgraphs and functions included; Dropout counts where
-    its training_mode input is given and not a constant false, and it has no seed."""
-    found: set[str] = set()
-    false = {name for name, t in fixed_initializers(model).items() if t.data_type == onnx.TensorProto.BOOL
-             and not onnx.numpy_helper.to_array(t).any()}  # a caller may set an overridable one
-
-    def walk(g: onnx.GraphProto) -> None:
-        for n in g.node:
-            if n.op_type in RANDOM_OPS:
-                found.add(n.op_type)
-            elif (n.op_type == "Dropout" and len(n.input) > 2 and n.input[2] and n.input[2] not in false
-                  and not any(a.name == "seed" for a in n.attribute)):  # a seeded one repeats itself
-                found.add("Dropout (training mode)")
-            for a in n.attribute:
-                for sub in subgraphs(a):
-                    walk(sub)
-
-    walk(model.graph)
-    for f in model.functions:
-        found.update(n.op_type for n in f.node if n.op_type in RANDOM_OPS)
-    return found
 
 
 def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: float | None = None,

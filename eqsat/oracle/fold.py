@@ -35,8 +35,8 @@ from ..encode import constant_term, uniform_facts
 from ..lang import terms as T
 from ..lang.dtypes import CTOR_TO_CODE, np_dtype
 from ..lang.ops import BY_CTOR
+from ..randomness import INSTANCE_ATTR, RANDOM_OPS
 from ..store import ProtoStore, TensorStore
-from ..verify import RANDOM_OPS
 from .layout import NEW_OPS
 from .symbolic import SymValues
 from .view import View
@@ -99,6 +99,9 @@ class Folder:
             attrs = v.nodes_of(n.children[3])
             has_graph = False
             while attrs and attrs[0].op == "ACons":
+                if v.lit(attrs[0].children[0]) == INSTANCE_ATTR:  # eqsat.randomness
+                    self._refuse(f"{op_type}: random op", n.eclass)
+                    return False
                 has_graph |= v.nodes_of(attrs[0].children[1])[0].op in ("AGraph", "ARaw")
                 attrs = v.nodes_of(attrs[0].children[2])
             return domain in ("", "ai.onnx") and not has_graph and not v.oplist(n.children[4])
