@@ -259,24 +259,37 @@ def _strings(node: ast.AST, scope: Scope) -> set[str]:
     return set().union(*(_strings(e, scope) for e in _each(node, scope)))
 
 
-def _wrappers(tree: ast.Module) -> dict[str, dict[str, int]]:
-    """A module's functions taking `fired` or `not_fired` (other than check_rewrite itself):
+def _wrappers(tree: ast.Module, known: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """A module's wrappers of check_rewrite: functions that pass their own `fired` /
+    `not_fired` parameter on, as that bare name, to check_rewrite or another wrapper;
     name -> {kind: positional index}."""
-    out = {}
-    for fn in tree.body:
-        if isinstance(fn, ast.FunctionDef) and fn.name != CHECK:
+    known = dict(known)
+    fns = [fn for fn in tree.body if isinstance(fn, ast.FunctionDef)]
+    changed = True
+    while changed:  # a wrapper of a wrapper
+        changed = False
+        for fn in fns:
             ps = _params(fn)
-            kinds = {k: ps.index(k) for k in KINDS if k in ps}
-            if kinds:
-                out[fn.name] = kinds
-    return out
+            if fn.name in known or not set(KINDS) & set(ps):
+                continue
+            calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and _call_name(n) in known]
+            for call in calls:
+                passed = [kw.value for kw in call.keywords if kw.arg in KINDS]
+                ks = known[_call_name(call)].values()
+                passed += [call.args[k] for k in ks if k < len(call.args)]
+                if any(isinstance(v, ast.Name) and v.id in KINDS and v.id in ps for v in passed):
+                    known[fn.name] = {k: ps.index(k) for k in KINDS if k in ps}
+                    changed = True
+                    break
+    return {k: v for k, v in known.items() if k != CHECK}
 
 
 def scan_source(src: str, path: str, shared: dict[str, dict[str, int]] | None = None):
     """The rule names a test module passes in fired / not_fired: ({kind: {name: [where]}},
     [unreadable argument: where and why])."""
     tree = ast.parse(src, path)
-    calls = {CHECK: CHECK_POSITIONS, **(shared or {}), **_wrappers(tree)}
+    calls = {CHECK: CHECK_POSITIONS, **(shared or {})}
+    calls.update(_wrappers(tree, calls))
     found: dict[str, dict[str, list[str]]] = {k: defaultdict(list) for k in KINDS}
     problems: list[str] = []
 
@@ -310,7 +323,8 @@ def scan_tests(root: Path = TESTS):
     conftest = root / "conftest.py"
     shared = {}
     if conftest.is_file():
-        shared = _wrappers(ast.parse(conftest.read_text(encoding="utf-8")))
+        tree = ast.parse(conftest.read_text(encoding="utf-8"))
+        shared = _wrappers(tree, {CHECK: CHECK_POSITIONS})
     found: dict[str, dict[str, list[str]]] = {k: defaultdict(list) for k in KINDS}
     problems: list[str] = []
     for p in sorted(root.rglob("*.py")):
@@ -349,13 +363,18 @@ def test_ifexp(bias):
     check_rewrite(m, [], fired=list(acts) + ["c-lit" if bias else "c-other"])
     check(m, [], ["w-pos"], not_fired=("w-kw",))
     check_rewrite(m, [], None, ["pos-neg"])
+
+@pytest.mark.parametrize("fired", ["t-param"])
+def test_named_fired(fired):
+    check_rewrite(m, [], fired=["t-lit", fired])
 '''
 
 
 def test_the_scan_reads_every_form_tests_use():
     found, problems = scan_source(SAMPLE, "sample.py")
     assert problems == []
-    assert sorted(found["fired"]) == ["c-lit", "c-other", "d-one", "d-two", "p-a", "p-b", "w-pos"]
+    assert sorted(found["fired"]) == ["c-lit", "c-other", "d-one", "d-two", "p-a", "p-b", "t-lit",
+                                     "t-param", "w-pos"]
     assert sorted(found["not_fired"]) == ["f-a", "f-b", "n-module", "pos-neg", "w-kw"]
 
 
