@@ -7,10 +7,9 @@ Each takes the argument's text and returns its value, or raises
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
-from .errors import InputError, UsageError, output_folder
+from .errors import EqsatError, UsageError
 
 
 def _number(s: str, cast, kind: str, ok, bound: str):
@@ -64,19 +63,17 @@ def dim(s: str) -> tuple[str, int]:
 
 
 def output_file(s: str) -> Path:
-    """A file to write (`--report out/r.json`): its folder must exist when the command starts,
-    so that a long run does not end in an error with its result unwritten."""
-    p = Path(s)
+    """A file to write (`--report out/r.json`), checked when the command line is read, before
+    any work (eqsat.atomic.check_output): its folder exists and takes a new file, its name
+    fits, a symbolic link leads somewhere, and it is no folder or special file, so that a long
+    run does not end in an error with its result unwritten."""
+    from .atomic import check_output
+
     try:
-        output_folder(p)
-    except InputError as e:
+        check_output(s)
+    except EqsatError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    if p.is_dir():
-        raise argparse.ArgumentTypeError(f"{s} is a folder; give a file name")
-    folder = p.parent if str(p.parent) else Path(".")
-    if not os.access(folder, os.W_OK | os.X_OK):  # found after the work, not before, otherwise
-        raise argparse.ArgumentTypeError(f"{s}: the output folder {folder} is not writable")
-    return p
+    return Path(s)
 
 
 def _label(action: argparse.Action) -> str:

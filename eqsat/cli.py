@@ -185,8 +185,9 @@ def warn_unknown_dims(names: set[str], dims: list[tuple[str, int]], what: str) -
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
+    from .atomic import Commit, check_output
     from .limits import Limits
-    from .modelio import read_model, staged
+    from .modelio import read_model, stage_model
     from .pipeline import Options, check_options, optimize
 
     src = Path(args.input)
@@ -203,6 +204,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                *[(p, a) for p, a in ((args.report, "--report"), (args.plan, "--plan"),
                                       (args.save_egraph, "--save-egraph")) if p]]
     refuse_overwrites(getattr(args, "named_inputs", []), outputs)
+    # -o, --report, --plan and --save-egraph were checked as the command line was read; the
+    # model's file is checked here whatever named it (IN.opt.onnx, --in-place), with its data file
+    check_output(out, beside={".data": "the model's data file"})
     opts = Options(
         rule_files=list(args.rules),
         default_rules=not args.no_default_rules,
@@ -231,9 +235,11 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     res = optimize(model, opts, progress=say)
     r = res.report
     plan = None
-    # Written under a temporary name first: verification runs the written file, and a
-    # failure leaves nothing behind.
-    with staged(res.model, out) as written:
+    # Every output is staged under a temporary name first: verification runs the written
+    # model, and only once all are written are they renamed into place, together; a failure
+    # anywhere leaves every previous output as it was and nothing behind.
+    with Commit() as outputs:
+        written = stage_model(res.model, out, outputs)
         size = sum(f.stat().st_size for f in written.parent.iterdir())  # with its data file, if any
         say(f"saved and checked a temporary copy ({size / 1e6:.1f} MB)" if size >= 1e5 else
             f"saved and checked a temporary copy ({size / 1e3:.1f} kB)")
@@ -260,16 +266,14 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             plan = checked_plan(res.model, dict(args.dim))  # a failed plan writes nothing
             r["plan"] = dict(summary(plan), file=str(args.plan))
             r["warnings"] += [f"plan: {w}" for w in plan_warnings(plan)]
+            outputs.text(args.plan, json.dumps(plan, indent=1) + "\n")  # as eqsat.plan.cli.write_json
+        if args.report:
+            outputs.text(args.report, json.dumps(dict(r, input=str(src), output=str(out)), indent=2))
+        outputs.commit()
     say(f"wrote {out}: {r['nodes_before']} -> {r['nodes_after']} nodes")
-    if plan is not None:  # after the model it describes is in place
-        from .plan.cli import write_json
-
-        write_json(plan, args.plan)
+    if plan is not None:
         say(f"wrote {args.plan}: arena {plan['arena_bytes']} bytes, lower bound {plan['lower_bound_bytes']}, "
             f"no reuse {plan['no_reuse_bytes']}")
-    if args.report:
-        r = dict(r, input=str(src), output=str(out))
-        write_text(args.report, json.dumps(r, indent=2))
     if args.explain:
         from .explain import format_text
 

@@ -4,8 +4,6 @@ models, and atomic writes (a temporary file in the target folder, then a rename)
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,8 +13,8 @@ from google.protobuf.message import DecodeError
 from onnx import ModelProto
 
 from . import allocator, external
-from .atomic import destination, file_mode
-from .errors import InputError, InvalidModelError, OptimizeError, output_folder
+from .atomic import Commit, destination
+from .errors import EqsatError, InputError, InvalidModelError, OptimizeError
 
 # Protobuf cannot serialize a message over 2 GiB; above this much tensor data, weights go
 # to an external data file next to the model.
@@ -147,10 +145,11 @@ def on_disk(model: ModelProto) -> bool:
 
 
 def save_model(model: ModelProto, path: str | os.PathLike, external_data: bool | None = None, check: bool = True) -> Path:
-    """Write atomically. `external_data=None` stores weights in `OUT.data` when they are
-    already on disk (see eqsat.external) or exceed what one protobuf can hold. The written
-    file is checked with the onnx checker before it replaces the target; on any failure
-    nothing is left behind."""
+    """Write atomically (`stage_model`, then a commit of the model and its data file as a
+    unit). `external_data=None` stores weights in `OUT.data` when they are already on disk
+    (see eqsat.external) or exceed what one protobuf can hold. The written file is checked
+    with the onnx checker before it replaces the target; on any failure nothing is left
+    behind and no file replaced."""
     with staged(model, path, external_data, check):
         pass
     return Path(path)
@@ -162,37 +161,49 @@ def staged(model: ModelProto, path: str | os.PathLike, external_data: bool | Non
     """`save_model` in two steps: write `model` (and its data file) under a temporary folder
     beside `path`, check it, and yield the written file, so that the caller can run it
     (onnxruntime reads a file faster than it takes a model serialized again) before it
-    counts as saved. Leaving the block normally moves it to `path` (a symbolic link's
-    target, with the replaced file's mode: eqsat.atomic); an exception leaves nothing behind
-    and `path` as it was."""
+    counts as saved. Leaving the block normally moves it to `path` (`stage_model`); an
+    exception leaves nothing behind and `path` as it was."""
+    with Commit() as c:
+        written = stage_model(model, path, c, external_data, check)
+        yield written
+        c.commit()
+
+
+def stage_model(model: ModelProto, path: str | os.PathLike, commit: Commit, external_data: bool | None = None,
+                check: bool = True) -> Path:
+    """Write `model` into a temporary folder beside `path` and check it; returns the written
+    file, which `commit` renames to `path` (a symbolic link's target) with its data file,
+    OUT.data (a name never taken from the model), when it commits, together with whatever
+    else it holds. `external_data=None` stores weights in the data file when they are
+    already on disk (see eqsat.external) or exceed what one protobuf can hold. Raises
+    OptimizeError for a model that fails the onnx checker, EqsatError when a file cannot be
+    written (a full disk), before anything is renamed."""
     out = destination(path)
-    folder = output_folder(out)
+    external.check_bound(model)
     if external_data is None:
         external_data = on_disk(model)
-    tmpdir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=folder))
+    tmpdir = commit.folder(out)
+    tmp = tmpdir / out.name
+    data_name = out.name + ".data"
     try:
-        tmp = tmpdir / out.name
-        data_name = out.name + ".data"
         if external_data:
             external.write_model(model, tmp, data_name)
             serialized = None
         else:  # binary, whatever the extension
             serialized = _serialize(model)
             tmp.write_bytes(serialized)
-        if check:
-            try:  # the bytes in hand: reading the file back costs the checker seven times as much
-                onnx.checker.check_model(str(tmp) if serialized is None else serialized)
-            except onnx.checker.ValidationError as e:
-                raise OptimizeError(f"the optimized model fails the onnx checker: {_first_line(e)}") from None
-        del serialized
-        yield tmp
-        if (tmpdir / data_name).exists():
-            os.chmod(tmpdir / data_name, file_mode(folder / data_name))
-            os.replace(tmpdir / data_name, folder / data_name)
-        os.chmod(tmp, file_mode(out))
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+    except OSError as e:  # a full disk
+        raise EqsatError(f"{out}: cannot write it: {e.strerror or e}") from None
+    if check:
+        try:  # the bytes in hand: reading the file back costs the checker seven times as much
+            onnx.checker.check_model(str(tmp) if serialized is None else serialized)
+        except onnx.checker.ValidationError as e:
+            raise OptimizeError(f"the optimized model fails the onnx checker: {_first_line(e)}") from None
+    del serialized
+    if (tmpdir / data_name).exists():
+        commit.add(tmpdir / data_name, out.with_name(data_name))
+    commit.add(tmp, out)
+    return tmp
 
 
 def _serialize(model: ModelProto) -> bytes:
