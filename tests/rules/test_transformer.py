@@ -119,6 +119,35 @@ def test_layernorm_at_opset_16_stays_for_target_onnx():
                   fired=["tf-layernorm-div"], not_fired=["layernorm-fuse", "rmsnorm-fuse-ort"])
 
 
+def test_layernorm_with_gamma_first_at_opset_16_stays_for_target_onnx():
+    # gamma * layernorm(x) before opset 17 (guard: opset >= 17, no LayerNormalization yet)
+    m = parse_model(header(16) + """
+        agraph (float[2, 5, 8] x) => (float[2, 5, 8] y) {
+            g = Constant <value = float[8] {1.0, 1.5, 0.5, 2.0, 1.0, 0.25, 3.0, 1.0}> ()
+            m = ReduceMean <axes = [-1]> (x)
+            d = Sub(x, m)
+            p = Mul(d, d)
+            v = ReduceMean <axes = [-1]> (p)
+            e = Constant <value = float {1e-6}> ()
+            a = Add(e, v)
+            s = Sqrt(a)
+            r = Reciprocal(s)
+            n = Mul(r, d)
+            y = Mul(g, n)
+        }""")
+    check_rewrite(m, ["ReduceMean", "Sub", "Mul", "ReduceMean", "Add", "Sqrt", "Reciprocal", "Mul", "Mul"],
+                  target="onnx", fired=["tf-layernorm-mul-left"], not_fired=["layernorm-fuse-left"])
+
+
+def test_layernorm_beta_that_is_not_per_channel_stays_an_add():
+    # beta of shape [5, 8] varies over the rows too (guard: beta 1-D of x's last dimension):
+    # the LayerNormalization takes gamma, the Add stays
+    beta = "float[5, 8] {" + ", ".join(f"{0.05 * (i % 7):.2f}" for i in range(40)) + "}"
+    m = parse_model(header(18) + LAYERNORM.replace(
+        "float[8] {0.1, 0.2, 0.3, 0.4, -0.1, -0.2, -0.3, -0.4}", beta))
+    check_rewrite(m, ["LayerNormalization", "Add"], fired=["layernorm-fuse"], not_fired=["layernorm-add-beta"])
+
+
 def test_layernorm_at_opset_16_for_ort_normalizes_the_centered_input():
     # no LayerNormalization before opset 17, but (x - mean) / sqrt(mean((x - mean)^2) + eps) is
     # the RMS normalization of x - mean: onnxruntime's SimplifiedLayerNormalization does it
@@ -242,6 +271,11 @@ def test_rmsnorm_cast_to_another_type_than_the_input_stays():
 def test_rmsnorm_to_rmsnormalization_at_opset_23():
     m = parse_model(header(23) + RMSNORM)
     check_rewrite(m, ["RMSNormalization"], target="onnx", fired=["rmsnorm-fuse-left"], not_fired=["rmsnorm-fuse-ort-left"])
+
+
+def test_rmsnorm_with_the_weight_last_to_rmsnormalization_at_opset_23():
+    m = parse_model(header(23) + RMSNORM.replace("y = Mul(w, n)", "y = Mul(n, w)"))
+    check_rewrite(m, ["RMSNormalization"], target="onnx", fired=["rmsnorm-fuse"], not_fired=["rmsnorm-fuse-ort"])
 
 
 def test_rmsnorm_for_target_onnx_before_opset_23_stays():
@@ -406,6 +440,13 @@ def test_gelu_tanh_with_another_cubic_coefficient_stays():
     check_rewrite(m, GELU_TANH_OPS, not_fired=["tf-gelu-tanh", "gelu-tanh-fuse-ort"])
 
 
+def test_gelu_tanh_for_target_onnx_before_opset_20_stays():
+    # recognized, but Gelu (approximate "tanh") needs opset 20 and FastGelu the ort target
+    m = parse_model(header(18) + GELU_TANH)
+    check_rewrite(m, GELU_TANH_OPS, target="onnx", fired=["tf-gelu-tanh"],
+                  not_fired=["gelu-tanh-fuse", "gelu-tanh-fuse-ort"])
+
+
 GELU_CONSTS = """
         r2 = Constant <value = float {1.4142135381698608}> ()
         one = Constant <value = float {1.0}> ()
@@ -513,6 +554,25 @@ def test_bias_gelu_for_target_onnx_stays():
     check_rewrite(m, ["Add", "Gelu"], target="onnx", fired=["gelu-erf-fuse"], not_fired=["bias-gelu-fuse-onnx-gelu"])
 
 
+@pytest.mark.parametrize("gelu, opset, rule", [
+    ("Gelu", 20, "bias-gelu-fuse-onnx-gelu"),
+    ('Gelu <approximate = "tanh">', 20, "fast-gelu-bias-fuse-onnx-gelu"),
+    ("com.microsoft.Gelu", 18, "bias-gelu-fuse"),
+    ("com.microsoft.FastGelu", 18, "fast-gelu-bias-fuse"),
+])
+def test_gelu_of_a_sum_with_a_bias_that_is_not_per_channel_stays(gelu, opset, rule):
+    # b of shape [3, 16] varies over the rows too (guard: the bias 1-D of x's last dimension):
+    # the fused ops' bias input cannot take it, the Add stays
+    bias = "b = Constant <value = float[3, 16] {" + ", ".join(f"{0.01 * i:.2f}" for i in range(48)) + "}> ()"
+    m = parse_model(f'<ir_version: 8, opset_import: ["" : {opset}, "com.microsoft" : 1]>' + f"""
+        agraph (float[2, 3, 16] z) => (float[2, 3, 16] y) {{
+            {bias}
+            x = Add(z, b)
+            y = {gelu}(x)
+        }}""")
+    check_rewrite(m, ["Add", gelu.split()[0]], not_fired=[rule])
+
+
 # ---------------------------------------------------------------------------------------
 # SiLU -> QuickGelu
 # ---------------------------------------------------------------------------------------
@@ -561,6 +621,41 @@ def test_silu_in_double_stays():
             y = Mul(x, s)
         }""")
     check_rewrite(m, ["Sigmoid", "Mul"], not_fired=["quick-gelu-fuse"])
+
+
+def test_silu_in_double_stays_in_every_order():
+    # x * Sigmoid(x), Sigmoid(x) * x, and both with Sigmoid(1.702 x): guard dtype
+    # float32 / float16 (QuickGelu has no double kernel)
+    m = parse_model(header(18) + """
+        agraph (double[2, 3, 16] x) => (double[2, 3, 16] y1, double[2, 3, 16] y2, double[2, 3, 16] y3,
+                                         double[2, 3, 16] y4) {
+            s = Sigmoid(x)
+            y1 = Mul(x, s)
+            y2 = Mul(s, x)
+            al = Constant <value = double {1.702}> ()
+            xa = Mul(x, al)
+            sa = Sigmoid(xa)
+            y3 = Mul(x, sa)
+            y4 = Mul(sa, x)
+        }""")
+    check_rewrite(m, ["Sigmoid", "Mul", "Mul", "Mul", "Sigmoid", "Mul", "Mul"],
+                  not_fired=["quick-gelu-fuse", "quick-gelu-fuse-left", "quick-gelu-alpha-fuse",
+                             "quick-gelu-alpha-fuse-left"])
+
+
+def test_silu_whose_alpha_broadcasts_the_input_stays():
+    # alpha of shape [1, 1, 1, 1] makes x * Sigmoid(alpha x) 4-D (guard: the result has x's
+    # shape); QuickGelu(x) would be 3-D
+    m = parse_model(header(18) + """
+        agraph (float[2, 3, 16] x) => (float[1, 2, 3, 16] y, float[1, 2, 3, 16] z) {
+            al = Constant <value = float[1, 1, 1, 1] {1.702}> ()
+            xa = Mul(x, al)
+            sa = Sigmoid(xa)
+            y = Mul(x, sa)
+            z = Mul(sa, x)
+        }""")
+    check_rewrite(m, ["Mul", "Sigmoid", "Mul", "Mul"], fired=["tf-mul-const"],
+                  not_fired=["quick-gelu-alpha-fuse", "quick-gelu-alpha-fuse-left"])
 
 
 # The Skip(Simplified)LayerNormalization fusions fire only where the hardware profile says that
@@ -650,6 +745,36 @@ def test_skip_layernorm_with_bias_on_the_skip_side():
             y = LayerNormalization <axis = -1, epsilon = 1e-5> (s, g, bt)
         }}""")
     check_skip(m, [MS + "SkipLayerNormalization"], fired=["skip-layernorm-bias-skip"])
+
+
+# a bias of shape [5, 8]: it varies over the rows too, so it is no 1-D bias input
+BIAS58 = "bias = Constant <value = float[5, 8] {" + ", ".join(f"{0.05 * (i % 7):.2f}" for i in range(40)) + "}> ()"
+
+
+@pytest.mark.parametrize("residual, norm, op, rule", [
+    ("s = Add(yb, r)", "LayerNormalization <axis = -1, epsilon = 1e-5> (s, g, bt)", "SkipLayerNormalization",
+     "skip-layernorm-bias"),
+    ("s = Add(r, yb)", "LayerNormalization <axis = -1, epsilon = 1e-5> (s, g, bt)", "SkipLayerNormalization",
+     "skip-layernorm-bias-skip"),
+    ("s = Add(yb, r)", "SimplifiedLayerNormalization <axis = -1, epsilon = 1e-6> (s, g)",
+     "SkipSimplifiedLayerNormalization", "skip-rmsnorm-bias"),
+    ("s = Add(r, yb)", "SimplifiedLayerNormalization <axis = -1, epsilon = 1e-6> (s, g)",
+     "SkipSimplifiedLayerNormalization", "skip-rmsnorm-bias-skip"),
+])
+def test_skip_normalization_keeps_a_bias_that_is_not_per_channel(residual, norm, op, rule):
+    # (y0 + bias) + r with bias [5, 8] (guard: the bias 1-D of the last dimension): the skip
+    # fusion takes y0 + bias as its input, the bias Add stays
+    register()  # onnxruntime's SimplifiedLayerNormalization schema, for the onnx checker
+    m = parse_model(header(18) + f"""
+        agraph (float[2, 5, 8] y0, float[2, 5, 8] r) => (float[2, 5, 8] y) {{
+            {GAMMA}
+            {BETA}
+            {BIAS58}
+            yb = Add(y0, bias)
+            {residual}
+            y = {norm}
+        }}""")
+    check_skip(m, ["Add", MS + op], not_fired=[rule])
 
 
 def test_skip_layernorm_from_primitives():
