@@ -51,7 +51,11 @@ def register(subparsers) -> dict:
 
 
 def load_egraph(path: str | Path):
+    """The e-graph file at `path`, checked (extract.schema): UsageError (exit 2) for a file
+    that is missing, unreadable, not JSON, or has a field eqsat reads that does not hold
+    what it must (`FILE: nodes["12"].cost: expected a number >= 0, got "x"`)."""
     from extract import EGraph
+    from extract.schema import EGraphFormatError
 
     path = Path(path)
     try:
@@ -63,17 +67,21 @@ def load_egraph(path: str | Path):
                          "writes one") from None
     except (OSError, json.JSONDecodeError) as e:
         raise UsageError(f"{path}: not an e-graph file ({e})") from None
-    except (KeyError, TypeError, AttributeError) as e:
-        what = f"no {e} where egraph-serialize JSON has one" if isinstance(e, KeyError) else "not egraph-serialize JSON"
-        raise UsageError(f"{path}: not an e-graph file ({what}); `eqsat optimize --save-egraph` writes one") from None
-    except ValueError as e:
+    except EGraphFormatError as e:
+        if not e.field or (e.field == "nodes" and e.missing):  # not egraph-serialize JSON at all
+            what = "no \"nodes\" object" if e.field else "not egraph-serialize JSON"
+            raise UsageError(f"{path}: not an e-graph file ({what}); `eqsat optimize --save-egraph` "
+                             "writes one") from None
+        raise UsageError(f"{path}: {e}") from None
+    except ValueError as e:  # a newer format
         raise UsageError(f"{path}: {e}") from None
     if not g.meta:  # without its constructor list every table row (shape, dtype, ...) looks like a term
         raise UsageError(f"{path}: an e-graph without eqsat's metadata (the top-level \"eqsat\" object: constructors, "
                          "roots, value classes); `eqsat optimize --save-egraph` writes one, and other egraph-serialize "
                          "files go to the extract package's Python API (docs/extraction.md)")
     if not g.roots:
-        raise UsageError(f"{path}: the e-graph names no roots; `eqsat optimize --save-egraph` writes them")
+        raise UsageError(f"{path}: the e-graph names no roots (the model it was saved from has no outputs); "
+                         "`eqsat optimize --save-egraph` writes them")
     return g
 
 
@@ -92,7 +100,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     g = load_egraph(args.egraph)
     settings = g.meta.get("settings", {})
     # --check prices at the sizes the choice's costs were computed at, unless told others
-    made_at = picked[1].get("dims") if picked and isinstance(picked[1].get("dims"), dict) else {}
+    made_at = picked[1].get("dims", {}) if picked else {}  # checked: NAME -> size (choice_file.read)
     opts = Options(hardware=args.hardware or settings.get("hardware", "cpu"),
                    dims={**settings.get("dims", {}), **made_at, **dict(args.dim)})
     if not names:  # --check prices the choice under the model that made it, where this eqsat has it

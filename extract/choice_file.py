@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from . import schema
 from .base import Extraction
 from .egraph import EGraph
+from .schema import EGraphFormatError
 
 FORMAT = 1
 
@@ -33,7 +35,11 @@ def as_json(ex: Extraction, egraph: EGraph, cost_model: str, dims: dict[str, int
 
 
 def read(path: str | Path) -> tuple[dict[str, str], dict]:
-    """(choice, the file's other fields). ChoiceFileError names the file and the fault."""
+    """(choice, the file's other fields). ChoiceFileError names the file and the fault: a
+    field eqsat reads that does not hold what it must is `PATH: FIELD: expected WHAT, got
+    VALUE` (`choice`: e-class -> node id, strings; `egraph_digest`, `extractor`,
+    `cost_model`: strings; `settings`: an object; `dims`: NAME -> integer > 0; `format`:
+    an integer from 1 to FORMAT)."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -51,17 +57,25 @@ def read(path: str | Path) -> tuple[dict[str, str], dict]:
             isinstance(k, str) and isinstance(v, str) for k, v in choice.items()):
         raise ChoiceFileError(f'{path}: not a choice file: expected {{"choice": {{e-class: node id, ...}}}} '
                               "with strings for both (eqsat extract -o writes one)")
-    for key in ("egraph_digest", "extractor", "cost_model"):
-        if key in meta and not isinstance(meta[key], str):
-            raise ChoiceFileError(f"{path}: {key} is {meta[key]!r}; a choice file's {key} is a string")
-    if not isinstance(meta.get("settings", {}), dict):
-        raise ChoiceFileError(f"{path}: settings is {meta['settings']!r}; a choice file's settings are an object")
-    fmt = meta.get("format", FORMAT)
-    if isinstance(fmt, bool) or not isinstance(fmt, int):
-        raise ChoiceFileError(f"{path}: choice file format {fmt!r} is not a version number")
-    if fmt > FORMAT:
-        raise ChoiceFileError(f"{path}: choice file format {fmt} is newer than this reader's ({FORMAT})")
+    try:
+        _check_fields(meta)
+    except EGraphFormatError as e:
+        raise ChoiceFileError(f"{path}: {e}") from None
+    if meta.get("format", FORMAT) > FORMAT:
+        raise ChoiceFileError(f"{path}: choice file format {meta['format']} is newer than this reader's ({FORMAT})")
     return choice, meta
+
+
+def _check_fields(meta: dict) -> None:
+    for key in ("egraph_digest", "extractor", "cost_model"):
+        if key in meta:
+            schema.need_str(meta[key], key)
+    schema.need_object(meta.get("settings", {}), "settings")
+    if "dims" in meta:
+        schema.positive_sizes(meta["dims"], "dims")
+    fmt = meta.get("format", FORMAT)
+    if not (schema.is_int(fmt) and fmt >= 1):
+        raise EGraphFormatError("format", "an integer >= 1 (the choice file format's version)", fmt)
 
 
 def same_egraph(meta: dict, egraph: EGraph) -> str | None:

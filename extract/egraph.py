@@ -14,7 +14,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FORMAT = 1  # the newest `eqsat.format` this reader knows (eqsat/serialize.py writes it)
+from .schema import FORMAT, validate
+
+__all__ = ["FORMAT", "EGraph", "Node"]
 
 
 @dataclass(frozen=True)
@@ -36,15 +38,17 @@ class EGraph:
 
     @classmethod
     def from_json(cls, data: dict | str | Path) -> EGraph:
+        """The e-graph of egraph-serialize JSON: a dict, JSON text, or the path of a file
+        holding it. Checked first (extract.schema.validate): EGraphFormatError names a bad
+        field, NewerFormatError a file a newer eqsat wrote (both ValueErrors); reading a file
+        raises what reading and json.loads raise."""
         if isinstance(data, (str, Path)) and not str(data).lstrip().startswith("{"):
             data = json.loads(Path(data).read_text())
         elif isinstance(data, str):
             data = json.loads(data)
+        validate(data)
         raw = data["nodes"]
         meta = data.get("eqsat", {})
-        if int(meta.get("format", FORMAT)) > FORMAT:
-            raise ValueError(f"e-graph format {meta['format']} is newer than this reader's ({FORMAT}): "
-                             "read it with the eqsat that wrote it")
         ctors = set(meta.get("constructors", ())) - set(meta.get("forbidden", ()))
         skip = set(meta.get("functions", ())) | set(meta.get("forbidden", ()))
         nodes: dict[str, Node] = {}

@@ -131,7 +131,10 @@ def test_every_extractor_under_every_cost_model_one_line_each(capsys, saved):
     ('{"choice": 3}', 'not a choice file: expected {"choice": {e-class: node id, ...}}'),
     ('{"choice": {"a": 1}}', "not a choice file"),
     ('{"format": 99, "choice": {"a": "b"}}', "choice file format 99 is newer than this reader's (1)"),
-    ('{"format": "x", "choice": {"a": "b"}}', "choice file format 'x' is not a version number"),
+    ('{"format": "x", "choice": {"a": "b"}}', 'format: expected an integer >= 1 (the choice file format\'s version), '
+                                              'got "x"'),
+    ('{"extractor": 3, "choice": {"a": "b"}}', "extractor: expected a string, got 3"),
+    ('{"settings": "x", "choice": {"a": "b"}}', 'settings: expected an object, got "x"'),
 ])
 def test_a_file_that_is_not_a_choice_file_is_one_line(capsys, tmp_path, saved, content, says):
     _, egraph = saved
@@ -236,7 +239,7 @@ def test_check_refuses_extractor_options_and_says_when_a_model_cannot_price(caps
     data["cost_model"] = ["a"]
     other.write_text(json.dumps(data))
     rc, _, err = run_cli(capsys, "extract", egraph, "--check", other)
-    assert rc == 2 and err.strip() == f"eqsat: error: {other}: cost_model is ['a']; a choice file's cost_model is a string"
+    assert rc == 2 and err.strip() == f'eqsat: error: {other}: cost_model: expected a string, got ["a"]'
 
 
 def test_check_defaults_to_the_choice_files_cost_model_and_warns_on_other_settings(capsys, tmp_path, saved):
