@@ -34,7 +34,7 @@ from extract.costs import CostModel, HardwareProfileError, make_cost_model
 from .atomic import write_text
 from .decode import Decoder
 from .encode import Encoder
-from .errors import OptimizeError, UsageError, extraction_errors
+from .errors import InvalidModelError, OptimizeError, UsageError, extraction_errors
 from .oracle import Oracle
 from .saturate import Limits, Saturator
 from .serialize import serialize
@@ -204,6 +204,15 @@ def cost_model(opts: Options) -> CostModel:
         raise UsageError(str(e).strip("'\"")) from None
 
 
+def check_model(model: ModelProto) -> None:
+    """Raise InvalidModelError (exit 2) for a model that computes nothing observable: a
+    graph with no outputs (optimizing it would leave an empty graph, and there is nothing
+    to verify). A graph whose outputs are its inputs or constants is optimized as usual."""
+    if not model.graph.output:
+        raise InvalidModelError("the model's graph has no outputs: it computes nothing observable, so there is "
+                                "nothing to optimize; list the values it should compute as graph outputs")
+
+
 def check_options(opts: Options) -> None:
     """Raise UsageError for an unknown extractor, cost model or hardware profile: what
     needs no model, checked before one is read or saturated."""
@@ -223,6 +232,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     def phase(name: str, t0: float) -> None:
         times[name] = round(time.perf_counter() - t0, 4)
 
+    check_model(model)
     check_options(opts)
     hardware = hardware_profile(opts.hardware)
     if hardware != opts.hardware:
@@ -336,6 +346,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
 def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None) -> Result:
     from .subgraphs import optimize_subgraphs  # each subgraph is optimized as a model of its own
 
+    check_model(model)
     picked = read_choice(opts.choice) if opts.choice else None  # a bad file fails before any work
     t0 = time.perf_counter()
     model, subgraphs = optimize_subgraphs(model, opts, progress)

@@ -66,6 +66,8 @@ class ILP(Extractor):
         t0 = time.perf_counter()
         costs = cost.costs(egraph)
         notes: list[str] = []
+        if not egraph.roots:  # nothing to compute: the empty choice (and no program for HiGHS)
+            return self._done(egraph, {}, costs, t0, notes)
 
         memo: list[Extraction] = []
 
