@@ -249,7 +249,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
             from .verify import verify
 
             v = verify(model, res.model, args.verify_runs, args.rtol, args.atol, dict(args.dim),
-                       files=(src if runnable else None, written))
+                       files=(src if runnable else None, written), random_pairs=res.random_pairs,
+                       isolated=True)
             r["verification"] = v.as_dict()
             if v.status == "failed":
                 raise OptimizeError(f"verification failed, nothing written: {v.detail}")
@@ -259,6 +260,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                 print(f"eqsat: warning: verification not possible: {v.detail}", file=sys.stderr)
             else:
                 say(f"verification {v.status}: {v.detail}")
+            if v.not_verified:  # shown even with -q: part of the model was fed, not run
+                print(f"eqsat: warning: not verified: {v.not_verified}", file=sys.stderr)
         if args.plan:
             from .plan.cli import checked_plan, summary
             from .plan.planner import plan_warnings

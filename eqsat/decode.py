@@ -131,6 +131,7 @@ class Decoder:
         self.value: dict[str, str] = {}  # Op e-class -> value name
         self.tuple_outputs: dict[str, list[str]] = {}  # tuple e-class -> output names
         self.claimed: dict[str, str] = {}  # e-class -> graph output name it must produce
+        self.instances: dict[str, str] = {}  # a random node's tag -> its first output's name here
         self.domains_used: set[str] = set()
         self._fresh = 0
 
@@ -386,13 +387,18 @@ class Decoder:
         captures = [self.value[c] for c in self.oplist(caps_c)]
         attrs = []
         a = self.node(attrs_c)
+        tag = None
         while a.op == "ACons":
             name_c, val_c, rest = a.children
-            if self.lit(name_c) != INSTANCE_ATTR:  # the encoder's tag of a random node
+            if self.lit(name_c) == INSTANCE_ATTR:  # the encoder's tag of a random node
+                tag = self.lit(self.node(val_c).children[0])
+            else:
                 attrs.append(self._attr_from_val(self.lit(name_c), val_c))
             a = self.node(rest)
         attrs = self._rename_captures(attrs, captures)
         outs = self._tuple_names(eclass, self.lit(nout_c), op_type, domain)
+        if tag is not None:
+            self.instances[tag] = outs[0] if outs else ""
         node = helper.make_node(op_type, inputs, outs, domain=domain or None)
         node.attribute.extend(attrs)
         self.domains_used.add(domain)

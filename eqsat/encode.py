@@ -141,6 +141,7 @@ class Encoded:
     outputs: list[str]
     opaque: Counter = field(default_factory=Counter)  # "op_type: reason" -> count
     n_nodes: int = 0
+    instances: dict[str, str] = field(default_factory=dict)  # random nodes: tag -> first output name
 
 
 class Encoder:
@@ -164,6 +165,7 @@ class Encoder:
         self.var: dict[str, str] = {}
         self.opaque: Counter = Counter()
         self.random = RandomNodes(model)
+        self.instances: dict[str, str] = {}  # a random node's tag -> its first output's name
         self._n = 0
         self._instances = 0
 
@@ -222,7 +224,7 @@ class Encoder:
         for o in g.output:
             if o.name not in self.var:
                 raise InvalidModelError(f"graph output '{o.name}' is not produced by any node or input")
-        return Encoded(self.cmds, ids, [o.name for o in g.output], self.opaque, len(g.node))
+        return Encoded(self.cmds, ids, [o.name for o in g.output], self.opaque, len(g.node), self.instances)
 
     def encode_subgraph(self, g: GraphProto, env: dict[str, object]) -> list:
         """Terms for the outputs of subgraph `g`, whose outer references are the
@@ -417,8 +419,9 @@ class Encoder:
         attrs = T.call("ANil")
         if instance:
             self._instances += 1
-            tag = T.call("AStr", T.string(f"{self.prefix}{self._instances}"))  # prefixes differ per batch
-            attrs = T.call("ACons", T.string(INSTANCE_ATTR), tag, attrs)
+            tag = f"{self.prefix}{self._instances}"  # prefixes differ per batch
+            self.instances[tag] = node.output[0] if node.output else ""
+            attrs = T.call("ACons", T.string(INSTANCE_ATTR), T.call("AStr", T.string(tag)), attrs)
         for a in sorted(node.attribute, key=lambda a: a.name, reverse=True):
             attrs = T.call("ACons", T.string(a.name), self._attr_val(a), attrs)
         term = T.call(

@@ -7,8 +7,11 @@ and by benchmarks. onnxruntime is optional at import time: install `eqsat[cpu]` 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,9 +20,7 @@ import onnx
 from onnx import ModelProto
 
 from .errors import EqsatError
-from .lang.dtypes import np_dtype
-from .randomness import random_ops
-from .shapes import type_of
+from .feeds import Feeds
 
 
 def ort():
@@ -62,47 +63,10 @@ def run(model: ModelProto | str, feeds: dict[str, np.ndarray], optimize: bool = 
 
 
 def random_inputs(model: ModelProto, dims: dict[str, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random feeds for the graph inputs that are not initializers. Symbolic or unknown
+    """Random feeds for the graph inputs (overridable ones get their defaults): floats
+    standard normal, integers 0 or 1 (eqsat.feeds, without `wide`). Symbolic or unknown
     dimensions take their value from `dims` (by name), else 2."""
-    rng = np.random.default_rng(seed)
-    dims = dims or {}
-    inits = {t.name for t in model.graph.initializer}
-    shapes: dict[str, tuple[list[int], np.dtype]] = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        t = type_of(vi.type)
-        if t is None or not t.elem:
-            raise EqsatError(f"input '{vi.name}' is not a tensor of known element type")
-        shape = [d if isinstance(d, int) else dims.get(d, 2) if isinstance(d, str) else 2 for d in (t.dims or ())]
-        shapes[vi.name] = (shape, np_dtype(t.elem))
-    # numpy draws them as 8-byte values, then casts
-    need = sum(int(np.prod(shape, dtype=object)) * (8 + dt.itemsize) for shape, dt in shapes.values())
-    if need > _memory() // 2:
-        at = f"at these sizes ({', '.join(f'{k}={v}' for k, v in dims.items())})" if dims else "of these shapes"
-        raise EqsatError(f"making random inputs {at} takes {need / (1 << 30):,.1f} GiB, more than half of this "
-                         "machine's memory" + (": give smaller --dim values to verify" if dims else ""))
-    feeds: dict[str, np.ndarray] = {}
-    for name, (shape, dt) in shapes.items():
-        if dt == np.bool_:
-            feeds[name] = np.asarray(rng.random(shape) < 0.5)
-        elif np.issubdtype(dt, np.integer):
-            feeds[name] = rng.integers(0, 2, size=shape).astype(dt)
-        elif np.issubdtype(dt, np.floating):
-            feeds[name] = rng.standard_normal(shape).astype(dt)
-        elif dt == np.object_:
-            feeds[name] = np.array(["a"] * int(np.prod(shape)), dtype=object).reshape(shape)
-        else:
-            feeds[name] = rng.standard_normal(shape).astype(dt)
-    return feeds
-
-
-def _memory() -> int:
-    """Bytes of physical memory (a large number where the system does not say)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 50
+    return Feeds(model).draw(dims, seed, wide=False)
 
 
 @dataclass
@@ -216,80 +180,181 @@ class Verification:
     status: str  # passed | failed | not possible
     detail: str = ""
     runs: int = 0
+    inputs: str = ""  # what the integer and overridable inputs were fed (eqsat.feeds)
+    not_verified: str = ""  # what the comparison did not cover (nodes fed stand-in values)
 
     def as_dict(self) -> dict:
-        return {"status": self.status, "detail": self.detail, "runs": self.runs}
+        out = {"status": self.status, "detail": self.detail, "runs": self.runs}
+        if self.inputs:
+            out["inputs"] = self.inputs
+        if self.not_verified:
+            out["not_verified"] = self.not_verified
+        return out
+
+
+Runner = Callable[[dict[str, np.ndarray], dict[str, int]], dict[str, object]]
+# Set by eqsat.isolate's child: `announce` is told each step before it is taken ("load
+# original", "run optimized"), so that a crash can be placed; WIDE_INTEGERS False draws
+# every integer 0 or 1.
+announce: Callable[[str], None] = lambda step: None  # noqa: E731
+WIDE_INTEGERS = True
 
 
 def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: float | None = None,
            atol: float | None = None, dims: dict[str, int] | None = None,
-           files: tuple[str | os.PathLike | None, str | os.PathLike | None] = (None, None)) -> Verification:
+           files: tuple[str | os.PathLike | None, str | os.PathLike | None] = (None, None),
+           random_pairs: dict[str, str] | None = None, isolated: bool = False) -> Verification:
     """Compare the optimized model with the original under onnxruntime on `runs` sets of
     random inputs (seeds 0, 1, ...), within rtol/atol (None: `tolerance` of each output's
-    element type). Symbolic dimensions not in `dims` take the first sizes of
-    `verification_dims` the original runs with. Not possible (never silently passed) when
-    onnxruntime cannot run the original, the inputs cannot be made up, or the model has
-    random ops (`random_ops`); failed on any difference beyond the tolerance, or when
-    onnxruntime cannot run the optimized model.
+    element type), plus one set where the model has floating-point overridable inputs, with
+    other values for those (eqsat.feeds). Integers are drawn by how the model uses them; where
+    the original does not run on those, 0 or 1 as before (the result says which). Symbolic
+    dimensions not in `dims` take the first sizes of `verification_dims` the original runs
+    with. A model onnxruntime cannot run whole (ops of domains it does not know, random ops)
+    runs in stages, with the same stand-in values for those nodes in both models
+    (eqsat.standins; `random_pairs` maps the optimized model's random nodes to the
+    original's); `not_verified` then names them. Not possible (never silently passed) when
+    onnxruntime cannot run the original even so, or the inputs cannot be made up; failed on any
+    difference beyond the tolerance, or when onnxruntime cannot run the optimized model.
     `files` are where the two models are saved, if they are: onnxruntime reads a file
-    faster than it gets a model serialized again (seconds for a 500 MB model)."""
-    rnd = random_ops(original)
-    if rnd:
-        return Verification("not possible", f"the model has random ops ({', '.join(sorted(rnd))}): two runs of it "
-                                            "differ, so there is nothing to compare")
+    faster than it gets a model serialized again (seconds for a 500 MB model). `isolated`
+    runs it all in a child process (eqsat.isolate), so that a crash of onnxruntime is a
+    failed verification, not the end of the caller."""
+    if isolated:
+        from .isolate import verify_isolated
+
+        return verify_isolated(original, optimized, runs, rtol, atol, dims, files, random_pairs)
     try:
-        ref_sess = session(files[0] or original)
-    except Exception as e:  # noqa: BLE001 - an op onnxruntime lacks, a custom domain, ...
-        return Verification("not possible", f"onnxruntime cannot run the original: {_line(e)}")
-    try:
-        opt_sess = session(files[1] or optimized)
-    except Exception as e:  # noqa: BLE001
-        return Verification("failed", f"onnxruntime cannot run the optimized model: {_line(e)}")
-    names = [o.name for o in ref_sess.get_outputs()]
+        feeds = Feeds(original)
+    except EqsatError as e:
+        return Verification("not possible", str(e))
+    setup = _runners(original, optimized, files, random_pairs)
+    if isinstance(setup, Verification):
+        return setup
+    ref, opt, cut = setup
+    not_verified = ""
+    if cut:
+        listed = ", ".join(f"{k} x{v}" for k, v in sorted(cut.items()))
+        not_verified = (f"the nodes onnxruntime cannot run or that are random ({listed}), fed the same stand-in "
+                        "values in both models: what the models compute around them is verified, not those nodes")
+    vary = feeds.floating_overridable()
     sizes: dict[str, int] | None = None  # the symbolic sizes the original ran with
+    wide = True  # integers drawn by their use (else 0 or 1)
     dtypes: set[str] = set()
-    for seed in range(runs):
+    varied = False
+    for seed in range(runs + (1 if vary else 0)):
+        other = seed == runs  # the extra run: other values for the overridable inputs
         if sizes is None:
-            first = None
-            tried = verification_dims(original, dims)
-            for attempt in tried:
-                try:
-                    feeds = random_inputs(original, attempt, seed=seed)
-                except EqsatError as e:
-                    return Verification("not possible", str(e))
-                try:
-                    expected = dict(zip(names, ref_sess.run(names, feeds), strict=True))
-                except Exception as e:  # noqa: BLE001 - e.g. random ids out of a table's range, a size too small
-                    first = first or e
-                    continue
-                sizes = attempt
-                break
-            if sizes is None:
-                shown = "; ".join(_listed(t) for t in tried[:TRIES_SHOWN])
-                if len(tried) > TRIES_SHOWN:
-                    shown += f"; and {len(tried) - TRIES_SHOWN} more"
-                hint = (f" (symbolic sizes tried: {shown}; pass --dim NAME=SIZE "
-                        "for the sizes the model needs)") if tried != [dict(dims or {})] else ""
-                return Verification("not possible",
-                                    f"onnxruntime cannot run the original on random inputs: {_line(first)}{hint}")
+            found = _first_that_runs(original, feeds, ref, dims, seed)
+            if isinstance(found, Verification):
+                return dataclasses.replace(found, not_verified=not_verified)
+            sizes, wide, f, expected = found
         else:
-            feeds = random_inputs(original, sizes, seed=seed)
             try:
-                expected = dict(zip(names, ref_sess.run(names, feeds), strict=True))
-            except Exception as e:  # noqa: BLE001
-                return Verification("not possible", f"onnxruntime cannot run the original on random inputs: "
-                                                    f"{_line(e)}")
+                f = feeds.draw(sizes, seed, wide, other)
+                expected = ref(f, sizes)
+            except Exception:  # noqa: BLE001 - retried with integers 0 or 1
+                if other:
+                    break  # the original does not run with other values for those: said below
+                try:
+                    wide = False
+                    f = feeds.draw(sizes, seed, wide, other)
+                    expected = ref(f, sizes)
+                except Exception as e:  # noqa: BLE001
+                    return Verification("not possible", "onnxruntime cannot run the original on random inputs: "
+                                                        f"{_line(e)}", not_verified=not_verified)
+        varied |= other
         try:
-            got = dict(zip(names, opt_sess.run(names, feeds), strict=True))
+            got = opt(f, sizes)
         except Exception as e:  # noqa: BLE001
-            return Verification("failed", f"onnxruntime cannot run the optimized model: {_line(e)}", seed + 1)
+            return Verification("failed", f"onnxruntime cannot run the optimized model: {_line(e)}", seed + 1,
+                                feeds.describe(sizes, wide, varied), not_verified)
         dtypes |= {v.dtype.name for v in expected.values()
                    if hasattr(v, "dtype") and v.dtype.name.startswith(("float", "bfloat"))}
         bad = compare(expected, got, rtol, atol)
         if bad:
+            drawn = feeds.describe(sizes, wide, other)
             return Verification("failed", "; ".join(map(str, bad[:3])) + f" (random inputs, seed {seed}"
-                                + _sizes(sizes) + ")", seed + 1)
-    return Verification("passed", f"{runs} run(s) within {_tolerances(rtol, atol, dtypes)}{_sizes(sizes)}", runs)
+                                + _sizes(sizes) + (f"; inputs: {drawn}" if drawn else "") + ")", seed + 1,
+                                drawn, not_verified)
+    drawn = feeds.describe(sizes, wide, varied)
+    detail = f"{runs} run(s) within {_tolerances(rtol, atol, dtypes)}{_sizes(sizes)}"
+    if drawn:
+        detail += f"; inputs: {drawn}"
+    if vary and not varied:
+        detail += "; the original does not run with other values for its overridable inputs: only their defaults"
+    if not_verified:
+        detail += f"; not verified: {not_verified}"
+    return Verification("passed", detail, runs + (1 if varied else 0), drawn, not_verified)
+
+
+def _runners(original: ModelProto, optimized: ModelProto, files, random_pairs
+             ) -> tuple[Runner, Runner, Counter] | Verification:
+    """How to run each model: whole under onnxruntime, or in stages with stand-ins where the
+    original has nodes onnxruntime cannot or must not run (eqsat.standins)."""
+    from .standins import CutNodes, StagedRunner, StandInError
+
+    cuts = CutNodes(original)
+    if any(cuts.why(n) for n in original.graph.node):
+        try:
+            ref_runner = StagedRunner(original)
+            opt_runner = StagedRunner(optimized, random_pairs)
+        except StandInError as e:
+            return Verification("not possible", str(e))
+        def ref(f, sizes):
+            announce("run original")
+            return ref_runner.run(f, sizes)
+
+        def opt(f, sizes):
+            announce("run optimized")
+            return opt_runner.run(f, sizes)
+
+        return ref, opt, ref_runner.cut_summary()
+    try:
+        announce("load original")
+        ref_sess = session(files[0] or original)
+    except Exception as e:  # noqa: BLE001 - an op onnxruntime lacks, ...
+        return Verification("not possible", f"onnxruntime cannot run the original: {_line(e)}")
+    try:
+        announce("load optimized")
+        opt_sess = session(files[1] or optimized)
+    except Exception as e:  # noqa: BLE001
+        return Verification("failed", f"onnxruntime cannot run the optimized model: {_line(e)}")
+    names = [o.name for o in ref_sess.get_outputs()]
+
+    def run_ref(f, sizes):
+        announce("run original")
+        return dict(zip(names, ref_sess.run(names, f), strict=True))
+
+    def run_opt(f, sizes):
+        announce("run optimized")
+        return dict(zip(names, opt_sess.run(names, f), strict=True))
+
+    return run_ref, run_opt, Counter()
+
+
+def _first_that_runs(original: ModelProto, feeds: Feeds, ref: Runner, dims: dict[str, int] | None, seed: int):
+    """(sizes, wide, feeds, outputs) of the first sizes of `verification_dims` and the first
+    way of drawing integers (by use, then 0 or 1) the original runs with; else a Verification
+    saying it is not possible."""
+    first = None
+    tried = verification_dims(original, dims)
+    for attempt in tried:
+        for wide in (True, False) if feeds.roles and WIDE_INTEGERS else (False,):
+            try:
+                f = feeds.draw(attempt, seed, wide)
+            except EqsatError as e:
+                return Verification("not possible", str(e))
+            try:
+                return attempt, wide, f, ref(f, attempt)
+            except Exception as e:  # noqa: BLE001 - e.g. random ids out of a table's range, a size too small
+                first = first or e
+    shown = "; ".join(_listed(t) for t in tried[:TRIES_SHOWN])
+    if len(tried) > TRIES_SHOWN:
+        shown += f"; and {len(tried) - TRIES_SHOWN} more"
+    hint = (f" (symbolic sizes tried: {shown}; pass --dim NAME=SIZE "
+            "for the sizes the model needs)") if tried != [dict(dims or {})] else ""
+    return Verification("not possible", f"onnxruntime cannot run the original on random inputs: {_line(first)}{hint}")
 
 
 TRIES_SHOWN = 4  # sizes a "not possible" message lists

@@ -3,7 +3,12 @@ picks for symbolic dimensions, and its tolerance by output type."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
+import onnx
 
 from eqsat.verify import compare, tolerance, verification_dims, verify
 
@@ -149,29 +154,41 @@ def test_inputs_larger_than_memory_make_verification_not_possible_not_a_crash():
     assert "--dim" not in v.detail  # no --dim helps a fixed shape
 
 
-def test_a_model_with_random_ops_cannot_be_verified_and_says_why():
-    # two runs of such a model differ: verification always "failed" (exit 1), so a model with
-    # training-mode Dropout could only be optimized with --no-verify
-    m = parse_model("""
-        <ir_version: 8, opset_import: ["" : 17]>
-        g (float[batch, 4] x) => (float[batch, 4] y, float[batch, 4] z) {
-            r = Constant <value = float {0.5}> ()
-            t = Constant <value = bool {1}> ()
-            y = Dropout(x, r, t)
-            u = RandomUniformLike(x)
-            z = Add(x, u)
-        }""")
+RANDOM = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[batch, 4] x) => (float[batch, 4] y, float[batch, 4] z) {{
+        r = Constant <value = float {{0.5}}> ()
+        t = Constant <value = bool {{1}}> ()
+        d = Dropout(x, r, t)
+        k = Constant <value = float {{{k}}}> ()
+        y = Mul(d, k)
+        u = RandomUniformLike(x)
+        z = Add(x, u)
+    }}"""
+
+
+def test_what_a_model_computes_around_its_random_ops_is_verified():
+    # each random node gets the same draw in both models: a wrong constant beside a
+    # training-mode Dropout fails, where "not possible" let it through
+    m = parse_model(RANDOM.format(k=2.0))
     v = verify(m, m)
-    assert v.status == "not possible"
-    assert v.detail == ("the model has random ops (Dropout (training mode), RandomUniformLike): two runs of it differ, "
-                        "so there is nothing to compare")
+    assert v.status == "passed", v.detail
+    assert "Dropout x1" in v.not_verified and "RandomUniformLike x1" in v.not_verified
+    assert "not verified: the nodes onnxruntime cannot run or that are random" in v.detail
+    v = verify(m, parse_model(RANDOM.format(k=3.0)))
+    assert v.status == "failed" and "output 'y'" in v.detail
+    # the optimized model's random nodes are matched to the original's by random_pairs
+    renamed = parse_model(RANDOM.format(k=2.0).replace("u = ", "w = ").replace("(x, u)", "(x, w)"))
+    assert verify(m, renamed).status == "failed"  # an unmatched draw differs
+    assert verify(m, renamed, random_pairs={"w": "u"}).status == "passed"
     inference = parse_model("""
         <ir_version: 8, opset_import: ["" : 17]>
         g (float[batch, 4] x) => (float[batch, 4] y) {
             r = Constant <value = float {0.5}> ()
             y = Dropout(x, r)
         }""")
-    assert verify(inference, inference).status == "passed"  # no training_mode: an identity
+    v = verify(inference, inference)
+    assert v.status == "passed" and not v.not_verified  # no training_mode: an identity, run whole
     seeded = parse_model("""
         <ir_version: 8, opset_import: ["" : 17]>
         g (float[batch, 4] x) => (float[batch, 4] y) {
@@ -179,4 +196,134 @@ def test_a_model_with_random_ops_cannot_be_verified_and_says_why():
             t = Constant <value = bool {1}> ()
             y = Dropout <seed = 0> (x, r, t)
         }""")
-    assert verify(seeded, seeded).status == "passed"  # a seed repeats the mask run to run
+    v = verify(seeded, seeded)
+    assert v.status == "passed" and not v.not_verified  # a seed repeats the mask run to run
+
+
+CUSTOM = """
+    <ir_version: 8, opset_import: ["" : 18, "my.ops" : 1]>
+    g (float[batch, 4] x) => (float[batch, 4] y) {{
+        m = my.ops.Mystery <alpha = 0.5> (x)
+        k = Constant <value = float {{{k}}}> ()
+        a = Add(m, k)
+        y = Relu(a)
+    }}"""
+
+
+def test_what_a_model_computes_around_an_op_onnxruntime_cannot_run_is_verified():
+    m = parse_model(CUSTOM.format(k=1.0))
+    v = verify(m, m)
+    assert v.status == "passed" and "my.ops.Mystery x1" in v.not_verified, v.detail
+    v = verify(m, parse_model(CUSTOM.format(k=2.0)))
+    assert v.status == "failed" and "output 'y'" in v.detail
+    # the stand-in depends on the op's attributes and inputs, as the op itself would
+    other_attr = parse_model(CUSTOM.format(k=1.0).replace("alpha = 0.5", "alpha = 0.25"))
+    assert verify(m, other_attr).status == "failed"
+
+
+def test_integer_inputs_are_drawn_by_use_so_an_unsound_integer_rewrite_fails():
+    # x * x -> x holds for 0 and 1 only: integers drawn from {0, 1} passed it
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (int64[batch, 3] n, int64[batch] ids, int64[batch, 3] mask) => (int64[batch, 3] y, float[batch, 2] e,
+                                                                          int64[batch, 3] q) {
+            y = Mul(n, n)
+            table = Constant <value = float[5, 2] {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}> ()
+            e = Gather(table, ids)
+            q = Div(mask, n)
+        }""".replace("q = Div(mask, n)", "q = Mul(mask, n)"))
+    wrong = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (int64[batch, 3] n, int64[batch] ids, int64[batch, 3] mask) => (int64[batch, 3] y, float[batch, 2] e,
+                                                                          int64[batch, 3] q) {
+            y = Identity(n)
+            table = Constant <value = float[5, 2] {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}> ()
+            e = Gather(table, ids)
+            q = Mul(mask, n)
+        }""")
+    v = verify(m, m)
+    assert v.status == "passed", v.detail
+    assert "n in [-9, 9]" in v.inputs and "ids an index in [-5, 5)" in v.inputs and "mask a mask, 0 or 1" in v.inputs
+    assert verify(m, wrong).status == "failed"
+
+
+def test_integers_fall_back_to_0_or_1_where_the_original_needs_them():
+    # n feeds a Reshape target through arithmetic: a size, drawn 0 or 1 as ever; k reaches
+    # a Div as divisor: never 0
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[6] x, int64[1] n, int64[4] k) => (float[a, b] y, int64[4] q) {
+            s = Constant <value = int64[1] {-1}> ()
+            one = Constant <value = int64[1] {1}> ()
+            m = Add(n, one)
+            t = Concat <axis = 0> (m, s)
+            y = Reshape(x, t)
+            ten = Constant <value = int64[4] {10, 20, 30, 40}> ()
+            q = Div(ten, k)
+        }""")
+    v = verify(m, m)
+    assert v.status == "passed", v.detail
+    assert "n a size, 0 or 1" in v.inputs and "k in [-9, 9] but 0" in v.inputs
+
+
+def test_overridable_inputs_are_fed_their_default_and_other_values():
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[3] x, float[3] w) => (float[3] y) <float[3] w = {1.0, 2.0, 3.0}> { y = Mul(x, w) }""")
+    baked = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[3] x, float[3] w) => (float[3] y) <float[3] w = {1.0, 2.0, 3.0}, float[3] c = {1.0, 2.0, 3.0}> {
+            y = Mul(x, c)
+        }""")
+    v = verify(m, m)
+    assert v.status == "passed" and v.runs == 2 and "w its default and scaled by [0.5, 1.5]" in v.inputs
+    v = verify(m, baked)  # the default baked in: right for the default only
+    assert v.status == "failed" and v.runs == 2
+
+
+# ---- through the command line: verification in a child process
+
+
+def _cli(tmp_path, text: str, *args: str) -> tuple[int, str, Path]:
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(parse_model(text), str(src))
+    proc = subprocess.run([sys.executable, "-m", "eqsat", "optimize", str(src), "-o", str(out), "-q", *args],
+                          capture_output=True, text=True)
+    return proc.returncode, proc.stderr, out
+
+
+def test_a_crash_of_onnxruntime_is_a_failed_verification_and_nothing_is_left(tmp_path):
+    # INT64_MIN / -1 kills onnxruntime with SIGFPE: eqsat died by signal 8 and left its
+    # temporary folder beside the output
+    rc, err, out = _cli(tmp_path, """
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (int64[2] x) => (int64[2] y) {
+            a = Constant <value = int64[2] {-9223372036854775808, 4}> ()
+            b = Constant <value = int64[2] {-1, 2}> ()
+            q = Div(a, b)
+            y = Add(x, q)
+        }""")
+    assert rc == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == ("eqsat: error: verification failed, nothing written: onnxruntime "
+                                            "crashed (signal 8, SIGFPE) running the original model")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_an_unsound_integer_rule_fails_verification_beside_a_custom_op(tmp_path):
+    # (rewrite (Mul x x) x) in a user's rule file passed 20 runs on integers from {0, 1},
+    # and an op onnxruntime cannot run made the whole verification "not possible"
+    rules = tmp_path / "bad.egg"
+    rules.write_text('(rewrite (Mul x x) x :ruleset fusion :name "bad-square")\n')
+    text = """
+        <ir_version: 8, opset_import: ["" : 18, "my.ops" : 1]>
+        g (float[2, 3] x, int64[2, 3] n) => (float[2, 3] y, int64[2, 3] z) {
+            a = my.ops.Foo(x)
+            y = Relu(a)
+            z = Mul(n, n)
+        }"""
+    rc, err, out = _cli(tmp_path, text, "--rules", str(rules), "--verify-runs", "20")
+    assert rc == 1 and not out.exists(), err
+    assert "eqsat: error: verification failed, nothing written: output 'z'" in err and "n in [-9, 9]" in err
+    rc, err, out = _cli(tmp_path, text)
+    assert rc == 0 and out.exists(), err
+    assert "eqsat: warning: not verified: the nodes onnxruntime cannot run or that are random (my.ops.Foo x1)" in err

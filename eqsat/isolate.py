@@ -1,0 +1,104 @@
+"""Verification in a child process: a crash of onnxruntime (a SIGFPE on INT64_MIN / -1, a
+segmentation fault in a kernel) ends the child, not eqsat.
+
+Contract of `verify_isolated`: the same answer as `eqsat.verify.verify` run in-process,
+except where onnxruntime kills the process. Then, if it died running the original on
+integers drawn by their use, verification is run again with integers 0 or 1; if it died
+running the optimized model, or the original even so, the answer is "failed: onnxruntime
+crashed (signal N, NAME) running the original/optimized model" (exit 1: the command writes
+nothing). The two models are read by the child from files: the caller's, or temporary copies
+that are removed afterwards.
+
+The child is `python -m eqsat.isolate`: a JSON request on stdin, and on stdout one line per
+step ("@load original", "@run optimized", ...) before the step is taken, then "@result" and
+the answer as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from onnx import ModelProto
+
+from .errors import EqsatError
+
+
+def verify_isolated(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None, atol: float | None,
+                    dims: dict[str, int] | None, files: tuple, random_pairs: dict[str, str] | None):
+    from .modelio import save_model
+    from .verify import Verification
+
+    with tempfile.TemporaryDirectory(prefix="eqsat-verify-") as scratch:
+        paths = []
+        for model, given, name in ((original, files[0], "original.onnx"), (optimized, files[1], "optimized.onnx")):
+            if given is None:
+                given = save_model(model, Path(scratch) / name, check=False)
+            paths.append(str(Path(given).resolve()))
+        request = {"original": paths[0], "optimized": paths[1], "runs": runs, "rtol": rtol, "atol": atol,
+                   "dims": dict(dims or {}), "random_pairs": dict(random_pairs or {}), "narrow": False}
+        answer, last, code = _child(request)
+        if answer is None and last == "original":  # perhaps only the integers drawn by use: 0 or 1 then
+            answer, last, code = _child(dict(request, narrow=True))
+        if answer is not None:
+            return Verification(**answer)
+        return Verification("failed", f"onnxruntime crashed ({_signal(code)}) running the {last or 'original'} "
+                                      "model")
+
+
+def _child(request: dict) -> tuple[dict | None, str | None, int]:
+    """(the answer, or None if the child died; the model it was running last; its exit code)."""
+    proc = subprocess.Popen([sys.executable, "-m", "eqsat.isolate"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=dict(os.environ, PYTHONFAULTHANDLER=""))
+    try:
+        out, err = proc.communicate(json.dumps(request).encode())
+    finally:
+        if proc.poll() is None:  # Ctrl-C or SIGTERM in the parent: the child goes too
+            proc.kill()
+            proc.wait()
+    last = None
+    for line in out.decode(errors="replace").splitlines():
+        if line.startswith("@result "):
+            return json.loads(line[len("@result "):]), last, proc.returncode
+        if line.startswith(("@load ", "@run ")):
+            last = line.split(" ", 1)[1]
+    if proc.returncode >= 0:  # it exited without an answer: an error of eqsat's own
+        lines = [ln for ln in err.decode(errors="replace").splitlines() if ln.strip()]
+        raise EqsatError(f"verification stopped: {lines[-1] if lines else f'exit code {proc.returncode}'}")
+    return None, last, proc.returncode
+
+
+def _signal(code: int) -> str:
+    try:
+        return f"signal {-code}, {signal.Signals(-code).name}"
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _main() -> int:
+    from . import verify as V
+    from .modelio import read_model
+
+    req = json.loads(sys.stdin.read())
+
+    def announce(step: str) -> None:
+        print(f"@{step}", flush=True)
+
+    V.announce = announce
+    if req["narrow"]:
+        V.WIDE_INTEGERS = False
+    original = read_model(req["original"])[0]
+    optimized = read_model(req["optimized"])[0]
+    v = V.verify(original, optimized, req["runs"], req["rtol"], req["atol"], req["dims"],
+                 (req["original"], req["optimized"]), req["random_pairs"])
+    print("@result " + json.dumps(v.__dict__), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
