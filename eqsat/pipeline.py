@@ -91,6 +91,9 @@ class Options:
 class Result:
     model: ModelProto
     report: dict
+    # the output model's random nodes (first output names) -> the original's: verification
+    # feeds each the same draw (eqsat.standins)
+    random_pairs: dict[str, str] = field(default_factory=dict)
 
 
 def op_histogram(model: ModelProto) -> Counter:
@@ -113,6 +116,7 @@ class Saturated:
     times: dict[str, float]
     explain_rows: list | None = None  # provenance rows (eqsat.explain.split_rows), with opts.explain
     decoder: Decoder | None = None  # the last decode's, for explain
+    instances: dict[str, str] = field(default_factory=dict)  # random nodes: tag -> first output (Encoder)
     fact_uses: dict[str, set[str]] = field(default_factory=dict)  # rule -> fact rules it read (explain)
 
     def extract(self, cost: CostModel | None = None, extractor: str | None = None) -> Extraction:
@@ -339,7 +343,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "warnings": warnings,
     }
     return Saturated(model, opts, data, egraph, tensors, protos, value_names, report, times,
-                     rows if opts.explain else None, fact_uses=sat.fact_uses)
+                     rows if opts.explain else None, fact_uses=sat.fact_uses, instances=enc.instances)
 
 
 @gc_paused()
@@ -391,4 +395,5 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         report["explain"] = explain(model, out, st.egraph, ex.choice, st.decoder, st.value_names, st.explain_rows or [],
                                     st.fact_uses)
         st.times["explain"] = round(time.perf_counter() - t0, 4)
-    return Result(out, report)
+    pairs = {name: st.instances[tag] for tag, name in st.decoder.instances.items() if tag in st.instances}
+    return Result(out, report, pairs)
