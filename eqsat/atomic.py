@@ -75,6 +75,17 @@ def check_output(path: str | os.PathLike, beside: dict[str, str] | None = None) 
         raise UsageError(f"{p}: not a regular file; give a file name (outputs replace the file they name)")
     if not _is_dir(folder):
         raise UsageError(f"{p}: the output folder {folder} does not exist")
+    for suffix, label in (beside or {}).items():  # replaced as they are: a link is not followed
+        other = out.with_name(out.name + suffix)
+        try:
+            mode = os.lstat(other).st_mode
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISDIR(mode):
+            raise UsageError(f"{p}: {label} beside it, {other}, is a folder; move it or name another output")
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            raise UsageError(f"{p}: {label} beside it, {other}, is not a regular file; move it or name another "
+                             "output")
     names = {"": "", **{s: f" for {label} beside it, {out.name + s}" for s, label in (beside or {}).items()}}
     limit = _name_max(folder)
     for suffix, label in names.items():
@@ -166,10 +177,11 @@ class Commit:
         self._temporaries.append(d)
         return d
 
-    def add(self, temporary: Path, path: str | os.PathLike) -> None:
+    def add(self, temporary: Path, path: str | os.PathLike, through_links: bool = True) -> None:
         """Rename `temporary` (a file in a folder beside the target, from `folder`) to
-        `path`'s destination at `commit`."""
-        self._pending.append((Path(temporary), destination(path)))
+        `path`'s destination at `commit`, or to `path` itself, a symbolic link replaced by
+        the file, when not `through_links` (a file that must lie where it is named)."""
+        self._pending.append((Path(temporary), destination(path) if through_links else Path(path)))
 
     def text(self, path: str | os.PathLike, text: str) -> Path:
         """Write `text` under a temporary name beside `path`'s destination, to be renamed at
@@ -247,12 +259,21 @@ def _undo(done: list[tuple[Path, Path | None]]) -> None:
         try:
             if aside is None:
                 target.unlink(missing_ok=True)
-            elif os.path.lexists(target) and os.path.samefile(aside, target):  # not replaced yet
+            elif _same_entry(aside, target):  # not replaced yet
                 aside.unlink()
             else:
                 os.replace(aside, target)
         except BaseException:  # noqa: BLE001 - the error on its way is the one to report
             continue
+
+
+def _same_entry(a: Path, b: Path) -> bool:
+    """Whether two names are links to one file (or one symbolic link), not following links."""
+    try:
+        sa, sb = os.lstat(a), os.lstat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

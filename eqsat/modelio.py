@@ -173,8 +173,9 @@ def stage_model(model: ModelProto, path: str | os.PathLike, commit: Commit, exte
                 check: bool = True) -> Path:
     """Write `model` into a temporary folder beside `path` and check it; returns the written
     file, which `commit` renames to `path` (a symbolic link's target) with its data file,
-    OUT.data (a name never taken from the model), when it commits, together with whatever
-    else it holds. `external_data=None` stores weights in the data file when they are
+    OUT.data beside it (a name never taken from the model; a link there is replaced, not
+    written through: the model reads it from its own folder), when it commits, together
+    with whatever else it holds. `external_data=None` stores weights in the data file when they are
     already on disk (see eqsat.external) or exceed what one protobuf can hold. Raises
     OptimizeError for a model that fails the onnx checker, EqsatError when a file cannot be
     written (a full disk), before anything is renamed."""
@@ -201,7 +202,7 @@ def stage_model(model: ModelProto, path: str | os.PathLike, commit: Commit, exte
             raise OptimizeError(f"the optimized model fails the onnx checker: {_first_line(e)}") from None
     del serialized
     if (tmpdir / data_name).exists():
-        commit.add(tmpdir / data_name, out.with_name(data_name))
+        commit.add(tmpdir / data_name, out.with_name(data_name), through_links=False)  # read from beside it
     commit.add(tmp, out)
     return tmp
 

@@ -189,3 +189,14 @@ def test_names_that_fit_are_written_whatever_their_length(capsys, tmp_path):
     rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--report", report, "-q")
     assert rc == 0, err
     assert _listing(tmp_path) == sorted(["m.onnx", out.name, report.name])
+
+
+def test_a_folder_where_the_models_data_file_goes_is_refused(capsys, tmp_path, monkeypatch):
+    # the rename of the data file failed after the work (IsADirectoryError)
+    _no_work(monkeypatch)
+    src = tmp_path / "m.onnx"
+    onnx.save(build_model(), str(src))
+    (tmp_path / "o.onnx.data").mkdir()
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", tmp_path / "o.onnx")
+    assert rc == 2 and error_line(err) == (f"eqsat: error: {tmp_path / 'o.onnx'}: the model's data file beside it, "
+                                           f"{tmp_path / 'o.onnx.data'}, is a folder; move it or name another output")

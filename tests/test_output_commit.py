@@ -201,3 +201,20 @@ def test_a_commit_without_hard_links_still_restores(tmp_path, monkeypatch):
         c.text(tmp_path / "c", "new c")
         c.commit()
     assert {p.name: p.read_text() for p in tmp_path.iterdir()} == {"a": "old a"}
+
+
+def test_the_data_file_is_written_beside_the_model_not_through_a_link(capsys, tmp_path):
+    # written through a link to another folder, the weights were where onnxruntime (and
+    # eqsat) refuse to read them: "o.onnx.data" escaped the model's folder
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "x.bin").write_bytes(b"keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "o.onnx.data").symlink_to(tmp_path / "elsewhere" / "x.bin")
+    src = _model(tmp_path)
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out / "o.onnx", "-q")
+    assert rc == 0, err
+    assert not (out / "o.onnx.data").is_symlink() and (tmp_path / "elsewhere" / "x.bin").read_bytes() == b"keep"
+    x = np.random.default_rng(0).standard_normal((2, 128)).astype(np.float32)
+    got = ort.InferenceSession(str(out / "o.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, np.maximum(x, 0) @ W, rtol=1e-4)
