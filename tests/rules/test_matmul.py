@@ -64,7 +64,8 @@ def test_matmul_add_becomes_gemm(bias):
             p = MatMul(x, w)
             y = Add(p, b)
         }}""")
-    check_rewrite(m, ["Gemm"], fired=["gemm-matmul-add"], target="onnx")
+    # the product is already the Add's first operand: nothing to reorder
+    check_rewrite(m, ["Gemm"], fired=["gemm-matmul-add"], not_fired=["matmul-add-commute"], target="onnx")
 
 
 def test_bias_first_add_becomes_gemm_and_double_is_allowed():
@@ -97,6 +98,31 @@ def test_add_that_broadcasts_the_product_to_a_bigger_shape_stays(bias):
             y = Add(p, b)
         }}""")
     check_rewrite(m, ["MatMul", "Add"], not_fired=["gemm-matmul-add"], target="onnx")
+
+
+def test_add_that_broadcasts_a_gemm_without_c_stays():
+    # Gemm(x, w) + b with b [2, 3, 5]: the sum is [2, 3, 5] (guard: the Add leaves the
+    # product's shape, and C of rank <= 2)
+    m = parse_model(H + f"""
+        agraph (float[3, 4] x, float[4, 5] w) => (float[2, 3, 5] y) {inits(init("b", 2, 3, 5))} {{
+            g = Gemm(x, w)
+            y = Add(g, b)
+        }}""")
+    check_rewrite(m, ["Gemm", "Add"], not_fired=["gemm-add-bias"], target="onnx")
+
+
+def test_scaled_batched_product_keeps_its_bias_add():
+    # Add(Mul(MatMul(x, w), 0.5), b) with x 3-D: the scale goes into FusedMatMul's alpha, but
+    # Gemm is 2-D only (guard: a and b 2-D), so the bias stays an Add
+    m = parse_model(H + f"""
+        agraph (float[2, 3, 4] x) => (float[2, 3, 5] y) {inits(init("w", 4, 5), init("b", 5))} {{
+            s = Constant <value = float {{0.5}}> ()
+            p = MatMul(x, w)
+            r = Mul(p, s)
+            y = Add(r, b)
+        }}""")
+    check_rewrite(m, ["com.microsoft.FusedMatMul", "Add"], fired=["fused-matmul-mul-scalar"],
+                  not_fired=["gemm-fused-matmul-add"])
 
 
 def test_matmul_also_used_elsewhere_keeps_its_add():
@@ -163,6 +189,9 @@ def test_conv1d_with_a_literal_target_and_trans_b_or_no_bias():
     check_rewrite(trans_b, ["com.microsoft.FusedMatMul", "Add"], fired=["gemm-flat-matmul-t-add"])
     check_rewrite(trans_b, ["MatMul", "Add"], target="onnx")
     check_rewrite(parse_model(conv1d(literal, bias="", **static)), ["MatMul"], fired=["gemm-flat-matmul"])
+    # MatMul(x, Transpose(w)) without a bias: the constant weight's transpose is folded
+    check_rewrite(parse_model(conv1d(literal, "Gemm <transB = 1>", w="5, 4", bias="", **static)), ["MatMul"],
+                  fired=["gemm-flat-matmul-t"])
 
 
 @pytest.mark.parametrize("case", ["leading-dims-swapped", "alpha"])
@@ -173,6 +202,27 @@ def test_conv1d_that_does_not_restore_the_leading_dims_or_scales_stays(case):
     gemm = "Gemm <alpha = 0.5>" if case == "alpha" else "Gemm"
     m = parse_model(conv1d(target, gemm, lead="2, 3", out="3, 2, 5" if swapped else "2, 3, 5"))
     check_rewrite(m, ["Reshape", "Gemm", "Reshape"], not_fired=["gemm-flat-find"])
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_conv1d_with_a_bias_per_row_stays(trans_b):
+    # C of shape [6, 5] = [B * S, N] holds one row per flattened position (guard: C of one row,
+    # which broadcasts over [B, S, N] as over [M, N]): the flat Gemm is found, not rewritten
+    gemm, w = ("Gemm <transB = 1>", "5, 4") if trans_b else ("Gemm", "4, 5")
+    m = parse_model(conv1d("t = Constant <value = int64[3] {2, 3, 5}> ()", gemm, w=w, b=(6, 5),
+                           lead="2, 3", out="2, 3, 5"))
+    check_rewrite(m, ["Reshape", "Gemm", "Reshape"], fired=["gemm-flat-find"],
+                  not_fired=["gemm-flat-matmul-t-add" if trans_b else "gemm-flat-matmul-add"])
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_conv1d_without_bias_that_swaps_the_leading_dims_stays(trans_b):
+    # the target [3, 2, 5] is not x's leading dims [2, 3] (guard of gemm-flat-find)
+    gemm, w = ("Gemm <transB = 1>", "5, 4") if trans_b else ("Gemm", "4, 5")
+    m = parse_model(conv1d("t = Constant <value = int64[3] {3, 2, 5}> ()", gemm, w=w, bias="",
+                           lead="2, 3", out="3, 2, 5"))
+    check_rewrite(m, ["Reshape", "Gemm", "Reshape"],
+                  not_fired=["gemm-flat-find", "gemm-flat-matmul-t" if trans_b else "gemm-flat-matmul"])
 
 
 # ---- Transpose folded into Gemm
@@ -211,12 +261,28 @@ def test_gemm_of_transposes_flips_its_flags():
 
 
 def test_gemm_without_c_needs_opset_11():
+    # MatMul(x, Transpose(w)) and MatMul(Transpose(x2), w2) at opset 10, where Gemm's C is required
     m = parse_model(header(10) + """
-        agraph (float[3, 4] x, float[5, 4] w) => (float[3, 5] y) {
+        agraph (float[3, 4] x, float[5, 4] w, float[4, 3] x2, float[4, 5] w2) => (float[3, 5] y, float[3, 5] z) {
             t = Transpose <perm = [1, 0]> (w)
             y = MatMul(x, t)
+            t2 = Transpose <perm = [1, 0]> (x2)
+            z = MatMul(t2, w2)
         }""")
-    check_rewrite(m, ["Transpose", "MatMul"], not_fired=["gemm-matmul-transpose-b"], target="onnx")
+    check_rewrite(m, ["Transpose", "MatMul", "Transpose", "MatMul"],
+                  not_fired=["gemm-matmul-transpose-b", "gemm-matmul-transpose-a"], target="onnx")
+
+
+def test_gemm_of_identity_transposes_keeps_its_flags():
+    # Transpose with perm [0, 1] changes nothing (guard: perm [1, 0]): transA and transB stay 0
+    m = parse_model(H + f"""
+        agraph (float[3, 4] x, float[4, 5] w) => (float[3, 5] y) {inits(init("b", 5))} {{
+            ta = Transpose <perm = [0, 1]> (x)
+            tb = Transpose <perm = [0, 1]> (w)
+            y = Gemm <alpha = 0.5> (ta, tb, b)
+        }}""")
+    res = check_rewrite(m, ["Gemm"], not_fired=["gemm-transpose-a", "gemm-transpose-b"], target="onnx")
+    assert (attr(res.model, "Gemm", "transA"), attr(res.model, "Gemm", "transB")) == (0, 0)
 
 
 def test_shared_transpose_stays():
@@ -346,6 +412,17 @@ def test_scaled_inputs_multiply_into_alpha():
     assert attr(res.model, "FusedMatMul", "alpha") == 0.125
 
 
+def test_scaled_right_operand_becomes_fused_matmul_alpha():
+    m = parse_model(H + """
+        agraph (float[2, 4, 8] q, float[2, 8, 6] k) => (float[2, 4, 6] y) {
+            s = Constant <value = float {0.25}> ()
+            ks = Mul(k, s)
+            y = MatMul(q, ks)
+        }""")
+    res = check_rewrite(m, ["com.microsoft.FusedMatMul"], fired=["fused-matmul-scaled-b"])
+    assert attr(res.model, "FusedMatMul", "alpha") == 0.25
+
+
 def test_scale_and_transposes_combine_in_llama_form():
     # Mul(MatMul(Transpose(q), Transpose(k)), 0.125) with both transposes of the last two axes
     m = parse_model(H + """
@@ -362,6 +439,7 @@ def test_scale_and_transposes_combine_in_llama_form():
 
 @pytest.mark.parametrize("body,rule,alpha", [
     # scale on the left of a product whose k is transposed
+    ("p = MatMul(q, kt)\ny = Mul(p, s)", "fused-matmul-mul-scalar-fused", 0.5),
     ("p = MatMul(q, kt)\ny = Mul(s, p)", "fused-matmul-mul-scalar-left-fused", 0.5),
     # scaled q times a transposed k: the Transpose folds first, then the scale
     ("qs = Mul(q, s)\ny = MatMul(qs, kt)", "fused-matmul-scaled-a-fused", 0.5),
@@ -392,15 +470,46 @@ def test_scaled_linear_layer_becomes_gemm_with_alpha():
     assert attr(res.model, "Gemm", "alpha") == 0.5
 
 
-def test_scale_that_adds_a_dimension_stays():
-    # [3, 5] * [1, 1, 1] is [1, 3, 5]
-    m = parse_model(H + """
-        agraph (float[3, 4] a, float[4, 5] b) => (float[1, 3, 5] y) {
-            s = Constant <value = float[1, 1, 1] {0.5}> ()
+@pytest.mark.parametrize("op, plain, fused", [
+    ("Mul(p, s)", "fused-matmul-mul-scalar", "fused-matmul-mul-scalar-fused"),
+    ("Mul(s, p)", "fused-matmul-mul-scalar-left", "fused-matmul-mul-scalar-left-fused"),
+    ("Div(p, s)", "fused-matmul-div-scalar", "fused-matmul-div-scalar-fused"),
+])
+def test_scale_that_adds_a_dimension_stays(op, plain, fused):
+    # [3, 5] * [1, 1, 1] is [1, 3, 5] (guard: the scale's rank at most the product's), on a
+    # MatMul and on a FusedMatMul (k transposed): the scale stays out of alpha
+    m = parse_model(H + f"""
+        agraph (float[3, 4] a, float[4, 5] b, float[3, 8] q, float[5, 8] k) => (float[1, 3, 5] y, float[1, 3, 5] z) {{
+            s = Constant <value = float[1, 1, 1] {{0.5}}> ()
             p = MatMul(a, b)
-            y = Mul(p, s)
-        }""")
-    check_rewrite(m, ["MatMul", "Mul"], not_fired=["fused-matmul-mul-scalar"])
+            y = {op}
+            kt = Transpose <perm = [1, 0]> (k)
+            pt = MatMul(q, kt)
+            z = {op.replace("p", "pt", 1)}
+        }}""")
+    scale = op.split("(")[0]
+    check_rewrite(m, ["MatMul", scale, "com.microsoft.FusedMatMul", scale], fired=["fused-matmul-transpose-b"],
+                  not_fired=[plain, fused])
+
+
+@pytest.mark.parametrize("body, rule", [
+    ("qs = Mul(q, s)\n y = MatMul(qs, k)", "fused-matmul-scaled-a"),
+    ("ks = Mul(k, s)\n y = MatMul(q, ks)", "fused-matmul-scaled-b"),
+    ("qs = Mul(q, s)\n y = MatMul(qs, kt)", "fused-matmul-scaled-a-fused"),
+    ("ks = Mul(k2, s)\n kst = Transpose <perm = [0, 2, 1]> (ks)\n y = MatMul(q, kst)", "fused-matmul-scaled-b-fused"),
+])
+def test_scaled_operand_whose_scale_adds_a_dimension_stays(body, rule):
+    # a 2-D operand times a [1, 1, 1] scale is 3-D (guard: the scale's rank at most the
+    # operand's): the product of the unscaled operand would be 2-D
+    m = parse_model(H + f"""
+        agraph (float[4, 8] q, float[8, 6] k, float[6, 8] k2) => (float[1, 4, 6] y) {{
+            s = Constant <value = float[1, 1, 1] {{0.5}}> ()
+            kt = Transpose <perm = [1, 0]> (k2)
+            {body}
+        }}""")
+    fused = rule.endswith("-fused")
+    check_rewrite(m, ["Mul", "com.microsoft.FusedMatMul" if fused else "MatMul"],
+                  fired=["fused-matmul-transpose-b"] if fused else [], not_fired=[rule])
 
 
 def test_per_column_scale_stays():
@@ -504,6 +613,24 @@ def test_gemm_and_activation_stay_on_the_onnx_target_and_for_double():
     check_rewrite(m, ["Gemm", "Relu", "Gemm", "Tanh"], not_fired=["fused-gemm-tanh"], target="onnx")
 
 
+def test_double_gemm_keeps_every_activation():
+    # onnxruntime's FusedGemm takes float only (guard: float32): one double Gemm read by each
+    # of the six activations
+    acts = ["Relu", "Sigmoid", "Tanh", "LeakyRelu <alpha = 0.2>", "HardSigmoid <alpha = 0.3, beta = 0.4>",
+            "Elu <alpha = 0.7>"]
+    body = "\n".join(f"y{i} = {a}(g)" for i, a in enumerate(acts))
+    outs = ", ".join(f"double[3, 5] y{i}" for i in range(len(acts)))
+    m = parse_model(H + f"""
+        agraph (double[3, 4] x) => ({outs})
+              {inits(init("w", 4, 5, dtype=np.float64), init("b", 5, dtype=np.float64))} {{
+            g = Gemm(x, w, b)
+            {body}
+        }}""")
+    check_rewrite(m, ["Gemm"] + [a.split()[0] for a in acts],
+                  not_fired=["fused-gemm-relu", "fused-gemm-sigmoid", "fused-gemm-tanh", "fused-gemm-leaky-relu",
+                             "fused-gemm-hard-sigmoid", "fused-gemm-elu"])
+
+
 def test_gemm_also_used_without_activation_stays():
     m = parse_model(H + f"""
         agraph (float[3, 4] x) => (float[3, 5] y, float[3, 5] g) {inits(init("w", 4, 5), init("b", 5))} {{
@@ -568,7 +695,9 @@ def test_two_dimensional_projections_with_bias_become_gemm_and_split():
 def test_each_group_is_merged_once(bias):
     # 4 MatMuls on x: C(4,2) pairs, C(4,3) triples, one quadruple, and no merge of a merge
     res = check_rewrite(parallel(4, bias=bias), ["MatMul", "Split"] + (["Add"] if bias else []),
-                        fired=["matmul-merge-4"], **MERGE)
+                        fired=["matmul-group-2", "matmul-group-3", "matmul-group-4", "matmul-merge-4"]
+                        + (["matmul-bias-group-2", "matmul-bias-group-3", "matmul-bias-group-4",
+                            "matmul-add-merge-4"] if bias else []), **MERGE)
     sat = res.report["saturation"]
     matches = sat["rule_matches"]
     assert (matches["matmul-merge-2"], matches["matmul-merge-3"], matches["matmul-merge-4"]) == (6, 4, 1)
@@ -604,8 +733,9 @@ def test_biases_that_are_not_per_column_are_not_merged():
             m2 = MatMul(x, w2)
             c = Add(m2, b2)
         }}""")
-    check_rewrite(m, ["MatMul", "Split", "Add", "Add", "Add"], fired=["matmul-merge-3"],
-                  not_fired=["matmul-add-merge-2", "matmul-add-merge-3"], **MERGE)
+    check_rewrite(m, ["MatMul", "Split", "Add", "Add", "Add"], fired=["matmul-group-3", "matmul-merge-3"],
+                  not_fired=["matmul-bias-group-2", "matmul-bias-group-3", "matmul-add-merge-2",
+                             "matmul-add-merge-3"], **MERGE)
 
 
 def big_projections(bias: bool) -> onnx.ModelProto:
@@ -639,11 +769,15 @@ def test_projections_with_weights_over_the_fold_limit_merge_into_a_constant_weig
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_projections_stay_separate_on_the_cpu_profile(bias):
+@pytest.mark.parametrize("n", ["2", "3", "4"])  # strings: the rule coverage scan reads them in the names
+def test_projections_stay_separate_on_the_cpu_profile(n, bias):
     # the default (cpu) profile: one MatMul [.., K] x [K, 3n] + Split is slower there than three
     # MatMuls [.., K] x [K, n] (onnxruntime, MLAS), so no group is formed, whatever the op count
-    res = check_rewrite(parallel(3, bias=bias), ["MatMul"] * 3 + (["Add"] * 3 if bias else []),
-                        not_fired=["matmul-group-3", "matmul-bias-group-3", "matmul-merge-3", "matmul-add-merge-3"])
+    # (guard: the hardware profile says that merging pays)
+    k = int(n)
+    res = check_rewrite(parallel(k, bias=bias), ["MatMul"] * k + (["Add"] * k if bias else []),
+                        not_fired=[f"matmul-group-{n}", f"matmul-merge-{n}"]
+                        + ([f"matmul-bias-group-{n}", f"matmul-add-merge-{n}"] if bias else []))
     assert res.report["saturation"]["rule_matches"].get("matmul-group-2", 0) == 0
 
 
