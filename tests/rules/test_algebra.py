@@ -28,7 +28,8 @@ def test_double_scalar_arithmetic_folds_inside_egglog():
             v = Div(u, a)
             y = Mul(x, v)
         }""")
-    check_rewrite(m, ["Mul"], fired=["fold-scalar-add", "fold-scalar-sub", "fold-scalar-mul", "fold-scalar-div"])
+    rules = ["fold-scalar-add", "fold-scalar-sub", "fold-scalar-mul", "fold-scalar-div"]
+    check_rewrite(m, ["Mul"], fired=rules)
 
 
 def test_scalar_folds_that_would_change_the_value_stay_out_of_egglog():
@@ -48,7 +49,8 @@ def test_scalar_folds_that_would_change_the_value_stay_out_of_egglog():
         }""")
     # s: shapes [] and [1] (the sum is a [1]); q: a zero divisor; fs: float32, which egglog's
     # f64 would not round as the runtime does; the oracle folds each in its own dtype
-    res = check_rewrite(m, ["Mul", "Mul", "Mul"], not_fired=["fold-scalar-add", "fold-scalar-div", "fold-scalar-sub"],
+    res = check_rewrite(m, ["Mul", "Mul", "Mul"],
+                        not_fired=["fold-scalar-add", "fold-scalar-div", "fold-scalar-sub"],
                         feeds={"x": np.array([1.0, -1.0, 0.0]), "f": np.ones(3, np.float32)})
     assert res.report["oracle"]["folded"] == 3
 
@@ -150,7 +152,8 @@ def test_neutral_elements_that_broadcast_the_value_stay():
             b = Div(x, one)
             c = Sub(x, zero)
         }""")
-    check_rewrite(m, ["Mul", "Mul", "Div", "Sub"], not_fired=["mul-one", "mul-one-left", "div-one", "sub-zero"])
+    check_rewrite(m, ["Mul", "Mul", "Div", "Sub"],
+                  not_fired=["mul-one", "mul-one-left", "div-one", "sub-zero"])
 
 
 # ---- uniform tensors
@@ -201,7 +204,8 @@ def test_adding_zeros_on_either_side_goes():
 def test_adding_zeros_that_broadcast_the_value_stays():
     # x [3] + zeros [2, 3] is a [2, 3]: the shape guard, on either side
     m = parse_model(H + """
-        agraph (float[3] x) => (float[2, 3] y, float[2, 3] v) <float[2, 3] z = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0}> {
+        agraph (float[3] x) => (float[2, 3] y, float[2, 3] v)
+            <float[2, 3] z = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0}> {
             y = Add(x, z)
             v = Add(z, x)
         }""")
@@ -274,8 +278,9 @@ def test_unary_pairs_that_do_not_cancel_stay():
     # -|x| is not x, not |x|; Relu(LeakyRelu(x)) is not LeakyRelu(x); |Relu(x)| is not |x|;
     # |Floor(x)| is not Floor(x); Floor(|x|) and Ceil(|x|) are not |x|; Not(c and d) is not c and d
     m = parse_model(H + """
-        agraph (float[2, 5] x, bool[3] c, bool[3] e) => (float[2, 5] n, float[2, 5] r, float[2, 5] a,
-                                                       float[2, 5] b, float[2, 5] f, float[2, 5] g, bool[3] d) {
+        agraph (float[2, 5] x, bool[3] c, bool[3] e)
+            => (float[2, 5] n, float[2, 5] r, float[2, 5] a, float[2, 5] b, float[2, 5] f,
+                float[2, 5] g, bool[3] d) {
             ax = Abs(x)
             n = Neg(ax)
             l = LeakyRelu <alpha = 0.1> (x)
@@ -289,9 +294,10 @@ def test_unary_pairs_that_do_not_cancel_stay():
             ce = And(c, e)
             d = Not(ce)
         }""")
-    check_rewrite(m, ["Abs", "Neg", "LeakyRelu", "Relu", "Relu", "Abs", "Floor", "Abs", "Floor", "Ceil", "And", "Not"],
-                  not_fired=["neg-neg", "abs-neg", "relu-relu", "relu-abs", "abs-abs", "floor-floor", "floor-ceil",
-                             "ceil-ceil", "ceil-floor", "not-not"],
-                  feeds={"x": np.array([[np.nan, -0.0, 0.0, np.inf, -np.inf], [-2.5, 2.5, -1.5, 0.49, -0.51]],
-                                       np.float32), "c": np.array([True, False, True]),
-                         "e": np.array([True, True, False])}, rtol=0, atol=0)
+    x = np.array([[np.nan, -0.0, 0.0, np.inf, -np.inf], [-2.5, 2.5, -1.5, 0.49, -0.51]], np.float32)
+    feeds = {"x": x, "c": np.array([True, False, True]), "e": np.array([True, True, False])}
+    expect = ["Abs"] * 3 + ["Neg", "LeakyRelu"] + ["Relu", "Floor"] * 2 + ["Ceil", "And", "Not"]
+    check_rewrite(m, expect,
+                  not_fired=["neg-neg", "abs-neg", "relu-relu", "relu-abs", "abs-abs",
+                             "floor-floor", "floor-ceil", "ceil-ceil", "ceil-floor", "not-not"],
+                  feeds=feeds, rtol=0, atol=0)

@@ -105,7 +105,8 @@ def test_noop_reshape_expand_slice_pad():
 def test_reshape_expand_slice_that_change_the_shape_stay():
     # the shape guard of each: [2, 3] to [3, 2]; [1, 3] to [2, 3]; 8 columns to 7
     m = parse_model(H + """
-        agraph (float[2, 3] x, float[1, 3] u, float[2, 8] v) => (float[3, 2] y, float[2, 3] z, float[2, 7] w) {
+        agraph (float[2, 3] x, float[1, 3] u, float[2, 8] v)
+            => (float[3, 2] y, float[2, 3] z, float[2, 7] w) {
             s = Constant <value = int64[2] {3, 2}> ()
             y = Reshape(x, s)
             e = Constant <value = int64[2] {2, 3}> ()
@@ -115,7 +116,8 @@ def test_reshape_expand_slice_that_change_the_shape_stay():
             ax = Constant <value = int64[1] {1}> ()
             w = Slice(v, st, en, ax)
         }""")
-    check_rewrite(m, ["Reshape", "Expand", "Slice"], not_fired=["reshape-noop", "expand-noop", "slice-noop"])
+    check_rewrite(m, ["Reshape", "Expand", "Slice"],
+                  not_fired=["reshape-noop", "expand-noop", "slice-noop"])
 
 
 def test_slice_with_step_one_over_everything_goes():
@@ -148,7 +150,8 @@ def test_zero_pads_go_for_ranks_1_to_4():
             qd = Pad(d, pd)
             yd = Relu(qd)
         }""")
-    check_rewrite(m, ["Relu"] * 4, fired=["pad-noop-1d", "pad-noop-2d", "pad-noop-3d", "pad-noop-4d"])
+    check_rewrite(m, ["Relu"] * 4,
+                  fired=["pad-noop-1d", "pad-noop-2d", "pad-noop-3d", "pad-noop-4d"])
 
 
 def test_pads_with_one_nonzero_entry_stay():
@@ -165,7 +168,8 @@ def test_pads_with_one_nonzero_entry_stay():
             yc = Pad(c, pc)
             yd = Pad(d, pd)
         }""")
-    check_rewrite(m, ["Pad"] * 4, not_fired=["pad-noop-1d", "pad-noop-2d", "pad-noop-3d", "pad-noop-4d"])
+    check_rewrite(m, ["Pad"] * 4,
+                  not_fired=["pad-noop-1d", "pad-noop-2d", "pad-noop-3d", "pad-noop-4d"])
 
 
 def test_slice_that_reverses_stays():
@@ -203,7 +207,8 @@ def test_transposes_compose_for_ranks_2_to_5():
             td = Transpose <perm = [4, 3, 2, 1, 0]> (d)
             yd = Transpose <perm = [0, 4, 3, 1, 2]> (td)
         }""")
-    check_rewrite(m, ["Transpose"] * 3, fired=["transpose-compose-3", "transpose-compose-4", "transpose-compose-5"])
+    check_rewrite(m, ["Transpose"] * 3,
+                  fired=["transpose-compose-3", "transpose-compose-4", "transpose-compose-5"])
     m2 = parse_model(H + """
         agraph (float[2, 3] a) => (float[3, 2] y) {
             t = Transpose <perm = [1, 0]> (a)
