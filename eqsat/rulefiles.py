@@ -11,6 +11,7 @@ from pathlib import Path
 from egglog import bindings as b
 
 from .errors import INTERRUPTS, RuleError
+from .rulecommands import refuse_commands
 
 PRELUDE = "lang.egg"
 SCHEDULE = "schedule.egg"
@@ -103,11 +104,12 @@ class Declared:
 
 
 def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared, transform=None) -> None:
-    """Parse and run one rule file; egglog errors become RuleError(FILE:LINE:COL: ...).
+    """Parse and run one rule file; egglog errors become RuleError(FILE:LINE:COL: ...). A
+    command that a rule file may not hold (eqsat.rulecommands) is refused before any runs.
     `transform`, if given, maps the parsed commands to the ones run (eqsat.provenance)."""
     try:
         cmds = eg.parse_program(text, filename=path)
-        _refuse_includes(cmds, path, text)
+        refuse_commands(cmds, path, text)  # nothing of the file runs before all pass
         eg.run_program(*(transform(cmds) if transform else cmds))
     except b.EggSmolError as e:
         raise RuleError(format_egglog_error(str(e), path, text, declared)) from None
@@ -116,17 +118,6 @@ def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared, trans
             raise
         raise RuleError(f"{path}: egglog failed while loading this file: {str(e).splitlines()[0]}") from None
     declared.absorb(cmds, path)
-
-
-def _refuse_includes(cmds: list, path: str, text: str) -> None:
-    """egglog would run an included file behind eqsat's back: its rulesets would never be
-    scheduled, `rules list` and `rules check` would not see its rules."""
-    for c in cmds:
-        if isinstance(c, b.Include):
-            m = SPAN_RE.match(str(c.span))  # egglog's own line and column
-            where = f"{path}:{m.group(1)}:{m.group(2)}" if m else path
-            raise RuleError(f"{where}: (include \"{c.path}\") is not supported in eqsat rule files; "
-                            f"pass {c.path} with another --rules")
 
 
 def load_rule_file(eg: b.EGraph, path: Path, declared: Declared, transform=None) -> None:

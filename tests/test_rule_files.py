@@ -1,16 +1,18 @@
 """Rule files run by a glob, as in egglog's own test suite: every file in tests/egg/pass
-loads (and its `check` commands hold) on top of the default rules; every file in
+loads on top of the default rules, and the egglog commands of its NAME.checks (a model
+fragment, a run, `check`s: commands a rule file may not hold) then hold; every file in
 tests/egg/fail fails with exactly the error its first line states. The default rule files
 themselves must load."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
 from egglog import bindings as b
 
-from eqsat.errors import RuleError
+from eqsat.errors import OptimizeError, RuleError
 from eqsat.rulefiles import Declared, default_rule_files, load_rule_file
 from eqsat.saturate import Saturator
 
@@ -35,16 +37,57 @@ def test_default_rule_files_load():
 
 @pytest.mark.parametrize("path", PASS, ids=[p.name for p in PASS])
 def test_rule_file_passes(path):
-    Saturator([path.relative_to(ROOT)])
+    sat = Saturator([path.relative_to(ROOT)])
+    try:
+        checks = path.with_suffix(".checks")
+        if checks.is_file():
+            cmds = sat.eg.parse_program(checks.read_text(), filename=str(checks))
+            assert any(isinstance(c, b.Check) for c in cmds), "a .checks file checks something"
+            sat.run_commands(cmds)  # a `check` that does not hold raises
+    finally:
+        sat.close()
+
+
+def test_a_check_that_does_not_hold_fails():
+    # the harness above would notice a pass file whose rules do not do what it checks
+    sat = Saturator([Path("tests/egg/pass/relu_idempotent.egg")])
+    try:
+        with pytest.raises(OptimizeError, match=r"\(Sigmoid"):
+            sat.run_commands(sat.eg.parse_program(
+                '(let $x (Input "x")) (let $r (Relu (Sigmoid $x))) (run-schedule (saturate (run mine)))'
+                ' (check (= $r (Sigmoid $x)))'))
+    finally:
+        sat.close()
+
+
+@pytest.fixture(scope="module")
+def defaults():
+    """One e-graph with the default rules for all must-fail files (each is loaded on top of
+    a push and popped: loading the default rules for each file would cost seconds)."""
+    eg, declared = b.EGraph(), Declared()
+    for f in default_rule_files():
+        load_rule_file(eg, f, declared)
+    return eg, declared
 
 
 @pytest.mark.parametrize("path", FAIL, ids=[p.name for p in FAIL])
-def test_rule_file_fails_with_its_message(path):
+def test_rule_file_fails_with_its_message(path, defaults):
     first = path.read_text().splitlines()[0]
     assert first.startswith("; error: "), "a must-fail file states its error on line 1"
-    with pytest.raises(RuleError) as e:
-        Saturator([path.relative_to(ROOT)])
+    eg, declared = defaults
+    eg.run_program(b.Push(1))
+    try:
+        with pytest.raises(RuleError) as e:
+            load_rule_file(eg, path.relative_to(ROOT), copy.deepcopy(declared))
+    finally:
+        eg.run_program(b.Pop(b.PanicSpan(), 1))
     assert str(e.value) == first[len("; error: "):]
+
+
+def test_a_must_fail_file_fails_through_the_saturator_too():
+    # the path `eqsat optimize --rules` takes, for one of them
+    with pytest.raises(RuleError, match=r"^tests/egg/fail/cmd_output\.egg:3:1: \(output \.\.\.\) is not"):
+        Saturator([Path("tests/egg/fail/cmd_output.egg")])
 
 
 def test_missing_rule_file():
