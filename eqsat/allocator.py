@@ -31,15 +31,17 @@ GLIBC_DEFAULT_MMAP_MAX = 65536
 OVERRIDDEN = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_")
 OVERRIDDEN_TUNABLES = ("glibc.malloc.mmap_max", "glibc.malloc.trim_threshold",
                        "glibc.malloc.mmap_threshold", "glibc.malloc.top_pad")
-OPT_OUT = "EQSAT_REUSE_MEMORY"  # "0": glibc's defaults
+OPT_OUT = "EQSAT_REUSE_MEMORY"  # "0": glibc's defaults; "1" or unset: reuse
 
 
 def user_tuned(environ) -> bool:
     """Whether the environment asks for glibc's defaults (EQSAT_REUSE_MEMORY=0) or sets one
     of the settings eqsat would override: the user's choice wins. Other settings
-    (MALLOC_ARENA_MAX, MALLOC_PERTURB_, ...) do not count."""
+    (MALLOC_ARENA_MAX, MALLOC_PERTURB_, ...) do not count. EQSAT_REUSE_MEMORY other than
+    0, 1 or unset also leaves glibc's defaults: this runs before the command line is read,
+    and the command then refuses the value (eqsat.environment.check_environment)."""
     tunables = environ.get("GLIBC_TUNABLES", "")
-    return (environ.get(OPT_OUT, "") == "0" or any(k in environ for k in OVERRIDDEN)
+    return (environ.get(OPT_OUT, "").strip() not in ("", "1") or any(k in environ for k in OVERRIDDEN)
             or any(f"{t}=" in tunables for t in OVERRIDDEN_TUNABLES))
 
 

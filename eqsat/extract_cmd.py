@@ -86,8 +86,10 @@ def load_egraph(path: str | Path):
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
+    from .environment import check_environment
     from .pipeline import Options, cost_model, read_choice
 
+    check_environment()
     if args.check and args.output:
         raise UsageError("--check reads a choice and -o writes one: give one of them")
     if args.check and (args.extractor or args.extract_time_limit is not None):

@@ -16,7 +16,8 @@ for it).
 The cache ($EQSAT_CACHE/measured.json, by default ~/.cache/eqsat) is keyed by the one-node
 model and by what its time depends on besides: onnxruntime's version and the CPU
 (`machine_salt`), so a home folder shared by machines, or an upgraded onnxruntime, times
-afresh rather than reusing another's figures.
+afresh rather than reusing another's figures. A cache file that is not one (corrupt,
+unreadable, another program's) is ignored with a warning and rebuilt (read_cache).
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -37,6 +40,7 @@ from extract.costs.node_count import STRUCTURE
 from extract.egraph import EGraph, Node
 
 from .decode import LITERALS, Decoder
+from .environment import cache_folder
 from .lang.dtypes import CTOR_TO_CODE, np_dtype
 from .shapes import is_symbol
 from .store import ProtoStore, TensorStore
@@ -44,7 +48,46 @@ from .verify import session
 
 DEFAULT_DIM = 16
 KEY_SALT = b"ort-optimizations-off\0"  # cache entries timed with them on (before) do not match
-CACHE = Path(os.environ.get("EQSAT_CACHE", Path.home() / ".cache" / "eqsat")) / "measured.json"
+DEFAULT_CACHE = "default"  # Measurer(cache=...): cache_file(), from the environment
+
+
+def cache_file() -> Path | None:
+    """$EQSAT_CACHE/measured.json, by default ~/.cache/eqsat/measured.json (None where there
+    is no home folder); a bad EQSAT_CACHE is a UsageError (eqsat.environment)."""
+    folder = cache_folder()
+    return None if folder is None else folder / "measured.json"
+
+
+def read_cache(path: Path) -> dict[str, float | None]:
+    """The cache's entries (key -> microseconds >= 0, or None: the op could not be run
+    alone). A file that cannot be read or is not a cache (not JSON, not an object, an entry
+    that is not a number >= 0 or null) is ignored with a warning on stderr, and rebuilt:
+    written again with this run's measurements (it holds nothing that cannot be measured
+    again). Where the path is a folder or other non-file, nothing is cached."""
+    if not path.exists():
+        return {}
+    if not path.is_file():
+        _warn(f"{path} is not a file; measurements are not cached this run")
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        why = f"cannot read it ({e})" if isinstance(e, OSError) else "not JSON"
+        _warn(f"{path}: {why}; ignored, and rebuilt with this run's measurements")
+        return {}
+    bad = None if isinstance(data, dict) else "not a JSON object"
+    for k, v in data.items() if bad is None else ():
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf):
+            bad = f"entry {json.dumps(k)} is {json.dumps(v)}, not a time in microseconds"
+            break
+    if bad:
+        _warn(f"{path}: not a measurement cache ({bad}); ignored, and rebuilt with this run's measurements")
+        return {}
+    return data
+
+
+def _warn(message: str) -> None:
+    print(f"eqsat: warning: {message}", file=sys.stderr)
 
 
 @functools.cache
@@ -67,19 +110,21 @@ def machine_salt() -> bytes:
 
 class Measurer:
     def __init__(self, model: ModelProto, tensors: TensorStore, protos: ProtoStore, dims: dict[str, int] | None = None,
-                 runs: int = 20, cache: Path | None = CACHE) -> None:
+                 runs: int = 20, cache: Path | str | None = DEFAULT_CACHE) -> None:
+        """`cache`: the cache file (read_cache), None for none, DEFAULT_CACHE for cache_file()."""
         self.model = model
         self.tensors = tensors
         self.protos = protos
         self.dims = dict(dims or {})
         self.runs = runs
-        self.cache_path = cache
+        if cache == DEFAULT_CACHE:
+            cache = cache_file()
+        self.cache_path = None if cache is None else Path(cache)
         self.cache: dict[str, float | None] = {}
-        if cache is not None and cache.is_file():
-            try:
-                self.cache = json.loads(cache.read_text())
-            except (OSError, ValueError):
-                self.cache = {}
+        if self.cache_path is not None:
+            self.cache = read_cache(self.cache_path)
+            if self.cache_path.exists() and not self.cache_path.is_file():
+                self.cache_path = None
         self.timed = 0
 
     def annotate(self, data: dict) -> dict:

@@ -34,6 +34,7 @@ from extract.costs import CostModel, HardwareProfileError, make_cost_model
 from .atomic import write_text
 from .decode import Decoder
 from .encode import Encoder
+from .environment import check_environment
 from .errors import InvalidModelError, OptimizeError, UsageError, extraction_errors
 from .oracle import Oracle
 from .saturate import Limits, Saturator
@@ -236,6 +237,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     def phase(name: str, t0: float) -> None:
         times[name] = round(time.perf_counter() - t0, 4)
 
+    check_environment()
     check_model(model)
     check_options(opts)
     hardware = hardware_profile(opts.hardware)
@@ -350,6 +352,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
 def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None) -> Result:
     from .subgraphs import optimize_subgraphs  # each subgraph is optimized as a model of its own
 
+    check_environment()
     check_model(model)
     picked = read_choice(opts.choice) if opts.choice else None  # a bad file fails before any work
     t0 = time.perf_counter()

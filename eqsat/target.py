@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from pathlib import Path
 
 import onnx
 from onnx import ModelProto, TensorProto, helper
 
+from .environment import nchwc_block_override, switch
 from .errors import UsageError
 from .lang import terms as T
 from .lang.contrib import INTERNAL_DOMAIN
@@ -48,12 +48,15 @@ def nchwc_block(enabled: bool = True) -> int:
     layout turned off by `enabled` False (`--layout nchw`) or EQSAT_NCHWC=0, no onnxruntime,
     a CPU without blocked kernels).
     Cached per process (tests clear it with nchwc_block.cache_clear()). Probed by running
-    ReorderInput on four channels (its minimum): the output pads them to one block."""
-    if not enabled or os.environ.get("EQSAT_NCHWC", "1").strip() == "0":
+    ReorderInput on four channels (its minimum): the output pads them to one block, unless
+    EQSAT_NCHWC_BLOCK forces one. A bad EQSAT_NCHWC or EQSAT_NCHWC_BLOCK is a UsageError
+    (eqsat.environment)."""
+    nchwc = switch("EQSAT_NCHWC")
+    forced = nchwc_block_override()
+    if not enabled or not nchwc:
         return 0
-    forced = os.environ.get("EQSAT_NCHWC_BLOCK")
-    if forced:
-        return max(0, int(forced))
+    if forced is not None:
+        return forced
     try:
         import numpy as np
         import onnxruntime as ort

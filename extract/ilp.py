@@ -48,7 +48,17 @@ TERM_SORTS = ("Op", "OpList", "")
 # DAG greedy's sets of nodes grow with the depth of the model: its time is quadratic (50 s on
 # a 10k-node transformer's 47k e-nodes, where the ILP takes 16 s); above this it is no fallback.
 DAG_GREEDY_MAX_NODES = 20_000
-_DISP = bool(os.environ.get("EQSAT_ILP_DISP"))  # print HiGHS's log (for studying hard e-graphs)
+
+
+def solver_log() -> bool:
+    """EQSAT_ILP_DISP: 1 prints HiGHS's log (for studying hard e-graphs); 0, unset or blank
+    does not. Any other value is a ValueError naming the variable (eqsat's commands check it
+    before any work: eqsat.environment)."""
+    raw = os.environ.get("EQSAT_ILP_DISP", "")
+    v = raw.strip()
+    if v not in ("", "0", "1"):
+        raise ValueError(f"EQSAT_ILP_DISP is {raw!r}; expected 0 or 1 (unset: the default, 0)")
+    return v == "1"
 
 
 class ILP(Extractor):
@@ -64,6 +74,7 @@ class ILP(Extractor):
         from scipy.sparse import coo_matrix
 
         t0 = time.perf_counter()
+        disp = solver_log()
         costs = cost.costs(egraph)
         notes: list[str] = []
         if not egraph.roots:  # nothing to compute: the empty choice (and no program for HiGHS)
@@ -170,7 +181,7 @@ class ILP(Extractor):
             del vals[len(vals) - sum(len(c) for c in cuts):]
             res = milp(c_vec, constraints=LinearConstraint(a, lo_all, hi_all), integrality=np.ones(n_x),
                        bounds=Bounds(np.zeros(n_x), np.ones(n_x)),
-                       options={"time_limit": remaining, "disp": _DISP})
+                       options={"time_limit": remaining, "disp": disp})
             if res.x is None:
                 break
             chosen = {c: nodes[i] for c in classes for i in by_class[c] if res.x[i] > 0.5}

@@ -107,6 +107,7 @@ def summary(d: dict) -> dict:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from ..environment import check_environment
     from ..modelio import read_model
     from . import check_plan, execute_plan, plan_model
     from .errors import PlanError
@@ -115,6 +116,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(msg)
 
+    check_environment()
     src = Path(args.input)
     model = read_model(src, check=True)[0]
     from ..cli import warn_unknown_model_dims
