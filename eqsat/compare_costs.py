@@ -15,6 +15,9 @@ programs the interval is wide, and one that holds 0 does not tell the model from
 The random programs perturb the roofline's costs whichever models are compared, so runs
 with different `--cost-model` lists time the same sample. The main graph only: the bodies of
 If and Loop are timed as the input has them (`eqsat optimize` optimizes them separately).
+The input is run once under onnxruntime before any saturation: one it cannot run (an op of
+a domain it does not know, ...) is an InputError (exit 2); a program eqsat extracted that it
+cannot run is an OptimizeError naming the program (exit 1).
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ from extract import dag_cost, get_extractor
 from extract.costs import COST_MODELS, CostModel
 
 from . import latency
-from .errors import extraction_errors
-from .pipeline import Options, cost_model, saturate
-from .verify import random_inputs
+from .environment import check_environment
+from .errors import EqsatError, InputError, OptimizeError, extraction_errors
+from .pipeline import Options, check_model, cost_model, saturate
+from .verify import random_inputs, run
 
 
 class _Perturbed(CostModel):
@@ -74,8 +78,19 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
     models, any a script added to COST_MODELS, and installed plugins this process already
     loaded by name); each extracts its program with `opts.extractor`."""
     say = progress or (lambda _m: None)
+    check_environment()
+    check_model(model)
     names = list(dict.fromkeys(cost_models or COST_MODELS))
     models = {name: cost_model(dataclasses.replace(opts, cost_model=name)) for name in names}  # bad names fail now
+    dims = dict(opts.dims)
+    feeds = random_inputs(model, dims)
+    try:  # before any work: a model onnxruntime cannot run has no programs to time
+        run(model, feeds, optimize=False)
+    except EqsatError:
+        raise
+    except Exception as e:  # noqa: BLE001 - onnxruntime's errors are its own classes
+        raise InputError(f"compare-costs times programs under onnxruntime, which cannot run this model: "
+                         f"{_first_line(e)}") from None
     st = saturate(model, opts, progress, measure=True)
     eg = st.egraph
     with extraction_errors("compare-costs", *models.values()):
@@ -97,10 +112,13 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
     for seed in range(samples):
         add(get_extractor("dag-greedy").extract(eg, _Perturbed(base, seed)).choice)
     say(f"{len(programs)} distinct programs; timing them")
-    dims = dict(opts.dims)
-    feeds = random_inputs(model, dims)
     decoded = [st.decode(p) for p in programs]
-    measured = latency.compare(decoded, feeds, runs=runs)
+    try:
+        measured = latency.compare(decoded, feeds, runs=runs)
+    except EqsatError:
+        raise
+    except Exception as e:  # noqa: BLE001 - onnxruntime's errors are its own classes
+        raise _unrunnable(decoded, feeds, own, e) from None
     records = []
     predictions: dict[str, list[float]] = {}
     for name in models:
@@ -111,6 +129,30 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
     info = {"programs": len(programs), "measured_ms": measured, "nodes": [len(m.graph.node) for m in decoded],
             "predicted": predictions, "chosen_by": {name: own[name] for name in models}}
     return records, info
+
+
+def _unrunnable(decoded: list[ModelProto], feeds: dict, own: dict[str, int], error: Exception) -> OptimizeError:
+    """The OptimizeError for programs eqsat extracted that onnxruntime failed on (`error`,
+    timing them together): it names the first that fails alone, and who chose it."""
+    failing = None
+    for i, m in enumerate(decoded):
+        try:
+            latency.session(m, optimize=False).run(None, feeds)
+        except Exception as e:  # noqa: BLE001 - this one
+            failing, error = i, e
+            break
+    if failing is None:
+        what = "the programs timed together"
+    else:
+        by = [name for name, k in own.items() if k == failing]
+        chose = f"the one {' and '.join(by)} chose" if by else "a random extraction"
+        what = f"program {failing + 1} of {len(decoded)} ({chose})"
+    return OptimizeError(f"compare-costs: onnxruntime cannot run {what}: {_first_line(error)}")
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 MIN_INTERVAL = 8  # programs: below, a bootstrap interval of tau says nothing

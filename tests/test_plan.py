@@ -660,3 +660,60 @@ def test_sizes_print_in_a_unit_that_fits():
 
     assert [_human(n) for n in (512, 3 << 10, 5 << 20, 7 << 30, 100 << 40)] == [
         "512 B", "3.0 KiB", "5.00 MiB", "7.00 GiB", "100.00 TiB"]
+
+
+# ---- what onnxruntime cannot run ------------------------------------------------------------
+
+def custom_op_model() -> onnx.ModelProto:
+    """Relu, then an op of a domain onnxruntime does not know."""
+    v = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                           helper.make_node("Foo", ["r"], ["y"], name="foo", domain="my.domain")],
+                          "g", [v("x", TensorProto.FLOAT, [2, 4])], [v("y", TensorProto.FLOAT, [2, 4])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.domain", 1)])
+
+
+def test_execute_on_an_op_onnxruntime_lacks_is_one_line_and_writes_nothing(tmp_path, capsys):
+    # it was a traceback from onnxruntime's session on the one-node model of Foo
+    src, out = tmp_path / "m.onnx", tmp_path / "p.json"
+    onnx.save(custom_op_model(), str(src))
+    assert plan_cli("plan", src, "-o", out, "-q") == 0 and out.is_file()  # planning needs no run
+    out.unlink()
+    rc = plan_cli("plan", src, "--execute", "-o", out, "-q")
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("eqsat: error:")]
+    assert rc == 1 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("eqsat: error: execution not possible, plan not written: onnxruntime cannot run "
+                               "the model: "), lines[0]
+    assert "my.domain:Foo" in lines[0] and "without --execute" in lines[0]
+    assert not out.exists()
+
+
+def test_a_node_that_cannot_run_alone_makes_execution_not_possible(monkeypatch):
+    import eqsat.plan.execute as ex_mod
+
+    m = several_ops_model()
+    p = plan_model(m)
+
+    def refuse(model, feeds):
+        raise RuntimeError("[ONNXRuntimeError] : 1 : FAIL : no kernel\nsecond line")
+
+    monkeypatch.setattr(ex_mod, "_run_ort", refuse)
+    monkeypatch.setattr(ex_mod, "_run_reference", refuse)  # the reference evaluator fails too
+    ex = execute_plan(m, p)
+    first = next(n for n in p.graph.nodes if n.name == p.to_dict()["order"][0])  # the first node run
+    assert ex.status == "not possible", ex.detail
+    assert ex.detail == (f"node '{first.name}' ({first.op_type}) could not run alone under the reference evaluator "
+                         "or onnxruntime: [ONNXRuntimeError] : 1 : FAIL : no kernel"), ex.detail
+
+
+def test_the_reference_evaluators_failures_fall_back_to_onnxruntime(monkeypatch):
+    import eqsat.plan.execute as ex_mod
+
+    def broken(model, feeds):
+        raise ValueError("a bug of the reference evaluator")  # not NotImplementedError
+
+    monkeypatch.setattr(ex_mod, "_run_reference", broken)
+    m = several_ops_model()
+    ex = execute_plan(m, plan_model(m))
+    assert ex.status == "passed" and ex.engines == {"onnxruntime": len(m.graph.node)}, ex.detail

@@ -10,7 +10,9 @@ dims)` fails early (before optimizing) when a symbolic dimension is unbound,
 `write_json` once the model is in place), and `plan_to_file(model, path, dims, alignment)`
 plans, checks and writes the plan file.
 Errors are eqsat.errors exceptions: UsageError (exit 2) for an unbound dimension, PlanError
-(exit 1) for a plan that fails its checks or its proof by execution.
+(exit 1) for a plan that fails its checks or its proof by execution, or whose proof
+`--execute` asked for and is not possible (onnxruntime cannot run the model, or a node
+alone); the plan is then not written.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def add_plan_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-inplace", action="store_true", help="no in-place reuse (views still share buffers)")
     p.add_argument("--execute", action="store_true",
                    help="prove the plan: run the model node by node through one numpy arena laid out by the plan "
-                        "and compare the outputs with onnxruntime's")
+                        "and compare the outputs with onnxruntime's (exit 1, plan not written, when the proof "
+                        "fails or onnxruntime cannot run the model)")
     p.add_argument("--rtol", type=nonnegative_float,
                    help="--execute relative tolerance (default 1e-4; 1e-2 for a model with float16 tensors)")
     p.add_argument("--atol", type=nonnegative_float,
@@ -136,10 +139,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         msg = f"execution {ex.status}: {ex.detail} ({ex.seconds:.2f} s through the arena; nodes: {engines})"
         if ex.status == "failed":
             raise PlanError(msg)
-        if ex.status == "not possible":
-            print(f"eqsat: warning: {msg}", file=sys.stderr)
-        else:
-            say(f"  {msg}")
+        if ex.status == "not possible":  # --execute asked for the proof: as optimize --require-verification
+            raise PlanError(f"execution not possible, plan not written: {ex.detail} (plan without --execute to "
+                            "write it unproven)")
+        say(f"  {msg}")
     if args.output:  # after --execute: a plan that fails its proof is not written
         write_json(plan.to_dict(), args.output)
         say(f"  wrote {args.output}")

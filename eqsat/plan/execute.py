@@ -23,9 +23,11 @@ opset-13 semantics), If, Loop and Scan (the reference evaluator runs a Loop with
 condition input zero times), and every node with a float16 or bfloat16 input or output
 (the reference evaluator computes in that type, onnxruntime's CPU kernels mostly in
 float32) run alone under onnxruntime instead: a one-node model, its inputs fed from the
-arena, its outputs copied into it. The expected outputs come from onnxruntime running the
-whole model with graph optimizations off (the same graph that was planned), on the same
-inputs.
+arena, its outputs copied into it; so does a node the reference evaluator fails on. The
+expected outputs come from onnxruntime running the whole model with graph optimizations off
+(the same graph that was planned), on the same inputs, before the arena run. Where
+onnxruntime cannot run the model, or a node runs alone under neither engine, the proof is
+`not possible` and says what could not run and why.
 """
 
 from __future__ import annotations
@@ -111,6 +113,25 @@ def _run_ort(m: ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return sess.run(None, {k: np.ascontiguousarray(v) for k, v in feeds.items()})
 
 
+def _run_node(model: ModelProto, proto: onnx.NodeProto, ins: dict[str, np.ndarray], out_types: dict[str, int],
+              use_ort: bool) -> tuple[list[np.ndarray], str]:
+    """A node's outputs and the engine that computed them: the reference evaluator unless
+    `use_ort` or it fails (any exception: it lacks the op, or trips on it), else
+    onnxruntime, whose exception propagates."""
+    m = _one_node_model(model, proto, ins, out_types)
+    if not use_ort:
+        try:
+            return _run_reference(m, ins), "reference"
+        except Exception:  # noqa: BLE001 - onnxruntime gets its turn
+            pass
+    return _run_ort(m, ins), "onnxruntime"
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def _weights(model: ModelProto) -> dict[str, np.ndarray]:
     out = {}
     for t in model.graph.initializer:
@@ -141,8 +162,9 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
     onnxruntime. Random inputs at the plan's dims unless `feeds` are given. Returns an
     Execution whose status is `passed`, `failed` (with the differing output, or the node
     whose output did not fit its planned shape) or `not possible` (onnxruntime cannot run
-    the whole model). `rtol`/`atol` None: DEFAULT_TOLERANCE, or HALF_TOLERANCE for a model
-    with half-precision tensors."""
+    the whole model, or a node runs alone under neither engine: the detail says which and
+    why; onnxruntime's errors never propagate). `rtol`/`atol` None: DEFAULT_TOLERANCE, or
+    HALF_TOLERANCE for a model with half-precision tensors."""
     from ..verify import compare, random_inputs, run
     from .planner import Plan
 
@@ -165,6 +187,14 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
         raise PlanError(f"intermediate tensor '{missing[0]}' is not in the plan")
     if feeds is None:
         feeds = random_inputs(model, dims)
+    names = [o.name for o in model.graph.output]
+    # onnxruntime on the whole model first: where it cannot run it, there is nothing to compare with
+    t1 = time.perf_counter()
+    try:
+        expected = run(model, feeds, optimize=False)
+    except Exception as e:  # noqa: BLE001 - e.g. an op onnxruntime lacks
+        return Execution("not possible", f"onnxruntime cannot run the model: {_first_line(e)}")
+    ref_seconds = time.perf_counter() - t1
     weights = _weights(model)
     arena = np.zeros(int(d["arena_bytes"]), np.uint8)
     dtypes = {t: np_dtype(info.elem_type) for t, info in graph.tensors.items()}
@@ -195,21 +225,18 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
         proto = model.graph.node[i]
         ins = {x: value(x) for x in node.inputs}
         out_types = {y: graph.tensors[y].elem_type for y in node.outputs}
-        m = _one_node_model(model, proto, ins, out_types)
         use_ort = (node.domain not in ("", "ai.onnx") or node.op_type in ort_ops or node.op_type in CONTROL_FLOW
                    or opset < REFERENCE_SINCE.get(node.op_type, 0)
                    or any(_elem(v) in HALF for v in ins.values() if isinstance(v, np.ndarray))
                    or any(t in HALF for t in out_types.values()))
-        results = None
-        if not use_ort:
-            try:
-                results = _run_reference(m, ins)
-                engines["reference"] = engines.get("reference", 0) + 1
-            except NotImplementedError:
-                use_ort = True
-        if use_ort:
-            results = _run_ort(m, ins)
-            engines["onnxruntime"] = engines.get("onnxruntime", 0) + 1
+        try:
+            results, engine = _run_node(model, proto, ins, out_types, use_ort)
+        except Exception as e:  # noqa: BLE001 - what neither engine runs alone cannot be proven node by node
+            engines_tried = "onnxruntime" if use_ort else "the reference evaluator or onnxruntime"
+            return Execution("not possible", f"node '{node.name}' ({node.op_type}) could not run alone under "
+                                             f"{engines_tried}: {_first_line(e)}",
+                             time.perf_counter() - t0, ref_seconds, engines)
+        engines[engine] = engines.get(engine, 0) + 1
         for y, v in zip(node.outputs, results, strict=True):
             v = np.asarray(v)
             info = graph.tensors[y]
@@ -222,15 +249,7 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
             arena[off:off + size] = 0xFF
     seconds = time.perf_counter() - t0
 
-    names = [o.name for o in model.graph.output]
     actual = {n: np.array(value(n)) for n in names}
-    t1 = time.perf_counter()
-    try:
-        expected = run(model, feeds, optimize=False)
-    except Exception as e:  # noqa: BLE001 - e.g. an op onnxruntime lacks
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return Execution("not possible", f"onnxruntime cannot run the model: {first}", seconds, 0.0, engines)
-    ref_seconds = time.perf_counter() - t1
     diffs = {}
     for n in names:
         e, a = np.asarray(expected[n]), actual[n]
