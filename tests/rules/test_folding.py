@@ -54,8 +54,10 @@ def test_a_blow_up_over_the_fold_limit_is_refused():
     assert "Expand" in [n.op_type for n in res.model.graph.node]
     (why,) = res.report["oracle"]["fold_refused"]
     assert why == "Expand: result of 2097152 bytes is over the fold limit and larger than its inputs"
+    assert_same_outputs(m, res.model)
     res = optimized(m, fold_limit=4 << 20)  # --fold-limit 4 MiB
     assert [n.op_type for n in res.model.graph.node] == ["Add"]
+    assert_same_outputs(m, res.model)
 
 
 def test_a_big_result_no_larger_than_its_inputs_folds():
