@@ -379,7 +379,8 @@ def test_the_scan_reads_every_form_tests_use():
     assert problems == []
     assert sorted(found["fired"]) == ["c-lit", "c-other", "d-one", "d-two", "p-a", "p-b", "t-lit",
                                      "t-param", "w-pos"]
-    assert sorted(found["not_fired"]) == ["f-a", "f-b", "l-one", "l-two", "n-module", "pos-neg", "w-kw"]
+    assert sorted(found["not_fired"]) == ["f-a", "f-b", "l-one", "l-two", "n-module", "pos-neg",
+                                         "w-kw"]
 
 
 def test_the_scan_reports_what_it_cannot_read():
