@@ -35,7 +35,8 @@ from extract.costs import COST_MODELS, CostModel
 from . import latency
 from .environment import check_environment
 from .errors import EqsatError, InputError, OptimizeError, extraction_errors
-from .pipeline import Options, check_model, cost_model, saturate
+from .modelcheck import check_model
+from .pipeline import Options, cost_model, saturate
 from .verify import random_inputs, run
 
 

@@ -35,7 +35,8 @@ from .atomic import write_text
 from .decode import Decoder
 from .encode import Encoder
 from .environment import check_environment
-from .errors import InvalidModelError, OptimizeError, UsageError, extraction_errors
+from .errors import OptimizeError, UsageError, extraction_errors
+from .modelcheck import check_model
 from .oracle import Oracle
 from .saturate import Limits, Saturator
 from .serialize import serialize
@@ -207,15 +208,6 @@ def cost_model(opts: Options) -> CostModel:
         return make_cost_model(opts.cost_model, hardware_profile(opts.hardware), opts.dims)
     except (FileNotFoundError, KeyError, HardwareProfileError, PluginError) as e:
         raise UsageError(str(e).strip("'\"")) from None
-
-
-def check_model(model: ModelProto) -> None:
-    """Raise InvalidModelError (exit 2) for a model that computes nothing observable: a
-    graph with no outputs (optimizing it would leave an empty graph, and there is nothing
-    to verify). A graph whose outputs are its inputs or constants is optimized as usual."""
-    if not model.graph.output:
-        raise InvalidModelError("the model's graph has no outputs: it computes nothing observable, so there is "
-                                "nothing to optimize; list the values it should compute as graph outputs")
 
 
 def check_options(opts: Options) -> None:

@@ -111,6 +111,7 @@ def summary(d: dict) -> dict:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from ..environment import check_environment
+    from ..modelcheck import check_model
     from ..modelio import read_model
     from . import check_plan, execute_plan, plan_model
     from .errors import PlanError
@@ -122,6 +123,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_environment()
     src = Path(args.input)
     model = read_model(src, check=True)[0]
+    check_model(model)  # no outputs: nothing to plan
     from ..cli import warn_unknown_model_dims
 
     warn_unknown_model_dims(model, args.dim)  # as optimize and compare-costs do
