@@ -370,6 +370,9 @@ def _main(argv: list[str] | None) -> int:
             parser.print_help(sys.stderr)
             print("eqsat: error: a command is required (optimize, plan, show, ...)", file=sys.stderr)
             return 2
+        from .environment import check_environment
+
+        check_environment()  # a bad EQSAT_* setting fails every command before any work
         hints = {}
         if args.command == "optimize":
             hints[("--output", "the input")] = None if args.in_place else "pass --in-place to allow it"
