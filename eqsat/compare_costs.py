@@ -35,6 +35,7 @@ from extract.costs import COST_MODELS, CostModel
 from . import latency
 from .environment import check_environment
 from .errors import EqsatError, InputError, OptimizeError, extraction_errors
+from .isolate import probe
 from .modelcheck import check_model
 from .pipeline import Options, cost_model, saturate
 from .verify import random_inputs, run
@@ -85,6 +86,8 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
     models = {name: cost_model(dataclasses.replace(opts, cost_model=name)) for name in names}  # bad names fail now
     dims = dict(opts.dims)
     feeds = random_inputs(model, dims)
+    if crash := probe([model], feeds, ["the model"]):  # a crash would end eqsat: in a child first
+        raise InputError(f"compare-costs times programs under onnxruntime: {crash}")
     try:  # before any work: a model onnxruntime cannot run has no programs to time
         run(model, feeds, optimize=False)
     except EqsatError:
@@ -114,6 +117,9 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
         add(get_extractor("dag-greedy").extract(eg, _Perturbed(base, seed)).choice)
     say(f"{len(programs)} distinct programs; timing them")
     decoded = [st.decode(p) for p in programs]
+    labels = [_program_label(i, len(programs), own) for i in range(len(programs))]
+    if crash := probe(decoded, feeds, labels):
+        raise OptimizeError(f"compare-costs: {crash}")
     try:
         measured = latency.compare(decoded, feeds, runs=runs)
     except EqsatError:
@@ -142,13 +148,15 @@ def _unrunnable(decoded: list[ModelProto], feeds: dict, own: dict[str, int], err
         except Exception as e:  # noqa: BLE001 - this one
             failing, error = i, e
             break
-    if failing is None:
-        what = "the programs timed together"
-    else:
-        by = [name for name, k in own.items() if k == failing]
-        chose = f"the one {' and '.join(by)} chose" if by else "a random extraction"
-        what = f"program {failing + 1} of {len(decoded)} ({chose})"
+    what = "the programs timed together" if failing is None else _program_label(failing, len(decoded), own)
     return OptimizeError(f"compare-costs: onnxruntime cannot run {what}: {_first_line(error)}")
+
+
+def _program_label(i: int, n: int, own: dict[str, int]) -> str:
+    """"program I of N (the one MODEL chose)", or "(a random extraction)"."""
+    by = [name for name, k in own.items() if k == i]
+    chose = f"the one {' and '.join(by)} chose" if by else "a random extraction"
+    return f"program {i + 1} of {n} ({chose})"
 
 
 def _first_line(e: Exception) -> str:

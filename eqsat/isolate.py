@@ -51,6 +51,28 @@ def verify_isolated(original: ModelProto, optimized: ModelProto, runs: int, rtol
                                       "model")
 
 
+def probe(models: list, feeds: dict, names: list[str]) -> str | None:
+    """Run each model (a ModelProto or a file) once on `feeds` under onnxruntime (its own
+    optimizations off) in a child process. None when none of them crashed onnxruntime, else
+    "onnxruntime crashed (signal N, NAME) running NAME" for the first that did. An error
+    that onnxruntime raises is not a crash: the caller's own run reports it."""
+    import numpy as np
+
+    from .modelio import save_model
+
+    with tempfile.TemporaryDirectory(prefix="eqsat-probe-") as scratch:
+        paths = []
+        for k, m in enumerate(models):
+            paths.append(str(m) if isinstance(m, str | os.PathLike) else
+                         str(save_model(m, Path(scratch) / f"m{k}.onnx", check=False)))
+        np.savez(Path(scratch) / "feeds.npz", **{k: np.asarray(v) for k, v in feeds.items()})
+        answer, last, code = _child({"probe": paths, "feeds": str(Path(scratch) / "feeds.npz")})
+    if answer is not None:
+        return None
+    which = names[int(last.split()[-1])] if last and last.startswith("run ") else names[0]
+    return f"onnxruntime crashed ({_signal(code)}) running {which}"
+
+
 def _child(request: dict) -> tuple[dict | None, str | None, int]:
     """(the answer, or None if the child died; the model it was running last; its exit code)."""
     proc = subprocess.Popen([sys.executable, "-m", "eqsat.isolate"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -88,6 +110,20 @@ def _main() -> int:
 
     def announce(step: str) -> None:
         print(f"@{step}", flush=True)
+
+    if "probe" in req:
+        import numpy as np
+
+        with np.load(req["feeds"], allow_pickle=False) as npz:
+            feeds = {k: npz[k] for k in npz.files}
+        for k, path in enumerate(req["probe"]):
+            announce(f"run {k}")
+            try:
+                V.session(path, optimize=False).run(None, feeds)
+            except Exception:  # noqa: BLE001 - an error is the caller's to report; only a crash is ours
+                pass
+        print("@result {}", flush=True)
+        return 0
 
     V.announce = announce
     if req["narrow"]:

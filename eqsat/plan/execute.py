@@ -165,6 +165,7 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
     the whole model, or a node runs alone under neither engine: the detail says which and
     why; onnxruntime's errors never propagate). `rtol`/`atol` None: DEFAULT_TOLERANCE, or
     HALF_TOLERANCE for a model with half-precision tensors."""
+    from ..isolate import probe
     from ..verify import compare, random_inputs, run
     from .planner import Plan
 
@@ -189,6 +190,9 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
         feeds = random_inputs(model, dims)
     names = [o.name for o in model.graph.output]
     # onnxruntime on the whole model first: where it cannot run it, there is nothing to compare with
+    # (and where it crashes, in a child process: a crash would end eqsat)
+    if crash := probe([model], feeds, ["the model"]):
+        return Execution("not possible", crash)
     t1 = time.perf_counter()
     try:
         expected = run(model, feeds, optimize=False)
