@@ -310,7 +310,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     if opts.save_egraph:
         write_text(opts.save_egraph, json.dumps(data))
 
-    egraph = EGraph.from_json(data)
+    egraph = EGraph.from_json(data, trusted=True)  # serialized here, not read from a file
     value_class = data["eqsat"]["value_class"]
     value_names: dict[str, list[str]] = {}
     for name, vid in enc.value_id.items():

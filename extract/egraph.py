@@ -37,16 +37,18 @@ class EGraph:
     meta: dict = field(default_factory=dict)  # eqsat's metadata, or {}
 
     @classmethod
-    def from_json(cls, data: dict | str | Path) -> EGraph:
+    def from_json(cls, data: dict | str | Path, trusted: bool = False) -> EGraph:
         """The e-graph of egraph-serialize JSON: a dict, JSON text, or the path of a file
-        holding it. Checked first (extract.schema.validate): EGraphFormatError names a bad
-        field, NewerFormatError a file a newer eqsat wrote (both ValueErrors); reading a file
+        holding it. Checked first (extract.schema.validate), unless `trusted` (eqsat's own
+        serialization, read in the same process): EGraphFormatError names a bad field,
+        NewerFormatError a file a newer eqsat wrote (both ValueErrors); reading a file
         raises what reading and json.loads raise."""
         if isinstance(data, (str, Path)) and not str(data).lstrip().startswith("{"):
             data = json.loads(Path(data).read_text())
         elif isinstance(data, str):
             data = json.loads(data)
-        validate(data)
+        if not trusted:
+            validate(data)
         raw = data["nodes"]
         meta = data.get("eqsat", {})
         ctors = set(meta.get("constructors", ())) - set(meta.get("forbidden", ()))

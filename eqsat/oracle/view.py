@@ -32,7 +32,7 @@ class View:
 
     @classmethod
     def of(cls, data: dict, prefix: str) -> View:
-        v = cls(EGraph.from_json(data), data, prefix)
+        v = cls(EGraph.from_json(data, trusted=True), data, prefix)
         for vid, c in data["eqsat"]["value_class"].items():  # (Value N) handles, by eqsat.serialize
             v._expr.setdefault(c, T.value(int(vid)))
         return v
