@@ -108,6 +108,21 @@ def check(model: onnx.ModelProto, expect_ops, fired=(), not_fired=(), **opts):
     return res
 
 
+def model_with(g: G, *outs: str, inputs=(), domains=(), shape=None, value_info=()) -> onnx.ModelProto:
+    """`g`'s graph with more graph inputs (name, shape; an initializer of that name becomes
+    the input), opset imports of `domains`, and `shape` on the outputs and on the values
+    `value_info` (for contrib ops, which onnx's shape inference does not know)."""
+    names = {n for n, _ in inputs}
+    ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, g.cin, g.hw, g.hw])]
+    ins += [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, sh) for n, sh in inputs]
+    gr = helper.make_graph(g.nodes, "g", ins, [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, shape) for o in outs],
+                           [i for i in g.inits if i.name not in names])
+    gr.value_info.extend(helper.make_tensor_value_info(v, onnx.TensorProto.FLOAT, shape) for v in value_info)
+    m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 13)] + [helper.make_opsetid(d, 1) for d in domains])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m)
+
+
 def ort_saved_model(m: onnx.ModelProto, tmp_path: Path) -> onnx.ModelProto:
     """onnxruntime's ORT_ENABLE_ALL saved model of `m` (optimized_model_filepath), CPU."""
     import onnxruntime as ort
@@ -138,7 +153,9 @@ def test_conv_chain_stays_blocked_from_image_to_pooling(block):
                 [f"{NCHWC}.Conv"] * 4 + [f"{NCHWC}.MaxPool", f"{NCHWC}.GlobalAveragePool", f"{NCHWC}.ReorderOutput"],
                 fired=["nchwc-conv", "nchwc-conv-nchw-input", "nchwc-conv-depthwise", "nchwc-max-pool",
                        "nchwc-global-average-pool", "nchwc-conv-blocked-input", "nchwc-conv-blocked-sum",
-                       "nchwc-candidate-fused-conv-sum", "nchwc-conv-plain"])
+                       "nchwc-candidate-fused-conv-sum", "nchwc-conv-plain", "nchwc-conv-plain-blocked-input",
+                       "nchwc-max-pool-blocked-input", "nchwc-global-average-pool-blocked-input", "nchwc-relu",
+                       "nchwc-add", "nchwc-reorder-output-injective"])
     nodes = res.model.graph.node
     # the image conv reads the NCHW input directly (3 < block channels): no ReorderInput
     assert nodes[0].op_type == "Conv" and nodes[0].domain == NCHWC and nodes[0].input[0] == "x"
@@ -205,7 +222,171 @@ def test_pooling_concat_add_relu_run_blocked(block):
           fired=["nchwc-concat-2", "nchwc-average-pool", "nchwc-average-pool-blocked-input"])
 
 
+def test_sum_concat_and_global_max_pool_run_blocked(blocked):
+    """Sum of two blocked convs, a conv plus residual (no activation: the Add stays outside
+    the conv), Concats of three and four blocked values, and GlobalMaxPool of each: every
+    op reads the blocked values."""
+    c = 2 * blocked
+    g = G(c, 14)
+    a = g.conv("x", c, c)
+    b = g.conv("x", c, c, k=1)
+    s = g.op("Sum", a, b)
+    r = g.op("Add", g.conv(s, c, c), a)
+    y3 = g.op("GlobalMaxPool", g.op("Concat", r, a, b, axis=1))
+    y4 = g.op("GlobalMaxPool", g.op("Concat", r, a, b, s, axis=1))
+    check(g.model(y3, y4), [f"{NCHWC}.Conv"] * 3 + ["Sum", "Add", "Concat", "Concat"]
+          + [f"{NCHWC}.GlobalMaxPool"] * 2 + [f"{NCHWC}.ReorderInput"] + [f"{NCHWC}.ReorderOutput"] * 2,
+          fired=["nchwc-sum", "nchwc-concat-3", "nchwc-concat-4", "nchwc-global-max-pool",
+                 "nchwc-global-max-pool-blocked-input"])
+
+
 # ---- where the layout must not be used
+
+def test_residual_conv_with_a_runtime_filter_has_no_blocked_form(blocked):
+    """Relu(conv(r, w) + r) with w a graph input (guard: a constant filter, which ReorderFilter
+    folds): the FusedConv with the residual stays NCHW, the conv before it runs blocked."""
+    c = 2 * blocked
+    g = G(c, 14)
+    r = g.op("Relu", g.conv("x", c, c))
+    y = g.conv(r, c, c)
+    w = g.nodes[-1].input[1]
+    y = g.op("Relu", g.op("Add", y, r))
+    check(model_with(g, y, inputs=[(w, [c, c, 3, 3])]),
+          ["com.microsoft.FusedConv", f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
+          fired=["nchwc-conv"], not_fired=["nchwc-candidate-fused-conv-sum"])
+
+
+def test_image_conv_to_part_of_a_block_with_a_runtime_bias_stays(blocked):
+    """3 -> 1.5 blocks of channels (guard of nchwc-conv-nchw-input: whole output blocks), with
+    the bias a graph input (guard of nchwc-pad-bias: a constant bias, which PadChannels pads):
+    no blocked form, padded or not."""
+    c = blocked + blocked // 2
+    g = G(3, 14)
+    y = g.op("Relu", g.conv("x", 3, c))
+    bias = g.nodes[-2].input[2]
+    check(model_with(g, y, inputs=[(bias, [c])]), ["com.microsoft.FusedConv"],
+          not_fired=["nchwc-conv-nchw-input", "nchwc-pad-bias", "nchwc-conv-nchw-input-padded-output"])
+
+
+def test_conv_between_partial_blocks_is_not_padded(blocked):
+    """1.5 blocks in and out, group 1: the output would be padded (nchwc-pad-bias), but
+    the input is neither whole blocks (guard of nchwc-conv-padded-output) nor fewer than one
+    (guard of nchwc-conv-nchw-input-padded-output)."""
+    c = blocked + blocked // 2
+    g = G(c, 14)
+    check(g.model(g.op("Relu", g.conv("x", c, c))), ["com.microsoft.FusedConv"], fired=["nchwc-pad-bias"],
+          not_fired=["nchwc-conv-padded-output", "nchwc-conv-nchw-input-padded-output"])
+
+
+def test_conv_with_a_channel_multiplier_is_not_depthwise(blocked):
+    """0.75 blocks of channels, one group each, two output channels per group (1.5 blocks):
+    one input channel per group, but groups != output channels (guard of the depthwise
+    rules), so no blocked form."""
+    c = 3 * blocked // 4
+    g = G(c, 14)
+    check(g.model(g.op("Relu", g.conv("x", c, 2 * c, group=c))), ["com.microsoft.FusedConv"],
+          fired=["nchwc-pad-bias"], not_fired=["nchwc-conv-depthwise-padded", "nchwc-conv-depthwise"])
+
+
+def test_fused_convs_with_an_activation_are_not_plain(blocked):
+    """A model of com.microsoft.FusedConv with Relu only: every blocked conv has an activation
+    (guard of nchwc-conv-plain: activation Identity), and the chain stays blocked."""
+    c = 2 * blocked
+    g = G(c, 14)
+    a = g.conv("x", c, c)
+    y = g.conv(a, c, c)
+    for n in g.nodes:
+        n.op_type, n.domain = "FusedConv", "com.microsoft"
+        n.attribute.append(helper.make_attribute("activation", "Relu"))
+    m = model_with(g, y, domains=["com.microsoft"], shape=[1, c, 14, 14], value_info=[a])
+    check(m, [f"{NCHWC}.Conv"] * 2 + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
+          fired=["nchwc-conv", "nchwc-conv-blocked-input"], not_fired=["nchwc-conv-plain"])
+
+
+def test_pooling_over_partial_blocks_stays(blocked):
+    """MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool of 1.5 blocks of channels
+    (guard: channels a multiple of the block)."""
+    c = blocked + blocked // 2
+    g = G(c, 14)
+    outs = [g.op("MaxPool", "x", kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+            g.op("AveragePool", "x", kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+            g.op("GlobalAveragePool", "x"), g.op("GlobalMaxPool", "x")]
+    check(g.model(*outs), ["MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"],
+          not_fired=["nchwc-max-pool", "nchwc-average-pool", "nchwc-global-average-pool", "nchwc-global-max-pool"])
+
+
+def test_conv_reading_a_cropped_value_keeps_its_reorders(blocked):
+    """A conv to 1.5 blocks (computed padded to 2, ReorderOutput crops), then a depthwise conv
+    of 1.5 blocks, padded too: it reads ReorderInput(ReorderOutput(y)), which is not y (guard:
+    the ReorderOutput's channels whole blocks; y has padded channels)."""
+    c = blocked + blocked // 2
+    g = G(2 * blocked, 14)
+    y = g.conv(g.conv("x", 2 * blocked, c), c, c, group=c)
+    check(g.model(y), ["Conv", f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
+          fired=["nchwc-conv-padded-output", "nchwc-conv-depthwise-padded"],
+          not_fired=["nchwc-conv-blocked-input", "nchwc-conv-plain-blocked-input"])
+
+
+def test_residual_of_a_cropped_value_keeps_its_reorders(blocked):
+    """Relu(conv(x) + z) with z = Relu(conv(x)), both to 1.5 blocks: the blocked FusedConv's sum
+    is ReorderInput(ReorderOutput(z')), z' padded (guard: whole blocks), so it is not z'."""
+    c = blocked + blocked // 2
+    g = G(2 * blocked, 14)
+    z = g.op("Relu", g.conv("x", 2 * blocked, c))
+    y = g.op("Relu", g.op("Add", g.conv("x", 2 * blocked, c), z))
+    check(g.model(y), ["com.microsoft.FusedConv"] * 2,
+          fired=["nchwc-candidate-fused-conv-sum", "nchwc-conv-padded-output"], not_fired=["nchwc-conv-blocked-sum"])
+
+
+def test_two_blocked_forms_of_a_cropped_value_are_not_merged(blocked):
+    """Relu(conv(x)) to 1.5 blocks has two padded blocked forms, the conv with Relu fused and
+    Relu of the conv's; ReorderOutput crops their padding, which may differ, so the two are
+    not one value (guard of nchwc-reorder-output-injective: whole blocks)."""
+    c = blocked + blocked // 2
+    g = G(2 * blocked, 14)
+    check(g.model(g.op("Relu", g.conv("x", 2 * blocked, c))), ["com.microsoft.FusedConv"],
+          fired=["nchwc-conv-padded-output", "nchwc-relu"], not_fired=["nchwc-reorder-output-injective"])
+
+
+def test_ops_after_an_op_without_a_blocked_form_read_nchw(blocked):
+    """A blocked conv, then Neg (no blocked form), then pooling, Relu and a conv: none reads
+    ReorderInput(ReorderOutput(..)) (the blocked-input rules' pattern) or a ReorderOutput."""
+    c = 2 * blocked
+    g = G(c, 14)
+    s = g.op("Neg", g.conv("x", c, c))
+    outs = [g.op("MaxPool", s, kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+            g.op("AveragePool", s, kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+            g.op("GlobalAveragePool", s), g.op("GlobalMaxPool", s), g.op("Relu", s), g.conv(s, c, c)]
+    check(g.model(*outs), ["Neg", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Relu"]
+          + [f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"] * 2,
+          not_fired=["nchwc-max-pool-blocked-input", "nchwc-average-pool-blocked-input",
+                     "nchwc-global-average-pool-blocked-input", "nchwc-global-max-pool-blocked-input",
+                     "nchwc-conv-blocked-input", "nchwc-relu"])
+
+
+def test_sum_that_broadcasts_stays_nchw(blocked):
+    """conv(x) + GlobalAveragePool(conv(x)): both have blocked forms, but [1, C, 1, 1]
+    broadcasts over [1, C, H, W] (guard of nchwc-add and nchwc-sum: equal shapes)."""
+    c = 2 * blocked
+    g = G(c, 14)
+    a = g.conv("x", c, c)
+    p = g.op("GlobalAveragePool", g.conv("x", c, c, k=1))
+    check(g.model(g.op("Add", a, p), g.op("Sum", a, p)),
+          ["Add", "Sum", "Conv", "GlobalAveragePool", f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput",
+           f"{NCHWC}.ReorderOutput"], fired=["nchwc-global-average-pool"], not_fired=["nchwc-add", "nchwc-sum"])
+
+
+def test_concat_along_the_image_stays_nchw(blocked):
+    """Concats of two, three and four blocked convs along H and W (guard: axis 1, the
+    channels)."""
+    c = 2 * blocked
+    g = G(c, 14)
+    cs = [g.conv("x", c, c, k=k) for k in (1, 3, 5, 1)]
+    outs = [g.op("Concat", *cs[:2], axis=2), g.op("Concat", *cs[:3], axis=2), g.op("Concat", *cs, axis=3)]
+    check(g.model(*outs), ["Concat"] * 3 + ["Conv"] * 2 + [f"{NCHWC}.Conv"] * 2
+          + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput", f"{NCHWC}.ReorderOutput"],
+          fired=["nchwc-conv"], not_fired=["nchwc-concat-2", "nchwc-concat-3", "nchwc-concat-4"])
+
 
 def test_channels_not_a_multiple_of_the_block_stay_nchw_unless_padded(block):
     """1.5 blocks of channels: convolutions that read such a value and pooling stay NCHW;
