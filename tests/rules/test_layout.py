@@ -279,13 +279,13 @@ def test_conv_between_partial_blocks_is_not_padded(blocked):
 
 
 def test_conv_with_a_channel_multiplier_is_not_depthwise(blocked):
-    """0.75 blocks of channels, one group each, two output channels per group (1.5 blocks):
-    one input channel per group, but groups != output channels (guard of the depthwise
-    rules), so no blocked form."""
-    c = 3 * blocked // 4
+    """1.25 blocks of channels, one group each, two output channels per group (2.5 blocks,
+    padded to 3): one input channel per group, more groups than a block, but groups !=
+    output channels (guard of nchwc-conv-depthwise-padded), so no blocked form."""
+    c = blocked + blocked // 4
     g = G(c, 14)
     check(g.model(g.op("Relu", g.conv("x", c, 2 * c, group=c))), ["com.microsoft.FusedConv"],
-          fired=["nchwc-pad-bias"], not_fired=["nchwc-conv-depthwise-padded", "nchwc-conv-depthwise"])
+          fired=["nchwc-pad-bias"], not_fired=["nchwc-conv-depthwise-padded"])
 
 
 def test_fused_convs_with_an_activation_are_not_plain(blocked):
@@ -317,13 +317,14 @@ def test_pooling_over_partial_blocks_stays(blocked):
 
 def test_conv_reading_a_cropped_value_keeps_its_reorders(blocked):
     """A conv to 1.5 blocks (computed padded to 2, ReorderOutput crops), then a depthwise conv
-    of 1.5 blocks, padded too: it reads ReorderInput(ReorderOutput(y)), which is not y (guard:
-    the ReorderOutput's channels whole blocks; y has padded channels)."""
+    of 1.5 blocks, padded too, with and without Relu: each reads ReorderInput(ReorderOutput(y)),
+    which is not y (guard: the ReorderOutput's channels whole blocks; y has padded channels)."""
     c = blocked + blocked // 2
     g = G(2 * blocked, 14)
     y = g.conv(g.conv("x", 2 * blocked, c), c, c, group=c)
-    check(g.model(y), ["Conv", f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
-          fired=["nchwc-conv-padded-output", "nchwc-conv-depthwise-padded"],
+    check(g.model(y, g.op("Relu", y)),
+          ["Conv", "Relu", f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
+          fired=["nchwc-conv-padded-output", "nchwc-conv-depthwise-padded", "nchwc-candidate-fused-conv"],
           not_fired=["nchwc-conv-blocked-input", "nchwc-conv-plain-blocked-input"])
 
 
