@@ -147,8 +147,8 @@ def _resnet_like(c: int, hw: int = 56) -> onnx.ModelProto:
     return g.model(y)
 
 
-def test_conv_chain_stays_blocked_from_image_to_pooling(block):
-    c = 2 * block
+def test_conv_chain_stays_blocked_from_image_to_pooling(blocked):
+    c = 2 * blocked
     res = check(_resnet_like(c),
                 [f"{NCHWC}.Conv"] * 4 + [f"{NCHWC}.MaxPool", f"{NCHWC}.GlobalAveragePool", f"{NCHWC}.ReorderOutput"],
                 fired=["nchwc-conv", "nchwc-conv-nchw-input", "nchwc-conv-depthwise", "nchwc-max-pool",
@@ -170,10 +170,10 @@ def test_conv_chain_stays_blocked_from_image_to_pooling(block):
     assert [a.i for a in out[0].attribute if a.name == "channels"] == [c]
 
 
-def test_filters_are_folded_into_onnxruntimes_layout(block):
+def test_filters_are_folded_into_onnxruntimes_layout(blocked):
     """The filters in the output are the originals reordered (the eqsat-internal
     ReorderFilter was folded), the same values in another order."""
-    c = 2 * block
+    c = 2 * blocked
     m = _resnet_like(c)
     res = check(m, [f"{NCHWC}.Conv"] * 4 + [f"{NCHWC}.MaxPool", f"{NCHWC}.GlobalAveragePool", f"{NCHWC}.ReorderOutput"])
     orig = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer if len(i.dims) == 4}
@@ -184,16 +184,16 @@ def test_filters_are_folded_into_onnxruntimes_layout(block):
         match = [w for w in orig.values() if w.shape == f.shape and np.array_equal(np.sort(w.ravel()), np.sort(f.ravel()))]
         assert match, f"filter of shape {f.shape} is no reordering of an original"
         layout = "OIHWBo" if f.shape[1] in (1, 3) else "OIHWBiBo"
-        assert np.array_equal(f, reorder_filter(match[0], block, layout))
+        assert np.array_equal(f, reorder_filter(match[0], blocked, layout))
         assert not np.array_equal(f, match[0])
 
 
 @pytest.mark.parametrize("case", ["plain", "image", "depthwise", "grouped"])
-def test_reorder_filter_matches_onnxruntimes_own_transformer(block, tmp_path, case):
+def test_reorder_filter_matches_onnxruntimes_own_transformer(blocked, tmp_path, case):
     """onnxruntime's ORT_ENABLE_ALL saved model of one Conv holds the filter in its blocked
     layout: ReorderFilter gives the same tensor. plain: 2 blocks in, 2 out; image: 3 input
     channels (NCHW input); depthwise: group = channels; grouped: 2 groups of one block."""
-    cout = 2 * block
+    cout = 2 * blocked
     cin, group, layout = {"plain": (cout, 1, "OIHWBiBo"), "image": (3, 1, "OIHWBo"),
                           "depthwise": (cout, cout, "OIHWBo"), "grouped": (cout, 2, "OIHWBiBo")}[case]
     g = G(cin, 8)
@@ -203,12 +203,12 @@ def test_reorder_filter_matches_onnxruntimes_own_transformer(block, tmp_path, ca
     conv = next(n for n in saved.graph.node if n.domain == NCHWC and n.op_type == "Conv")
     got = numpy_helper.to_array(next(i for i in saved.graph.initializer if i.name == conv.input[1]))
     w = numpy_helper.to_array(m.graph.initializer[0])
-    assert np.array_equal(got.ravel(), reorder_filter(w, block, layout).ravel())
+    assert np.array_equal(got.ravel(), reorder_filter(w, blocked, layout).ravel())
 
 
-def test_pooling_concat_add_relu_run_blocked(block):
+def test_pooling_concat_add_relu_run_blocked(blocked):
     """Concat along channels, AveragePool, and Add + Relu of blocked values stay blocked."""
-    c = 2 * block
+    c = 2 * blocked
     g = G(c, 28)
     a = g.op("Relu", g.conv("x", c, c))
     b = g.op("Relu", g.conv("x", c, c, k=1))
@@ -389,32 +389,32 @@ def test_concat_along_the_image_stays_nchw(blocked):
           fired=["nchwc-conv"], not_fired=["nchwc-concat-2", "nchwc-concat-3", "nchwc-concat-4"])
 
 
-def test_channels_not_a_multiple_of_the_block_stay_nchw_unless_padded(block):
+def test_channels_not_a_multiple_of_the_block_stay_nchw_unless_padded(blocked):
     """1.5 blocks of channels: convolutions that read such a value and pooling stay NCHW;
     the depthwise conv runs blocked with its channels padded to 2 blocks (as onnxruntime
     pads them), ReorderOutput cropping them; the image conv's padded form is offered too,
     and the cost model keeps it NCHW (its 24 channels go on to NCHW ops)."""
-    c = block + block // 2  # not a multiple, and not fewer than the block (the image path)
+    c = blocked + blocked // 2  # not a multiple, and not fewer than the block (the image path)
     res = check(_resnet_like(c),
                 ["com.microsoft.FusedConv"] * 3 + ["MaxPool", "GlobalAveragePool", f"{NCHWC}.ReorderInput",
                                                    f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput"],
                 fired=["nchwc-conv-depthwise-padded", "nchwc-conv-nchw-input-padded-output"],
                 not_fired=["nchwc-conv", "nchwc-conv-depthwise", "nchwc-max-pool", "nchwc-global-average-pool"])
     conv = next(n for n in res.model.graph.node if n.domain == NCHWC and n.op_type == "Conv")
-    assert [a.i for a in conv.attribute if a.name == "group"] == [2 * block]
+    assert [a.i for a in conv.attribute if a.name == "group"] == [2 * blocked]
     out = next(n for n in res.model.graph.node if n.op_type == "ReorderOutput")
     assert [a.i for a in out.attribute if a.name == "channels"] == [c]
 
 
-def test_output_channels_padded_to_the_block(block):
+def test_output_channels_padded_to_the_block(blocked):
     """A blocked chain whose last conv has 3 blocks less 3 output channels (SqueezeNet's 1000
     classes): that conv computes 3 blocks, filter and bias padded with zeros (PadChannels,
     folded), and the one ReorderOutput crops the padding."""
-    c = 2 * block
+    c = 2 * blocked
     g = G(3, 28)
     r0 = g.op("Relu", g.conv("x", 3, c))
     r1 = g.op("Relu", g.conv(r0, c, c))
-    r2 = g.op("Relu", g.conv(r1, c, 3 * block - 3))
+    r2 = g.op("Relu", g.conv(r1, c, 3 * blocked - 3))
     m = g.model(g.op("GlobalAveragePool", r2))
     res = check(m, [f"{NCHWC}.Conv"] * 3 + [f"{NCHWC}.ReorderOutput", "GlobalAveragePool"],
                 fired=["nchwc-pad-bias", "nchwc-conv-padded-output"])
@@ -422,13 +422,13 @@ def test_output_channels_padded_to_the_block(block):
     last = [n for n in res.model.graph.node if n.op_type == "Conv"][-1]
     w, bias = inits[last.input[1]], inits[last.input[2]]
     orig = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
-    assert w.shape == (3 * block, c, 3, 3) and bias.shape == (3 * block,)
-    w0 = next(v for v in orig.values() if v.shape == (3 * block - 3, c, 3, 3))
-    b0 = next(v for v in orig.values() if v.shape == (3 * block - 3,))
-    assert np.array_equal(w, reorder_filter(pad_channels(w0, 3 * block), block, "OIHWBiBo"))
+    assert w.shape == (3 * blocked, c, 3, 3) and bias.shape == (3 * blocked,)
+    w0 = next(v for v in orig.values() if v.shape == (3 * blocked - 3, c, 3, 3))
+    b0 = next(v for v in orig.values() if v.shape == (3 * blocked - 3,))
+    assert np.array_equal(w, reorder_filter(pad_channels(w0, 3 * blocked), blocked, "OIHWBiBo"))
     assert np.array_equal(bias[:-3], b0) and not bias[-3:].any()
     out = next(n for n in res.model.graph.node if n.op_type == "ReorderOutput")
-    assert [a.i for a in out.attribute if a.name == "channels"] == [3 * block - 3]
+    assert [a.i for a in out.attribute if a.name == "channels"] == [3 * blocked - 3]
 
 
 def _odd_branch(c: int, odd: int) -> onnx.ModelProto:
@@ -441,12 +441,12 @@ def _odd_branch(c: int, odd: int) -> onnx.ModelProto:
     return g.model(g.op("MaxPool", r2, kernel_shape=[3, 3], strides=[1, 1]))
 
 
-def test_conv_reads_a_padded_blocked_value(block):
+def test_conv_reads_a_padded_blocked_value(blocked):
     """A reduce conv with 3.5 blocks of output channels (padded to 4), then a conv reading
     that padded value: the reader's filter is padded with zero input channels (PadChannels on
     axis 1), so the chain stays blocked with no reorder between the convs, as onnxruntime's
     NchwcTransformer keeps it (GoogLeNet's 24-channel 5x5 branches)."""
-    c, odd = 4 * block, 3 * block + block // 2
+    c, odd = 4 * blocked, 3 * blocked + blocked // 2
     m = _odd_branch(c, odd)
     res = check(m, [f"{NCHWC}.Conv"] * 3 + [f"{NCHWC}.MaxPool", f"{NCHWC}.ReorderOutput"],
                 fired=["nchwc-conv-padded-output", "nchwc-conv-padded-input"])
@@ -454,11 +454,11 @@ def test_conv_reads_a_padded_blocked_value(block):
     reader = [n for n in res.model.graph.node if n.op_type == "Conv"][-1]
     w = inits[reader.input[1]]
     w0 = next(numpy_helper.to_array(i) for i in m.graph.initializer if i.dims == [c, odd, 5, 5])
-    assert w.shape == (c, 4 * block, 5, 5)
-    assert np.array_equal(w, reorder_filter(pad_channels(w0, 4 * block, axis=1), block, "OIHWBiBo"))
+    assert w.shape == (c, 4 * blocked, 5, 5)
+    assert np.array_equal(w, reorder_filter(pad_channels(w0, 4 * blocked, axis=1), blocked, "OIHWBiBo"))
 
 
-def test_padding_a_narrow_branch_does_not_pay(block):
+def test_padding_a_narrow_branch_does_not_pay(blocked):
     """The same branch with 1.5 blocks of channels padded to 2 (GoogLeNet's 24 of 32 with
     AVX-512), costed with cpu.json (the AVX-512 machine's figures: blocked convolution 1.4x
     faster, blocked pooling no faster): a third more work in two convs outweighs the blocked
@@ -466,18 +466,18 @@ def test_padding_a_narrow_branch_does_not_pay(block):
     cpu-avx2.json's figures, compute-bound convolutions and 3x faster blocked pooling, the
     blocked branch is chosen on a block of 8, and measured there it runs in 0.66x the
     NCHW branch's time.)"""
-    res = check(_odd_branch(2 * block, block + block // 2), ["com.microsoft.FusedConv"] * 3 + ["MaxPool"],
+    res = check(_odd_branch(2 * blocked, blocked + blocked // 2), ["com.microsoft.FusedConv"] * 3 + ["MaxPool"],
                 fired=["nchwc-conv-padded-input", "nchwc-conv-padded-output"], hardware=str(CPU_AVX512))
     assert res.report["extraction"]["cost_model"] == "node-count"
 
 
-def test_conv_with_input_and_output_channels_padded(block):
+def test_conv_with_input_and_output_channels_padded(blocked):
     """Two odd-width convs in a row: the second reads a padded value and computes a padded
     one, its filter padded on both axes; the one ReorderOutput crops the last padding. 64
     channels on both block widths (the blocked form pays at that size), then 56 (3.5 blocks of
     16) or 60 (7.5 blocks of 8)."""
-    c, odd = 64, 64 - block // 2
-    assert c % block == 0 and odd % block
+    c, odd = 64, 64 - blocked // 2
+    assert c % blocked == 0 and odd % blocked
     g = G(3, 28)
     r0 = g.op("Relu", g.conv("x", 3, c))
     r1 = g.op("Relu", g.conv(r0, c, odd, k=1))
@@ -489,12 +489,12 @@ def test_conv_with_input_and_output_channels_padded(block):
     assert [a.i for a in out.attribute if a.name == "channels"] == [odd]
 
 
-def test_grouped_conv_does_not_read_a_padded_value(block):
+def test_grouped_conv_does_not_read_a_padded_value(blocked):
     """A grouped conv (2 groups) reading a value of 7.5 blocks of channels: the padded-input
     rules take group 1 only (each group's input channels would not start on a block), so the
     grouped conv has no blocked form; with its reader NCHW, the reduce conv's padded form
     does not pay either and the chain stays NCHW."""
-    c, odd = 4 * block, 15 * block // 2
+    c, odd = 4 * blocked, 15 * blocked // 2
     g = G(3, 28)
     r0 = g.op("Relu", g.conv("x", 3, c))
     r1 = g.op("Relu", g.conv(r0, c, odd, k=1))
@@ -522,12 +522,12 @@ def _dense_block(block: int, scaled: bool = False) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("scaled", [False, True])
-def test_batchnorm_relu_runs_blocked_as_a_depthwise_conv(block, scaled):
+def test_batchnorm_relu_runs_blocked_as_a_depthwise_conv(blocked, scaled):
     """Concat -> BN (-> Mul, Add per channel) -> Relu -> conv stays blocked: each BN + Relu is
     a depthwise 1x1 NCHWc conv with Relu fused (filter s / sqrt(v + eps) times the Mul's
     constant, bias folded), the Concats run on blocked values, and one ReorderOutput is left,
     after the pooling."""
-    res = check(_dense_block(block, scaled),
+    res = check(_dense_block(blocked, scaled),
                 [f"{NCHWC}.Conv"] * 5 + ["Concat"] * 2 + [f"{NCHWC}.GlobalAveragePool", f"{NCHWC}.ReorderOutput"],
                 fired=["nchwc-affine-bn", "nchwc-bn-relu"] + (["nchwc-affine-mul", "nchwc-affine-add"] if scaled else []))
     dw = [n for n in res.model.graph.node if n.op_type == "Conv" and next((a.i for a in n.attribute if a.name == "group"), 1) > 1]
@@ -554,28 +554,28 @@ def _bn_between_convs(block: int, after_bn=None, runtime_mean: bool = False) -> 
     return m
 
 
-def test_batchnorm_with_runtime_statistics_stays(block):
+def test_batchnorm_with_runtime_statistics_stays(blocked):
     """A BN whose mean is a graph input is no constant affine map: no depthwise conv; the BN
     and Relu run as they are."""
-    res = check(_bn_between_convs(block, runtime_mean=True),
+    res = check(_bn_between_convs(blocked, runtime_mean=True),
                 ["BatchNormalization", "Relu", "com.microsoft.FusedConv", f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput",
                  f"{NCHWC}.ReorderOutput"], not_fired=["nchwc-affine-bn", "nchwc-bn-relu"])
     assert len(res.model.graph.node) == 6
 
 
-def test_batchnorm_times_a_spatial_constant_stays(block):
+def test_batchnorm_times_a_spatial_constant_stays(blocked):
     """A Mul by a constant that varies over the image is not per channel: not folded into the
     BN's affine map, so no depthwise conv (the BN itself is not under the Relu)."""
     def spatial(g, y):
         return g.op("Mul", y, g.const(RNG.uniform(0.5, 2.0, (1, 1, 28, 28))))
 
-    check(_bn_between_convs(block, spatial),
+    check(_bn_between_convs(blocked, spatial),
           ["BatchNormalization", "Mul", "Relu", "com.microsoft.FusedConv", f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput",
            f"{NCHWC}.ReorderOutput"], fired=["nchwc-affine-bn"], not_fired=["nchwc-affine-mul", "nchwc-bn-relu"])
 
 
 def test_target_onnx_has_no_nchwc_ops(block):
-    check(_resnet_like(2 * block), ["Conv"] * 4 + ["Relu"] * 3 + ["Add", "MaxPool", "GlobalAveragePool"],
+    check(_resnet_like(2 * max(block, 8)), ["Conv"] * 4 + ["Relu"] * 3 + ["Add", "MaxPool", "GlobalAveragePool"],
           not_fired=["nchwc-conv", "nchwc-candidate-conv"], target="onnx")
 
 
@@ -592,7 +592,7 @@ def test_environment_turns_it_off(monkeypatch):
           not_fired=["nchwc-candidate-conv", "nchwc-conv"])
 
 
-def test_ilp_fixes_the_layouts_and_loses_nothing_here(block):
+def test_ilp_fixes_the_layouts_and_loses_nothing_here(blocked):
     """The exact extractor decides each value's layout from the greedy answer, then solves
     the rest exactly (extract/ilp.py, fix_layouts); its report says so. On this small
     network the answer costs what the ILP over both layouts costs."""
@@ -600,7 +600,7 @@ def test_ilp_fixes_the_layouts_and_loses_nothing_here(block):
     from extract import check as check_choice
     from extract.ilp import ILP
 
-    st = saturate(_resnet_like(2 * block), Options())
+    st = saturate(_resnet_like(2 * blocked), Options())
     cost = cost_model(st.opts)
     fixed = ILP(60.0).extract(st.egraph, cost)
     free = ILP(60.0, fix_layouts=False).extract(st.egraph, cost)
@@ -612,27 +612,27 @@ def test_ilp_fixes_the_layouts_and_loses_nothing_here(block):
     assert any(st.egraph.nodes[n].op == "NchwcConv" for n in fixed.choice.values())
 
 
-def test_profile_without_the_layout_never_chooses_it(block):
+def test_profile_without_the_layout_never_chooses_it(blocked):
     """The rules fire, but the h200 profile lists no NCHWc kernels: the blocked ops cost
     math.inf under the default cost model and under the roofline."""
     for cost_model in ("node-count", "roofline"):
-        check(_resnet_like(2 * block), ["com.microsoft.FusedConv"] * 3 + ["Conv", "MaxPool", "GlobalAveragePool"],
+        check(_resnet_like(2 * blocked), ["com.microsoft.FusedConv"] * 3 + ["Conv", "MaxPool", "GlobalAveragePool"],
               fired=["nchwc-conv"], hardware="h200", cost_model=cost_model)
 
 
-def test_small_images_keep_nchw_when_the_reorders_do_not_pay(block):
+def test_small_images_keep_nchw_when_the_reorders_do_not_pay(blocked):
     """One conv on a 4x4 image: the roofline time of two reorders beats the blocked conv's
     saving, so the default cost model keeps the NCHW conv although the rule fired."""
-    g = G(2 * block, 4)
-    y = g.conv("x", 2 * block, 2 * block, k=1)
+    g = G(2 * blocked, 4)
+    y = g.conv("x", 2 * blocked, 2 * blocked, k=1)
     check(g.model(y), ["Conv"], fired=["nchwc-conv"])
 
 
-def test_lone_depthwise_conv_pays_for_its_reorders(block):
+def test_lone_depthwise_conv_pays_for_its_reorders(blocked):
     """onnxruntime's NCHW depthwise Conv is no GEMM (about 5 GFLOP/s here, the profile's
     depthwise_gflops), its NCHWc one about 5x faster: even alone, between a ReorderInput and
     a ReorderOutput, the blocked depthwise conv is chosen (ShuffleNet's case)."""
-    c = 2 * block
+    c = 2 * blocked
     g = G(c, 28)
     y = g.conv("x", c, c, group=c)
     check(g.model(y), [f"{NCHWC}.ReorderInput", f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput"],
