@@ -1,0 +1,63 @@
+"""Guards of rules/layout.egg that `eqsat rules check` found missing once it could
+instantiate the NCHWc rules (channels a multiple of the block, blocked inputs and filters):
+onnxruntime's ReorderInput takes only a multiple of 4 channels, and its blocked
+AveragePool gives NaN where the plain one gives 0 for a dilated window that holds only
+padding. Each model stopped verification (exit 1) or reached the rule before the guard."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+from eqsat.pipeline import Options, saturate
+
+from .conftest import assert_same_outputs, optimized
+
+
+def vi(name, shape):
+    return helper.make_tensor_value_info(name, T.FLOAT, shape)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def weight(name, shape):
+    return numpy_helper.from_array(np.random.default_rng(0).standard_normal(shape).astype(np.float32), name)
+
+
+def test_depthwise_conv_with_channels_not_a_multiple_of_4_stays_runnable(blocked):
+    # 17 channels (more than a block, not a multiple of it): before, nchwc-conv-depthwise-padded
+    # reordered the input with ReorderInput, which onnxruntime refuses for 17 channels: the
+    # optimized model did not run, verification failed (exit 1)
+    c = 17 if blocked < 17 else blocked + 1
+    m = model([helper.make_node("Conv", ["x", "w"], ["c"], group=c, pads=[1, 1, 1, 1]),
+               helper.make_node("Relu", ["c"], ["y"])],
+              [vi("x", [1, c, 8, 8])], [vi("y", [1, c, 8, 8])], [weight("w", [c, 1, 3, 3])])
+    res = optimized(m)
+    assert res.report["saturation"]["rule_matches"].get("nchwc-conv-depthwise-padded", 0) == 0
+    assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_conv_sum_input_with_channels_not_a_multiple_of_4_is_no_candidate(blocked):
+    # Relu(Conv(x, w) + z), 18 output channels: before, nchwc-candidate-fused-conv-sum put
+    # ReorderInput(z) on 18 channels into the e-graph (onnxruntime cannot run it)
+    o = blocked + 2
+    m = model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+               helper.make_node("Add", ["c", "z"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+              [vi("x", [1, blocked, 8, 8]), vi("z", [1, o, 8, 8])], [vi("y", [1, o, 8, 8])],
+              [weight("w", [o, blocked, 3, 3])])
+    got = saturate(m, Options()).report["saturation"]["rule_matches"]
+    assert got.get("conv-add-relu", 0) == 1 and got.get("nchwc-candidate-fused-conv-sum", 0) == 0
+
+
+def test_dilated_average_pool_stays_nchw(blocked):
+    # a dilated window that holds only padding: onnxruntime's AveragePool gives 0, its
+    # blocked AveragePool NaN; before, nchwc-average-pool rewrote it
+    attrs = dict(kernel_shape=[2, 3], pads=[1, 1, 1, 0], dilations=[2, 2], strides=[2, 1])
+    m = model([helper.make_node("AveragePool", ["x"], ["y"], **attrs)],
+              [vi("x", [1, blocked, 1, 8])], [vi("y", [1, blocked, 1, 5])], opset=19)
+    got = saturate(m, Options()).report["saturation"]["rule_matches"]
+    assert got.get("nchwc-average-pool", 0) == 0
