@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
+from ..lang.contrib import INTERNAL_DOMAIN
 from ..lang.dtypes import CTOR_TO_CODE, np_dtype
 from ..lang.ops import BY_CTOR, OpSpec
 from ..target import NCHWC_DOMAIN
@@ -74,10 +75,14 @@ class GraphBuilder:
     def add_node(self, ctor: str, args: list, hint: str = "v") -> list[str]:
         """`args` in constructor order: value names ('' for Absent) or lists of them for an
         OpList, then attribute values, then the number of outputs. Returns output names."""
+        args = list(args)
+        if ctor == "NchwcConv" and args[4] == "Identity" and not args[5]:
+            # the rules' intermediate form of a plain blocked conv (onnxruntime rejects the
+            # activation "Identity"; rules/layout.egg rewrites it to NchwcConvPlain)
+            ctor, args = "NchwcConvPlain", args[:4] + args[6:]
         spec = BY_CTOR.get(ctor)
         if spec is None:
             raise BuildError(f"no ONNX op for constructor {ctor}")
-        args = list(args)
         inputs: list[str] = []
         for inp in spec.inputs:
             a = args.pop(0)
@@ -91,12 +96,34 @@ class GraphBuilder:
                 attrs.append(attr)
         if spec.captures:
             raise BuildError(f"{ctor} has subgraphs")
+        if spec.domain == INTERNAL_DOMAIN:
+            return [self._fold_internal(spec, inputs, attrs, hint)]
         n_out = int(args.pop(0)) if spec.n_outputs else 1
         outs = [self.fresh(hint) for _ in range(n_out)]
         node = helper.make_node(spec.onnx_type, inputs, outs, domain=spec.domain or None)
         node.attribute.extend(attrs)
         self.nodes.append(node)
         return outs
+
+    def _fold_internal(self, spec: OpSpec, inputs: list[str], attrs: list, hint: str) -> str:
+        """An eqsat-internal op (ReorderFilter, PadChannels) on constants, evaluated as the
+        folding oracle evaluates it: onnxruntime has no kernel for it."""
+        from ..oracle.layout import pad_channels, reorder_filter
+
+        if not inputs or any(x not in self.consts for x in inputs):
+            raise BuildError(f"{spec.ctor} of a tensor that is not a constant")
+        a = {x.name: helper.get_attribute_value(x) for x in attrs}
+        a = {k: v.decode() if isinstance(v, bytes) else v for k, v in a.items()}
+        try:
+            if spec.ctor == "ReorderFilter":
+                out = reorder_filter(self.consts[inputs[0]], int(a.get("block", 0)), a.get("layout", ""))
+            elif spec.ctor == "PadChannels":
+                out = pad_channels(self.consts[inputs[0]], int(a.get("channels", 0)), int(a.get("axis", 0)))
+            else:
+                raise BuildError(f"the checker cannot evaluate {spec.ctor}")
+        except ValueError as e:
+            raise BuildError(str(e)) from None
+        return self.add_const(hint, out)
 
     def model(self, outputs: list[str]) -> onnx.ModelProto:
         """The graph of the nodes `outputs` need (all nodes for none): the matched side can
@@ -138,6 +165,16 @@ class GraphBuilder:
             if None in dims:
                 continue
             self.types[vi.name] = (tt.elem_type, dims)
+
+    def type_by_running(self, name: str) -> tuple[int, tuple] | None:
+        """The element type and shape of a value that shape inference leaves unknown (an
+        onnxruntime contrib op's output), from running the graph up to it; None if it fails."""
+        try:
+            arr = self.run([name])[name]
+        except BuildError:
+            return None
+        self.types[name] = (helper.np_dtype_to_tensor_dtype(arr.dtype), tuple(arr.shape))
+        return self.types[name]
 
     def run(self, outputs: list[str]) -> dict[str, np.ndarray]:
         from ..verify import session

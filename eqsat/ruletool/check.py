@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .build import BuildError
-from .instantiate import Instance, Reject, Unsupported
+from .instantiate import Inconsistent, Instance, Reject, Unsupported
 from .model import Program, Rule
 from .prims import NoMatch
 from .unfold import variants
@@ -166,16 +166,23 @@ def check_rule(rule: Rule, prog: Program, seed: int = 0) -> Result:
     reasons: list[str] = []
     runs = 0
     via_used: list[str] = []
-    for k, var in enumerate(variants(rule, prog)):
+    k = 0  # unfoldings tried (an inconsistent one is not a try)
+    inconsistent: list[str] = []
+    for var in variants(rule, prog):
         if k >= MAX_UNFOLDINGS or runs >= RUNS:
             break
         rng = np.random.default_rng([seed, k, len(rule.name)])
+        k += 1
         last = ""
         for trial in range(TRIALS):
             try:
                 inst = Instance(var, rule.actions, prog, rng, trial)
                 inst.build()
                 status, detail = _run_once(inst)
+            except Inconsistent as e:
+                inconsistent.append(str(e))
+                k -= 1
+                break
             except Reject as e:
                 last = str(e) or "no instantiation satisfied the guards"
                 continue
@@ -196,6 +203,7 @@ def check_rule(rule: Rule, prog: Program, seed: int = 0) -> Result:
             reasons.append(f"no instantiation in {TRIALS} tries ({last})")
     if runs:
         return Result(rule, "ok", runs=runs, via=list(dict.fromkeys(via_used)))
+    reasons += inconsistent
     if not reasons:
         reasons.append("nothing derives the relations its query needs")
     return Result(rule, "unchecked", _best_reason(reasons))

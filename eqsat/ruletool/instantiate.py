@@ -18,12 +18,14 @@ from ..lang.dtypes import CODE_TO_CTOR, np_dtype
 from ..lang.ops import BY_CTOR
 from ..target import NCHWC_DOMAIN, nchwc_block
 from .build import OPSET, BuildError, GraphBuilder, dtype_code
+from .leafshape import ELEMENTWISE, DimGuards, context_rank, context_shape, elementwise_shape
 from .model import Program
 from .prims import DV, PREDICATES, PRIMS, NoMatch
 from .sexp import SList, Str, Sym, show
 from .unfold import Variant, is_var
 
 LITERALS = ("Ints", "ScalarF", "ScalarI", "Const", "Input")
+BOOL_OPS = ("Not", "And", "Or", "Xor")  # their inputs are booleans
 FLOATS = ("F32", "F16", "F64", "BF16")
 INTS = ("I64", "I32")  # drawn only for a rule that names them (a guard (= (I64) (dtype x)), say)
 
@@ -34,6 +36,11 @@ class Reject(Exception):
 
 class Unsupported(Exception):
     """The query cannot be instantiated (reason in the message)."""
+
+
+class Inconsistent(Unsupported):
+    """This unfolding joins derivations that cannot hold of one value (a Conv that is a
+    FusedConv): other unfoldings of the rule cover it."""
 
 
 class Unbound(Exception):
@@ -64,6 +71,8 @@ class Instance:
         self.len_hint: dict[str, int] = {}
         self.elem_hint: dict[str, dict[int, object]] = {}
         self.shape_of: dict[str, str] = {}  # value var -> Op var it is the shape of
+        self.folded: set[str] = set()  # Op vars matched as a Const and as a computation
+        self._consumer: dict[str, str] = {}  # Op var -> a node var that reads it
         self.dtype = self._trial_dtype(variant)
         self.D = [3, 2, 4, 3, 2][trial % 5]
         self.p_one = 0.0 if trial < 2 else 0.25
@@ -111,9 +120,16 @@ class Instance:
                 args.append(a)
         new = (str(x[0]), args)
         old = self.defs.get(v)
+        if old is not None and old != new and "Const" in (old[0], new[0]) and old[0] != new[0]:
+            # a computed value that the folding oracle made a constant (Concat(w1, w2) =
+            # Const k): build the computation, which must then read constants only
+            self.folded.add(v)
+            if old[0] == "Const":
+                self.defs[v] = new
+            return
         if old is not None and old != new:
             if old[0] != new[0] or len(old[1]) != len(new[1]):
-                raise Unsupported(f"the query matches one value computed two ways ({old[0]} and {new[0]})")
+                raise Inconsistent(f"the query matches one value computed two ways ({old[0]} and {new[0]})")
             for p, q in zip(old[1], new[1], strict=True):  # same op: unify the arguments
                 if is_var(p) and is_var(q) and (p in self.defs or q in self.defs or p != q):
                     self._alias(p, q)
@@ -160,7 +176,34 @@ class Instance:
         self.defs = {self.find(k): (c, [Sym(self.find(x)) if is_var(x) else self._sub(x) for x in args])
                      for k, (c, args) in self.defs.items()}
         self._collect_hints()
+        self._struct_hints()
         self._soft_hints()
+        self.dimg = DimGuards(self.guards, self.shape_of, self.find, self._closed)
+        sizes = self.dimg.sizes()
+        if not sizes and any(c.startswith("Nchwc") for c, _ in self.defs.values()) and nchwc_block():
+            sizes = [nchwc_block()]  # blocked tensors: channels a multiple of the block
+        if sizes:  # a size the guards ask for, everywhere
+            self.D = int(sizes[self.trial % len(sizes)])
+
+    def _closed(self, x):
+        """The value of an expression without variables, or of a variable that a guard sets
+        to one ((= blk (layout-block "nchwc"))); None otherwise."""
+        def free(e) -> bool:
+            return is_var(e) or (isinstance(e, SList) and any(free(y) for y in e[1:]))
+
+        if is_var(x):
+            for g in self.guards:
+                if isinstance(g, SList) and len(g) == 3 and g[0] == "=":
+                    for a, b in ((g[1], g[2]), (g[2], g[1])):
+                        if is_var(a) and self.find(a) == self.find(x) and not free(b):
+                            return self._closed(b)
+            return None
+        if free(x):
+            return None
+        try:
+            return self.eval(x)
+        except Exception:  # noqa: BLE001 - not a constant after all
+            return None
 
     def _trial_dtype(self, variant: Variant) -> str:
         mentioned = set()
@@ -217,6 +260,35 @@ class Instance:
                         self.rank_hint[str(a[1])] = len(c) - 1
             if op in ("=",) and is_var(x) and isinstance(y, SList) and y and y[0] == "vec-of" and str(x) in self.shape_of:
                 self.rank_hint[self.shape_of[str(x)]] = len(y) - 1
+
+    def _vec_len(self, x) -> int | None:
+        """The length of an IVec: a literal's, or a variable's from a guard."""
+        if isinstance(x, SList) and x and x[0] == "vec-of":
+            return len(x) - 1
+        if is_var(x):
+            return self.len_hint.get(str(self.find(x)), self.len_hint.get(str(x)))
+        return None
+
+    def _struct_hints(self) -> None:
+        """Ranks that an op's attributes fix: Pad's pads (2 per axis), Transpose's perm; the
+        values a guard (vec-contains (vec-of ...) v) allows for v."""
+        for ctor, args in self.defs.values():
+            x = args[0] if args and is_var(args[0]) else None
+            if x is None or self.find(x) in self.rank_hint:
+                continue
+            n = None
+            if ctor == "Pad" and len(args) > 1 and is_var(args[1]) and self.find(args[1]) in self.defs:
+                pc, pa = self.defs[self.find(args[1])]
+                n = self._vec_len(pa[0]) if pc == "Ints" and pa else None
+                n = n // 2 if n and n % 2 == 0 else None
+            elif ctor == "Transpose" and len(args) > 1:
+                n = self._vec_len(args[1])
+            if n:
+                self.rank_hint[str(self.find(x))] = n
+        for g in self.guards:
+            if isinstance(g, SList) and len(g) == 3 and g[0] == "vec-contains" and is_var(g[2]) \
+                    and isinstance(g[1], SList) and g[1] and g[1][0] == "vec-of":
+                self.hints.setdefault(str(g[2]), []).extend(self._lit(c) for c in g[1][1:])
 
     def _soft_hints(self) -> None:
         """Float literals of a guard are likely values for the f64 variables it reads
@@ -279,7 +351,7 @@ class Instance:
             name = self.val[ref[1]]
             if not isinstance(name, str) or name == "":
                 raise NoMatch(f"{head} of an absent value")
-            t = self.gb.types.get(name)
+            t = self.gb.types.get(name) or self.gb.type_by_running(name)
             if t is None:
                 raise Reject(f"no static {head} for {ref[1]}")
             return tuple(t[1]) if head == "shape" else DV(CODE_TO_CTOR.get(t[0], "DTypeCode"), () if t[0] in CODE_TO_CTOR else (t[0],))
@@ -395,6 +467,12 @@ class Instance:
             return tuple(int(i) for i in (rng.permutation(r) if self.trial > 0 else range(r)[::-1]))
         if a.name == "axis" and rank:
             return int(rng.integers(-rank, rank)) if (a.default is None or self.trial > 1) else a.default
+        if ctor == "NchwcReorderOutput" and a.name == "channels" and op_args:
+            t = self.gb.types.get(self.val.get(self.find(op_args[0]), ""))
+            if t is not None and len(t[1]) == 4:  # a blocked tensor's channels, none cropped
+                return int(t[1][1])
+        if a.name == "activation" and k == "str":  # a fused activation that takes no parameters
+            return ("Relu", "Sigmoid", "Tanh")[self.trial % 3]
         if a.name in ("transA", "transB"):
             return int(rng.integers(2)) if self.trial > 1 else 0
         if k == "int?":
@@ -442,17 +520,11 @@ class Instance:
         rng, D = self.rng, self.D
         r = self.rank_hint.get(var)
         if r is None and ctx is not None:
-            ctor, i = ctx
-            r = {("Conv", 0): 4, ("Conv", 1): 4, ("Conv", 2): 1, ("BatchNormalization", 0): 4,
-                 ("Gemm", 0): 2, ("Gemm", 1): 2, ("Gemm", 2): 1, ("MatMul", 1): 2,
-                 ("LayerNormalization", 1): 1, ("LayerNormalization", 2): 1,
-                 ("RMSNormalization", 1): 1, ("FusedConv", 0): 4, ("FusedConv", 1): 4}.get((ctor, i))
-            if r is None and ctor == "BatchNormalization":
-                r = 1
+            r = context_rank(*ctx)
         if r is None:
             r = 3 if self.trial % 2 == 0 else int(rng.integers(1, 5))
         dims = [D if rng.random() >= self.p_one else 1 for _ in range(r)]
-        return tuple(dims)
+        return self.dimg.fix(var, tuple(dims), rng)
 
     def _random(self, shape: tuple, code_ctor: str) -> np.ndarray:
         if code_ctor in INTS:  # small, never 0 (an integer division by zero is undefined)
@@ -466,10 +538,11 @@ class Instance:
     # ---- building
     def build(self) -> None:
         contexts: dict[str, tuple[str, int]] = {}
-        for _v, (ctor, args) in self.defs.items():
+        for v, (ctor, args) in self.defs.items():
             for i, a in enumerate(args):
                 if is_var(a):
                     contexts.setdefault(a, (ctor, i))
+                    self._consumer.setdefault(a, v)
         order: list[str] = []
         seen: set[str] = set()
 
@@ -505,7 +578,18 @@ class Instance:
         for v in sorted(op_vars - set(self.val)):  # tensors that only guards read
             self._leaf(v, contexts.get(v))
         self._guards_fixpoint(pending, final=True)
+        for v in self.folded:
+            if self._reads_input(self.val.get(self.find(v))):
+                raise Reject(f"{v} is matched as a constant but reads a graph input")
         self._actions()
+
+    def _reads_input(self, name) -> bool:
+        """Whether value `name` (or any of a tuple) depends on a graph input."""
+        need = set(name) if isinstance(name, tuple) else {name}
+        for n in reversed(self.gb.nodes):
+            if need & set(n.output):
+                need.update(x for x in n.input if x)
+        return bool(need & set(self.gb.feeds))
 
     def _leaf(self, v: str, ctx, op_args: list | None = None) -> None:
         role = _int_role(self, ctx, op_args or [])
@@ -514,8 +598,8 @@ class Instance:
             if isinstance(role, np.ndarray):
                 self.leaves.append((v, self.val[v]))
             return
-        sh = self._shape_from_guards(v) or self._leaf_shape(v, ctx)
-        if ctx is not None and ctx[0] == "Where" and ctx[1] == 0:  # a condition: booleans, not the trial's floats
+        sh = self._shape_from_guards(v) or self._context_shape(v, ctx, op_args or []) or self._leaf_shape(v, ctx)
+        if ctx is not None and (ctx[0] in BOOL_OPS or (ctx[0] == "Where" and ctx[1] == 0)):  # booleans
             arr = self.rng.random(sh) < 0.5
         elif ctx is not None and ctx[0] == "Clip" and ctx[1] in (1, 2):  # min and max are scalars
             arr = self._random((), self.dtype)
@@ -524,6 +608,41 @@ class Instance:
         name = self.gb.add_input(v.split("~")[0], arr)
         self.val[v] = name
         self.leaves.append((v, name))
+
+    def _siblings(self, v: str, ctx) -> list:
+        """The Op arguments of the node that reads v, the free tensors before v made first
+        (a Conv's x before its constant filter, whose shape follows x's)."""
+        cons = self._consumer.get(v)
+        if ctx is None or cons is None or self.find(cons) not in self.defs:
+            return []
+        ctor, args = self.defs[self.find(cons)]
+        sorts = self.prog.ctors[ctor][1]
+        op_args = [a for a, s in zip(args, sorts, strict=False) if s == "Op"]
+        for i, (a, s) in enumerate(zip(args, sorts, strict=False)):
+            if i >= ctx[1]:
+                break
+            if s == "Op" and is_var(a) and self.find(a) not in self.defs and self.find(a) not in self.val:
+                self._leaf(self.find(a), (ctor, i), op_args)
+        return op_args
+
+    def _context_shape(self, v: str, ctx, op_args: list) -> tuple | None:
+        """The shape the op's inputs before this one ask of it (a LayerNormalization's scale)."""
+        if ctx is None:
+            return None
+        shapes = []
+        for a in op_args:
+            name = self.val.get(self.find(a)) if is_var(a) else None
+            t = self.gb.types.get(name) if isinstance(name, str) and name else None
+            shapes.append(t[1] if t else None)
+        sh = context_shape(ctx[0], ctx[1], shapes)
+        if sh is None and ctx[0] in ELEMENTWISE and ctx[1] == 1 and self.trial % 2 == 0:
+            sh = elementwise_shape(shapes[0] if shapes else None, self.rank_hint.get(v))
+        if sh is None or self.rank_hint.get(v, len(sh)) != len(sh):
+            return None
+        sh = tuple(self.D if d is None else d for d in sh)
+        if not all(isinstance(d, int) and d >= 1 for d in sh):
+            return None
+        return self.dimg.fix(v, sh, self.rng)
 
     def _shape_from_guards(self, v: str) -> tuple | None:
         """A shape the guards already fix for tensor v: (= S (shape v)) with S known."""
@@ -616,7 +735,8 @@ class Instance:
                 self._leaf(v, None)
                 return
             if ctor == "Const":
-                sh = self._leaf_shape(v, ctx)
+                sh = (self._shape_from_guards(v) or self._context_shape(v, ctx, self._siblings(v, ctx))
+                      or self._leaf_shape(v, ctx))
                 self.val[v] = self.gb.add_const(str(vals[0]), self._random(sh, self.dtype))
                 self.leaves.append((v, self.val[v]))
                 return
