@@ -61,3 +61,14 @@ def test_dilated_average_pool_stays_nchw(blocked):
               [vi("x", [1, blocked, 1, 8])], [vi("y", [1, blocked, 1, 5])], opset=19)
     got = saturate(m, Options()).report["saturation"]["rule_matches"]
     assert got.get("nchwc-average-pool", 0) == 0
+
+
+def test_pools_with_an_empty_output_stay_nchw(blocked):
+    # a kernel taller than the input: the output has 0 rows. onnxruntime's MaxPool and
+    # AveragePool give an empty tensor, their blocked forms kill the process (SIGFPE), so
+    # verification of a model that used them would never report; before, the rules fired
+    for op in ("MaxPool", "AveragePool"):
+        m = model([helper.make_node(op, ["x"], ["y"], kernel_shape=[2, 3], strides=[1, 2])],
+                  [vi("x", [1, blocked, 1, 8])], [vi("y", [1, blocked, 0, 3])])
+        got = saturate(m, Options()).report["saturation"]["rule_matches"]
+        assert not any(k.startswith("nchwc-") for k in got), (op, got)

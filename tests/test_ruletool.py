@@ -264,3 +264,24 @@ def test_example_algebra_fires_and_keeps_outputs():
         z = Mul(na, nb)
     }""")
     check_rewrite(m, ["Sub", "Mul"], fired=["neg-sub", "mul-neg-neg"], rule_files=[EXAMPLES / "algebra.egg"])
+
+
+def test_a_kernel_that_stops_the_process_on_an_empty_tensor_is_not_run(tmp_path, blocked):
+    # onnxruntime's blocked MaxPool kills the process (SIGFPE) on an empty output: `rules
+    # check` of this rule died with it (no report, exit -8) once the checker met the guard
+    # (a one-row input) and drew a kernel two rows tall
+    import subprocess
+    import sys
+
+    f = tmp_path / "pool.egg"
+    f.write_text(
+        "(ruleset pool)\n"
+        "; MaxPool(x) -> ReorderOutput(NchwcMaxPool(ReorderInput(x)))   x one row tall\n"
+        '(rule ((= e (MaxPool x ap cm dil ks pads so st)) (= blk (layout-block "nchwc")) (= sx (shape x))\n'
+        "       (= 4 (vec-length sx)) (= c (vec-get sx 1)) (= 0 (% c blk)) (= 1 (vec-get sx 2)))\n"
+        "      ((union e (NchwcReorderOutput (NchwcMaxPool (NchwcReorderInput x 0) ap cm dil ks pads so st) c 0)))\n"
+        '      :ruleset pool :name "one-row-pool")\n')
+    p = subprocess.run([sys.executable, "-m", "eqsat", "rules", "check", str(f), "-v"], capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    assert "one-row-pool: ok" in p.stdout, p.stdout
