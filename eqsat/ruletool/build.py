@@ -4,7 +4,7 @@ Contract: a `GraphBuilder` collects graph inputs (random feeds), initializers an
 each op-language constructor written as its ONNX node in the newest form (the op table in
 `eqsat.lang.ops` says inputs, attributes, defaults, domains). `infer(name)` gives the
 static shape and element type ONNX shape inference finds for a value; `run(outputs)` runs
-the graph under onnxruntime and returns the named values.
+the graph under onnxruntime, in a child process (`runner.py`), and returns the named values.
 """
 
 from __future__ import annotations
@@ -110,8 +110,11 @@ class GraphBuilder:
         folding oracle evaluates it: onnxruntime has no kernel for it."""
         from ..oracle.layout import pad_channels, reorder_filter
 
-        if not inputs or any(x not in self.consts for x in inputs):
+        if not inputs or any(x not in self.consts and self.reads_input(x) for x in inputs):
             raise BuildError(f"{spec.ctor} of a tensor that is not a constant")
+        for x in inputs:  # a computation of constants: run it, as the oracle folds it
+            if x not in self.consts:
+                self.consts[x] = self.run([x])[x]
         a = {x.name: helper.get_attribute_value(x) for x in attrs}
         a = {k: v.decode() if isinstance(v, bytes) else v for k, v in a.items()}
         try:
@@ -124,6 +127,14 @@ class GraphBuilder:
         except ValueError as e:
             raise BuildError(str(e)) from None
         return self.add_const(hint, out)
+
+    def reads_input(self, name: str) -> bool:
+        """Whether value `name` depends on a graph input."""
+        need = {name}
+        for n in reversed(self.nodes):
+            if need & set(n.output):
+                need.update(x for x in n.input if x)
+        return bool(need & set(self.feeds))
 
     def model(self, outputs: list[str]) -> onnx.ModelProto:
         """The graph of the nodes `outputs` need (all nodes for none): the matched side can
@@ -177,13 +188,15 @@ class GraphBuilder:
         return self.types[name]
 
     def run(self, outputs: list[str]) -> dict[str, np.ndarray]:
-        from ..verify import session
+        """The named values, computed by onnxruntime in a child process (`runner.py`: a
+        kernel that kills its process fails this instance, not the check)."""
+        from .runner import RunError
+        from .runner import run as run_isolated
 
         m = self.model(outputs)
         try:
-            sess = session(m, optimize=False)
-            res = sess.run(None, self.feeds)
-        except Exception as e:  # noqa: BLE001 - onnxruntime's errors have many types
+            res = run_isolated(m.SerializeToString(), self.feeds)
+        except RunError as e:
             msg = " ".join(str(e).split())
             # onnxruntime's cause comes last, after the place in its sources
             raise BuildError(msg if len(msg) <= 400 else msg[:120] + " ... " + msg[-280:]) from None

@@ -73,6 +73,7 @@ class Instance:
         self.shape_of: dict[str, str] = {}  # value var -> Op var it is the shape of
         self.folded: set[str] = set()  # Op vars matched as a Const and as a computation
         self._consumer: dict[str, str] = {}  # Op var -> a node var that reads it
+        self._building: str | None = None  # the node var whose inputs are being made
         self.dtype = self._trial_dtype(variant)
         self.D = [3, 2, 4, 3, 2][trial % 5]
         self.p_one = 0.0 if trial < 2 else 0.25
@@ -445,7 +446,8 @@ class Instance:
     def _input_rank(self, op_args: list) -> int | None:
         for a in op_args:
             if is_var(a) and a in self.val:
-                t = self.gb.types.get(self.val[a]) if isinstance(self.val[a], str) else None
+                name = self.val[a]
+                t = (self.gb.types.get(name) or self.gb.type_by_running(name)) if isinstance(name, str) and name else None
                 if t is not None:
                     return len(t[1])
         return None
@@ -552,10 +554,10 @@ class Instance:
             if v in stack:
                 raise Unsupported("the query's terms form a cycle")
             d = self.defs.get(v)
-            if d is not None:
-                for a in d[1]:
-                    if is_var(a) and self.find(a) in self.defs:
-                        visit(self.find(a), stack + (v,))
+            if d is not None:  # computed inputs first: a constant's shape may follow theirs
+                deps = [self.find(a) for a in d[1] if is_var(a) and self.find(a) in self.defs]
+                for a in sorted(deps, key=lambda a: self.defs[a][0] == "Const"):
+                    visit(a, stack + (v,))
             seen.add(v)
             order.append(v)
 
@@ -579,17 +581,10 @@ class Instance:
             self._leaf(v, contexts.get(v))
         self._guards_fixpoint(pending, final=True)
         for v in self.folded:
-            if self._reads_input(self.val.get(self.find(v))):
+            name = self.val.get(self.find(v))
+            if any(self.gb.reads_input(x) for x in (name if isinstance(name, tuple) else (name,)) if x):
                 raise Reject(f"{v} is matched as a constant but reads a graph input")
         self._actions()
-
-    def _reads_input(self, name) -> bool:
-        """Whether value `name` (or any of a tuple) depends on a graph input."""
-        need = set(name) if isinstance(name, tuple) else {name}
-        for n in reversed(self.gb.nodes):
-            if need & set(n.output):
-                need.update(x for x in n.input if x)
-        return bool(need & set(self.gb.feeds))
 
     def _leaf(self, v: str, ctx, op_args: list | None = None) -> None:
         role = _int_role(self, ctx, op_args or [])
@@ -608,6 +603,12 @@ class Instance:
         name = self.gb.add_input(v.split("~")[0], arr)
         self.val[v] = name
         self.leaves.append((v, name))
+
+    def out_rank(self, ctx) -> int | None:
+        """The rank a guard asks of the output of the node being built (its leaf inputs are
+        made while it is: `self._building`)."""
+        v = self._building
+        return self.rank_hint.get(str(v)) if v is not None and ctx is not None else None
 
     def _siblings(self, v: str, ctx) -> list:
         """The Op arguments of the node that reads v, the free tensors before v made first
@@ -635,8 +636,12 @@ class Instance:
             t = self.gb.types.get(name) if isinstance(name, str) and name else None
             shapes.append(t[1] if t else None)
         sh = context_shape(ctx[0], ctx[1], shapes)
-        if sh is None and ctx[0] in ELEMENTWISE and ctx[1] == 1 and self.trial % 2 == 0:
-            sh = elementwise_shape(shapes[0] if shapes else None, self.rank_hint.get(v))
+        if sh is None and ctx[0] in ELEMENTWISE and len(shapes) == 2:
+            # the second input of every other try does not broadcast the first (broadcasting
+            # is tried too); a first input that must be 1-D (a bias) is the second's last dim
+            r = self.rank_hint.get(v)
+            if ctx[1] == 1 and self.trial % 2 == 0 or ctx[1] == 0 and r == 1:
+                sh = elementwise_shape(shapes[1 - ctx[1]], r)
         if sh is None or self.rank_hint.get(v, len(sh)) != len(sh):
             return None
         sh = tuple(self.D if d is None else d for d in sh)
@@ -746,7 +751,9 @@ class Instance:
                 raise Reject(f"bad literal {ctor}: {e}") from None
             return
         op_args = [a for a, s in zip(args, sorts, strict=False) if s == "Op"]
+        self._building = v
         vals = [self._arg_value(a, s, ctor, i, op_args) for i, (a, s) in enumerate(zip(args, sorts, strict=True))]
+        self._building = None
         try:
             outs = self.gb.add_node(ctor, vals, v.split("~")[0])
             self.gb.infer()
@@ -827,8 +834,16 @@ __all__ = ["Instance", "Reject", "Unsupported"]
 
 _BIG = np.iinfo(np.int64).max
 # ops with a sliding window: strides, dilations and pads apply to the input's spatial axes
-POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
-WINDOWED = POOLS | {"Conv", "FusedConv"}
+POOLS = frozenset({"MaxPool", "AveragePool", "LpPool", "NchwcMaxPool", "NchwcAveragePool"})
+WINDOWED = POOLS | {"Conv", "FusedConv", "NchwcConv", "NchwcConvPlain"}
+
+
+def _reshaped(xs: tuple, rank: int) -> tuple:
+    """A target of `rank` dims for a tensor of shape xs: leading dims merged, or ones added."""
+    if rank < len(xs):
+        k = len(xs) - rank + 1
+        return (int(np.prod(xs[:k])),) + tuple(xs[k:])
+    return tuple(xs) + (1,) * (rank - len(xs))
 
 
 def _int_role(inst: Instance, ctx, op_args: list):
@@ -848,6 +863,9 @@ def _int_role(inst: Instance, ctx, op_args: list):
     r = len(xs) if xs is not None else None
     if ctor == "Reshape" and name == "shape" and xs is not None:
         opts = [xs, (-1,), xs[::-1], (0,) * r, (int(np.prod(xs[:-1])), xs[-1]) if r >= 2 else xs]
+        want = inst.out_rank(ctx)  # the rank a guard asks of the Reshape's output
+        if want is not None:
+            opts = [o for o in opts if len(o) == want] or [_reshaped(xs, want)]
         return i64(opts[0 if inst.trial == 0 else int(rng.integers(len(opts)))])
     if ctor == "Unsqueeze" and r is not None:
         return i64([int(rng.integers(0, r + 1))])
@@ -878,6 +896,6 @@ def _int_role(inst: Instance, ctx, op_args: list):
         return ""
     if spec.inputs[pos].endswith("?") and name in ("axes", "steps"):
         return ""
-    if spec.inputs[pos].endswith("?") and name in ("bias", "B", "Z", "constant_value"):
+    if spec.inputs[pos].endswith("?") and name in ("bias", "B", "Z", "Sum", "constant_value"):
         return "" if inst.trial % 2 == 0 else None
     return None
