@@ -2,8 +2,9 @@
 
 Values: i64 -> int, f64 -> float, String -> str, bool -> bool, vectors -> tuple, a value of
 a datatype other than Op (DType, OptInt, ...) -> `DV(ctor, args)`. A primitive that fails
-(an index out of range, a division by zero) raises `NoMatch`: in a rule's query that just
-means the rule does not match, as in egglog.
+(an index out of range, a division by zero, i64 arithmetic out of range: egglog's is
+checked) raises `NoMatch`: in a rule's query that just means the rule does not match, as in
+egglog.
 """
 
 from __future__ import annotations
@@ -36,19 +37,32 @@ def _set(v, i, x):
     return v[:i] + (x,) + v[i + 1:]
 
 
+_I64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _i64(v):
+    """An i64 result in range (egglog's checked arithmetic), a float as is."""
+    if isinstance(v, int) and not isinstance(v, bool) and not _I64[0] <= v <= _I64[1]:
+        raise NoMatch(f"i64 overflow ({v})")
+    return v
+
+
 def _div(a, b):
     if b == 0:
         raise NoMatch("division by zero")
     if isinstance(a, int) and isinstance(b, int):
         q = abs(a) // abs(b)  # Rust's integer division truncates toward zero
-        return q if (a >= 0) == (b >= 0) else -q
+        return _i64(q if (a >= 0) == (b >= 0) else -q)
     return a / b
 
 
 def _rem(a, b):
     if b == 0:
         raise NoMatch("remainder by zero")
-    return int(math.fmod(a, b))
+    if isinstance(a, int) and isinstance(b, int):  # exact, the sign of a (Rust's %)
+        r = abs(a) % abs(b)
+        return r if a >= 0 else -r
+    return math.fmod(a, b)
 
 
 def _pow(a, b):
@@ -66,9 +80,9 @@ def _check(ok: bool) -> bool:
 
 # name -> (function, is_predicate): a predicate in a query holds or the match fails.
 PRIMS: dict = {
-    "+": lambda a, b: a + b,
-    "-": lambda a, b=None: -a if b is None else a - b,
-    "*": lambda a, b: a * b,
+    "+": lambda a, b: _i64(a + b),
+    "-": lambda a, b=None: _i64(-a if b is None else a - b),
+    "*": lambda a, b: _i64(a * b),
     "/": _div,
     "%": _rem,
     "^": _pow,
