@@ -4,8 +4,9 @@ Contract: `refuse_commands(cmds, path, text)` raises RuleError with one line
 `FILE:LINE:COL: (CMD ...) is not allowed in a rule file: REASON` for the first command of
 a parsed rule file that is not one of
 
-- a declaration: `sort` (of the containers Vec, Set, Map, MultiSet), `datatype`,
-  `datatype*`, `constructor`, `function`, `relation`, `ruleset`;
+- a declaration: `sort` (of the containers Vec, Set, Map, MultiSet, as are the sorts a
+  `datatype*` declares), `datatype`, `datatype*`, `constructor`, `function`, `relation`,
+  `ruleset`;
 - a rule: `rule`, `rewrite`, `birewrite`;
 - a fact at the top level: a relation or function call, `set`, `union`;
 
@@ -63,16 +64,26 @@ def refuse_commands(cmds: list, path: str, text: str) -> None:
             reason = _REASONS.get(head, "")
             raise RuleError(f"{where}: ({head} ...) is not allowed in a rule file: "
                             + (f"{reason}; {_DECLARES}" if reason else _DECLARES))
-        if kind == "Sort" and c.presort_and_args and c.presort_and_args[0] not in _CONTAINERS:
-            where, head = _place(cmds, i, path, text)
-            raise RuleError(f"{where}: ({head} ...) is not allowed in a rule file: it builds on "
-                            f"{c.presort_and_args[0]}; a sort may only build on "
-                            f"{', '.join(sorted(_CONTAINERS))}")
+        for base in _sort_bases(c):
+            if base not in _CONTAINERS:
+                where, head = _place(cmds, i, path, text)
+                raise RuleError(f"{where}: ({head} ...) is not allowed in a rule file: it builds a sort on "
+                                f"{base}; a sort may only build on {', '.join(sorted(_CONTAINERS))}")
     # Every name egglog reads is a piece of the text: without these pieces there is none of
     # them (walking the parsed commands costs ~0.5 s for the default rules).
     if any(p in text for p in (*_PY_SORTS, *_CALL_PREFIXES)):
         for i, c in enumerate(cmds):
             _refuse_python(c, lambda i=i: _place(cmds, i, path, text), path)
+
+
+def _sort_bases(c) -> list[str]:
+    """The sorts that a `sort` command, or the sorts of a `datatype*`, build on."""
+    kind = type(c).__name__
+    if kind == "Sort":
+        return [c.presort_and_args[0]] if c.presort_and_args else []
+    if kind == "Datatypes":
+        return [sub.name for _span, _name, sub in c.datatypes if type(sub).__name__ == "NewSort"]
+    return []
 
 
 def _place(cmds: list, i: int, path: str, text: str) -> tuple[str, str]:
