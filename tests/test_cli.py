@@ -617,9 +617,9 @@ def test_sigterm_during_saturation_is_not_taken_for_an_egglog_failure(model_path
 def test_an_output_folder_that_refuses_files_is_refused_before_the_work(tmp_path, monkeypatch):
     # calibrate measured for 9 s, then failed to write (root ignores permissions, so the
     # folder's answer is simulated)
-    from eqsat import argtypes
+    from eqsat import argtypes, atomic
 
-    monkeypatch.setattr(argtypes.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(atomic.os, "access", lambda path, mode: False)
     with pytest.raises(argparse.ArgumentTypeError, match=f"the output folder {tmp_path} is not writable"):
         argtypes.output_file(str(tmp_path / "p.json"))
 
