@@ -48,8 +48,11 @@ def _load(path: str):
 
 
 def _write(path: Path, text: str) -> None:
+    """Atomically (eqsat.atomic.write_text): an interrupt leaves no partial drawing."""
+    from ..atomic import write_text
+
     try:
-        path.write_text(text, encoding="utf-8")
+        write_text(path, text)
     except OSError as e:
         raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
 
