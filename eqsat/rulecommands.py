@@ -10,9 +10,10 @@ a parsed rule file that is not one of
 - a rule: `rule`, `rewrite`, `birewrite`;
 - a fact at the top level: a relation or function call, `set`, `union`;
 
-and for any use, in any command, of the Python object sort (`PyObject`) or of a
+and for any use, in any command, of the Python object sort (`PyObject`), of a
 primitive that runs Python code or calls a function by its name (`py-eval`, `py-exec`,
-`py-call`, ..., `unstable-fn`, `unstable-app`). Every other command kind, including
+`py-call`, ..., `unstable-fn`, `unstable-app`), or of one that makes a number without a
+size limit (`bigint`, `bigrat`, `from-string`). Every other command kind, including
 kinds that a later egglog adds, is refused: reading or writing files (`input`, `output`),
 `include`, running or scheduling rules, `push`/`pop`, `check`, `extract`, the `print-*`
 commands, `fail`, `prove`, a top-level `let`, `delete`, `subsume` or `panic`.
@@ -33,6 +34,9 @@ _FACTS = {"Expr_", "Set", "Union"}  # the actions an ActionCommand may hold
 _CONTAINERS = {"Vec", "Set", "Map", "MultiSet"}  # the sorts a `sort` may build on
 _PY_SORTS = {"PyObject"}
 _CALL_PREFIXES = ("py-", "unstable-")  # Python code; a function called through its name
+# the only ways to make a number without a size limit (BigInt, BigRat): one primitive on
+# them, (<< (bigint 1) 10000000000), takes memory without bound, and no limit interrupts it
+_UNBOUNDED = {"bigint", "bigrat", "from-string"}
 _BINDINGS = tuple(v for v in vars(b).values() if isinstance(v, type))
 _SPANS = tuple(getattr(b, n) for n in ("EgglogSpan", "PanicSpan", "RustSpan", "SrcFile") if hasattr(b, n))
 _SPAN_RE = re.compile(r"In (\d+):(\d+)-")
@@ -71,7 +75,7 @@ def refuse_commands(cmds: list, path: str, text: str) -> None:
                                 f"{base}; a sort may only build on {', '.join(sorted(_CONTAINERS))}")
     # Every name egglog reads is a piece of the text: without these pieces there is none of
     # them (walking the parsed commands costs ~0.5 s for the default rules).
-    if any(p in text for p in (*_PY_SORTS, *_CALL_PREFIXES)):
+    if any(p in text for p in (*_PY_SORTS, *_CALL_PREFIXES, *_UNBOUNDED)):
         for i, c in enumerate(cmds):
             _refuse_python(c, lambda i=i: _place(cmds, i, path, text), path)
 
@@ -125,6 +129,9 @@ def _refuse_python(cmd, place, path: str) -> None:
         if isinstance(o, b.Call) and o.name.startswith(_CALL_PREFIXES):
             why = "it runs Python code" if o.name.startswith("py-") else "it calls a function by its name"
             raise RuleError(f"{_where(o, path)}: ({o.name} ...) is not allowed in a rule file: {why}")
+        if isinstance(o, b.Call) and o.name in _UNBOUNDED:
+            raise RuleError(f"{_where(o, path)}: ({o.name} ...) is not allowed in a rule file: it makes a number "
+                            "without a size limit, whose arithmetic no limit of eqsat's can interrupt")
         if isinstance(o, b.Panic):
             continue  # its message is text, not a name
         fields = [getattr(o, n) for n in dir(o) if not n.startswith("_") and n != "span"]
