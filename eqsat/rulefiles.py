@@ -11,6 +11,7 @@ from pathlib import Path
 from egglog import bindings as b
 
 from .errors import INTERRUPTS, RuleError
+from .quiet import native_stderr
 from .rulecommands import refuse_commands
 
 PRELUDE = "lang.egg"
@@ -108,15 +109,21 @@ def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared, trans
     command that a rule file may not hold (eqsat.rulecommands) is refused before any runs.
     `transform`, if given, maps the parsed commands to the ones run (eqsat.provenance)."""
     try:
-        cmds = eg.parse_program(text, filename=path)
+        with native_stderr():  # a panic's message is the exception's: eqsat prints one line
+            cmds = eg.parse_program(text, filename=path)
         refuse_commands(cmds, path, text)  # nothing of the file runs before all pass
-        eg.run_program(*(transform(cmds) if transform else cmds))
+        with native_stderr():
+            eg.run_program(*(transform(cmds) if transform else cmds))
     except b.EggSmolError as e:
         raise RuleError(format_egglog_error(str(e), path, text, declared)) from None
     except BaseException as e:  # egglog panics are BaseException (pyo3 PanicException)
         if isinstance(e, INTERRUPTS) or isinstance(e, RuleError):
             raise
-        raise RuleError(f"{path}: egglog failed while loading this file: {str(e).splitlines()[0]}") from None
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if m := re.match(r"Rule '(.*)' was already present", first):
+            raise RuleError(f"{path}: a rule named {m.group(1)} is loaded already (by the default rules or "
+                            "another rule file); rename it, or leave out the file that has it") from None
+        raise RuleError(f"{path}: egglog failed while loading this file: {first}") from None
     declared.absorb(cmds, path)
 
 

@@ -24,6 +24,7 @@ from egglog import bindings as b
 
 from .errors import INTERRUPTS, OptimizeError, RuleError
 from .limits import Limits
+from .quiet import native_stderr
 from .rulefiles import (
     SCHEDULE,
     SPAN_RE,
@@ -131,7 +132,8 @@ class Saturator:
 
     def run_commands(self, cmds: list) -> list:
         try:
-            return self.eg.run_program(*cmds)
+            with native_stderr():  # a panic's message is the exception's: eqsat prints one line
+                return self.eg.run_program(*cmds)
         except b.EggSmolError as e:
             last = str(e).splitlines()[-1] if str(e) else type(e).__name__
             if "Panic: " not in str(e):
