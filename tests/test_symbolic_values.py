@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx.reference
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto as TP
@@ -225,6 +226,7 @@ def _reference(model: onnx.ModelProto, sizes: dict[str, int]) -> dict[str, np.nd
     return {o.name: np.asarray(v) for o, v in zip(model.graph.output, outs, strict=True)}
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the reference evaluator's division by zero
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(shape_programs())
