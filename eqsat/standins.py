@@ -4,12 +4,17 @@ A node onnxruntime cannot run (an op of a domain it does not know, or a call of 
 function or a subgraph that holds one) or must not run (a random node, eqsat.randomness) is
 cut out; the model runs under onnxruntime in stages between such nodes, and each cut node's
 outputs are made in Python:
-- a pure node's outputs are a function of its domain, op type, attributes and input values
-  only (seeded by a hash of them), so a node computed twice, or merged with its twin, gives
-  the same values in any model, as the optimizer assumes;
+- a pure node's outputs are a function of its domain, op type, attributes, its inputs'
+  types and shapes, and its input values only, so a node computed twice, or merged with its
+  twin, gives the same values in any model, as the optimizer assumes. A floating-point
+  output is a fixed random tensor (seeded by the rest) plus tanh of a random projection of
+  the input values: continuous in them, so inputs a rewrite moved within the tolerance move
+  the outputs as little, and inputs it got wrong move them more. An integer output is 0s
+  and 1s (valid indices) that do not depend on the values, and so check nothing of them;
 - a random node's outputs are a function of its key: its first output's name, which the
   optimized model maps back to the original's (`Result.random_pairs`), so each random node
-  is fed the same draw in both models and two random nodes never share one.
+  is fed the same draw in both models and two random nodes never share one (plus, where
+  the op's result depends on its input values, the projection of those).
 An output's type and shape come from shape inference where it knows them (symbolic sizes
 bound from the run), else from the node's first input. What is verified this way is
 everything the models compute around the cut nodes, not the cut nodes themselves.
@@ -32,7 +37,6 @@ from .modelio import model_shell
 from .randomness import RandomNodes
 from .scopes import implicit_inputs, subgraphs
 from .shapes import infer_types
-from .store import tensor_key
 
 # the domains onnxruntime's CPU build has kernels or function bodies for
 KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc",
@@ -192,14 +196,14 @@ class StagedRunner:
         for i in n.input:
             if i and values.get(i) is not None:
                 inputs.append(np.asarray(values[i]))
-            elif i in inits:  # by content: the optimized model may name a weight otherwise
+            elif i in inits:  # by value: the optimized model may name (or fold) a weight otherwise
                 t = inits[i]
-                inputs.append(np.frombuffer(tensor_key(t).encode(), np.uint8) if external.is_external(t)
-                              else onnx.numpy_helper.to_array(t))
+                inputs.append(external.read(t) if external.is_external(t) else onnx.numpy_helper.to_array(t))
             else:
                 inputs.append(None)
-        h = hashlib.blake2b(digest_size=16)
-        if self.kind[id(n)] == "random":
+        random = self.kind[id(n)] == "random"
+        h = hashlib.blake2b(digest_size=8)
+        if random:
             h.update(b"random\0" + self.keys.get(n.output[0], n.output[0]).encode())
         else:
             h.update(f"{n.domain}\0{n.op_type}\0".encode())
@@ -208,20 +212,26 @@ class StagedRunner:
                     repr(helper.get_attribute_value(a))
                 h.update(f"{a.name}={value}\0".encode())
             for x in inputs:
-                h.update(b"-" if x is None else f"{x.dtype}{x.shape}".encode() + np.ascontiguousarray(x).tobytes())
+                h.update(b"-" if x is None else f"{x.dtype}{x.shape}\0".encode())
+        key = int.from_bytes(h.digest(), "little")
+        # how the values enter: a random projection, continuous in them (a rewrite that moves
+        # an input by its last bits moves the outputs as little); a random op's Like form only
+        # takes its input's shape
+        depends = not random or n.op_type not in ("RandomNormalLike", "RandomUniformLike")
+        s = _projection(inputs, key) if depends else 0.0
         out = []
         for k, name in enumerate(n.output):
             if not name:
                 out.append(None)
                 continue
             dtype, shape = self._type(n, name, inputs, sizes)
-            rng = np.random.default_rng(int.from_bytes(h.digest(), "little") + k)
+            rng = np.random.default_rng(key + k)
             if dtype == np.bool_:
                 out.append(np.asarray(rng.random(shape) < 0.5))
-            elif np.issubdtype(dtype, np.integer):
+            elif np.issubdtype(dtype, np.integer):  # a value onnxruntime may index with: 0 or 1
                 out.append(rng.integers(0, 2, size=shape).astype(dtype))
             else:
-                out.append(rng.standard_normal(shape).astype(dtype))
+                out.append((rng.standard_normal(shape) + np.tanh(s)).astype(dtype))
         return out
 
     def _type(self, n: NodeProto, name: str, inputs: list[np.ndarray | None], sizes: dict[str, int]
@@ -250,3 +260,22 @@ class StagedRunner:
 
 def _initializer(t) -> np.ndarray:
     return onnx.numpy_helper.to_array(t)
+
+
+PROJECTION_MAX = 1 << 20  # elements of an input the projection reads (evenly spaced beyond)
+
+
+def _projection(inputs: list[np.ndarray | None], key: int) -> float:
+    """A number that depends continuously on the inputs' values: the mean of each numeric
+    input times fixed random weights (seeded by `key`), summed over the inputs."""
+    total = 0.0
+    for i, x in enumerate(inputs):
+        if x is None or x.dtype == object or x.size == 0:
+            continue
+        flat = x.reshape(-1)
+        if flat.size > PROJECTION_MAX:
+            flat = flat[:: -(-flat.size // PROJECTION_MAX)]
+        w = np.random.default_rng(key + 1000 + i).standard_normal(flat.size)
+        with np.errstate(all="ignore"):
+            total += float(np.dot(flat.astype(np.float64), w)) / np.sqrt(flat.size)
+    return total
