@@ -34,6 +34,22 @@ def assert_same_outputs(a: onnx.ModelProto, b: onnx.ModelProto, feeds=None, dims
     assert not bad, "; ".join(map(str, bad))
 
 
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    """`eqsat ARGS...` in this process: (exit code, stdout, stderr)."""
+    from eqsat.cli import main
+
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_error(err: str) -> str:
+    """The one `eqsat: error:` line of a command's stderr (and no traceback)."""
+    lines = [ln for ln in err.splitlines() if ln.startswith("eqsat: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
 def ops(model: onnx.ModelProto) -> list[str]:
     return [n.op_type for n in model.graph.node]
 

@@ -17,7 +17,7 @@ import pytest
 from eqsat.cli import main
 from eqsat.demo import build_model
 
-from .conftest import assert_same_outputs
+from .conftest import assert_same_outputs, one_error, run_cli
 
 
 @pytest.fixture
@@ -27,16 +27,7 @@ def model_path(tmp_path) -> Path:
     return p
 
 
-def run_cli(capsys, *args) -> tuple[int, str, str]:
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def error_line(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.startswith("eqsat: error:")]
-    assert len(lines) == 1, err
-    return lines[0]
+error_line = one_error  # the name the CLI tests use
 
 
 def test_optimize_writes_output_and_report(capsys, model_path, tmp_path):

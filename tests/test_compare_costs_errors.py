@@ -7,21 +7,7 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-from eqsat.cli import main
-
-from .conftest import parse_model
-
-
-def run_cli(capsys, *args) -> tuple[int, str, str]:
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_error(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.startswith("eqsat: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
+from .conftest import one_error, parse_model, run_cli
 
 
 def custom_op_model() -> onnx.ModelProto:

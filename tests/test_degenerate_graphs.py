@@ -15,21 +15,9 @@ from eqsat.cli import main
 from extract import EGraph, check, get_extractor
 from extract.costs import make_cost_model
 
-from .conftest import assert_same_outputs, parse_model
+from .conftest import assert_same_outputs, one_error, parse_model, run_cli
 
 V = helper.make_tensor_value_info
-
-
-def run_cli(capsys, *args) -> tuple[int, str, str]:
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_error(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.startswith("eqsat: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 def model_of(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:

@@ -16,7 +16,7 @@ from eqsat.cli import main
 from extract import EGraph
 from extract.schema import EGraphFormatError
 
-from .conftest import parse_model
+from .conftest import one_error, parse_model, run_cli
 
 MODEL = """<ir_version: 8, opset_import: ["": 17]>
 g (float[B, 8] x, float[B, 8] z) => (float[B, 8] y) {
@@ -34,18 +34,6 @@ def saved(tmp_path_factory) -> dict:
     onnx.save(parse_model(MODEL), str(model))
     assert main(["optimize", str(model), "-o", str(d / "o.onnx"), "--save-egraph", str(egraph), "-q"]) == 0
     return json.loads(egraph.read_text())
-
-
-def run_cli(capsys, *args) -> tuple[int, str, str]:
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_error(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.startswith("eqsat: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 def first_node(d: dict) -> str:

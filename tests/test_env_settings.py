@@ -13,9 +13,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from eqsat.cli import main
-
-from .conftest import parse_model
+from .conftest import one_error, parse_model, run_cli
 
 MODEL = """<ir_version: 8, opset_import: ["": 17]>
 g (float[2, 8] x) => (float[2, 8] y) {
@@ -36,18 +34,6 @@ def src(tmp_path, monkeypatch) -> Path:
     onnx.save(parse_model(MODEL), str(p))
     yield p
     nchwc_block.cache_clear()
-
-
-def run_cli(capsys, *args) -> tuple[int, str, str]:
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_error(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.startswith("eqsat: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 BAD = [
