@@ -47,6 +47,14 @@ else
 	EQSAT_ROUNDTRIP_SAMPLE=$${EQSAT_ROUNDTRIP_SAMPLE:-300} $(VENV14)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
 endif
 
+# A long fuzzing campaign (tests/fuzz/campaign.py): every fuzz property in turn for FUZZ_MINUTES
+# (default 30), in fresh worker processes; prints the examples run per property and the failures
+# (logs and shrunk inputs in out/fuzz/); failures found are replayed first by the next campaign.
+FUZZ_MINUTES ?= 30
+.PHONY: fuzz
+fuzz: $(STAMP)
+	$(PY) -m tests.fuzz.campaign --minutes $(FUZZ_MINUTES)
+
 # The benchmark corpus: PyTorch exports with random weights (torch 2.13.0 CPU, transformers).
 BENCH_STAMP := $(VENV)/.installed-bench-stamp
 $(BENCH_STAMP): $(STAMP)
