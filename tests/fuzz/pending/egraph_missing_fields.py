@@ -1,0 +1,48 @@
+"""Pending (issue 26, found by tests/fuzz egraph_file_is_clean): an e-graph file saved by
+`eqsat optimize --save-egraph` with its "class_data" object removed makes
+`eqsat extract E.json --cost-model roofline` die with `IndexError: list index out of range`
+(extract/costs/roofline.py, _gemm_k); node-count extracts it. Expected: exit 2 with one line
+saying what the file lacks (or an extraction that does not need it), never a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+from onnx import TensorProto as TP
+from onnx import helper as h
+from onnx import numpy_helper
+
+from ._helpers import run
+
+
+def _mlp() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b1"),
+             numpy_helper.from_array(rng.standard_normal((8, 3)).astype(np.float32), "w2")]
+    nodes = [h.make_node("MatMul", ["x", "w1"], ["a"]), h.make_node("Add", ["a", "b1"], ["b"]),
+             h.make_node("Relu", ["b"], ["c"]), h.make_node("MatMul", ["c", "w2"], ["y"])]
+    g = h.make_graph(nodes, "mlp", [h.make_tensor_value_info("x", TP.FLOAT, ["N", 4])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, ["N", 3])], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_an_egraph_without_class_data_is_refused_by_every_cost_model(capsys, tmp_path):
+    onnx.save(_mlp(), tmp_path / "m.onnx")
+    eg = tmp_path / "e.json"
+    rc, _, err = run(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q", "--save-egraph", eg,
+                     "--layout", "nchw")
+    assert rc == 0, err
+    data = json.loads(eg.read_text())
+    data.pop("class_data", None)
+    eg.write_text(json.dumps(data))
+    for model in ("node-count", "roofline"):
+        rc, _, err = run(capsys, "extract", eg, "--cost-model", model)
+        assert "Traceback" not in err
+        assert rc in (0, 2), err
+        if rc:
+            assert err.strip().splitlines()[-1].startswith("eqsat: error:"), err
