@@ -180,17 +180,15 @@ def _checked(t: TensorProto, label: str, base: Path, what) -> tuple[Path, int, i
 
 
 def _count(info: dict[str, str], key: str, refuse) -> int | None:
-    """The integer >= 0 at `key` of external data info, None where absent or empty."""
+    """The integer >= 0 at `key` of external data info, None where absent or empty: decimal
+    digits only, as onnxruntime reads it (Python's int() also takes " 4", "+4" and "4_0",
+    which onnxruntime refuses)."""
     text = info.get(key)
     if not text:
         return None
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if v < 0:
+    if not (text.isascii() and text.isdigit()):
         refuse(f"external data {key} '{text}' is not an integer >= 0")
-    return v
+    return int(text)
 
 
 def _where(t: TensorProto) -> tuple[str, int, int]:

@@ -15,6 +15,7 @@ from onnx import ModelProto
 from . import allocator, external
 from .atomic import Commit, destination
 from .errors import EqsatError, InputError, InvalidModelError, OptimizeError
+from .wellformed import check_data, check_text
 
 # Protobuf cannot serialize a message over 2 GiB; above this much tensor data, weights go
 # to an external data file next to the model.
@@ -59,7 +60,9 @@ def read_model(path: str | os.PathLike, check: bool = False) -> tuple[ModelProto
     if not check or external.any_external(model) or on_disk(model):
         del data
         data = None
+    check_text(model, str(p))
     external.bind(model, p.parent, p)
+    check_data(model, str(p))
     if check:
         check_model(model, str(p), p, serialized=data)
     del data
