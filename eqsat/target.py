@@ -180,10 +180,11 @@ def hardware_facts(hardware) -> list:
 
 
 def forbidden_constructors(model: ModelProto, target: str) -> list[str]:
-    """Typed ops an extraction must not choose: contrib ops for target onnx (NCHWc ops there
-    unless the input model holds them), eqsat's internal ops always, and standard ops that
+    """Typed ops an extraction must not choose: contrib ops for target onnx (unless the
+    input model holds them: NCHWc ops of its domain, the others by op), eqsat's internal ops always, and standard ops that
     do not exist at the model's opset (LayerNormalization before 17, ...)."""
     ops = model_opsets(model)
+    present = {("" if n.domain == "ai.onnx" else n.domain, n.op_type) for n in model.graph.node}
     out = []
     for spec in SPECS:
         if spec.domain == INTERNAL_DOMAIN:
@@ -196,7 +197,9 @@ def forbidden_constructors(model: ModelProto, target: str) -> list[str]:
                 out.append(spec.ctor)
             continue
         if spec.contrib:
-            if target != "ort":
+            # target onnx: eqsat introduces none, but an op the input model holds stays
+            # extractable (else its value would have no term at all)
+            if target != "ort" and (spec.domain, spec.onnx_type) not in present:
                 out.append(spec.ctor)
             continue
         version = ops.get(spec.domain)

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto
 
 from eqsat.cli import main
 from eqsat.demo import build_model
@@ -634,3 +635,24 @@ def test_a_profile_of_another_nchwc_block_is_warned_of(capsys, model_path, tmp_p
         assert rc == 0 and err == ""
     finally:
         nchwc_block.cache_clear()
+
+
+def test_target_onnx_keeps_a_contrib_op_the_input_holds(capsys, tmp_path):
+    # it was "extraction failed: root e-class Op-28 has no finite-cost term": target onnx
+    # forbade every contrib op, the input's own FusedMatMul included (found by tests/fuzz)
+    w = onnx.numpy_helper.from_array(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), "w")
+    g = onnx.helper.make_graph(
+        [onnx.helper.make_node("FusedMatMul", ["x", "w"], ["m"], domain="com.microsoft", alpha=0.5),
+         onnx.helper.make_node("Relu", ["m"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [onnx.helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
+    m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17),
+                                                 onnx.helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(m, str(src))
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "-q", "--target", "onnx")
+    assert rc == 0, err
+    o = onnx.load(str(out))
+    assert [(n.domain, n.op_type) for n in o.graph.node] == [("com.microsoft", "FusedMatMul"), ("", "Relu")]
+    assert_same_outputs(m, o)
