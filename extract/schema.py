@@ -5,7 +5,8 @@ egraph-serialize JSON (egglog's) plus eqsat's metadata (eqsat/serialize.py):
     {"nodes": {ID: {"op": str, "eclass": str, "children": [ID, ...],
                     "cost": number >= 0 (optional), "subsumed": bool (optional)}, ...},
      "root_eclasses": [E-CLASS, ...],                                          (optional)
-     "class_data": {E-CLASS: {"type": str, "shape": [int, ...], "dtype": str}, ...},  (optional)
+     "class_data": {E-CLASS: {"type": str, "shape": [int, ...], "dtype": str}, ...},
+                                     (optional; with "eqsat", a "type" for every e-class)
      "eqsat": {                                                                (optional)
         "format": int >= 1, "constructors": [str], "functions": [str], "forbidden": [str],
         "roots": [E-CLASS], "outputs": [str], "dims": {"<negative int>": NAME},
@@ -128,9 +129,15 @@ def validate(data) -> None:
         classes = _nodes(nodes)
     if "root_eclasses" in data:
         _roots(data["root_eclasses"], "root_eclasses", classes)
+    if meta and "class_data" not in data:  # eqsat writes it: a file without it was cut
+        raise EGraphFormatError("class_data", "an object (e-class -> its type, shape and dtype), as eqsat "
+                                "writes it", missing=True)
     cd = need_object(data.get("class_data", {}), "class_data")
     if not _well_formed_class_data(cd):
         _class_data(cd)
+    if meta and (untyped := next((c for c in classes if "type" not in cd.get(c, {})), None)) is not None:
+        raise EGraphFormatError(f'{key("class_data", untyped)}.type', "a string (eqsat writes one for every "
+                                "e-class)", missing=True)
     _meta(meta, classes)
 
 

@@ -74,6 +74,12 @@ CASES = [
      lambda d: f'nodes["{first_node(d)}"]', "an object"),
     (lambda d: d.__setitem__("nodes", []), lambda d: "nodes", "an object"),
     (lambda d: d.__setitem__("class_data", 3), lambda d: "class_data", "an object"),
+    # without class_data the roofline indexed a node's inputs it could not type (IndexError;
+    # found by tests/fuzz)
+    (lambda d: d.pop("class_data"), lambda d: "class_data", "an object (e-class -> its type, shape and dtype), "
+     "as eqsat writes it, got nothing"),
+    (lambda d: d["class_data"][first_class(d)].pop("type"),
+     lambda d: f'class_data["{first_class(d)}"].type', "a string (eqsat writes one for every e-class), got nothing"),
     (lambda d: d["class_data"].__setitem__(first_class(d), 3),
      lambda d: f'class_data["{first_class(d)}"]', "an object"),
     (lambda d: d["class_data"].__setitem__(first_class(d), {"type": 3}),
