@@ -104,15 +104,16 @@ def campaign(minutes: float, only: list[str], db: str, out: Path) -> int:
             p = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
                                  start_new_session=True)
             try:
-                rc = p.wait(timeout=max(left, MIN_BATCH_S) + 30)
+                # a batch slower than its estimate stops at twice its budget, the last at the deadline
+                rc = p.wait(timeout=min(left + 30, 2 * budget + 30))
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-                rc = None  # stopped at the deadline: its examples so far count, it is no failure
+                rc = None  # stopped: its examples so far count, it is no failure
                 if flight.exists():
                     kept = _keep_in_flight(flight.read_text(), out / f"{prop}-in-flight-{batches[prop]}")
-                    print(f"campaign: {prop}: stopped at the deadline while running {flight.read_text()[:300]}"
-                          f"{f' (its folder kept in {kept})' if kept else ''}", flush=True)
+                    print(f"campaign: {prop}: batch stopped after {time.monotonic() - t0:.0f}s while running "
+                          f"{flight.read_text()[:300]}{f' (its folder kept in {kept})' if kept else ''}", flush=True)
         flight.unlink(missing_ok=True)
         took = time.monotonic() - t0
         spent[prop] += took
@@ -121,11 +122,11 @@ def campaign(minutes: float, only: list[str], db: str, out: Path) -> int:
         stats_file.unlink(missing_ok=True)
         stats.merge(totals, got)
         ran = got.get(prop, {}).get("counts", {}).get("examples", 0)
-        if ran:
-            rate[prop] = max(0.05, took / ran)
         shrunk = out / "failures" / prop
         if rc is None and (shrunk / "failure.txt").exists() and (shrunk / "failure.txt").stat().st_mtime > wall0:
-            rc = "stopped"  # a failure found, still shrinking at the deadline
+            rc = "stopped"  # a failure found, still shrinking when stopped
+        if ran and rc in (0, None):  # a failing batch stops early and shrinks: no measure of the rate
+            rate[prop] = max(0.05, took / ran)
         if rc not in (0, None):
             line = _summary_line(log_path.read_text(errors="replace"))
             failures[prop].append(f"{log_path}: {line}" + (f" (inputs: {shrunk})" if shrunk.exists() else ""))

@@ -346,10 +346,10 @@ def reduce(g: Gen) -> Val | None:
 def _spatial_input(g: Gen) -> Val:
     b = g.b
     x = g.pick(lambda v: is_float(v) and len(v.shape) in (3, 4) and all(isinstance(d, int) for d in v.shape[1:])
-               and v.shape[1] <= 16 and all(d >= 3 for d in v.shape[2:]))
+               and v.shape[1] <= 32 and all(d >= 3 for d in v.shape[2:]))
     if x is not None and g.flag(80):
         return x
-    c = g.choice([1, 2, 3, 4, 8])
+    c = g.choice([1, 2, 3, 4, 8, 16])  # 16: a whole NCHWc block where onnxruntime's is 16 (8 with AVX2)
     spatial = tuple(g.int(3, 7) for _ in range(g.choice([2, 2, 1])))
     return b.input(F32, (g.choice([SYM, 1, 2]), c, *spatial))
 
@@ -378,9 +378,10 @@ def conv(g: Gen) -> Val | None:
     if any(o < 1 for o in outs):
         return None
     depthwise = c > 1 and g.flag(20)
-    cout = c if depthwise else g.choice([1, 2, 4, c])
+    cout = c if depthwise else g.choice([1, 2, 4, c, 16, 32])
     group = c if depthwise else 1
-    w = b.weight((cout, c // group, *([k] * nd)), scale=0.5, overridable=g.flag(10))
+    w = b.weight((cout, c // group, *([k] * nd)), scale=float(1 / np.sqrt(c // group * k**nd)),
+                 overridable=g.flag(10))
     ins = [src, w] + ([b.weight((cout,), scale=0.5, overridable=g.flag(10))] if g.flag(60) else [])
     attrs = dict(kernel_shape=[k] * nd, pads=pads, strides=[stride] * nd)
     if dil > 1:

@@ -2,7 +2,8 @@
 the templates of gen_tensor, gen_shape and gen_control, and the options to optimize it with.
 
 A case starts from one or two float inputs (a symbolic first dimension N half of the time),
-applies 1 to 12 templates, each to values already in the graph (recent ones more often, so
+applies 1 to 12 templates (all of them, or those of one family of `FAMILIES`), each to
+values already in the graph (recent ones more often, so
 that chains grow deep), and makes the last value and up to two others the outputs. The
 strategy does not run the model: a property discards (hypothesis.assume) the rare case the
 onnx checker or onnxruntime rejects.
@@ -21,6 +22,16 @@ from .graphs import F32, SYM, Builder, Case, Gen, ir_version
 TEMPLATES = {**gen_tensor.TEMPLATES, **gen_shape.TEMPLATES, **gen_control.TEMPLATES}
 WEIGHTED = [name for name, (_, w) in TEMPLATES.items() for _ in range(w)]
 OPSETS = (13, 15, 17, 18, 20, 21)
+# Families of templates a case may keep to, so that the patterns one group of rules matches
+# (LayerNorm after a residual Add, Conv + BatchNormalization + Relu, Shape -> Reshape chains)
+# are built on each other's results more often than a mix of everything builds them.
+FAMILIES = {
+    "transformer": ("norm", "gelu", "matmul", "attention", "binary", "unary", "reshape", "transpose"),
+    "conv": ("conv", "pool", "binary", "unary", "pad", "concat"),
+    "shape": ("shape_chain", "shape_values", "reshape", "transpose", "slice", "gather", "concat", "split",
+              "squeeze_unsqueeze", "expand", "flatten", "tile"),
+    "int": ("int_arith", "compare_where", "cast", "shape_values", "gather", "if_then_else", "fold_chain"),
+}
 
 
 @st.composite
@@ -63,7 +74,8 @@ def cases(draw, custom: bool = False, templates: tuple[str, ...] | None = None) 
     b = Builder(np.random.default_rng(seed), opset)
     g = Gen(draw, b, custom)
     _start(g)
-    names = list(templates) if templates else WEIGHTED
+    family = None if templates else draw(st.sampled_from([None, None, None, *sorted(FAMILIES)]))
+    names = list(templates) if templates else list(FAMILIES[family]) if family else WEIGHTED
     for _ in range(draw(st.integers(1, 12))):
         TEMPLATES[draw(st.sampled_from(names))][0](g)
     if custom and not any(n.domain == gen_control.OPAQUE_DOMAIN for n in b.nodes):
