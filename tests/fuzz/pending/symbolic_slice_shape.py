@@ -17,7 +17,7 @@ import onnx.parser
 from eqsat.pipeline import Options, optimize
 from eqsat.verify import compare, run
 
-from ._helpers import run as run_cli
+from ..regressions.helpers import run as run_cli
 
 MODEL = '''<ir_version: 8, opset_import: ["": 15]>
 g (float[3] x) => (int64[1] s, int64[?] r) {

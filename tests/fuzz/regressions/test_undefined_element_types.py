@@ -1,4 +1,4 @@
-"""Pending (issue 26, found by tests/fuzz model_file_is_clean): a graph input whose element
+"""Regression (issue 26, found by tests/fuzz model_file_is_clean): a graph input whose element
 type is not a real one (0, UNDEFINED; or 99) and feeds MatMul -> Add (-> Relu):
 
 - `eqsat optimize` never ends (over 100 s; killed): onnxruntime's symbolic shape inference,
@@ -25,7 +25,7 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper
 
-from ._helpers import assert_clean_error, only
+from .helpers import assert_clean_error, only
 
 
 def _model(elem_type: int) -> onnx.ModelProto:

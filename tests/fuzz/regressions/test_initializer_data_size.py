@@ -1,4 +1,4 @@
-"""Pending (issue 26, found by tests/fuzz model_file_is_clean): an initializer whose raw_data
+"""Regression (issue 26, found by tests/fuzz model_file_is_clean): an initializer whose raw_data
 holds more bytes than its dims and type need (the onnx checker only rejects too few) makes
 `eqsat optimize` die with a traceback: `ValueError: cannot reshape array of size 2 into shape
 ()` (eqsat/encode.py constant_term, numpy_helper.to_array), or `ValueError: buffer size must
@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
 
-from ._helpers import add_model, assert_clean_error, only, run
+from .helpers import add_model, assert_clean_error, only, run
 
 
 @pytest.mark.parametrize("dims, raw", [([], np.array([1, 2], np.float32).tobytes()),  # 8 bytes for 1 float

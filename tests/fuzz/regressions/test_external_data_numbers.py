@@ -1,4 +1,4 @@
-"""Pending (issue 26, found by tests/fuzz external_data_is_clean): an external data offset or
+"""Regression (issue 26, found by tests/fuzz external_data_is_clean): an external data offset or
 length written with spaces (" 4", "4 ") is read by eqsat (Python's int() accepts them) while
 onnxruntime refuses the model ("Failed to parse value"): `eqsat optimize` exits 0 and writes
 a model whose weights were read at an offset no runtime reads (verification "not possible").
@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import numpy_helper
 
-from ._helpers import add_model, assert_clean_error, only, run
+from .helpers import add_model, assert_clean_error, only, run
 
 
 @pytest.mark.parametrize("key, value", [("offset", " 4"), ("offset", "4 "), ("length", " 8"), ("offset", "+4"),

@@ -1,4 +1,4 @@
-"""Pending (issue 26, found by tests/fuzz egraph_file_is_clean): an e-graph file saved by
+"""Regression (issue 26, found by tests/fuzz egraph_file_is_clean): an e-graph file saved by
 `eqsat optimize --save-egraph` with its "class_data" object removed makes
 `eqsat extract E.json --cost-model roofline` die with `IndexError: list index out of range`
 (extract/costs/roofline.py, _gemm_k); node-count extracts it. Expected: exit 2 with one line
@@ -14,7 +14,7 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper
 
-from ._helpers import run
+from .helpers import run
 
 
 def _mlp() -> onnx.ModelProto:

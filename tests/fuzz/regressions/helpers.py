@@ -1,5 +1,5 @@
-"""Helpers of the pending regression tests: run the `eqsat` command line in-process and
-check the one-line error contract."""
+"""Helpers of the fuzzer's regression tests (here and in tests/fuzz/pending): run the `eqsat`
+command line in-process and check the one-line error contract."""
 
 from __future__ import annotations
 

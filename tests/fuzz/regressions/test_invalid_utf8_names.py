@@ -1,4 +1,4 @@
-"""Pending (issue 26, found by tests/fuzz model_file_is_clean): a model whose node name is not
+"""Regression (issue 26, found by tests/fuzz model_file_is_clean): a model whose node name is not
 valid UTF-8 (protobuf parses it; the onnx checker accepts it) makes `eqsat optimize` die with
 `UnicodeDecodeError` (eqsat/decode.py _emit, `node.name = ...`) and `eqsat show --svg` with
 `TypeError: a bytes-like object is required, not 'str'`. Expected: a clean refusal (exit 2,
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import numpy_helper
 
-from ._helpers import add_model, run
+from .helpers import add_model, run
 
 
 def _model_bytes() -> bytes:
