@@ -21,15 +21,15 @@ class Property:
 
 
 PROPERTIES: dict[str, Property] = {
-    "optimize_keeps_outputs": Property((cases(),), valid_props.optimize_keeps_outputs, 25),
+    "optimize_keeps_outputs": Property((cases(),), valid_props.optimize_keeps_outputs, 40),
     "cli_keeps_outputs": Property(
         (cases(), st.lists(st.sampled_from(["--report", "--save-egraph", "--plan"]), unique=True, max_size=3)),
-        valid_props.cli_keeps_outputs, 6),
-    "opaque_ops_kept": Property((cases(custom=True), st.booleans(), st.booleans()), valid_props.opaque_ops_kept, 8),
+        valid_props.cli_keeps_outputs, 10),
+    "opaque_ops_kept": Property((cases(custom=True), st.booleans(), st.booleans()), valid_props.opaque_ops_kept, 10),
     "model_file_is_clean": Property(
         (st.one_of(mutate_model.corrupt_bytes(), mutate_model.broken_protos()),
          st.sampled_from(sorted(invalid_props.COMMANDS))),
-        invalid_props.model_file_is_clean, 20),
+        invalid_props.model_file_is_clean, 30),
 }
 
 
@@ -41,11 +41,11 @@ def _scenario_property(name: str, strategy, ci_examples: int) -> None:
     PROPERTIES[name] = Property((strategy,), body, ci_examples)
 
 
-_scenario_property("external_data_is_clean", scenarios.external_data(), 15)
-_scenario_property("rule_file_is_clean", scenarios.rule_files(), 12)
-_scenario_property("egraph_file_is_clean", scenarios.egraph_files(), 12)
-_scenario_property("environment_is_clean", scenarios.environments(), 5)
-_scenario_property("arguments_are_clean", scenarios.arguments(), 15)
+_scenario_property("external_data_is_clean", scenarios.external_data(), 20)
+_scenario_property("rule_file_is_clean", scenarios.rule_files(), 15)
+_scenario_property("egraph_file_is_clean", scenarios.egraph_files(), 20)
+_scenario_property("environment_is_clean", scenarios.environments(), 6)
+_scenario_property("arguments_are_clean", scenarios.arguments(), 25)
 
 
 def make_test(name: str, settings=None) -> Callable:
