@@ -6,7 +6,7 @@ egraph-serialize JSON (egglog's) plus eqsat's metadata (eqsat/serialize.py):
                     "cost": number >= 0 (optional), "subsumed": bool (optional)}, ...},
      "root_eclasses": [E-CLASS, ...],                                          (optional)
      "class_data": {E-CLASS: {"type": str, "shape": [int, ...], "dtype": str}, ...},
-                                     (optional; with "eqsat", a "type" for every e-class)
+                                     (optional; required with "eqsat")
      "eqsat": {                                                                (optional)
         "format": int >= 1, "constructors": [str], "functions": [str], "forbidden": [str],
         "roots": [E-CLASS], "outputs": [str], "dims": {"<negative int>": NAME},
@@ -135,9 +135,6 @@ def validate(data) -> None:
     cd = need_object(data.get("class_data", {}), "class_data")
     if not _well_formed_class_data(cd):
         _class_data(cd)
-    if meta and (untyped := next((c for c in classes if "type" not in cd.get(c, {})), None)) is not None:
-        raise EGraphFormatError(f'{key("class_data", untyped)}.type', "a string (eqsat writes one for every "
-                                "e-class)", missing=True)
     _meta(meta, classes)
 
 
