@@ -180,13 +180,13 @@ def _checked(t: TensorProto, label: str, base: Path, what) -> tuple[Path, int, i
 
 
 def _count(info: dict[str, str], key: str, refuse) -> int | None:
-    """The integer >= 0 at `key` of external data info, None where absent or empty: decimal
-    digits only, as onnxruntime reads it (Python's int() also takes " 4", "+4" and "4_0",
-    which onnxruntime refuses)."""
+    """The integer >= 0 at `key` of external data info, None where absent: decimal digits
+    only, as onnxruntime reads it (it refuses an empty value, and " 4", "+4" or "4_0",
+    which Python's int() takes)."""
     text = info.get(key)
-    if not text:
+    if text is None:
         return None
-    if not (text.isascii() and text.isdigit()):
+    if not (text.isascii() and text.isdigit()):  # "" too: onnxruntime refuses an empty number
         refuse(f"external data {key} '{text}' is not an integer >= 0")
     return int(text)
 

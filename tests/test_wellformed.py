@@ -99,9 +99,11 @@ def test_an_input_of_no_element_type_is_refused_promptly(tmp_path, elem_type, co
 
 
 @pytest.mark.parametrize("key, value", [("offset", " 4"), ("offset", "4 "), ("length", " 8"), ("offset", "+4"),
-                                        ("offset", "0x4"), ("offset", "\u0664")])
+                                        ("offset", "0x4"), ("offset", "\u0664"), ("offset", ""),
+                                        ("length", "")])
 def test_external_offsets_and_lengths_are_decimal_digits(capsys, tmp_path, key, value):
-    # Python's int() took " 4" where onnxruntime refuses it: eqsat read weights no runtime reads
+    # Python's int() took " 4" where onnxruntime refuses it, and "" was read as absent:
+    # eqsat read weights no runtime reads
     data = np.arange(4, dtype=np.float32)
     c = numpy_helper.from_array(data[:2], "c")
     c.ClearField("raw_data")
