@@ -3,7 +3,8 @@
 `in_process` calls eqsat.cli.main (fast: the default rules load once per process); an
 exception escaping it is what a user would see as a traceback, and propagates. `isolated`
 runs such a call in a long-lived worker process, so that a native crash (an abort in onnx's
-shape inference, a segfault) or a hang fails one example instead of killing the test run.
+shape inference, a segfault) or a hang fails one example instead of killing the test run;
+its memory is capped (`limit_memory`).
 `subprocess` runs `python -m eqsat` with its own environment (for environment variables
 read at import or cached per process).
 
@@ -38,6 +39,22 @@ _POOL: list = []  # the worker: a ProcessPoolExecutor of one spawned process
 TIMEOUT = float(os.environ.get("EQSAT_FUZZ_TIMEOUT", "180") or 180)  # seconds for one eqsat call
 
 
+def limit_memory() -> None:
+    """Cap this process's address space ($EQSAT_FUZZ_MEMORY_GB, default 6 GiB, at most a third
+    of the machine's memory): a model that makes eqsat allocate without bound (a dimension of
+    2^40) fails with a MemoryError or a crash in the worker instead of calling the
+    out-of-memory killer on a shared machine."""
+    import resource
+
+    gb = float(os.environ.get("EQSAT_FUZZ_MEMORY_GB", "6") or 6)
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        total = 1 << 50
+    cap = int(min(gb * (1 << 30), total // 3))
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
 def in_flight(what: str) -> None:
     """Record the call about to run in $EQSAT_FUZZ_IN_FLIGHT (a campaign that stops a hung
     batch reports it)."""
@@ -56,7 +73,7 @@ def isolated(fn, *args, timeout: float | None = None):
     from concurrent.futures.process import BrokenProcessPool
 
     if not _POOL:
-        _POOL.append(ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")))
+        _POOL.append(ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=limit_memory))
     pool = _POOL[0]
     in_flight(f"{fn.__name__}{tuple(a if not isinstance(a, bytes) else f'<{len(a)} bytes>' for a in args)}")
     try:
@@ -98,7 +115,7 @@ def subprocess(args: list, env: dict | None = None, cwd: str | os.PathLike | Non
     full = dict(os.environ)
     full.update(env or {})
     p = sp.run([sys.executable, "-m", "eqsat", *map(str, args)], env=full, cwd=cwd, capture_output=True,
-               text=True, timeout=timeout)
+               text=True, timeout=timeout, preexec_fn=limit_memory)
     return p.returncode, p.stdout, p.stderr
 
 

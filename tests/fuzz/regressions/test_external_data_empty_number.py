@@ -1,4 +1,4 @@
-"""Pending (issue 26, found by tests/fuzz external_data_is_clean; a sibling of
+"""Regression (issue 26, found by tests/fuzz external_data_is_clean; a sibling of
 regressions/test_external_data_numbers.py): an external data offset or length that is the
 empty string is read as absent (offset 0, length: the rest of the file), while onnxruntime
 refuses the model ("model format error"): `eqsat optimize` exits 0 and writes weights read
@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import numpy_helper
 
-from ..regressions.helpers import add_model, assert_clean_error, only, run
+from .helpers import add_model, assert_clean_error, only, run
 
 
 @pytest.mark.parametrize("key", ["offset", "length"])
