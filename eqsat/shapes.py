@@ -16,6 +16,7 @@ from onnx import GraphProto, ModelProto, TypeProto
 
 from .external import content_bytes
 from .initializers import fixed_initializers, overridable_inputs
+from .scopes import implicit_inputs
 from .modelio import model_shell
 
 SMALL_TENSOR_BYTES = 64 * 1024  # initializers above this lose their data in the inference copy
@@ -123,6 +124,7 @@ def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
         graphs.append(onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=False, data_prop=True).graph)
     except Exception as e:  # noqa: BLE001 - inference is best effort, the reason is reported
         warning = f"shape inference failed, shapes are partly unknown: {str(e).splitlines()[0]}"
+    suspect: set[str] = set()
     if not graphs or _has_unknown_dims(graphs[0]):  # seconds on a large model: only when it helps
         if _symbolic_shape_infer() is None:
             warning = ((warning + "; ") if warning else "") + (
@@ -132,6 +134,8 @@ def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
                    else "; pip install sympy"))
         symbolic = _ort_symbolic(sk)
         if symbolic is not None:
+            if graphs:
+                suspect = _downstream(model.graph, _disagreements(symbolic.graph, graphs[0]))
             graphs.insert(0, symbolic.graph)
             warning = None
     if not graphs:
@@ -145,6 +149,11 @@ def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
             old = types.get(vi.name)
             if old is None or (old.dims is None and t.dims is not None) or (not old.elem and t.elem):
                 types[vi.name] = t
+    # Where the two inferences give a value different sizes, one of them is wrong: neither
+    # is trusted, for that value and every value computed from it.
+    for name in suspect:
+        if name in types:
+            types[name] = ValueType(types[name].elem, None)
     # Declared types win where inference left a value less precise.
     for vi in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
         t = type_of(vi.type)
@@ -153,6 +162,35 @@ def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
     for t in fixed_initializers(model).values():
         types.setdefault(t.name, ValueType(t.data_type, tuple(int(d) for d in t.dims)))
     return types, warning
+
+
+def _disagreements(a: GraphProto, b: GraphProto) -> set[str]:
+    """Values to which two inferences give shapes of different ranks or different numbers
+    at the same axis (onnxruntime's symbolic inference gives Slice(x[3], 1, -8, step -1) one
+    element where it has two)."""
+    def shapes(g: GraphProto) -> dict[str, tuple]:
+        out = {}
+        for vi in [*g.value_info, *g.output]:
+            t = type_of(vi.type)
+            if t is not None and t.dims is not None:
+                out[vi.name] = t.dims
+        return out
+
+    sa, sb = shapes(a), shapes(b)
+    return {name for name, da in sa.items() if (db := sb.get(name)) is not None and
+            (len(da) != len(db) or any(isinstance(x, int) and isinstance(y, int) and x != y
+                                       for x, y in zip(da, db, strict=True)))}
+
+
+def _downstream(g: GraphProto, names: set[str]) -> set[str]:
+    """`names` and every value of the main graph computed from them."""
+    out = set(names)
+    if not out:
+        return out
+    for n in g.node:  # stored in a topological order
+        if any(i in out for i in [*n.input, *implicit_inputs(n)]):
+            out.update(o for o in n.output if o)
+    return out
 
 
 def _has_unknown_dims(g: GraphProto) -> bool:

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import warnings
 
+import onnx.parser
 import pytest
 
 from eqsat import shapes
@@ -79,3 +80,39 @@ def test_incomplete_symbolic_inference_writes_no_temp_files(tmp_path, monkeypatc
     types, _ = infer_types(case.model)
     assert types  # inference still gave the declared and inferred types
     assert sorted(os.listdir(tmp_path)) == []
+
+
+REVERSED_SLICE = """
+<ir_version: 8, opset_import: ["" : 15]>
+g (float[3] x) => (int64[1] s, int64[?] r) {
+    st = Constant <value = int64[1] {1}> ()
+    en = Constant <value = int64[1] {-8}> ()
+    ax = Constant <value = int64[1] {0}> ()
+    sp = Constant <value = int64[1] {-1}> ()
+    y = Slice(x, st, en, ax, sp)
+    s = Shape(y)
+    zero = Constant <value = int64 {0}> ()
+    one = Constant <value = int64 {1}> ()
+    n = Gather(s, zero)
+    r = Range(zero, n, one)
+}
+"""
+
+
+def test_shapes_the_two_inferences_disagree_on_are_not_trusted():
+    # onnxruntime's symbolic inference gives Slice(x[3], 1, -8, step -1) one element, onnx's
+    # two (right): eqsat took the first, folded Shape(y) to [1] and wrote a wrong model
+    # (found by tests/fuzz)
+    import numpy as np
+
+    from eqsat.pipeline import Options, optimize
+    from eqsat.verify import compare, run
+
+    m = onnx.parser.parse_model(REVERSED_SLICE)
+    types, _ = infer_types(m)
+    assert types["y"].dims is None  # neither inference's shape
+    assert types["r"].dims == (None,)  # nor of what is computed from it: as the output declares it
+    feeds = {"x": np.arange(1, 4, dtype=np.float32)}
+    expected = run(m, feeds)
+    assert expected["s"].tolist() == [2]
+    assert not compare(expected, run(optimize(m, Options()).model, feeds))
