@@ -16,8 +16,8 @@ from onnx import GraphProto, ModelProto, TypeProto
 
 from .external import content_bytes
 from .initializers import fixed_initializers, overridable_inputs
-from .scopes import implicit_inputs
 from .modelio import model_shell
+from .scopes import implicit_inputs
 
 SMALL_TENSOR_BYTES = 64 * 1024  # initializers above this lose their data in the inference copy
 SYM_BASE = -(1 << 40)  # symbolic dimension ids are SYM_BASE, SYM_BASE - 1, ...
