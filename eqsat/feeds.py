@@ -229,7 +229,6 @@ class Feeds:
 
     def draw(self, sizes: dict[str, int] | None = None, seed: int = 0, wide: bool = True,
              vary_overridable: bool = False) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng(seed)
         sizes = sizes or {}
         shapes = {name: (self._dims(dims, sizes), np_dtype(elem)) for name, (dims, elem) in self.specs.items()
                   if name not in self.free}
@@ -238,6 +237,7 @@ class Feeds:
             at = f"at these sizes ({', '.join(f'{k}={v}' for k, v in sizes.items())})" if sizes else "of these shapes"
             raise EqsatError(f"making random inputs {at} takes {need / (1 << 30):,.1f} GiB, more than half of "
                              "this machine's memory" + (": give smaller --dim values to verify" if sizes else ""))
+        rng = np.random.default_rng(seed)
         feeds: dict[str, np.ndarray] = {}
         for name in self.specs:
             if name in self.free:

@@ -26,10 +26,12 @@ from .feeds import Feeds
 def ort():
     try:
         import onnxruntime
-    except ImportError:
+    except ModuleNotFoundError:
         raise EqsatError(
             "onnxruntime is not installed: pip install 'eqsat[cpu]' (or 'eqsat[gpu]')"
         ) from None
+    except ImportError as e:  # installed but failed to load (a memory cap, a missing library)
+        raise EqsatError(f"onnxruntime could not be loaded: {e}") from None
     return onnxruntime
 
 

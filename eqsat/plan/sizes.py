@@ -150,9 +150,10 @@ def _types_from_run(model: ModelProto, names: list[str], dims: dict[str, int]) -
     have = {o.name for o in model.graph.output}
     extra = [x for x in names if x not in have]
     model.graph.output.extend(helper.make_empty_tensor_value_info(x) for x in extra)
+    feeds = random_inputs(model, dims)  # refuses inputs larger than half the machine's memory
     try:
         sess = session(model, optimize=False)
-        got = sess.run(names, random_inputs(model, dims))
+        got = sess.run(names, feeds)
     except Exception as e:  # noqa: BLE001 - any onnxruntime failure is reported with the tensors concerned
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise PlanError(

@@ -1,12 +1,13 @@
-"""Pending (issue 26, found by tests/fuzz optimize_keeps_outputs): a wrong model. Where onnx's
+"""Found by tests/fuzz optimize_keeps_outputs (issue 26): a wrong model. Where onnx's
 shape inference is incomplete (here a Range whose length is computed) eqsat takes the
 shapes of onnxruntime's symbolic shape inference, which gets a Slice with a negative step
 and a clamped end wrong: Slice(x[3], starts=[1], ends=[-8], steps=[-1]) has 2 elements
 (x[1], x[0]); onnxruntime's tool says 1, and onnx's own inference says 2. eqsat.optimize
 then folds Shape(that slice) to [1] and the Range to [0]: the outputs differ (s = [1]
 instead of [2]). `eqsat optimize` catches it in verification (exit 1, nothing written), so
-a valid model cannot be optimized. Expected: the optimized model computes what the
-original does (shapes where the two inferences disagree are not trusted)."""
+a valid model could not be optimized. Now shapes where the two inferences disagree are
+not trusted, nor what is computed from them, and the optimized model computes what the
+original does."""
 
 from __future__ import annotations
 

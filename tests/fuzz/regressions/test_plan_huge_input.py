@@ -1,10 +1,10 @@
-"""Pending (issue 26, found by tests/fuzz model_file_is_clean): `eqsat plan` on a model whose
+"""Found by tests/fuzz model_file_is_clean (issue 26): `eqsat plan` on a model whose
 input is declared int32[2^40] (and whose shapes onnx's inference leaves open) runs the model
 under onnxruntime to measure the shapes, with an input of 2^40 elements: it allocated until
 the kernel's out-of-memory killer stopped it (24 GB resident after 100 s, exit 137). Under
 a memory cap the allocation fails and the message blames the install ("onnxruntime is not
-installed"). Expected: like verification, refuse up front when the inputs would take more
-than half the machine's memory: exit 1 or 2, one line that says so, promptly.
+installed"). Now, like verification, it refuses up front when the inputs would take more
+than half the machine's memory: exit 1, one line that says so, promptly.
 
 The test runs eqsat under a 3 GiB address-space cap, so that a regression cannot take the
 machine's memory."""
