@@ -19,7 +19,7 @@ import onnx
 import onnx.parser
 import pytest
 
-from ..regressions.helpers import assert_clean_error
+from .helpers import assert_clean_error
 
 MODEL = '''<ir_version: 8, opset_import: ["": 17]>
 g (int32[1099511627776] x) => (bool[?] y) {
