@@ -26,6 +26,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto
 from .errors import InputError, OptimizeError
 
 INLINE_MAX = 64 * 1024  # external tensors smaller than this are read into memory at load
+EXTERNAL_KEYS = ("location", "offset", "length", "checksum")  # what onnxruntime reads
 ALIGN = 4096  # offsets of large tensors in written data files (lets runtimes mmap them)
 
 
@@ -122,7 +123,8 @@ def bind(model: ModelProto, base_dir: Path, what: str | os.PathLike = "the model
     become absolute references; small ones, and every other tensor (`tensors`), are read
     into memory. Every location is checked before any byte is read: it must name a regular
     file inside `base_dir` (relative, not leaving it by `..` or a symbolic link: what
-    onnxruntime accepts), with an offset and length inside the file. Raises InputError
+    onnxruntime accepts), with an offset and length inside the file, and no key onnxruntime
+    refuses (`EXTERNAL_KEYS`, each once). Raises InputError
     "`what`: tensor 'w': why" otherwise."""
     base = Path(os.path.realpath(base_dir))
     found = [(t, initializer, *_checked(t, label, base, what))
@@ -147,6 +149,16 @@ def _checked(t: TensorProto, label: str, base: Path, what) -> tuple[Path, int, i
 
     def refuse(why: str):
         raise InputError(f"{what}: {label}: {why}")
+
+    seen: set[str] = set()
+    for e in t.external_data:  # onnxruntime refuses any other key, and a key given twice
+        key = e.key if e.key.isprintable() else repr(e.key)
+        if e.key not in EXTERNAL_KEYS:
+            refuse(f"external data key '{key}' is not one of {', '.join(EXTERNAL_KEYS)} "
+                   "(onnxruntime refuses the model)")
+        if e.key in seen:
+            refuse(f"external data key '{key}' is given twice (onnxruntime refuses the model)")
+        seen.add(e.key)
 
     shown = f"'{loc}'" if loc.isprintable() else repr(loc)
     if not loc:

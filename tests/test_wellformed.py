@@ -117,3 +117,36 @@ def test_external_offsets_and_lengths_are_decimal_digits(capsys, tmp_path, key, 
     rc, _, err = run_cli(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q")
     assert rc == 2 and f"tensor 'c': external data {key}" in one_error(err), err
     _only(tmp_path, "m.onnx", "w.bin")
+
+
+@pytest.mark.parametrize("extra, says", [(("color", "blue"), "external data key 'color' is not one of"),
+                                         (("basepath", "."), "external data key 'basepath' is not one of"),
+                                         (("location", "w.bin"), "external data key 'location' is given twice"),
+                                         (("offset", "0"), "external data key 'offset' is given twice")])
+def test_external_data_keys_are_the_ones_onnxruntime_reads_once_each(capsys, tmp_path, extra, says):
+    # eqsat read the weights and wrote a model where onnxruntime refuses the input ("model
+    # format error") (found by the fuzzer)
+    data = np.arange(2, dtype=np.float32)
+    c = numpy_helper.from_array(data, "c")
+    c.ClearField("raw_data")
+    c.data_location = TP.EXTERNAL
+    for k, v in [("location", "w.bin"), ("offset", "0"), ("length", "8"), extra]:
+        c.external_data.add(key=k, value=v)
+    (tmp_path / "w.bin").write_bytes(data.tobytes())
+    onnx.save(_add_model(c), tmp_path / "m.onnx")
+    rc, _, err = run_cli(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q")
+    assert rc == 2 and f"tensor 'c': {says}" in one_error(err), err
+    _only(tmp_path, "m.onnx", "w.bin")
+
+
+def test_a_checksum_is_an_accepted_key(capsys, tmp_path):
+    data = np.arange(2, dtype=np.float32)
+    c = numpy_helper.from_array(data, "c")
+    c.ClearField("raw_data")
+    c.data_location = TP.EXTERNAL
+    for k, v in [("location", "w.bin"), ("length", "8"), ("checksum", "0")]:
+        c.external_data.add(key=k, value=v)
+    (tmp_path / "w.bin").write_bytes(data.tobytes())
+    onnx.save(_add_model(c), tmp_path / "m.onnx")
+    rc, _, err = run_cli(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q")
+    assert rc == 0, err
