@@ -14,6 +14,8 @@ from pathlib import Path
 import onnx
 from onnx import GraphProto, ModelProto, TypeProto
 
+from . import native
+from .errors import InvalidModelError
 from .external import content_bytes
 from .initializers import fixed_initializers, overridable_inputs
 from .modelio import model_shell
@@ -121,7 +123,9 @@ def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
     sk = _skeleton(model)
     graphs: list[GraphProto] = []
     try:
-        graphs.append(onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=False, data_prop=True).graph)
+        graphs.append(native.infer_shapes(sk, check_type=False, strict_mode=False, data_prop=True).graph)
+    except InvalidModelError:
+        raise
     except Exception as e:  # noqa: BLE001 - inference is best effort, the reason is reported
         warning = f"shape inference failed, shapes are partly unknown: {str(e).splitlines()[0]}"
     suspect: set[str] = set()

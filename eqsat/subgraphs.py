@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, TypeProto, helper
 
+from . import native
 from .decode import all_names
 from .encode import NotTyped, constant_node_tensor, graph_outer_refs
-from .errors import INTERRUPTS, UsageError
+from .errors import INTERRUPTS, InvalidModelError, UsageError
 from .initializers import fixed_initializers
 from .modelio import model_shell
 from .shapes import _skeleton
@@ -145,9 +146,11 @@ def _outer_types(model: ModelProto) -> dict[str, TypeProto]:
     types: dict[str, TypeProto] = {}
     g = model.graph
     try:
-        inferred = onnx.shape_inference.infer_shapes(_skeleton(model), check_type=False, strict_mode=False).graph
+        inferred = native.infer_shapes(_skeleton(model), check_type=False, strict_mode=False).graph
         for vi in [*inferred.input, *inferred.value_info, *inferred.output]:
             types.setdefault(vi.name, vi.type)
+    except InvalidModelError:
+        raise
     except Exception:  # noqa: BLE001 - inference is best effort; the declared types remain
         pass
     for vi in [*g.input, *g.output, *g.value_info]:

@@ -9,7 +9,9 @@ as InvalidModelError "`what`: where: why" (exit 2):
 - a tensor whose data does not fit its dims and type (the checker refuses too few bytes,
   not too many, nor a count that is not a whole number of elements), or whose element type
   is not one ONNX defines;
-- a graph input or output of a tensor type whose element type is undefined or unknown.
+- a graph input or output of a tensor type whose element type is undefined or unknown;
+- a node whose number of outputs contradicts an attribute that fixes it (Split's
+  num_outputs): onnx's own shape inference aborts the process on it (SIGABRT).
 
 Contract: it reads what it checks without copying a tensor's bytes, and external tensors
 (already bound by eqsat.external) by the length their reference gives.
@@ -47,6 +49,28 @@ def check_data(model: ModelProto, what: str) -> None:
         if why:
             refuse(label, why)
     _check_io(model.graph, refuse)
+    for g, kind in _graphs(model):
+        _check_nodes(g.node, f"{kind} '{g.name}'", refuse)
+
+
+def _graphs(model: ModelProto):
+    """(graph or function, kind) for the main graph, every subgraph and every function."""
+    todo = [(model.graph, "graph")] + [(f, "function") for f in model.functions]
+    while todo:
+        g, kind = todo.pop()
+        yield g, kind
+        for n in g.node:
+            for a in n.attribute:
+                todo.extend((sub, "graph") for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs))
+
+
+def _check_nodes(nodes, where: str, refuse) -> None:
+    for i, n in enumerate(nodes):
+        if n.op_type == "Split" and n.domain in ("", "ai.onnx"):
+            for a in n.attribute:
+                if a.name == "num_outputs" and a.i != len(n.output):
+                    refuse(f"node {i} (Split{' ' + repr(n.name) if n.name else ''}) of {where}",
+                           f"{len(n.output)} outputs where its num_outputs is {a.i}; give it that many outputs")
 
 
 def _not_utf8(msg, path: str = "the model") -> str | None:

@@ -150,3 +150,47 @@ def test_a_checksum_is_an_accepted_key(capsys, tmp_path):
     onnx.save(_add_model(c), tmp_path / "m.onnx")
     rc, _, err = run_cli(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q")
     assert rc == 0, err
+
+
+def _split_model(outputs: int, num_outputs: int, in_branch: bool = False) -> onnx.ModelProto:
+    """Split<num_outputs>(x[1, 4]) into `outputs` values, in the main graph or in an If's branch."""
+    names = [f"p{i}" for i in range(outputs)]
+    split = h.make_node("Split", ["x"], names, axis=1, num_outputs=num_outputs)
+    last = h.make_tensor_value_info(names[-1], TP.FLOAT, [1, 1])
+    if in_branch:
+        branch = h.make_graph([split], "b", [], [last])
+        other = h.make_graph([h.make_node("Identity", ["x"], [names[-1]])], "o", [],
+                             [h.make_tensor_value_info(names[-1], TP.FLOAT, [None, None])])
+        nodes = [h.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)]
+        inputs = [h.make_tensor_value_info("x", TP.FLOAT, [1, 4]), h.make_tensor_value_info("c", TP.BOOL, [])]
+        out = h.make_tensor_value_info("y", TP.FLOAT, [None, None])
+    else:
+        nodes, out = [split], last
+        inputs = [h.make_tensor_value_info("x", TP.FLOAT, [1, 4])]
+    m = h.make_model(h.make_graph(nodes, "g", inputs, [out]), opset_imports=[h.make_opsetid("", 20)])
+    m.ir_version = 9
+    return m
+
+
+@pytest.mark.parametrize("in_branch", [False, True])
+@pytest.mark.parametrize("command", ["optimize", "plan", "show"])
+def test_a_split_whose_outputs_are_not_num_outputs_is_refused(tmp_path, command, in_branch):
+    # onnx's own shape inference aborts on it (an assertion in its C++ code, SIGABRT): eqsat
+    # died by signal 6 with no message (found by the fuzz campaign)
+    m = _split_model(4, 3, in_branch)
+    onnx.checker.check_model(m)  # the checker does not see it
+    onnx.save(m, tmp_path / "m.onnx")
+    args = {"optimize": ["optimize", "m.onnx", "-o", "o.onnx", "-q"], "plan": ["plan", "m.onnx", "-q"],
+            "show": ["show", "m.onnx"]}[command]
+    p = subprocess.run([sys.executable, "-m", "eqsat", *args], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2, p.stderr
+    graph = "'b'" if in_branch else "'g'"
+    assert f"node 0 (Split) of graph {graph}: 4 outputs where its num_outputs is 3" in one_error(p.stderr), p.stderr
+    _only(tmp_path, "m.onnx")
+
+
+def test_a_split_with_as_many_outputs_as_num_outputs_is_read(capsys, tmp_path):
+    onnx.save(_split_model(3, 3), tmp_path / "m.onnx")
+    rc, _, err = run_cli(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q")
+    assert rc == 0, err

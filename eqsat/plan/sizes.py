@@ -29,7 +29,8 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper
 
-from ..errors import UsageError
+from .. import native
+from ..errors import InvalidModelError, UsageError
 from .errors import PlanError
 
 
@@ -112,8 +113,10 @@ def tensor_types(model: ModelProto, dims: dict[str, int]) -> tuple[dict[str, Ten
     used = input_dims(model, dims)
     sk = _bind(model, used)
     try:
-        inferred = onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=False, data_prop=True)
+        inferred = native.infer_shapes(sk, check_type=False, strict_mode=False, data_prop=True)
         g = inferred.graph
+    except InvalidModelError:
+        raise
     except Exception:  # noqa: BLE001 - inference is best effort; the run below measures the rest
         g = sk.graph
     known: dict[str, tuple[int, tuple[int, ...]]] = {}
