@@ -42,3 +42,13 @@ def test_an_error_of_onnxs_inference_is_raised_with_its_message():
         onnx.shape_inference.infer_shapes(m, strict_mode=True)
     with pytest.raises(ShapeInferenceError, match="Incompatible dimensions"):
         infer_shapes(m, strict_mode=True)
+
+
+def test_the_child_serves_again_after_a_crash():
+    m = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["": 17]>
+        g (float[2, 3] x) => (float[2, 3] y) { y = Relu(x) }""")
+    assert infer_shapes(m) == onnx.shape_inference.infer_shapes(m)
+    with pytest.raises(InvalidModelError):
+        infer_shapes(_split4(), data_prop=True)
+    for _ in range(3):
+        assert infer_shapes(m) == onnx.shape_inference.infer_shapes(m)
