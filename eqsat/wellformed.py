@@ -24,6 +24,7 @@ from onnx import GraphProto, ModelProto, TensorProto
 
 from . import external
 from .errors import InvalidModelError
+from .scopes import subgraphs
 
 ELEMENT_TYPES = frozenset(v for k, v in TensorProto.DataType.items() if k != "UNDEFINED")
 _TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
@@ -59,9 +60,7 @@ def _graphs(model: ModelProto):
     while todo:
         g, kind = todo.pop()
         yield g, kind
-        for n in g.node:
-            for a in n.attribute:
-                todo.extend((sub, "graph") for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs))
+        todo.extend((sub, "graph") for n in g.node for a in n.attribute for sub in subgraphs(a))
 
 
 def _check_nodes(nodes, where: str, refuse) -> None:
