@@ -22,7 +22,7 @@ def _known(v: Val) -> bool:
 
 
 def _factor(g: Gen, total: int) -> list[int]:
-    """A random factorization of `total` into 1 to 3 factors."""
+    """A random factorization of `total` (>= 1) into 1 to 3 factors."""
     out = []
     rest = total
     for _ in range(g.int(0, 2)):
@@ -52,6 +52,8 @@ def reshape(g: Gen) -> Val | None:
     lead = x.shape[0] == SYM
     rest = x.shape[1:] if lead else x.shape
     total = numel(rest)
+    if total == 0:  # an empty tensor: a 0 in a target means "copy", and -1 is ambiguous
+        return None
     dims = _factor(g, total)
     out = ((SYM,) if lead else ()) + tuple(dims)
     target = ([0] if lead else []) + list(dims)
