@@ -149,11 +149,11 @@ def _types_from_run(model: ModelProto, names: list[str], dims: dict[str, int]) -
     """Measure the types of `names` by one onnxruntime run (graph optimizations off)."""
     from ..verify import random_inputs, session
 
+    feeds = random_inputs(model, dims)  # refuses inputs larger than half the machine's memory
     n_out = len(model.graph.output)
     have = {o.name for o in model.graph.output}
     extra = [x for x in names if x not in have]
     model.graph.output.extend(helper.make_empty_tensor_value_info(x) for x in extra)
-    feeds = random_inputs(model, dims)  # refuses inputs larger than half the machine's memory
     try:
         sess = session(model, optimize=False)
         got = sess.run(names, feeds)
