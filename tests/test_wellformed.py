@@ -98,23 +98,28 @@ def test_an_input_of_no_element_type_is_refused_promptly(tmp_path, elem_type, co
     _only(tmp_path, "m.onnx")
 
 
+def _optimize_external(capsys, tmp_path, entries: list[tuple[str, str]], values: int = 2):
+    """optimize y = x + c with c's external data at `entries` in w.bin (`values` float32s)."""
+    data = np.arange(values, dtype=np.float32)
+    c = numpy_helper.from_array(data[:2], "c")
+    c.ClearField("raw_data")
+    c.data_location = TP.EXTERNAL
+    for k, v in entries:
+        c.external_data.add(key=k, value=v)
+    (tmp_path / "w.bin").write_bytes(data.tobytes())
+    onnx.save(_add_model(c), tmp_path / "m.onnx")
+    return run_cli(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q")
+
+
 @pytest.mark.parametrize("key, value", [("offset", " 4"), ("offset", "4 "), ("length", " 8"), ("offset", "+4"),
                                         ("offset", "0x4"), ("offset", "\u0664"), ("offset", ""),
                                         ("length", "")])
 def test_external_offsets_and_lengths_are_decimal_digits(capsys, tmp_path, key, value):
     # Python's int() took " 4" where onnxruntime refuses it, and "" was read as absent:
     # eqsat read weights no runtime reads
-    data = np.arange(4, dtype=np.float32)
-    c = numpy_helper.from_array(data[:2], "c")
-    c.ClearField("raw_data")
-    c.data_location = TP.EXTERNAL
     entries = {"location": "w.bin", "offset": "4", "length": "8"}
     entries[key] = value
-    for k, v in entries.items():
-        c.external_data.add(key=k, value=v)
-    (tmp_path / "w.bin").write_bytes(data.tobytes())
-    onnx.save(_add_model(c), tmp_path / "m.onnx")
-    rc, _, err = run_cli(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q")
+    rc, _, err = _optimize_external(capsys, tmp_path, list(entries.items()), values=4)
     assert rc == 2 and f"tensor 'c': external data {key}" in one_error(err), err
     _only(tmp_path, "m.onnx", "w.bin")
 
@@ -126,29 +131,13 @@ def test_external_offsets_and_lengths_are_decimal_digits(capsys, tmp_path, key, 
 def test_external_data_keys_are_the_ones_onnxruntime_reads_once_each(capsys, tmp_path, extra, says):
     # eqsat read the weights and wrote a model where onnxruntime refuses the input ("model
     # format error") (found by the fuzzer)
-    data = np.arange(2, dtype=np.float32)
-    c = numpy_helper.from_array(data, "c")
-    c.ClearField("raw_data")
-    c.data_location = TP.EXTERNAL
-    for k, v in [("location", "w.bin"), ("offset", "0"), ("length", "8"), extra]:
-        c.external_data.add(key=k, value=v)
-    (tmp_path / "w.bin").write_bytes(data.tobytes())
-    onnx.save(_add_model(c), tmp_path / "m.onnx")
-    rc, _, err = run_cli(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q")
+    rc, _, err = _optimize_external(capsys, tmp_path, [("location", "w.bin"), ("offset", "0"), ("length", "8"), extra])
     assert rc == 2 and f"tensor 'c': {says}" in one_error(err), err
     _only(tmp_path, "m.onnx", "w.bin")
 
 
 def test_a_checksum_is_an_accepted_key(capsys, tmp_path):
-    data = np.arange(2, dtype=np.float32)
-    c = numpy_helper.from_array(data, "c")
-    c.ClearField("raw_data")
-    c.data_location = TP.EXTERNAL
-    for k, v in [("location", "w.bin"), ("length", "8"), ("checksum", "0")]:
-        c.external_data.add(key=k, value=v)
-    (tmp_path / "w.bin").write_bytes(data.tobytes())
-    onnx.save(_add_model(c), tmp_path / "m.onnx")
-    rc, _, err = run_cli(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q")
+    rc, _, err = _optimize_external(capsys, tmp_path, [("location", "w.bin"), ("length", "8"), ("checksum", "0")])
     assert rc == 0, err
 
 

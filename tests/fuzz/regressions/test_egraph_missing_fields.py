@@ -8,31 +8,14 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import onnx
-from onnx import TensorProto as TP
-from onnx import helper as h
-from onnx import numpy_helper
 
+from ..scenarios import mlp
 from .helpers import run
 
 
-def _mlp() -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "w1"),
-             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b1"),
-             numpy_helper.from_array(rng.standard_normal((8, 3)).astype(np.float32), "w2")]
-    nodes = [h.make_node("MatMul", ["x", "w1"], ["a"]), h.make_node("Add", ["a", "b1"], ["b"]),
-             h.make_node("Relu", ["b"], ["c"]), h.make_node("MatMul", ["c", "w2"], ["y"])]
-    g = h.make_graph(nodes, "mlp", [h.make_tensor_value_info("x", TP.FLOAT, ["N", 4])],
-                     [h.make_tensor_value_info("y", TP.FLOAT, ["N", 3])], inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
-
-
 def test_an_egraph_without_class_data_is_refused_by_every_cost_model(capsys, tmp_path):
-    onnx.save(_mlp(), tmp_path / "m.onnx")
+    onnx.save(mlp(), tmp_path / "m.onnx")
     eg = tmp_path / "e.json"
     rc, _, err = run(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "-q", "--save-egraph", eg,
                      "--layout", "nchw")
