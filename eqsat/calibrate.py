@@ -7,6 +7,10 @@
   64 Ki-element Mul a run, counted the run's own overhead (Python's and onnxruntime's, about
   25 us here) as arithmetic and read 1.2 to 2.5 GFLOP/s where the chain reads 1.9 to 5.4;
 - mem_gbps: an element-wise Add of two 16 Mi-element vectors (192 MiB moved);
+- cache_gbps: the same Add on 256 Ki-element vectors (3 MiB moved: an activation that stays
+  in cache, what most element-wise ops between two convolutions move);
+- conv_gflops: dense NCHW convolutions (1x1 and 3x3 of ResNet-50's widths, 7 to 56 pixels;
+  geometric mean), which onnxruntime runs as im2col + GEMM below its MatMul rate;
 - kernel_overhead_us: a chain of 200 Adds on one-element tensors, per op;
 - merge_parallel_matmuls: whether one MatMul [128, 768] x [768, 2304] + Split beats three
   MatMuls [128, 768] x [768, 768] (a transformer's Q/K/V projections; rules/matmul.egg);
@@ -273,6 +277,10 @@ def measure(threads: int = 1, runs: int = 15) -> dict:
     add = _model([helper.make_node("Add", ["a", "b"], ["c"])], [_vi("a", [m]), _vi("b", [m])], [_vi("c", [m])])
     t = _timed(add, {"a": rng.random(m, np.float32), "b": rng.random(m, np.float32)}, runs, threads)
     bandwidth = 3 * 4 * m / t / 1e9
+    c = 256 * 1024
+    add_c = _model([helper.make_node("Add", ["a", "b"], ["c"])], [_vi("a", [c]), _vi("b", [c])], [_vi("c", [c])])
+    t = _timed(add_c, {"a": rng.random(c, np.float32), "b": rng.random(c, np.float32)}, runs * 4, threads)
+    cache = 3 * 4 * c / t / 1e9
 
     chain = 200
     nodes = [helper.make_node("Add", [f"x{i}", "one"], [f"x{i + 1}"]) for i in range(chain)]
@@ -290,6 +298,8 @@ def measure(threads: int = 1, runs: int = 15) -> dict:
         "matmul_gflops": round(matmul, 2),
         "vector_gflops": round(vector, 3),
         "mem_gbps": round(bandwidth, 2),
+        "cache_gbps": round(cache, 2),
+        "conv_gflops": calibrate_layout.conv_gflops(threads),
         "kernel_overhead_us": round(overhead, 3),
         "transcendental_flops": 10.0,
         **fusion_choices(threads),

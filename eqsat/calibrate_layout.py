@@ -86,6 +86,16 @@ def pool_models(op: str, c: int, pixels: int):
                   helper.make_node(op, ["xb"], ["yb"], domain=NCHWC_DOMAIN, **attrs), [1, c, pixels, pixels], {}, {})
 
 
+def conv_gflops(threads: int = 1, runs: int = 20) -> float:
+    """Dense NCHW convolutions' throughput (the DENSE shapes; geometric mean, GFLOP/s)."""
+    rates = []
+    for c, k, p in DENSE:
+        n, _, _, feeds = conv_models(c, k, p, 1, 8)
+        (ms,) = compare([n], feeds, runs=runs, threads=threads)
+        rates.append(2.0 * c * c * k * k * p * p / ms / 1e6)
+    return round(_geomean(rates), 2)
+
+
 def _geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 

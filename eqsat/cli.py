@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
+from extract.costs import DEFAULT as COST_MODEL_DEFAULT
+
 from . import __version__
 from .argtypes import (
     dim,
@@ -87,10 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "installed package declares (eqsat.extractors entry points; docs/extraction.md)")
     o.add_argument("--extract-time-limit", type=positive_float, default=60.0, metavar="S",
                    help="seconds for the ILP extractor; past it the best answer found, or the greedy one (default 60)")
-    o.add_argument("--cost-model", default="node-count",
-                   help="cost model: node-count (default), roofline (the hardware profile's rates) or measured "
-                        "(each op configuration timed under onnxruntime on this machine), or one an installed package "
-                        "declares (eqsat.cost_models entry points)")
+    o.add_argument("--cost-model", default=COST_MODEL_DEFAULT,
+                   help="cost model: roofline (default: each op's FLOPs and bytes at the hardware profile's rates), "
+                        "node-count (a research baseline: every op costs 1), measured (each op configuration timed "
+                        "under onnxruntime on this machine), or one an installed package declares "
+                        "(eqsat.cost_models entry points)")
     o.add_argument("--hardware", default="cpu", metavar="PROFILE",
                    help="hardware profile (which fusions and layouts pay; the roofline's rates): a name, "
                         "or a .json file from `eqsat calibrate`; cpu (default): the shipped profile for "

@@ -48,7 +48,7 @@ from collections import Counter, defaultdict
 from onnx import ModelProto, NodeProto
 
 from extract import EGraph
-from extract.costs.node_count import REORDERS
+from extract.nchwc import REORDERS
 
 from .lang.literals import parse_string
 from .lang.ops import BY_CTOR

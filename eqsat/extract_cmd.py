@@ -20,6 +20,8 @@ import json
 import sys
 from pathlib import Path
 
+from extract.costs import DEFAULT as COST_MODEL_DEFAULT
+
 from .argtypes import dim, output_file, positive_float
 from .atomic import write_text
 from .errors import UsageError
@@ -38,7 +40,7 @@ def register(subparsers) -> dict:
     x.add_argument("--extract-time-limit", type=positive_float, metavar="S",
                    help="seconds for the ILP extractor (default: its own, 60)")
     x.add_argument("--cost-model", action="append", default=[], metavar="NAME",
-                   help="as for optimize (default node-count; with --check, the model the choice file names); "
+                   help="as for optimize (default roofline; with --check, the model the choice file names); "
                         "repeatable: one line for each")
     x.add_argument("--hardware", metavar="PROFILE",
                    help="hardware profile (default: the one the e-graph was saturated with, else cpu)")
@@ -106,7 +108,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     opts = Options(hardware=args.hardware or settings.get("hardware", "cpu"),
                    dims={**settings.get("dims", {}), **made_at, **dict(args.dim)})
     if not names:  # --check prices the choice under the model that made it, where this eqsat has it
-        names = [_model_of(picked[1], args.check) if picked else "node-count"]
+        names = [_model_of(picked[1], args.check) if picked else COST_MODEL_DEFAULT]
     models = [cost_model(dataclasses.replace(opts, cost_model=name)) for name in names]  # bad names fail now
     _warn_settings(args, g)
     if picked:
@@ -115,16 +117,16 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 
 def _model_of(meta: dict, path) -> str:
-    """The cost model a choice file names, if registered or installed here, else node count."""
+    """The cost model a choice file names, if registered or installed here, else the default."""
     from extract import plugins
     from extract.costs import COST_MODELS
 
-    name = meta.get("cost_model") or "node-count"
+    name = meta.get("cost_model") or COST_MODEL_DEFAULT
     if name in COST_MODELS or name in plugins.names(plugins.COST_MODEL_GROUP):
         return name
     print(f"eqsat: warning: {path} was made under cost model {name!r}, which this eqsat cannot build; "
-          "pricing it under node-count (--cost-model to choose)", file=sys.stderr)
-    return "node-count"
+          f"pricing it under {COST_MODEL_DEFAULT} (--cost-model to choose)", file=sys.stderr)
+    return COST_MODEL_DEFAULT
 
 
 def _warn_settings(args: argparse.Namespace, g) -> None:

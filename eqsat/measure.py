@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from onnx import ModelProto, helper
 
-from extract.costs.node_count import STRUCTURE
+from extract.costs.base import STRUCTURE
 from extract.egraph import EGraph, Node
 
 from .decode import LITERALS, Decoder

@@ -29,7 +29,9 @@ from extract import (
     get_extractor,
     tree_cost,
 )
+from extract.costs import DEFAULT as COST_MODEL_DEFAULT
 from extract.costs import CostModel, HardwareProfileError, make_cost_model
+from extract.work import chosen_nodes, input_choice, work
 
 from .atomic import write_text
 from .decode import Decoder
@@ -78,7 +80,7 @@ class Options:
     limits: Limits = field(default_factory=Limits)
     extractor: str = "ilp"
     extract_time_limit: float = 60.0  # seconds; the ILP falls back to the greedy answer past it
-    cost_model: str = "node-count"
+    cost_model: str = COST_MODEL_DEFAULT
     target: str = "ort"
     hardware: str = "cpu"  # profile for the roofline cost model
     dims: dict[str, int] = field(default_factory=dict)  # sizes of symbolic dimensions, by name
@@ -307,11 +309,13 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "fold_limit": opts.fold_limit, "explain": opts.explain, "iter_limit": opts.limits.iter_limit,
         "node_limit": opts.limits.node_limit, "time_limit": opts.limits.time_limit,
         "stop_reason": sat_report.stop_reason}  # a time limit's stop is not reproducible
+    value_class = data["eqsat"]["value_class"]
+    egraph = EGraph.from_json(data, trusted=True)  # serialized here, not read from a file
+    # the input program as a choice: its work bounds the extraction's (extract/work.py)
+    data["eqsat"]["input_choice"] = egraph.meta["input_choice"] = input_choice(egraph, _input_nodes(model, enc, value_class))
     if opts.save_egraph:
         write_text(opts.save_egraph, json.dumps(data))
 
-    egraph = EGraph.from_json(data, trusted=True)  # serialized here, not read from a file
-    value_class = data["eqsat"]["value_class"]
     value_names: dict[str, list[str]] = {}
     for name, vid in enc.value_id.items():
         c = value_class.get(str(vid))
@@ -338,6 +342,33 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     }
     return Saturated(model, opts, data, egraph, tensors, protos, value_names, report, times,
                      rows if opts.explain else None, fact_uses=sat.fact_uses, instances=enc.instances)
+
+
+def work_report(egraph: EGraph, choice: dict[str, str], opts: Options) -> dict:
+    """The input program's work beside the output's (extract/work.py: FLOPs, bytes moved,
+    contractions, ops of the main graph at the bound sizes), and `more`: what the output does
+    more of, if anything (padding a rule declares adds FLOPs, never contractions)."""
+    from extract.costs import Roofline
+
+    roof = Roofline(hardware_profile(opts.hardware), opts.dims)
+    before = work(egraph, egraph.meta.get("input_choice", {}).values(), roof)
+    after = work(egraph, chosen_nodes(egraph, choice), roof)
+    return {"input": before, "output": after,
+            "more": [k for k in ("contractions", "flops") if after[k] > before[k] * (1 + 1e-9)]}
+
+
+def _input_nodes(model: ModelProto, enc, value_class: dict) -> list[tuple[str, str, list[str]]]:
+    """The main graph's nodes as (op, output e-class, input e-classes) (extract.work.input_choice)."""
+    def cls(name: str) -> str | None:
+        vid = enc.value_id.get(name)
+        return None if vid is None else value_class.get(str(vid))
+
+    out = []
+    for n in model.graph.node:
+        c = cls(n.output[0]) if n.output else None
+        if c is not None:
+            out.append((n.op_type, c, [k for k in map(cls, n.input) if k is not None]))
+    return out
 
 
 @gc_paused()
@@ -378,9 +409,15 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
             "time_s": round(ex.time_s, 4),
             "notes": ex.notes,
         },
+        "work": work_report(st.egraph, ex.choice, opts),
         "times_s": st.times,
         "warnings": st.report["warnings"],
     }
+    if more := report["work"]["more"]:
+        w = report["work"]
+        report["warnings"].append("the output does more " + " and ".join(
+            f"{k} than the input ({w['input'][k]:.4g} -> {w['output'][k]:.4g})" for k in more)
+            + ("; rules that pad contractions declare FLOPs" if more == ["flops"] else ""))
     if subgraphs:
         report["subgraphs"] = subgraphs
     if opts.explain:

@@ -7,7 +7,9 @@ Added to egglog's JSON:
   other function node is an analysis table, not a term), `functions`, `roots` (the output
   e-classes, one per graph output, in order, duplicates kept), `outputs` (their names),
   `dims` (symbolic dimension id -> name) and `value_class` (encoded value number -> its
-  e-class, from the `(Value N)` handles).
+  e-class, from the `(Value N)` handles); eqsat.pipeline adds `settings` and `input_choice`
+  (e-class -> the e-node that encodes the input model's node there: the input program,
+  whose work bounds extraction's, extract/work.py).
 This is the file `--save-egraph` writes and the input of everything in `extract/`.
 """
 

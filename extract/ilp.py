@@ -25,7 +25,15 @@ before the program is built (fix_layouts): with both layouts free the LP relaxat
 them and HiGHS does not close the gap on CNNs (ResNet-50: 25 s, other models past the
 limit); with them fixed the program is as easy as an NCHW one (about 1 s). The answer is
 then optimal for that layout choice, never worse than the greedy answer, and the notes say
-so; `ILP(fix_layouts=False)` solves over both layouts.
+so; `ILP(fix_layouts=False)` solves over both layouts, and so does the ILP where the layouts
+fixed from the greedy answer leave no program within the work bound below.
+
+Work. Where the e-graph records the input program (eqsat.input_choice), one more row bounds
+the chosen contractions (convolutions, products, attention) by the input's
+(extract/work.py): no program computes a shared convolution twice to save an Add, whatever
+the cost model prices. Where no program meets the bound (a layout fixed from the greedy
+answer can exclude it), it is solved without, and the notes say so; `ILP(bound_work=False)`
+never adds it.
 """
 
 from __future__ import annotations
@@ -39,10 +47,11 @@ import numpy as np
 from .base import Extraction, Extractor
 from .check import ExtractionError, dag_cost, reachable, tree_cost
 from .costs import CostModel
-from .costs.node_count import NCHWC_OPS
 from .dag_greedy import DagGreedy
 from .egraph import EGraph
+from .nchwc import NCHWC_OPS
 from .tree_greedy import TreeGreedy
+from .work import contraction_bound, contractions
 
 TERM_SORTS = ("Op", "OpList", "")
 # DAG greedy's sets of nodes grow with the depth of the model: its time is quadratic (50 s on
@@ -65,8 +74,9 @@ class ILP(Extractor):
     name = "ilp"
     optimal = True
 
-    def __init__(self, time_limit: float = 60.0, fix_layouts: bool = True) -> None:
+    def __init__(self, time_limit: float = 60.0, fix_layouts: bool = True, bound_work: bool = True) -> None:
         self.time_limit = time_limit
+        self.bound_work = bound_work  # no more contractions than the input program, where the e-graph records it
         self.fix_layouts = fix_layouts  # decide NCHW / NCHWc per e-class before solving (fix_layouts())
 
     def extract(self, egraph: EGraph, cost: CostModel) -> Extraction:
@@ -155,6 +165,13 @@ class ILP(Extractor):
                 if k in vindex:
                     row([(vindex[c], 1.0), (vindex[k], -1.0)], -np.inf, 0.0)
 
+        # No more contractions than the input program (extract/work.py): a shared convolution
+        # or product is never computed twice to save other ops, whatever the cost model says.
+        bound = contraction_bound(egraph) if self.bound_work else None
+        guard = len(lo) if bound is not None else None
+        if guard is not None:
+            row([(index[n], float(k)) for n in nodes if (k := contractions(egraph, egraph.nodes[n]))], -np.inf,
+                float(bound))
         n_x = len(nodes) + len(values)
         c_vec = np.array([costs[n] for n in nodes] + [costs[full[c]] for c in values])
         deadline = t0 + self.time_limit
@@ -182,6 +199,20 @@ class ILP(Extractor):
             res = milp(c_vec, constraints=LinearConstraint(a, lo_all, hi_all), integrality=np.ones(n_x),
                        bounds=Bounds(np.zeros(n_x), np.ones(n_x)),
                        options={"time_limit": remaining, "disp": disp})
+            if res.x is None and res.status == 2 and guard is not None and layout_note:
+                # the layouts fixed from the greedy answer exclude every program within the
+                # bound: choose the layouts with everything else, in the time left
+                joint = ILP(time_limit=max(deadline - time.perf_counter(), 1.0), fix_layouts=False)
+                ex = joint.extract(egraph, cost)
+                ex.notes[:0] = [f"ILP: the layouts fixed from the greedy answer need more than the input's {bound} "
+                                "contractions; layouts chosen by the ILP"]
+                ex.time_s = time.perf_counter() - t0
+                return ex
+            if res.x is None and res.status == 2 and guard is not None:  # infeasible: the bound cannot hold
+                hi[guard] = np.inf
+                guard = None
+                notes.append(f"ILP: no program within the input's {bound} contractions; solved without the bound")
+                continue
             if res.x is None:
                 break
             chosen = {c: nodes[i] for c in classes for i in by_class[c] if res.x[i] > 0.5}

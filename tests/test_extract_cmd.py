@@ -228,14 +228,14 @@ def test_check_refuses_extractor_options_and_says_when_a_model_cannot_price(caps
                         "--cost-model measured (or "
                         "compare-costs), or use the roofline model)")
     assert lines[1].startswith(f"{choice}: valid for {egraph} (every root chosen, closed, acyclic); node-count: DAG cost")
-    # a model this eqsat lacks: priced under node count, with a warning
+    # a model this eqsat lacks: priced under the default, with a warning
     data = json.loads(choice.read_text())
     data["cost_model"] = "someone-elses"
     other = tmp_path / "other.json"
     other.write_text(json.dumps(data))
     rc, out, err = run_cli(capsys, "extract", egraph, "--check", other)
-    assert rc == 0 and "; node-count: DAG cost" in out
-    assert "made under cost model 'someone-elses', which this eqsat cannot build; pricing it under node-count" in err
+    assert rc == 0 and "; roofline: DAG cost" in out
+    assert "made under cost model 'someone-elses', which this eqsat cannot build; pricing it under roofline" in err
     data["cost_model"] = ["a"]
     other.write_text(json.dumps(data))
     rc, _, err = run_cli(capsys, "extract", egraph, "--check", other)

@@ -7,6 +7,13 @@ from numbers import Real
 
 from ..egraph import EGraph, Node
 
+# Term structure that is not an operator of the output model: graph inputs, constants,
+# literals, list cells, the output tuple.
+STRUCTURE = frozenset(
+    {"Input", "Const", "Ints", "ScalarF", "ScalarI", "Absent", "Out", "Nil", "Cons", "ANil", "ACons"}
+)
+LEAF_COST = 1e-3  # a leaf of the program (input, constant, literal): far below any op
+
 
 class CostModelError(ValueError):
     """A cost model cannot price this e-graph, or its costs break the contract; the message

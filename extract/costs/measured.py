@@ -7,8 +7,7 @@ not the roofline in disguise."""
 from __future__ import annotations
 
 from ..egraph import EGraph, Node
-from .base import CostModel, CostModelError
-from .node_count import LEAF_COST, STRUCTURE
+from .base import LEAF_COST, STRUCTURE, CostModel, CostModelError
 from .roofline import Hardware, Roofline
 
 

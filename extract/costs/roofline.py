@@ -31,8 +31,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from ..egraph import EGraph, Node
-from .base import CostModel, positive
-from .node_count import LEAF_COST, NCHWC_OPS, REORDERS, STRUCTURE
+from ..nchwc import BLOCKED_CONVS, NCHWC_OPS, REORDERS, WINDOW_POOLS
+from .base import LEAF_COST, STRUCTURE, CostModel, positive
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
 DEFAULT_DIM = 16
@@ -49,7 +49,6 @@ ALIAS_BYTES = 4096  # rows this many bytes apart share L1 cache sets (64 sets of
 ALIAS_MIN_ROWS = 16  # fewer rows than this: measured no slower (a kernel reads few rows at once)
 POOL = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "NchwcMaxPool", "NchwcAveragePool",
         "NchwcGlobalAveragePool", "NchwcGlobalMaxPool"}
-WINDOW_POOL_NCHWC = {"NchwcMaxPool", "NchwcAveragePool"}  # blocked pools with a window
 ATTENTION = {"MultiHeadAttention", "Attention"}
 TRANSCENDENTAL = {"Erf", "Tanh", "Exp", "Log", "Sigmoid", "Gelu", "GeluMs", "FastGelu", "BiasGelu", "QuickGelu",
                   "Softmax", "LogSoftmax", "Sqrt", "Reciprocal", "Pow", "HardSwish", "Softplus", "Sin", "Cos",
@@ -71,6 +70,13 @@ class Hardware:
     transcendental_flops: float = 10.0  # FLOPs charged per element of Erf, Tanh, Exp, ...
     source: str = ""
     depthwise_gflops: float | None = None  # depthwise convolution (NCHW) throughput; None: matmul_gflops
+    # dense NCHW convolution throughput (onnxruntime's im2col + GEMM runs below its MatMul's
+    # rate); None: matmul_gflops
+    conv_gflops: float | None = None
+    # bandwidth of an op whose tensors (read and written) fit in cache_mib MiB: element-wise
+    # ops on activations that stay in cache run well above the streaming mem_gbps; None: mem_gbps
+    cache_gbps: float | None = None
+    cache_mib: float = 16.0
     layouts: dict = field(default_factory=dict)  # layout -> its parameters ("nchwc": block, conv_speedup)
     # parallel MatMuls on one input run faster as one MatMul on concatenated weights + Split
     # (rules/matmul.egg's group rules fire only then; false on the CPU: measured 1.03 to 1.12x slower)
@@ -152,7 +158,8 @@ def _check_profile(p: Path, d: dict, cls) -> None:
             raise HardwareProfileError(f"{p}: name = {v!r}: must be a string")
         if k == "contraction_alias_slowdown" and not (positive(v) and math.isfinite(v)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a finite number > 0 (a time ratio; 1.0: no slower)")
-        if k in ("transcendental_flops", "depthwise_gflops") and not (positive(v) or (k == "depthwise_gflops" and v is None)):
+        if k in ("transcendental_flops", "depthwise_gflops", "conv_gflops", "cache_gbps", "cache_mib") \
+                and not (positive(v) or (k not in ("transcendental_flops", "cache_mib") and v is None)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number > 0")
     layouts = d.get("layouts", {})
     if not isinstance(layouts, dict):
@@ -190,6 +197,18 @@ def literal_ints(egraph: EGraph, eclass: str) -> list[int] | None:
                     return [int(egraph.nodes[egraph.classes[c][0]].op) for c in v.children]
                 except (IndexError, KeyError, ValueError):
                     return None
+    return None
+
+
+def vector_ints(egraph: EGraph, eclass: str) -> list[int] | None:
+    """The integers of an attribute vector e-class (sort IVec, a `vec-of` node), or None."""
+    for nid in egraph.classes.get(eclass, ()):
+        v = egraph.nodes[nid]
+        if v.op == "vec-of":
+            try:
+                return [int(egraph.nodes[egraph.classes[c][0]].op) for c in v.children]
+            except (IndexError, KeyError, ValueError):
+                return None
     return None
 
 
@@ -366,6 +385,40 @@ class Roofline(CostModel):
         x = egraph.class_data.get(inputs[0], {}).get("shape")
         return bool(w and x and len(w) >= 3 and len(x) >= 2 and w[1] == 1 and x[1] > 1 and x[1] <= w[0] < 2 * x[1])
 
+    def bandwidth(self, moved: float, op: str) -> float:
+        """GB/s for an op moving `moved` bytes: a reorder's measured rate, else the cache's
+        where all it moves fits in the profile's cache_mib, else the streaming mem_gbps."""
+        hw = self.hw
+        if op in REORDERS and hw.has_layout("nchwc") and hw.layouts["nchwc"].get("reorder_gbps"):
+            return float(hw.layouts["nchwc"]["reorder_gbps"])
+        if hw.cache_gbps and moved <= hw.cache_mib * (1 << 20):
+            return hw.cache_gbps
+        return hw.mem_gbps
+
+    def im2col_bytes(self, egraph: EGraph, node: Node, inputs: list[str]) -> float:
+        """Bytes an NCHW convolution with a spatial kernel or strides writes to its im2col
+        buffer and reads back (onnxruntime's CPU Conv; a 1x1 stride-1 one is a plain GEMM):
+        2 x (input channels per group x kernel area) x output pixels x groups x 4."""
+        w = egraph.class_data.get(inputs[1], {}).get("shape") if len(inputs) >= 2 else None
+        out = self.shape(egraph, node.eclass)
+        if not w or len(w) < 3 or not out or len(out) != len(w):
+            return 0.0
+        kernel = math.prod(d if d >= 0 else DEFAULT_DIM for d in w[2:])
+        if kernel == 1 and not self._strided(egraph, node):
+            return 0.0
+        cin = w[1] if w[1] >= 0 else DEFAULT_DIM
+        x = egraph.class_data.get(inputs[0], {}).get("shape")
+        groups = (x[1] // cin) if x and len(x) > 1 and x[1] > 0 and cin > 0 else 1
+        return 2.0 * 4.0 * cin * kernel * math.prod(out[2:]) * out[0] * max(groups, 1)
+
+    def _strided(self, egraph: EGraph, node: Node) -> bool:
+        """Whether a Conv's strides are other than 1 (unknown: assumed not)."""
+        pos = {"Conv": 8, "FusedConv": 11}.get(node.op)
+        if pos is None or len(node.children) <= pos:
+            return False
+        st = vector_ints(egraph, node.children[pos])
+        return bool(st) and any(v != 1 for v in st)
+
     def _gemm_k(self, egraph: EGraph, node: Node, inputs: list[str]) -> float | None:
         # Gemm A B C | alpha beta transA transB (FusedGemm has activation attributes first)
         trans_a_pos = 5 if node.op == "Gemm" else 9
@@ -387,22 +440,24 @@ class Roofline(CostModel):
         flops, kind = self.flops(egraph, node, inputs)
         moved = self.nbytes(egraph, node.eclass) + sum(self.nbytes(egraph, i) for i in inputs)
         rate = hw.matmul_gflops if kind == "matmul" else hw.vector_gflops
-        blocked = node.op in ("NchwcConv", "NchwcConvPlain")
-        if blocked:
-            rate *= float(hw.layouts["nchwc"].get("conv_speedup", 1.0))
-        if node.op in CONV and self.depthwise(egraph, inputs):
-            dw = hw.layouts["nchwc"].get("depthwise_gflops") if blocked else hw.depthwise_gflops
-            rate = float(dw) if dw else rate
+        blocked = node.op in BLOCKED_CONVS
+        staged = 0.0  # bytes an NCHW convolution copies into its im2col buffer and reads back
+        if node.op in CONV:
+            rate = hw.conv_gflops or hw.matmul_gflops
+            if blocked:
+                rate *= float(hw.layouts["nchwc"].get("conv_speedup", 1.0))
+            if self.depthwise(egraph, inputs):
+                dw = hw.layouts["nchwc"].get("depthwise_gflops") if blocked else hw.depthwise_gflops
+                rate = float(dw) if dw else rate
+            elif not blocked:
+                staged = self.im2col_bytes(egraph, node, inputs)
         compute_us = flops / (rate * 1e3)
+        memory_us = moved / (self.bandwidth(moved, node.op) * 1e3) + staged / (self.bandwidth(staged, "") * 1e3)
         if kind == "matmul" and hw.contraction_alias_slowdown != 1.0 \
                 and aliased_rows(egraph, node, lambda c: self.shape(egraph, c)):
             compute_us *= hw.contraction_alias_slowdown  # the rows share L1 cache sets
-        gbps = hw.mem_gbps
-        if node.op in REORDERS and hw.has_layout("nchwc"):
-            gbps = float(hw.layouts["nchwc"].get("reorder_gbps") or gbps)
-        memory_us = moved / (gbps * 1e3)
         work_us = max(compute_us, memory_us)
-        if node.op in WINDOW_POOL_NCHWC and hw.has_layout("nchwc"):
+        if node.op in WINDOW_POOLS and hw.has_layout("nchwc"):
             work_us /= float(hw.layouts["nchwc"].get("pool_speedup", 1.0))
         weight = float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))
         t = hw.kernel_overhead_us * weight + work_us

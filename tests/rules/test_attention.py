@@ -609,6 +609,15 @@ def test_value_head_size_other_than_the_query_s_is_refused():
     assert res.report["saturation"]["rule_matches"].get("attention-scores", 0) > 0
 
 
+def test_shared_scores_keep_the_unfused_core():
+    # the scaled scores are also a graph output: fusing the attention would compute q.kT twice
+    # (once for the output, once inside MultiHeadAttention); no program does more products
+    # than its input (extract/work.py), so the core stays unfused
+    m = parse_model(bert_block(scores_out=True))
+    res = assert_not_fused(m, feeds=feeds(m, mask_fn=padding_mask))
+    assert res.report["work"]["output"]["contractions"] <= res.report["work"]["input"]["contractions"]
+
+
 def test_shared_scores_stay_correct():
     # The scaled scores are also a graph output. Today the fusion is still taken: the scores
     # keep their own MatMul (a FusedMatMul with the scale) and the q/k splits, and

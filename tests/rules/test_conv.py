@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ..conftest import check_rewrite, parse_model
+from ..conftest import assert_same_outputs, check_rewrite, op_list, optimized, parse_model
 
 H = '<ir_version: 8, opset_import: ["" : 18]>'
 RNG = np.random.default_rng(0)
@@ -229,6 +229,59 @@ def test_conv_plus_or_times_a_spatial_constant_stays_on_either_side():
             {body}
         }}""")
     check_rewrite(m, ["Conv"] * 6 + ["Add"] * 3 + ["Mul"] * 3, not_fired=list(forms))
+
+
+def test_conv_bn_with_the_conv_output_used_elsewhere_keeps_both():
+    # folding would need a second Conv: Conv + BN computes less, and no program does more
+    # convolutions than its input (extract/work.py)
+    m = parse_model(H + f"""
+        agraph (float[1, 3, 8, 8] x) => (float[1, 4, 6, 6] y, float[1, 4, 6, 6] c) {{
+            {const("w", rand(4, 3, 3, 3))}
+            {bn_params(4)}
+            c = Conv(x, w)
+            y = BatchNormalization (c, s, beta, mean, var)
+        }}""")
+    check_rewrite(m, ["BatchNormalization", "Conv"])
+
+
+def test_conv_plus_constant_with_the_conv_output_used_elsewhere_keeps_both():
+    m = parse_model(H + f"""
+        agraph (float[1, 3, 8, 8] x) => (float[1, 4, 6, 6] y, float[1, 4, 6, 6] c) {{
+            {const("w", rand(4, 3, 3, 3))}
+            {const("k", rand(4, 1, 1))}
+            c = Conv(x, w)
+            y = Add(c, k)
+        }}""")
+    check_rewrite(m, ["Add", "Conv"])
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nchwc"])
+@pytest.mark.parametrize("opset", [13, 18])
+def test_a_written_out_hardswish_after_a_conv_does_not_compute_it_twice(layout, opset, block):
+    # x * Clip(x + 3, 0, 6) / 6 after a Conv (Paddle2ONNX's hardswish; opset 13 has no
+    # HardSwish): the + 3 folds into a copy of the Conv's bias and the Clip fuses into the
+    # copy, but the Conv's output is still needed for the Mul; the program keeps one Conv per
+    # layer, and the report shows as many convolutions after as before
+    c = 16
+    body, x, cin = "", "x", 3
+    for i in range(3):
+        body += const(f"w{i}", rand(c, cin, 3, 3) * 0.3) + const(f"b{i}", rand(c))
+        body += (f"c{i} = Conv <pads = [1, 1, 1, 1]> ({x}, w{i}, b{i})\n a{i} = Add(c{i}, three)\n"
+                 f" k{i} = Clip(a{i}, zero, six)\n m{i} = Mul(c{i}, k{i})\n y{i} = Div(m{i}, six)\n")
+        x, cin = f"y{i}", c
+    m = parse_model(f'<ir_version: 8, opset_import: ["" : {opset}]>' + f"""
+        agraph (float[1, 3, 28, 28] x) => (float[1, {c}, 28, 28] {x}) {{
+            three = Constant <value = float {{3.0}}> ()
+            zero = Constant <value = float {{0.0}}> ()
+            six = Constant <value = float {{6.0}}> ()
+            {body}
+        }}""")
+    res = optimized(m, layout=layout)
+    convs = [op for op in op_list(res.model) if op.endswith("Conv")]
+    assert len(convs) == 3, op_list(res.model)
+    work = res.report["work"]
+    assert work["input"]["contractions"] == work["output"]["contractions"] == 3
+    assert_same_outputs(m, res.model)
 
 
 def test_conv_plus_constant_that_is_not_per_channel_stays():

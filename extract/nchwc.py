@@ -1,0 +1,16 @@
+"""onnxruntime's channel-blocked CPU layout (NCHWc) as the extractor and the cost models see
+it: the e-graph's names for its ops (rules/layout.egg declares them). The only module of
+`extract` that names them."""
+
+from __future__ import annotations
+
+REORDERS = frozenset({"NchwcReorderInput", "NchwcReorderOutput"})  # copies between the layouts
+BLOCKED_CONVS = frozenset({"NchwcConv", "NchwcConvPlain"})
+BLOCKED_POOLS = frozenset({"NchwcMaxPool", "NchwcAveragePool", "NchwcGlobalAveragePool", "NchwcGlobalMaxPool"})
+WINDOW_POOLS = frozenset({"NchwcMaxPool", "NchwcAveragePool"})  # blocked pools with a window
+NCHWC_OPS = REORDERS | BLOCKED_CONVS | BLOCKED_POOLS  # every op that reads or writes the blocked layout
+
+
+def is_blocked(op: str) -> bool:
+    """Whether an e-node's op reads or writes the blocked layout."""
+    return op in NCHWC_OPS

@@ -1,0 +1,99 @@
+"""The work a program does: its FLOPs, the bytes its ops move, and its contractions
+(convolutions, products, attention), counted over a choice of the e-graph, each chosen node
+once (the DAG), with the roofline's shapes and FLOP counts.
+
+The input program is a choice too: eqsat records, for each node of the input model, the
+e-node that encodes it (`eqsat.input_choice` in the e-graph's metadata), so the work of the
+input and of any extraction are counted the same way. The ILP extractor bounds a choice's
+contractions by the input's (`contraction_bound`): a program never computes a convolution
+or a product twice to save other ops. Rules that pad a contraction (rules/contraction.egg,
+rules/layout.egg's blocked channels) add FLOPs but no contraction: the report gives the
+FLOPs beside the input's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from .check import reachable
+from .costs.base import STRUCTURE
+from .costs.roofline import ATTENTION, CONV, GEMM, MATMUL, Roofline
+from .egraph import EGraph
+
+CONTRACTIONS = frozenset(CONV | MATMUL | GEMM | ATTENTION)
+
+
+def contractions(egraph: EGraph, node) -> int:
+    """The contractions an e-node computes, as the work bound counts them: 1 for a product or
+    a convolution that sums over more than one input, 2 for attention (its scores and its
+    weighted sum), 0 otherwise (a 1x1 convolution of one input channel per group is a
+    per-channel scale: rules/layout.egg runs BatchNormalization, or a per-channel Mul and Add,
+    as one, in place of ops that are no contraction)."""
+    if node.op not in CONTRACTIONS:
+        return 0
+    if node.op in ATTENTION:
+        return 2
+    if node.op in CONV and len(node.children) > 1:
+        w = egraph.class_data.get(node.children[1], {}).get("shape")
+        if w and len(w) >= 3 and all(d == 1 for d in w[1:]):
+            return 0
+    return 1
+
+
+def chosen_nodes(egraph: EGraph, choice: Mapping[str, str]) -> list[str]:
+    """The e-nodes a choice computes: one per chosen e-class reachable from the roots."""
+    return [choice[c] for c in reachable(egraph, choice)]
+
+
+def work(egraph: EGraph, node_ids: Iterable[str], roofline: Roofline | None = None) -> dict[str, float]:
+    """{"flops", "bytes", "contractions", "ops"} of a program given as its e-nodes, each
+    counted once (chosen_nodes, or the values of eqsat.input_choice)."""
+    roof = roofline or Roofline()
+    roof._setup(egraph)
+    flops = moved = 0.0
+    count = ops = 0
+    for nid in dict.fromkeys(node_ids):
+        node = egraph.nodes[nid]
+        if egraph.class_type(node.eclass) not in ("", "Op") or nid.startswith("primitive-") or node.op in STRUCTURE_OPS:
+            continue
+        inputs = roof.op_inputs(egraph, node)
+        f, _ = roof.flops(egraph, node, inputs)
+        flops += f
+        moved += roof.nbytes(egraph, node.eclass) + sum(roof.nbytes(egraph, i) for i in inputs)
+        count += contractions(egraph, node)
+        ops += 1
+    return {"flops": flops, "bytes": moved, "contractions": count, "ops": ops}
+
+
+def contraction_bound(egraph: EGraph) -> int | None:
+    """The number of contractions of the input program (eqsat.input_choice), or None where
+    the e-graph does not record it (a file from elsewhere)."""
+    picked = egraph.meta.get("input_choice")
+    if not picked:
+        return None
+    return sum(contractions(egraph, egraph.nodes[nid]) for nid in set(picked.values()) if nid in egraph.nodes)
+
+
+def input_choice(egraph: EGraph, nodes: Iterable[tuple[str, str, list[str]]]) -> dict[str, str]:
+    """For each node of the input model, given as (op, its output's e-class, its inputs'
+    e-classes), the e-node of that op in the output's e-class whose operand children are
+    among the inputs' classes (or leaves): e-class -> node id. A node without one is left out."""
+    out: dict[str, str] = {}
+    for op, cls, ins in nodes:
+        want = set(ins)
+        for nid in egraph.classes.get(cls, ()):
+            n = egraph.nodes[nid]
+            if n.op != op:
+                continue
+            operands = [k for k in n.children if egraph.class_type(k) == "Op"]
+            if all(k in want or _leaf(egraph, k) for k in operands):
+                out[cls] = nid
+                break
+    return out
+
+
+def _leaf(egraph: EGraph, eclass: str) -> bool:
+    return any(egraph.nodes[n].op in ("Absent", "Const") for n in egraph.classes.get(eclass, ()))
+
+
+STRUCTURE_OPS = STRUCTURE | {"Value"}  # not operators of the program
