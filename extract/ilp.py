@@ -42,8 +42,6 @@ import math
 import os
 import time
 
-import numpy as np
-
 from .base import Extraction, Extractor
 from .check import ExtractionError, dag_cost, reachable, tree_cost
 from .costs import CostModel
@@ -80,6 +78,7 @@ class ILP(Extractor):
         self.fix_layouts = fix_layouts  # decide NCHW / NCHWc per e-class before solving (fix_layouts())
 
     def extract(self, egraph: EGraph, cost: CostModel) -> Extraction:
+        import numpy as np  # here: `eqsat --help` imports this module and no numpy
         from scipy.optimize import Bounds, LinearConstraint, milp
         from scipy.sparse import coo_matrix
 
