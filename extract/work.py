@@ -59,7 +59,7 @@ def work(egraph: EGraph, node_ids: Iterable[str], roofline: Roofline | None = No
         inputs = roof.op_inputs(egraph, node)
         f, _ = roof.flops(egraph, node, inputs)
         flops += f
-        moved += roof.nbytes(egraph, node.eclass) + sum(roof.nbytes(egraph, i) for i in inputs)
+        moved += roof.out_bytes(egraph, node, inputs) + sum(roof.nbytes(egraph, i) for i in inputs)
         count += contractions(egraph, node)
         ops += 1
     return {"flops": flops, "bytes": moved, "contractions": count, "ops": ops}

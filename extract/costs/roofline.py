@@ -51,8 +51,8 @@ POOL = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "NchwcMa
         "NchwcGlobalAveragePool", "NchwcGlobalMaxPool"}
 ATTENTION = {"MultiHeadAttention", "Attention"}
 TRANSCENDENTAL = {"Erf", "Tanh", "Exp", "Log", "Sigmoid", "Gelu", "GeluMs", "FastGelu", "BiasGelu", "QuickGelu",
-                  "Softmax", "LogSoftmax", "Sqrt", "Reciprocal", "Pow", "HardSwish", "Softplus", "Sin", "Cos",
-                  "Elu", "HardSigmoid"}
+                  "Softmax", "LogSoftmax", "Sqrt", "Reciprocal", "Pow", "Softplus", "Sin", "Cos",
+                  "Elu"}  # (HardSigmoid, HardSwish: a multiply-add and a clamp, priced as arithmetic)
 NORMALIZATION = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
                  "SkipSimplifiedLayerNormalization", "RMSNormalization", "BatchNormalization"}
 VIEWS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Dropout"}
@@ -322,6 +322,20 @@ class Roofline(CostModel):
         dt = egraph.class_data.get(eclass, {}).get("dtype", "F32")
         return 0.0 if n is None else n * DTYPE_BYTES.get(dt, 4)
 
+    def out_numel(self, egraph: EGraph, node: Node, inputs: list[str]) -> float:
+        """Elements of a node's output: from its e-class's shape, else (a term a rule made
+        without one) as many as its largest input, so that an unknown shape is never free."""
+        n = self.numel(egraph, node.eclass)
+        if n is not None:
+            return n
+        return max((self.numel(egraph, i) or 0.0 for i in inputs), default=0.0)
+
+    def out_bytes(self, egraph: EGraph, node: Node, inputs: list[str]) -> float:
+        """Bytes of a node's output (out_numel, at its dtype or its first input's)."""
+        cd = egraph.class_data.get(node.eclass, {})
+        dt = cd.get("dtype") or (egraph.class_data.get(inputs[0], {}).get("dtype") if inputs else None) or "F32"
+        return self.out_numel(egraph, node, inputs) * DTYPE_BYTES.get(dt, 4)
+
     def dim(self, egraph: EGraph, eclass: str, axis: int) -> float | None:
         shape = self.shape(egraph, eclass)
         if not shape or not -len(shape) <= axis < len(shape):
@@ -348,7 +362,7 @@ class Roofline(CostModel):
     def flops(self, egraph: EGraph, node: Node, inputs: list[str]) -> tuple[float, str]:
         """(FLOPs, kind) with kind "matmul" or "vector"."""
         op = node.op
-        out_n = self.numel(egraph, node.eclass) or 0.0
+        out_n = self.out_numel(egraph, node, inputs)
         if op in REORDERS:
             return 0.0, "vector"  # a copy: its time is memory only
         if op in MATMUL or op in GEMM:
@@ -438,7 +452,7 @@ class Roofline(CostModel):
             return NO_LAYOUT_US  # the hardware has no blocked kernels
         inputs = self.op_inputs(egraph, node)
         flops, kind = self.flops(egraph, node, inputs)
-        moved = self.nbytes(egraph, node.eclass) + sum(self.nbytes(egraph, i) for i in inputs)
+        moved = self.out_bytes(egraph, node, inputs) + sum(self.nbytes(egraph, i) for i in inputs)
         rate = hw.matmul_gflops if kind == "matmul" else hw.vector_gflops
         blocked = node.op in BLOCKED_CONVS
         staged = 0.0  # bytes an NCHW convolution copies into its im2col buffer and reads back

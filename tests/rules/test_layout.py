@@ -26,7 +26,7 @@ from eqsat.target import nchwc_block
 from eqsat.verify import compare, random_inputs, run
 from extract.costs.roofline import HARDWARE_DIR
 
-from ..conftest import check_rewrite, op_list
+from ..conftest import assert_same_outputs, check_rewrite, op_list
 
 RNG = np.random.default_rng(0)
 NCHWC = "com.microsoft.nchwc"
@@ -90,11 +90,11 @@ class G:
         self.nodes.append(helper.make_node(op, list(xs), [y], **attrs))
         return y
 
-    def model(self, *outs: str) -> onnx.ModelProto:
+    def model(self, *outs: str, opset: int = 13) -> onnx.ModelProto:
         g = helper.make_graph(
             self.nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, self.cin, self.hw, self.hw])],
             [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in outs], self.inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
         m.ir_version = 8
         return onnx.shape_inference.infer_shapes(m)
 
@@ -672,3 +672,82 @@ def test_cli_layout_is_nchwc_by_default_and_nchw_turns_it_off(monkeypatch, tmp_p
     assert main(["optimize", str(src), "-o", str(blocked), "-q"]) == 0, capsys.readouterr().err
     assert not [n for n in onnx.load(str(plain)).graph.node if n.domain == NCHWC]
     assert [n for n in onnx.load(str(blocked)).graph.node if n.domain == NCHWC]  # verified against the original
+
+
+# ---- element-wise activations and one-element constants between blocked convolutions
+
+@pytest.mark.parametrize("act, name", [
+    ("Sigmoid", "nchwc-sigmoid"), ("Tanh", "nchwc-tanh"), ("HardSwish", "nchwc-hard-swish"),
+    ("HardSigmoid", "nchwc-hard-sigmoid"), ("LeakyRelu", "nchwc-leaky-relu"), ("Clip", "nchwc-clip")])
+def test_activations_between_blocked_convs_run_blocked(blocked, act, name):
+    """conv -> Relu -> act -> conv (the Relu fuses into the first conv, so the activation
+    cannot): the activation runs on the blocked value, no reorder between the convs."""
+    c = 2 * blocked
+    g = G(c, 14)
+    a = g.conv("x", c, c)
+    bounds = (g.const(np.float32(0.0)), g.const(np.float32(6.0))) if act == "Clip" else ()
+    y = g.conv(g.op(act, g.op("Relu", a), *bounds), c, c)
+    res = check(g.model(y, opset=14), [f"{NCHWC}.Conv", f"{NCHWC}.Conv", act, f"{NCHWC}.ReorderInput",
+                             f"{NCHWC}.ReorderOutput"], fired=[name])
+    assert [n.op_type for n in res.model.graph.node].count("ReorderOutput") == 1
+
+
+def test_scalar_arithmetic_runs_blocked_and_a_division_by_zero_does_not(blocked):
+    """2 - ((relu(conv) + 3) * 0.5 - 1) / 4: one-element constants on either side keep the
+    blocked layout (one ReorderInput, one ReorderOutput: none between the convs); a division
+    by a constant 0 stays NCHW (inf in padded channels would meet zero weights as NaN)."""
+    c = 2 * blocked
+    g = G(c, 14)
+    a = g.op("Relu", g.conv("x", c, c))
+    s = g.op("Sub", g.const(np.float32(2.0)),
+             g.op("Div", g.op("Sub", g.op("Mul", g.op("Add", a, g.const(np.float32(3.0))), g.const(np.float32(0.5))),
+                              g.const(np.float32(1.0))), g.const(np.float32(4.0))))
+    m = g.model(g.conv(s, c, c))
+    res = check(m, [f"{NCHWC}.Conv", f"{NCHWC}.Conv", "Add", "Mul", "Sub", "Div", "Sub", f"{NCHWC}.ReorderInput",
+                    f"{NCHWC}.ReorderOutput"],
+                fired=["nchwc-add-scalar", "nchwc-mul-scalar", "nchwc-sub-scalar", "nchwc-sub-scalar-left",
+                       "nchwc-div-scalar"])
+    g = G(c, 14)  # the constant on the left: 3 + relu(conv), 0.5 * it
+    a = g.op("Relu", g.conv("x", c, c))
+    s = g.op("Mul", g.const(np.float32(0.5)), g.op("Add", g.const(np.float32(3.0)), a))
+    check(g.model(g.conv(s, c, c)), [f"{NCHWC}.Conv", f"{NCHWC}.Conv", "Add", "Mul", f"{NCHWC}.ReorderInput",
+                                     f"{NCHWC}.ReorderOutput"], fired=["nchwc-add-scalar-left", "nchwc-mul-scalar-left"])
+    g = G(c, 14)
+    z = g.conv(g.op("Div", g.op("Relu", g.conv("x", c, c)), g.const(np.float32(0.0))), c, c)
+    res = optimize(g.model(z), Options())
+    assert res.report["saturation"]["rule_matches"].get("nchwc-div-scalar", 0) == 0
+
+
+def test_a_product_of_two_blocked_values_runs_blocked_and_a_broadcast_one_does_not(blocked):
+    """x * tanh(x) after a conv (Mish-like; x * sigmoid(x) becomes QuickGelu) runs blocked; a
+    product with a [1, C, 1, 1] value (squeeze-excite) broadcasts and stays NCHW."""
+    c = 2 * blocked
+    g = G(c, 14)
+    a = g.conv("x", c, c)
+    y = g.conv(g.op("Mul", a, g.op("Tanh", a)), c, c)
+    check(g.model(y), [f"{NCHWC}.Conv", f"{NCHWC}.Conv", "Mul", "Tanh", f"{NCHWC}.ReorderInput",
+                       f"{NCHWC}.ReorderOutput"], fired=["nchwc-mul", "nchwc-tanh"])
+    g = G(c, 14)
+    a = g.conv("x", c, c)
+    se = g.op("Sigmoid", g.op("GlobalAveragePool", a))
+    m = g.model(g.conv(g.op("Mul", a, se), c, c))
+    res = optimize(m, Options())
+    assert res.report["saturation"]["rule_matches"].get("nchwc-mul", 0) == 0
+    assert "Mul" in [n.op_type for n in res.model.graph.node]
+    assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
+
+
+def test_element_wise_ops_on_nchw_values_stay_nchw(blocked):
+    """The same activations and one-element arithmetic on a value that no blocked op
+    computed (the graph input, read by no convolution): there is no ReorderOutput to carry
+    them through, so no rule fires and every op stays as it was."""
+    g = G(2 * blocked, 14)
+    one = g.const(np.float32(2.0))
+    outs = [g.op(op, "x") for op in ("Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "LeakyRelu")]
+    outs.append(g.op("Clip", "x", g.const(np.float32(0.0)), g.const(np.float32(6.0))))
+    outs += [g.op(op, *args) for op in ("Add", "Sub", "Mul") for args in (("x", one), (one, "x"))]
+    outs += [g.op("Div", "x", one), g.op("Mul", "x", "x")]
+    check(g.model(*outs, opset=14), [n.op_type for n in g.nodes], not_fired=[
+        "nchwc-sigmoid", "nchwc-tanh", "nchwc-hard-swish", "nchwc-hard-sigmoid", "nchwc-leaky-relu", "nchwc-clip",
+        "nchwc-add-scalar", "nchwc-add-scalar-left", "nchwc-sub-scalar", "nchwc-sub-scalar-left", "nchwc-mul-scalar",
+        "nchwc-mul-scalar-left", "nchwc-div-scalar", "nchwc-mul"])

@@ -914,3 +914,64 @@ def test_fused_ops_match_the_original_on_large_values():
     m = parse_model(header(18) + GELU_ERF)
     x = (np.random.default_rng(2).standard_normal((2, 3, 16)) * 10).astype(np.float32)
     check_rewrite(m, [MS + "Gelu"], feeds={"x": x})
+
+
+# ---------------------------------------------------------------------------------------
+# HardSigmoid and HardSwish written out: relu6(x + 3) / 6 and x * relu6(x + 3) / 6
+# ---------------------------------------------------------------------------------------
+
+HARD = ["hard-sigmoid-fuse", "hard-swish-fuse", "hard-swish-fuse-left", "hard-swish-mul-first",
+        "hard-swish-mul-first-left"]
+
+
+def hard_model(body: str, opset: int = 14, add: float = 3.0, hi: float = 6.0, div: float = 6.0):
+    return parse_model(header(opset) + f"""
+        agraph (float[1, 4, 6, 6] x, float[1, 4, 6, 6] z) => (float[1, 4, 6, 6] y) {{
+            lo = Constant <value = float {{0.0}}> ()
+            hi = Constant <value = float {{{hi}}}> ()
+            k = Constant <value = float {{{add}}}> ()
+            d = Constant <value = float {{{div}}}> ()
+            a = Add(x, k)
+            c = Clip(a, lo, hi)
+            {body}
+        }}""")
+
+
+def hard_swish(body: str, fired: list[str]) -> None:
+    """The written-out form `body` becomes one HardSwish, the rules in `fired` matching."""
+    check_rewrite(hard_model(body), ["HardSwish"], fired=fired, rtol=1e-5, atol=1e-6)
+
+
+def test_a_written_out_hardswish_becomes_one_op():
+    # x * relu6(x + 3) / 6 in the four orders exporters write (Paddle2ONNX: the Mul first)
+    hard_swish("m = Mul(x, c)\n y = Div(m, d)", fired=["hard-swish-mul-first", "hard-swish-fuse"])
+    hard_swish("m = Mul(c, x)\n y = Div(m, d)", fired=["hard-swish-mul-first-left", "hard-swish-fuse"])
+    hard_swish("h = Div(c, d)\n y = Mul(x, h)", fired=["hard-sigmoid-fuse", "hard-swish-fuse"])
+    hard_swish("h = Div(c, d)\n y = Mul(h, x)", fired=["hard-sigmoid-fuse", "hard-swish-fuse-left"])
+
+
+def test_before_opset_14_a_hardswish_is_x_times_hardsigmoid():
+    # opset 13 has no HardSwish: Clip + Add + Div become HardSigmoid(x, 1/6, 0.5)
+    m = hard_model("m = Mul(x, c)\n y = Div(m, d)", opset=13)
+    res = check_rewrite(m, ["HardSigmoid", "Mul"], fired=["hard-swish-mul-first"],
+                        not_fired=["hard-swish-fuse", "hard-swish-fuse-left"], rtol=1e-5, atol=1e-6)
+    (hs,) = [n for n in res.model.graph.node if n.op_type == "HardSigmoid"]
+    attrs = {a.name: round(a.f, 6) for a in hs.attribute}
+    assert attrs["alpha"] == round(1 / 6, 6) and attrs.get("beta", 0.5) == 0.5  # 0.5: beta's default
+
+
+@pytest.mark.parametrize("case", ["clip-5", "plus-2", "div-5"])
+def test_a_near_hardswish_is_not_fused(case):
+    # Clip(x + 3, 0, 5), x + 2, or / 5: not relu6(x + 3) / 6
+    m = hard_model("m = Mul(x, c)\n y = Div(m, d)", hi=5.0 if case == "clip-5" else 6.0,
+                   add=2.0 if case == "plus-2" else 3.0, div=5.0 if case == "div-5" else 6.0)
+    check_rewrite(m, ["Add", "Clip", "Mul", "Div"], not_fired=["hard-sigmoid-fuse", "hard-swish-fuse",
+                                                                "hard-swish-fuse-left", "hard-swish-mul-first",
+                                                                "hard-swish-mul-first-left"])
+
+
+def test_relu6_of_one_value_times_another_is_not_a_hardswish():
+    # z * relu6(x + 3) / 6: HardSigmoid(x) may fuse, the HardSwish needs the same x
+    m = hard_model("m = Mul(z, c)\n y = Div(m, d)")
+    check_rewrite(m, ["Add", "Clip", "Mul", "Div"], not_fired=["hard-swish-fuse", "hard-swish-fuse-left",
+                                                                "hard-swish-mul-first", "hard-swish-mul-first-left"])
