@@ -27,6 +27,48 @@ from .conftest import assert_same_outputs, optimized, parse_model
 H = '<ir_version: 8, opset_import: ["" : 18]>'
 
 
+def window_pad(x_type: str, out: str) -> onnx.ModelProto:
+    """Swin's window padding: H and W padded up to a multiple of 7 by amounts computed from
+    x's shape ((7 - H % 7) % 7, Abs'd so that shape inference leaves the Pad's output
+    symbolic), then a tensor of the padded value's shape."""
+    return parse_model(H + f"""
+        agraph ({x_type} x) => ({out} y, {out} z) {{
+            s = Shape(x)
+            st = Constant <value = int64[1] {{1}}> ()
+            en = Constant <value = int64[1] {{3}}> ()
+            hw = Slice(s, st, en)
+            win = Constant <value = int64[1] {{7}}> ()
+            r = Mod(hw, win)
+            d = Sub(win, r)
+            k = Mod(d, win)
+            ka = Abs(k)
+            z4 = Constant <value = int64[4] {{0, 0, 0, 0}}> ()
+            z1 = Constant <value = int64[1] {{0}}> ()
+            pads = Concat <axis = 0> (z4, z1, ka, z1)
+            y = Pad(x, pads)
+            sy = Shape(y)
+            z = ConstantOfShape(sy)
+        }}""")
+
+
+def test_the_shape_of_a_pad_whose_amounts_fold_is_known():
+    # before: Shape(Pad) stayed symbolic (shape inference gave the Pad fresh symbols), so
+    # Shape and ConstantOfShape stayed in the graph; now the oracle reads the Pad's input
+    # shape and the folded amounts, and both fold
+    m = window_pad("float[1, 10, 12, 3]", "float[1, ?, ?, 3]")
+    res = optimized(m)
+    ops = [n.op_type for n in res.model.graph.node]
+    assert "Shape" not in ops and "ConstantOfShape" not in ops, ops
+    assert_same_outputs(m, res.model)
+
+
+def test_the_shape_of_a_pad_of_a_symbolic_size_stays_symbolic():
+    m = window_pad("float[1, height, width, 3]", "float[1, ?, ?, 3]")
+    res = optimized(m)
+    assert "Shape" in [n.op_type for n in res.model.graph.node]
+    assert_same_outputs(m, res.model, dims={"height": 10, "width": 12})
+
+
 def test_concat_on_the_last_axis_of_a_matrix_is_not_an_append():
     # x [4, 6]: t = Slice(Reshape(Concat(Unsqueeze(Gather(Shape(x), [1, 0]), [1]), same, axis=-1),
     # [-1]), 1, 3) is [6, 4] ([[6, 6], [4, 4]] flattened, then its middle); read as a flat

@@ -6,6 +6,8 @@ Concat, Slice, Reshape, Flatten, Unsqueeze, Squeeze, Identity, Cast and Add/Sub/
 such values along. Two uses:
 - a value whose entries are all numbers is a constant: the fold oracle makes it a literal
   (this is how Shape -> Gather -> Concat chains fold when shapes are static);
+- the shape of a Pad whose amounts are known by now is its input's plus them, where shape
+  inference left it symbolic (SymValues.value_shape);
 - a Reshape target whose entries are known up to its input's own dimensions becomes a
   literal with 0 ("copy this dimension") and at most one -1, so the shape arithmetic
   feeding it is no longer needed even when the shapes are symbolic.
@@ -159,8 +161,28 @@ class SymValues:
         return None
 
     # ---- ops
+    def value_shape(self, eclass: str, depth: int = 0) -> list[int] | None:
+        """The e-class's shape (eqsat.shapes: symbolic dims negative), with a symbolic dim
+        made a number where a Pad in the class fixes it: the Pad's input dim (a number) plus
+        pads known by now (shape inference leaves them symbolic when the amounts are
+        computed: Swin's `(window - H % window) % window`). A number is never changed."""
+        sx = self.v.shape(eclass)
+        if sx is None or not any(is_symbol(d) for d in sx) or depth > 8:
+            return sx
+        for node in self.v.nodes_of(eclass):
+            if node.op != "Pad" or len(node.children) < 4:
+                continue
+            x, pads, _value, axes = node.children[:4]
+            inner = self.value_shape(x, depth + 1)
+            amounts = self._ints(pads)
+            which = list(range(len(inner))) if inner is not None and self._absent(axes) else self._ints(axes)
+            out = padded(inner, amounts, which) if inner is not None and len(inner) == len(sx) else None
+            if out is not None:
+                return [o if is_symbol(d) and not is_symbol(o) else d for d, o in zip(sx, out, strict=True)]
+        return sx
+
     def _shape(self, k) -> SymTensor | None:
-        sx = self.v.shape(k[0])
+        sx = self.value_shape(k[0])
         if sx is None:
             return None
         r = len(sx)
@@ -369,3 +391,24 @@ def reshape_target(target: list[Entry], input_shape: list[int] | None) -> list[i
     for i in unknown:
         out[i] = -1
     return out  # type: ignore[return-value]
+
+
+def padded(shape: list[int], amounts: list[int] | None, axes: list[int] | None) -> list[int] | None:
+    """The shape of Pad(x of `shape`, pads `amounts` on `axes`) in any mode, or None where
+    it is not known: a symbolic dim (negative id) is kept where nothing is added to it; a
+    negative size (more cropped than there is) is onnxruntime's to refuse."""
+    r = len(shape)
+    if amounts is None or axes is None or len(amounts) != 2 * len(axes):
+        return None
+    axes = [a + r if a < 0 else a for a in axes]
+    if any(not 0 <= a < r for a in axes) or len(set(axes)) != len(axes):
+        return None
+    out = list(shape)
+    for i, a in enumerate(axes):
+        grow = amounts[i] + amounts[i + len(axes)]
+        if grow == 0:
+            continue
+        if is_symbol(shape[a]) or shape[a] + grow < 0:
+            return None
+        out[a] = shape[a] + grow
+    return out
