@@ -678,7 +678,8 @@ def test_cli_layout_is_nchwc_by_default_and_nchw_turns_it_off(monkeypatch, tmp_p
 
 @pytest.mark.parametrize("act, name", [
     ("Sigmoid", "nchwc-sigmoid"), ("Tanh", "nchwc-tanh"), ("HardSwish", "nchwc-hard-swish"),
-    ("HardSigmoid", "nchwc-hard-sigmoid"), ("LeakyRelu", "nchwc-leaky-relu"), ("Clip", "nchwc-clip")])
+    ("HardSigmoid", "nchwc-hard-sigmoid"), ("LeakyRelu", "nchwc-leaky-relu"), ("Clip", "nchwc-clip"),
+    ("SiLU", "nchwc-quick-gelu")])
 def test_activations_between_blocked_convs_run_blocked(blocked, act, name):
     """conv -> Relu -> act -> conv (the Relu fuses into the first conv, so the activation
     cannot): the activation runs on the blocked value, no reorder between the convs."""
@@ -686,7 +687,9 @@ def test_activations_between_blocked_convs_run_blocked(blocked, act, name):
     g = G(c, 14)
     a = g.conv("x", c, c)
     bounds = (g.const(np.float32(0.0)), g.const(np.float32(6.0))) if act == "Clip" else ()
-    y = g.conv(g.op(act, g.op("Relu", a), *bounds), c, c)
+    r = g.op("Relu", a)
+    y = g.conv(g.op("Mul", r, g.op("Sigmoid", r)) if act == "SiLU" else g.op(act, r, *bounds), c, c)
+    act = "com.microsoft.QuickGelu" if act == "SiLU" else act  # x * sigmoid(x) fuses first
     res = check(g.model(y, opset=14), [f"{NCHWC}.Conv", f"{NCHWC}.Conv", act, f"{NCHWC}.ReorderInput",
                              f"{NCHWC}.ReorderOutput"], fired=[name])
     assert [n.op_type for n in res.model.graph.node].count("ReorderOutput") == 1
@@ -749,5 +752,5 @@ def test_element_wise_ops_on_nchw_values_stay_nchw(blocked):
     outs += [g.op("Div", "x", one), g.op("Mul", "x", "x")]
     check(g.model(*outs, opset=14), [n.op_type for n in g.nodes], not_fired=[
         "nchwc-sigmoid", "nchwc-tanh", "nchwc-hard-swish", "nchwc-hard-sigmoid", "nchwc-leaky-relu", "nchwc-clip",
-        "nchwc-add-scalar", "nchwc-add-scalar-left", "nchwc-sub-scalar", "nchwc-sub-scalar-left", "nchwc-mul-scalar",
-        "nchwc-mul-scalar-left", "nchwc-div-scalar", "nchwc-mul"])
+        "nchwc-quick-gelu", "nchwc-add-scalar", "nchwc-add-scalar-left", "nchwc-sub-scalar", "nchwc-sub-scalar-left",
+        "nchwc-mul-scalar", "nchwc-mul-scalar-left", "nchwc-div-scalar", "nchwc-mul"])
