@@ -74,6 +74,11 @@ class G:
                                            strides=[stride, stride], kernel_shape=[k, k]))
         return y
 
+    def const_i(self, vals: list[int]) -> str:
+        self.n += 1
+        self.inits.append(numpy_helper.from_array(np.asarray(vals, np.int64), f"k{self.n}"))
+        return f"k{self.n}"
+
     def const(self, arr: np.ndarray) -> str:
         self.n += 1
         self.inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), f"k{self.n}"))
@@ -754,3 +759,33 @@ def test_element_wise_ops_on_nchw_values_stay_nchw(blocked):
         "nchwc-sigmoid", "nchwc-tanh", "nchwc-hard-swish", "nchwc-hard-sigmoid", "nchwc-leaky-relu", "nchwc-clip",
         "nchwc-quick-gelu", "nchwc-add-scalar", "nchwc-add-scalar-left", "nchwc-sub-scalar", "nchwc-sub-scalar-left",
         "nchwc-mul-scalar", "nchwc-mul-scalar-left", "nchwc-div-scalar", "nchwc-mul"])
+
+
+@pytest.mark.parametrize("steps", [False, True])
+def test_a_slice_of_whole_channel_blocks_runs_blocked(blocked, steps):
+    """A CSP split: a conv's 4 blocks of channels sliced into 1 + 3 blocks, each read by a
+    conv: the slices run on the blocked value, no reorder between the convs."""
+    c = 4 * blocked
+    g = G(c, 14)
+    a = g.op("Relu", g.conv("x", c, c))
+    one = [g.const_i([1])] if steps else []
+    lo = g.op("Slice", a, g.const_i([0]), g.const_i([blocked]), g.const_i([1]), *one)
+    hi = g.op("Slice", a, g.const_i([blocked]), g.const_i([c]), g.const_i([1]), *one)
+    y = g.op("Concat", g.conv(lo, blocked, blocked), g.conv(hi, c - blocked, blocked), axis=1)
+    check(g.model(y), [f"{NCHWC}.Conv"] * 3 + ["Slice", "Slice", "Concat", f"{NCHWC}.ReorderInput",
+                                                f"{NCHWC}.ReorderOutput"],
+          fired=["nchwc-slice-channels-step-1" if steps else "nchwc-slice-channels"])
+
+
+def test_a_slice_inside_a_channel_block_or_along_the_image_stays_nchw(blocked):
+    """Half a block of channels, or rows of the image: the blocked value has no such Slice."""
+    c = 2 * blocked
+    g = G(c, 14)
+    a = g.op("Relu", g.conv("x", c, c))
+    half = g.op("Slice", a, g.const_i([0]), g.const_i([blocked // 2]), g.const_i([1]))
+    rows = g.op("Slice", a, g.const_i([0]), g.const_i([7]), g.const_i([2]), g.const_i([1]))
+    # the conv runs blocked (its im2col copy saved), one ReorderOutput before both Slices
+    res = check(g.model(half, rows), ["Slice", "Slice", f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput",
+                                      f"{NCHWC}.ReorderOutput"],
+                not_fired=["nchwc-slice-channels", "nchwc-slice-channels-step-1"])
+    assert [n.op_type for n in res.model.graph.node].count("Slice") == 2
