@@ -741,8 +741,9 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
         "",
         f"Packages: {_versions()}.",
         "",
-        "Method: each tool with its defaults (eqsat: `eqsat optimize` defaults, target `ort`, cost model "
-        "`node-count`, ILP extractor; onnxruntime: the model saved by `optimized_model_filepath` at "
+        "Method: each tool with its defaults (eqsat: `eqsat optimize` defaults, target `ort`, the default "
+        "cost model of the commit each record names (`node-count` before d9e7b81, `roofline` since), ILP "
+        "extractor; onnxruntime: the model saved by `optimized_model_filepath` at "
         f"ORT_ENABLE_BASIC / EXTENDED / ALL). Symbolic dims (by name): {describe()}. **ratio** = "
         "median latency of the result / median latency of the original, onnxruntime CPU, 1 intra-op "
         "thread, sequential, each round in a fresh random order (never starting with the session that "
