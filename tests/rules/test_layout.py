@@ -228,9 +228,9 @@ def test_pooling_concat_add_relu_run_blocked(blocked):
 
 
 def test_sum_concat_and_global_max_pool_run_blocked(blocked):
-    """Sum of two blocked convs, a conv plus residual (no activation: the Add stays outside
-    the conv), Concats of three and four blocked values, and GlobalMaxPool of each: every
-    op reads the blocked values."""
+    """Sum of two blocked convs, a conv plus residual (no activation: the Add is the blocked
+    conv's Sum input), Concats of three and four blocked values, and GlobalMaxPool of each:
+    every op reads the blocked values."""
     c = 2 * blocked
     g = G(c, 14)
     a = g.conv("x", c, c)
@@ -239,10 +239,10 @@ def test_sum_concat_and_global_max_pool_run_blocked(blocked):
     r = g.op("Add", g.conv(s, c, c), a)
     y3 = g.op("GlobalMaxPool", g.op("Concat", r, a, b, axis=1))
     y4 = g.op("GlobalMaxPool", g.op("Concat", r, a, b, s, axis=1))
-    check(g.model(y3, y4), [f"{NCHWC}.Conv"] * 3 + ["Sum", "Add", "Concat", "Concat"]
+    check(g.model(y3, y4), [f"{NCHWC}.Conv"] * 3 + ["Sum", "Concat", "Concat"]
           + [f"{NCHWC}.GlobalMaxPool"] * 2 + [f"{NCHWC}.ReorderInput"] + [f"{NCHWC}.ReorderOutput"] * 2,
           fired=["nchwc-sum", "nchwc-concat-3", "nchwc-concat-4", "nchwc-global-max-pool",
-                 "nchwc-global-max-pool-blocked-input"])
+                 "nchwc-global-max-pool-blocked-input", "nchwc-candidate-conv-add"])
 
 
 # ---- where the layout must not be used
@@ -789,3 +789,39 @@ def test_a_slice_inside_a_channel_block_or_along_the_image_stays_nchw(blocked):
                                       f"{NCHWC}.ReorderOutput"],
                 not_fired=["nchwc-slice-channels", "nchwc-slice-channels-step-1"])
     assert [n.op_type for n in res.model.graph.node].count("Slice") == 2
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_a_residual_add_without_activation_is_the_blocked_convs_sum(blocked, left):
+    """MobileNetV2's block: expand conv + Relu, projection conv, + the block's input (no
+    activation after the Add): the Add becomes the blocked projection conv's Sum input."""
+    c = 2 * blocked
+    g = G(c, 14)
+    x = g.op("Relu", g.conv("x", c, c))
+    p = g.conv(g.op("Relu", g.conv(x, c, 2 * c, k=1)), 2 * c, c, k=1)
+    y = g.op("Add", *((x, p) if left else (p, x)))
+    check(g.model(g.op("Relu", g.conv(y, c, c))), [f"{NCHWC}.Conv"] * 4 + [f"{NCHWC}.ReorderInput",
+                                                                        f"{NCHWC}.ReorderOutput"],
+          fired=["nchwc-candidate-conv-add-left" if left else "nchwc-candidate-conv-add",
+                 "nchwc-conv-plain-blocked-sum"])
+
+
+def test_a_residual_add_that_broadcasts_is_no_sum(blocked):
+    """conv(x) + a [1, C, 1, 1] value that is not a constant (a squeeze's output): the Sum
+    input must have the conv's shape, so the Add stays."""
+    c = 2 * blocked
+    g = G(c, 14)
+    a = g.op("Relu", g.conv("x", c, c))
+    y = g.op("Add", g.conv(a, c, c), g.op("GlobalAveragePool", a))
+    res = check(g.model(y), ["Add", f"{NCHWC}.Conv", f"{NCHWC}.Conv", f"{NCHWC}.GlobalAveragePool",
+                             f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput", f"{NCHWC}.ReorderOutput"], not_fired=["nchwc-candidate-conv-add", "nchwc-candidate-conv-add-left"])
+    assert "Add" in [n.op_type for n in res.model.graph.node]
+
+
+def test_a_residual_read_in_nchw_is_reordered_into_the_sum(blocked):
+    """conv(x) + x, x the graph input: the Sum input is ReorderInput(x), nothing to drop."""
+    c = 2 * blocked
+    g = G(c, 14)
+    y = g.op("Add", g.conv("x", c, c), "x")
+    # one ReorderInput(x), read by the conv and as its Sum input
+    check(g.model(y), [f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"], fired=["nchwc-candidate-conv-add"], not_fired=["nchwc-conv-plain-blocked-sum"])
