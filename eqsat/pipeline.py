@@ -38,6 +38,7 @@ from .decode import Decoder
 from .encode import Encoder
 from .environment import check_environment
 from .errors import OptimizeError, UsageError, extraction_errors
+from .lang.ops import spec_for
 from .modelcheck import check_model
 from .oracle import Oracle
 from .saturate import Limits, Saturator
@@ -312,7 +313,10 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     value_class = data["eqsat"]["value_class"]
     egraph = EGraph.from_json(data, trusted=True)  # serialized here, not read from a file
     # the input program as a choice: its work bounds the extraction's (extract/work.py)
-    data["eqsat"]["input_choice"] = egraph.meta["input_choice"] = input_choice(egraph, _input_nodes(model, enc, value_class))
+    nodes = _input_nodes(model, enc, value_class)
+    data["eqsat"]["input_choice"] = egraph.meta["input_choice"] = picked = input_choice(egraph, nodes)
+    # only a whole input program bounds extraction (a node left unmatched would lower the bound)
+    data["eqsat"]["input_complete"] = egraph.meta["input_complete"] = all(c in picked for _, c, _ in nodes)
     if opts.save_egraph:
         write_text(opts.save_egraph, json.dumps(data))
 
@@ -366,8 +370,9 @@ def _input_nodes(model: ModelProto, enc, value_class: dict) -> list[tuple[str, s
     out = []
     for n in model.graph.node:
         c = cls(n.output[0]) if n.output else None
-        if c is not None:
-            out.append((n.op_type, c, [k for k in map(cls, n.input) if k is not None]))
+        spec = spec_for(n.domain, n.op_type)
+        if c is not None:  # the constructor that encodes the node (Conv of com.microsoft.nchwc: NchwcConv)
+            out.append((spec.ctor if spec else "Opaque", c, [k for k in map(cls, n.input) if k is not None]))
     return out
 
 
@@ -413,7 +418,7 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "times_s": st.times,
         "warnings": st.report["warnings"],
     }
-    if more := report["work"]["more"]:
+    if (more := report["work"]["more"]) and st.egraph.meta.get("input_complete"):
         w = report["work"]
         report["warnings"].append("the output does more " + " and ".join(
             f"{k} than the input ({w['input'][k]:.4g} -> {w['output'][k]:.4g})" for k in more)

@@ -241,6 +241,8 @@ def _meta(meta: dict, classes: set[str]) -> None:
         need_str(name, key("eqsat.dims", k), "a dimension name (a string)")
     for k, c in need_object(meta.get("value_class", {}), "eqsat.value_class").items():
         need_str(c, key("eqsat.value_class", k), "an e-class name")
+    if "input_complete" in meta and not isinstance(meta["input_complete"], bool):
+        raise EGraphFormatError("eqsat.input_complete", "true or false", meta["input_complete"])
     if "input_choice" in meta:
         for k, nid in need_object(meta["input_choice"], "eqsat.input_choice").items():
             need_str(nid, key("eqsat.input_choice", k), "an e-node id")

@@ -67,9 +67,10 @@ def work(egraph: EGraph, node_ids: Iterable[str], roofline: Roofline | None = No
 
 def contraction_bound(egraph: EGraph) -> int | None:
     """The number of contractions of the input program (eqsat.input_choice), or None where
-    the e-graph does not record it (a file from elsewhere)."""
+    the e-graph does not record all of it (a file from elsewhere; an input node no e-node
+    was matched to: eqsat.input_complete false)."""
     picked = egraph.meta.get("input_choice")
-    if not picked:
+    if not picked or not egraph.meta.get("input_complete"):
         return None
     return sum(contractions(egraph, egraph.nodes[nid]) for nid in set(picked.values()) if nid in egraph.nodes)
 
