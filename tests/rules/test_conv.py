@@ -282,9 +282,14 @@ def test_a_written_out_hardswish_after_a_conv_does_not_compute_it_twice(layout, 
     assert len(convs) == 3, ops
     work = res.report["work"]
     assert work["input"]["contractions"] == work["output"]["contractions"] == 3
-    # recognized: HardSwish from opset 14, x * HardSigmoid(x) before it
-    act = ["HardSwish"] if opset >= 14 else ["HardSigmoid", "Mul"]
+    # recognized: HardSwish from opset 14, fused into each conv as its activation; before
+    # it, x * HardSigmoid(x)
+    act = [] if opset >= 14 else ["HardSigmoid", "Mul"]
     assert sorted(op for op in ops if op in ("HardSwish", "HardSigmoid", "Mul", "Clip", "Div")) == sorted(act * 3), ops
+    if opset >= 14:
+        fused = [a.s.decode() for n in res.model.graph.node if n.op_type in ("Conv", "FusedConv")
+                 for a in n.attribute if a.name == "activation"]
+        assert fused == ["HardSwish"] * 3, fused
     assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4)  # (x + 3) / 6 and x / 6 + 0.5 round apart
 
 
@@ -450,6 +455,7 @@ def test_conv_activation_becomes_fused_conv():
         "conv-tanh": "Tanh(c{i})",
         "conv-leaky-relu": "LeakyRelu <alpha = 0.2> (c{i})",
         "conv-hard-sigmoid": "HardSigmoid <alpha = 0.3, beta = 0.4> (c{i})",
+        "conv-hard-swish": "HardSwish(c{i})",
         "conv-clip": "Clip(c{i}, lo, hi)",
     }
     outs, body = [], ""
@@ -464,7 +470,7 @@ def test_conv_activation_becomes_fused_conv():
             hi = Constant <value = float {{0.75}}> ()
             {body}
         }}""")
-    check_rewrite(m, ["com.microsoft.FusedConv"] * 6, fired=list(acts))
+    check_rewrite(m, ["com.microsoft.FusedConv"] * 7, fired=list(acts))
 
 
 def test_conv_clip_from_opset_6_attributes_becomes_fused_conv():
@@ -482,10 +488,10 @@ def test_conv_activation_for_target_onnx_stays():
     acts = {"conv-relu": "Relu(c)", "conv-sigmoid": "Sigmoid(c)", "conv-tanh": "Tanh(c)",
             "conv-leaky-relu": "LeakyRelu <alpha = 0.2> (c)",
             "conv-hard-sigmoid": "HardSigmoid <alpha = 0.3, beta = 0.4> (c)",
-            "conv-clip": "Clip(c, lo, hi)"}
+            "conv-hard-swish": "HardSwish(c)", "conv-clip": "Clip(c, lo, hi)"}
     body = "".join(f"y{i} = {act}\n" for i, act in enumerate(acts.values()))
     m = parse_model(H + f"""
-        agraph (float[1, 3, 8, 8] x) => ({", ".join(f"float[1, 4, 6, 6] y{i}" for i in range(6))})
+        agraph (float[1, 3, 8, 8] x) => ({", ".join(f"float[1, 4, 6, 6] y{i}" for i in range(7))})
         {{
             {const("w", rand(4, 3, 3, 3))}
             lo = Constant <value = float {{-0.5}}> ()
@@ -493,7 +499,7 @@ def test_conv_activation_for_target_onnx_stays():
             c = Conv(x, w)
             {body}
         }}""")
-    check_rewrite(m, ["Conv", "Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Clip"],
+    check_rewrite(m, ["Conv", "Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Clip"],
                   not_fired=list(acts), target="onnx")
 
 
