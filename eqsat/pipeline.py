@@ -370,8 +370,10 @@ def _input_nodes(model: ModelProto, enc, value_class: dict) -> list[tuple[str, s
     out = []
     for n in model.graph.node:
         c = cls(n.output[0]) if n.output else None
-        spec = spec_for(n.domain, n.op_type)
-        if c is not None:  # the constructor that encodes the node (Conv of com.microsoft.nchwc: NchwcConv)
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            continue  # a leaf (Const, Ints, ScalarF): no work
+        spec = spec_for(n.domain, n.op_type)  # the constructor that encodes it (nchwc's Conv: NchwcConv)
+        if c is not None:
             out.append((spec.ctor if spec else "Opaque", c, [k for k in map(cls, n.input) if k is not None]))
     return out
 
