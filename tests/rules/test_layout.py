@@ -322,16 +322,14 @@ def test_pooling_over_partial_blocks_stays(blocked):
 
 def test_conv_reading_a_cropped_value_keeps_its_reorders(blocked):
     """A conv to 1.5 blocks (computed padded to 2, ReorderOutput crops), then a depthwise conv
-    of 1.5 blocks, padded too, with and without Relu: ReorderInput(ReorderOutput(y)) is not y
-    (guard: the ReorderOutput's channels whole blocks; y has padded channels), so no blocked
-    conv reads y through it; the depthwise conv reads y itself (its padded groups read only
-    padded channels), and its output is cropped once."""
+    of 1.5 blocks, padded too, with and without Relu: each reads ReorderInput(ReorderOutput(y)),
+    which is not y (guard: the ReorderOutput's channels whole blocks; y has padded channels)."""
     c = blocked + blocked // 2
     g = G(2 * blocked, 14)
     y = g.conv(g.conv("x", 2 * blocked, c), c, c, group=c)
     check(g.model(y, g.op("Relu", y)),
-          ["Relu", f"{NCHWC}.Conv", f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
-          fired=["nchwc-conv-padded-output", "nchwc-conv-depthwise-padded-input"],
+          ["Conv", "Relu", f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
+          fired=["nchwc-conv-padded-output", "nchwc-conv-depthwise-padded", "nchwc-candidate-fused-conv"],
           not_fired=["nchwc-conv-blocked-input", "nchwc-conv-plain-blocked-input"])
 
 
@@ -828,27 +826,3 @@ def test_a_residual_read_in_nchw_is_reordered_into_the_sum(blocked):
     # one ReorderInput(x), read by the conv and as its Sum input
     check(g.model(y), [f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"], fired=["nchwc-candidate-conv-add"], not_fired=["nchwc-conv-plain-blocked-sum"])
 
-
-def test_a_depthwise_conv_reads_a_padded_value_blocked(blocked):
-    """MobileNet's expand -> depthwise -> project with 2.5 blocks of channels: the expansion
-    computes them padded to 3 blocks, the depthwise conv reads that padded value (its padded
-    groups read only padded channels) and the projection crops nothing it needs: one chain
-    of blocked convs, no reorder between them."""
-    odd = 2 * blocked + blocked // 2
-    g = G(16, 28)
-    a = g.op("Relu", g.conv("x", 16, odd, k=1))
-    d = g.op("Relu", g.conv(a, odd, odd, k=3, group=odd))
-    y = g.op("Relu", g.conv(d, odd, 32, k=1))
-    check(g.model(y), [f"{NCHWC}.Conv"] * 3 + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
-          fired=["nchwc-conv-depthwise-padded-input", "nchwc-conv-padded-input"])
-
-
-def test_a_grouped_conv_of_two_channels_a_group_does_not_read_a_padded_value(blocked):
-    """The same chain with 2 input channels a group: the padded groups would mix real and
-    padded channels' positions, so no blocked form reads the padded value."""
-    odd = 2 * blocked + blocked // 2
-    g = G(16, 28)
-    a = g.op("Relu", g.conv("x", 16, odd, k=1))
-    d = g.op("Relu", g.conv(a, odd, odd, k=3, group=odd // 2))
-    y = g.op("Relu", g.conv(d, odd, 32, k=1))
-    check(g.model(y), ["com.microsoft.FusedConv"] * 3, not_fired=["nchwc-conv-depthwise-padded-input"])
