@@ -31,7 +31,7 @@ from extract import (
 )
 from extract.costs import DEFAULT as COST_MODEL_DEFAULT
 from extract.costs import CostModel, HardwareProfileError, make_cost_model
-from extract.work import chosen_nodes, input_choice, work
+from extract.work import chosen_nodes, input_nodes, work
 
 from .atomic import write_text
 from .decode import Decoder
@@ -313,10 +313,10 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     value_class = data["eqsat"]["value_class"]
     egraph = EGraph.from_json(data, trusted=True)  # serialized here, not read from a file
     # the input program as a choice: its work bounds the extraction's (extract/work.py)
-    nodes = _input_nodes(model, enc, value_class)
-    data["eqsat"]["input_choice"] = egraph.meta["input_choice"] = picked = input_choice(egraph, nodes)
+    picked = input_nodes(egraph, _input_nodes(model, enc, value_class))
+    data["eqsat"]["input_nodes"] = egraph.meta["input_nodes"] = [n for n in picked if n is not None]
     # only a whole input program bounds extraction (a node left unmatched would lower the bound)
-    data["eqsat"]["input_complete"] = egraph.meta["input_complete"] = all(c in picked for _, c, _ in nodes)
+    data["eqsat"]["input_complete"] = egraph.meta["input_complete"] = all(n is not None for n in picked)
     if opts.save_egraph:
         write_text(opts.save_egraph, json.dumps(data))
 
@@ -355,14 +355,14 @@ def work_report(egraph: EGraph, choice: dict[str, str], opts: Options) -> dict:
     from extract.costs import Roofline
 
     roof = Roofline(hardware_profile(opts.hardware), opts.dims)
-    before = work(egraph, egraph.meta.get("input_choice", {}).values(), roof)
+    before = work(egraph, egraph.meta.get("input_nodes", []), roof)
     after = work(egraph, chosen_nodes(egraph, choice), roof)
     return {"input": before, "output": after,
             "more": [k for k in ("contractions", "flops") if after[k] > before[k] * (1 + 1e-9)]}
 
 
 def _input_nodes(model: ModelProto, enc, value_class: dict) -> list[tuple[str, str, list[str]]]:
-    """The main graph's nodes as (op, output e-class, input e-classes) (extract.work.input_choice)."""
+    """The main graph's nodes as (op, output e-class, input e-classes) (extract.work.input_nodes)."""
     def cls(name: str) -> str | None:
         vid = enc.value_id.get(name)
         return None if vid is None else value_class.get(str(vid))

@@ -7,8 +7,8 @@ Added to egglog's JSON:
   other function node is an analysis table, not a term), `functions`, `roots` (the output
   e-classes, one per graph output, in order, duplicates kept), `outputs` (their names),
   `dims` (symbolic dimension id -> name) and `value_class` (encoded value number -> its
-  e-class, from the `(Value N)` handles); eqsat.pipeline adds `settings` and `input_choice`
-  (e-class -> the e-node that encodes the input model's node there: the input program,
+  e-class, from the `(Value N)` handles); eqsat.pipeline adds `settings` and `input_nodes`
+  (the e-node that encodes each node of the input model: the input program,
   whose work bounds extraction's where `input_complete` says every input node was matched,
   extract/work.py).
 This is the file `--save-egraph` writes and the input of everything in `extract/`.

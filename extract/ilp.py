@@ -28,7 +28,7 @@ then optimal for that layout choice, never worse than the greedy answer, and the
 so; `ILP(fix_layouts=False)` solves over both layouts, and so does the ILP where the layouts
 fixed from the greedy answer leave no program within the work bound below.
 
-Work. Where the e-graph records the input program (eqsat.input_choice), one more row bounds
+Work. Where the e-graph records the input program (eqsat.input_nodes), one more row bounds
 the chosen contractions (convolutions, products, attention) by the input's
 (extract/work.py): no program computes a shared convolution twice to save an Add, whatever
 the cost model prices. Where no program meets the bound (a layout fixed from the greedy

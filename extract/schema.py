@@ -243,9 +243,8 @@ def _meta(meta: dict, classes: set[str]) -> None:
         need_str(c, key("eqsat.value_class", k), "an e-class name")
     if "input_complete" in meta and not isinstance(meta["input_complete"], bool):
         raise EGraphFormatError("eqsat.input_complete", "true or false", meta["input_complete"])
-    if "input_choice" in meta:
-        for k, nid in need_object(meta["input_choice"], "eqsat.input_choice").items():
-            need_str(nid, key("eqsat.input_choice", k), "an e-node id")
+    if "input_nodes" in meta:
+        need_strings(meta["input_nodes"], "eqsat.input_nodes")
     if "node_weight" in meta:
         need_numbers(meta["node_weight"], "eqsat.node_weight", lambda x: x > 0, "a number > 0")
     if "measured_us" in meta:

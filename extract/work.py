@@ -2,9 +2,10 @@
 (convolutions, products, attention), counted over a choice of the e-graph, each chosen node
 once (the DAG), with the roofline's shapes and FLOP counts.
 
-The input program is a choice too: eqsat records, for each node of the input model, the
-e-node that encodes it (`eqsat.input_choice` in the e-graph's metadata), so the work of the
-input and of any extraction are counted the same way. The ILP extractor bounds a choice's
+The input program is recorded too: for each node of the input model, the e-node that
+encodes it (`eqsat.input_nodes` in the e-graph's metadata, `eqsat.input_complete` where
+every node has one), so the work of the input and of any extraction are counted the same
+way. The ILP extractor bounds a choice's
 contractions by the input's (`contraction_bound`): a program never computes a convolution
 or a product twice to save other ops. Rules that pad a contraction (rules/contraction.egg,
 rules/layout.egg's blocked channels) add FLOPs but no contraction: the report gives the
@@ -46,13 +47,15 @@ def chosen_nodes(egraph: EGraph, choice: Mapping[str, str]) -> list[str]:
 
 
 def work(egraph: EGraph, node_ids: Iterable[str], roofline: Roofline | None = None) -> dict[str, float]:
-    """{"flops", "bytes", "contractions", "ops"} of a program given as its e-nodes, each
-    counted once (chosen_nodes, or the values of eqsat.input_choice)."""
+    """{"flops", "bytes", "contractions", "ops"} of a program given as its e-nodes
+    (chosen_nodes, each once; or eqsat.input_nodes, one per input node)."""
     roof = roofline or Roofline()
     roof._setup(egraph)
     flops = moved = 0.0
     count = ops = 0
-    for nid in dict.fromkeys(node_ids):
+    for nid in node_ids:
+        if nid is None or nid not in egraph.nodes:
+            continue
         node = egraph.nodes[nid]
         if egraph.class_type(node.eclass) not in ("", "Op") or nid.startswith("primitive-") or node.op in STRUCTURE_OPS:
             continue
@@ -66,31 +69,57 @@ def work(egraph: EGraph, node_ids: Iterable[str], roofline: Roofline | None = No
 
 
 def contraction_bound(egraph: EGraph) -> int | None:
-    """The number of contractions of the input program (eqsat.input_choice), or None where
-    the e-graph does not record all of it (a file from elsewhere; an input node no e-node
-    was matched to: eqsat.input_complete false)."""
-    picked = egraph.meta.get("input_choice")
+    """The number of contractions of the input program (eqsat.input_nodes), or None where the
+    e-graph does not record all of it (a file from elsewhere; an input node no e-node was
+    matched to: eqsat.input_complete false)."""
+    picked = egraph.meta.get("input_nodes")
     if not picked or not egraph.meta.get("input_complete"):
         return None
-    return sum(contractions(egraph, egraph.nodes[nid]) for nid in set(picked.values()) if nid in egraph.nodes)
+    return sum(contractions(egraph, egraph.nodes[nid]) for nid in picked if nid in egraph.nodes)
 
 
-def input_choice(egraph: EGraph, nodes: Iterable[tuple[str, str, list[str]]]) -> dict[str, str]:
+def input_nodes(egraph: EGraph, nodes: Iterable[tuple[str, str, list[str]]]) -> list[str | None]:
     """For each node of the input model, given as (op, its output's e-class, its inputs'
     e-classes), the e-node of that op in the output's e-class whose operand children are
-    among the inputs' classes (or leaves): e-class -> node id. A node without one is left out."""
-    out: dict[str, str] = {}
+    among the inputs' classes (or leaves), or None where there is none (a node rewritten
+    with :subsume, an op the e-graph names otherwise). Per input node, not per e-class: an
+    Identity of x shares x's e-class, and each of them does its own work."""
+    out: list[str | None] = []
     for op, cls, ins in nodes:
         want = set(ins)
-        for nid in egraph.classes.get(cls, ()):
-            n = egraph.nodes[nid]
-            if n.op != op:
-                continue
-            operands = [k for k in n.children if egraph.class_type(k) == "Op"]
-            if all(k in want or _leaf(egraph, k) for k in operands):
-                out[cls] = nid
+        # the op itself, or the op an output projection Out(op, i) reads (a node carried
+        # with several outputs: Resize with its optional inputs, Opaque ones)
+        owners = [egraph.nodes[nid].children[0] for nid in egraph.classes.get(cls, ())
+                  if egraph.nodes[nid].op == "Out" and egraph.nodes[nid].children]
+        found = None
+        for c in [cls, *owners]:
+            for nid in egraph.classes.get(c, ()):
+                n = egraph.nodes[nid]
+                operands = [k for k in n.children if egraph.class_type(k) in ("Op", "OpList")]
+                if n.op == op and all(k in want or _leaf(egraph, k) or _list_of(egraph, k, want) for k in operands):
+                    found = nid
+                    break
+            if found:
                 break
+        out.append(found)
     return out
+
+
+def _list_of(egraph: EGraph, eclass: str, want: set[str]) -> bool:
+    """Whether an OpList e-class is a list (Cons / Nil cells) of classes in `want` or leaves."""
+    seen = 0
+    while seen < 10_000:
+        cells = [egraph.nodes[n] for n in egraph.classes.get(eclass, ()) if egraph.nodes[n].op in ("Cons", "Nil")]
+        if not cells:
+            return False
+        cell = cells[0]
+        if cell.op == "Nil":
+            return True
+        head, eclass = cell.children[0], cell.children[1]
+        if head not in want and not _leaf(egraph, head):
+            return False
+        seen += 1
+    return False
 
 
 def _leaf(egraph: EGraph, eclass: str) -> bool:
