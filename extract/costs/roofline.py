@@ -188,15 +188,8 @@ def literal_ints(egraph: EGraph, eclass: str) -> list[int] | None:
     """The integers of an `Ints` literal in the e-class, or None."""
     for nid in egraph.classes.get(eclass, ()):
         n = egraph.nodes[nid]
-        if n.op != "Ints" or not n.children:
-            continue
-        for vid in egraph.classes.get(n.children[0], ()):
-            v = egraph.nodes[vid]
-            if v.op == "vec-of":
-                try:
-                    return [int(egraph.nodes[egraph.classes[c][0]].op) for c in v.children]
-                except (IndexError, KeyError, ValueError):
-                    return None
+        if n.op == "Ints" and n.children and (vals := vector_ints(egraph, n.children[0])) is not None:
+            return vals
     return None
 
 
