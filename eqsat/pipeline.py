@@ -30,7 +30,7 @@ from extract import (
     tree_cost,
 )
 from extract.costs import DEFAULT as COST_MODEL_DEFAULT
-from extract.costs import CostModel, HardwareProfileError, make_cost_model
+from extract.costs import CostModel, HardwareProfileError, Roofline, make_cost_model
 from extract.work import chosen_nodes, input_nodes, work
 
 from .atomic import write_text
@@ -312,7 +312,7 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "stop_reason": sat_report.stop_reason}  # a time limit's stop is not reproducible
     value_class = data["eqsat"]["value_class"]
     egraph = EGraph.from_json(data, trusted=True)  # serialized here, not read from a file
-    # the input program as a choice: its work bounds the extraction's (extract/work.py)
+    # the input program, one e-node per input node: its work bounds the extraction's (extract/work.py)
     picked = input_nodes(egraph, _input_nodes(model, enc, value_class))
     data["eqsat"]["input_nodes"] = egraph.meta["input_nodes"] = [n for n in picked if n is not None]
     # only a whole input program bounds extraction (a node left unmatched would lower the bound)
@@ -352,8 +352,6 @@ def work_report(egraph: EGraph, choice: dict[str, str], opts: Options) -> dict:
     """The input program's work beside the output's (extract/work.py: FLOPs, bytes moved,
     contractions, ops of the main graph at the bound sizes), and `more`: what the output does
     more of, if anything (padding a rule declares adds FLOPs, never contractions)."""
-    from extract.costs import Roofline
-
     roof = Roofline(hardware_profile(opts.hardware), opts.dims)
     before = work(egraph, egraph.meta.get("input_nodes", []), roof)
     after = work(egraph, chosen_nodes(egraph, choice), roof)
@@ -369,9 +367,9 @@ def _input_nodes(model: ModelProto, enc, value_class: dict) -> list[tuple[str, s
 
     out = []
     for n in model.graph.node:
-        c = cls(n.output[0]) if n.output else None
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
             continue  # a leaf (Const, Ints, ScalarF): no work
+        c = cls(n.output[0]) if n.output else None
         spec = spec_for(n.domain, n.op_type)  # the constructor that encodes it (nchwc's Conv: NchwcConv)
         if c is not None:
             out.append((spec.ctor if spec else "Opaque", c, [k for k in map(cls, n.input) if k is not None]))

@@ -5,9 +5,8 @@ once (the DAG), with the roofline's shapes and FLOP counts.
 The input program is recorded too: for each node of the input model, the e-node that
 encodes it (`eqsat.input_nodes` in the e-graph's metadata, `eqsat.input_complete` where
 every node has one), so the work of the input and of any extraction are counted the same
-way. The ILP extractor bounds a choice's
-contractions by the input's (`contraction_bound`): a program never computes a convolution
-or a product twice to save other ops. Rules that pad a contraction (rules/contraction.egg,
+way. The ILP extractor bounds a choice's contractions by the input's (`contraction_bound`):
+a program never computes a convolution or a product twice to save other ops. Rules that pad a contraction (rules/contraction.egg,
 rules/layout.egg's blocked channels) add FLOPs but no contraction: the report gives the
 FLOPs beside the input's.
 """
@@ -22,6 +21,7 @@ from .costs.roofline import ATTENTION, CONV, GEMM, MATMUL, Roofline
 from .egraph import EGraph
 
 CONTRACTIONS = frozenset(CONV | MATMUL | GEMM | ATTENTION)
+STRUCTURE_OPS = STRUCTURE | {"Value"}  # not operators of the program
 
 
 def contractions(egraph: EGraph, node) -> int:
@@ -125,5 +125,3 @@ def _list_of(egraph: EGraph, eclass: str, want: set[str]) -> bool:
 def _leaf(egraph: EGraph, eclass: str) -> bool:
     return any(egraph.nodes[n].op in ("Absent", "Const") for n in egraph.classes.get(eclass, ()))
 
-
-STRUCTURE_OPS = STRUCTURE | {"Value"}  # not operators of the program
