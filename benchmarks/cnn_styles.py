@@ -2,8 +2,8 @@
 
     python benchmarks/cnn_styles.py [--out benchmarks/models] [--only NAME,...]
 
-torchvision does not import beside this project's CPU torch, and Paddle2ONNX-style graphs
-are not what torch writes; these models reproduce the patterns instead, with random weights
+Paddle2ONNX-style graphs are not what torch writes (torchvision's own networks:
+benchmarks/torchvision_models.py); these models reproduce the patterns, with random weights
 (seeded, reproducible, normal(0, 1/sqrt(fan_in)) so that activations keep their scale):
 
 - `style_mbv3`: a MobileNetV3-small-like network, opset 13 (no HardSwish op): hardswish

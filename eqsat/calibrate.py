@@ -30,9 +30,12 @@
   columns and rows appended (rules/contraction.egg pads where it is at least 1.03).
 The five booleans run with onnxruntime's graph optimizations off (the model as eqsat writes it),
 side by side (eqsat.latency.compare), and hold only where the fused form is at least 3% faster.
+- interpolation_flops: a linear Resize's time an output element (eqsat/calibrate_layout.py,
+  resize_ns) at the vector rate above: the FLOPs the roofline charges it.
 - depthwise_gflops and layouts.nchwc (block, conv_speedup, depthwise_gflops, pool_speedup,
-  reorder_gbps): the channel-blocked layout's figures, where onnxruntime has those kernels on
-  this machine (eqsat/calibrate_layout.py); a profile without them never chooses the layout.
+  reorder_gbps, upsample_speedup): the channel-blocked layout's figures, where onnxruntime has
+  those kernels on this machine (eqsat/calibrate_layout.py); a profile without them never
+  chooses the layout.
 
 Each figure is the median of several timed runs after warm-up.
 """
@@ -302,6 +305,7 @@ def measure(threads: int = 1, runs: int = 15) -> dict:
         "conv_gflops": calibrate_layout.conv_gflops(threads),
         "kernel_overhead_us": round(overhead, 3),
         "transcendental_flops": 10.0,
+        "interpolation_flops": round(calibrate_layout.resize_ns(threads) * vector, 2),
         **fusion_choices(threads),
         **(calibrate_layout.measure(threads) or {}),
         "source": f"measured by `eqsat calibrate` on {platform.processor() or platform.machine()} "

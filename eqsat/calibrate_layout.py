@@ -10,6 +10,10 @@ machine by `eqsat calibrate` with onnxruntime's graph optimizations off:
 - pool_speedup: how much faster a blocked MaxPool or AveragePool (3x3 window) is;
 - reorder_gbps: ReorderInput plus ReorderOutput, bytes read and written per second (the
   tensors of one layer stay in cache: faster than mem_gbps's stream).
+- upsample_speedup: how much faster a blocked linear Upsample is than the NCHW Resize
+  (segmentation heads' bilinear upsampling by 2 to 8); `resize_ns` gives the NCHW Resize's
+  time an output element, which `eqsat calibrate` turns into the profile's
+  interpolation_flops at its vector rate.
 
 Method: each shape keeps its channels and pixels (stride 1, same padding), so that one
 ReorderInput -> ReorderOutput model R times the reorders a blocked model B needs around its
@@ -33,6 +37,7 @@ DENSE = [(128, 1, 56), (256, 1, 28), (512, 1, 14), (1024, 1, 7),  # (channels, k
          (64, 3, 56), (128, 3, 28), (256, 3, 14), (512, 3, 7)]
 DEPTHWISE = [(64, 56), (128, 28), (256, 14), (512, 7)]
 POOLS = [(op, c, p) for op in ("MaxPool", "AveragePool") for c, p in ((64, 56), (128, 28), (256, 14), (512, 7))]
+UPSAMPLES = [(128, 20, 2), (32, 56, 2), (32, 40, 8)]  # (channels, pixels, factor): linear, half_pixel
 FLOOR = 0.05  # the blocked op's time is at least this share of B (B - R is a difference of noisy medians)
 
 
@@ -96,6 +101,34 @@ def conv_gflops(threads: int = 1, runs: int = 20) -> float:
     return round(_geomean(rates), 2)
 
 
+def upsample_models(c: int, pixels: int, factor: int) -> tuple:
+    """A linear (half_pixel) Resize by `factor` of [1, c, pixels, pixels] and onnxruntime's
+    blocked Upsample of the same tensor (read as blocked: the kernel's time alone), with
+    their input."""
+    shape, out = [1, c, pixels, pixels], [1, c, pixels * factor, pixels * factor]
+    vi = [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
+    yo = [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)]
+    resize = helper.make_graph([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear",
+                                                 coordinate_transformation_mode="half_pixel")],
+                               "resize", vi, yo, [numpy_helper.from_array(np.array(out, np.int64), "sizes")])
+    blocked = helper.make_graph([helper.make_node("Upsample", ["x"], ["y"], domain=NCHWC_DOMAIN, mode="linear",
+                                                  coordinate_transformation_mode="half_pixel",
+                                                  scales=[1, 1, factor, factor])], "upsample", vi, yo)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(NCHWC_DOMAIN, 1)]
+    return (helper.make_model(resize, opset_imports=opsets), helper.make_model(blocked, opset_imports=opsets),
+            {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)})
+
+
+def resize_ns(threads: int = 1, runs: int = 20) -> float:
+    """Nanoseconds a linear NCHW Resize takes an output element (the UPSAMPLES shapes; geometric mean)."""
+    per = []
+    for c, p, f in UPSAMPLES:
+        resize, _, feeds = upsample_models(c, p, f)
+        (ms,) = compare([resize], feeds, runs=runs, threads=threads)
+        per.append(ms * 1e6 / (c * (p * f) ** 2))
+    return round(_geomean(per), 3)
+
+
 def _geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
@@ -121,6 +154,11 @@ def measure(threads: int = 1, runs: int = 40) -> dict | None:
         tn, tb, tr = _times(pool_models(op, c, p), runs, threads)
         pools.append(tn / tb)
         reorders.append(4 * 4 * c * p * p / tr / 1e6)  # each reorder reads and writes the tensor
+    ups = []
+    for c, p, f in UPSAMPLES:
+        resize, blocked, feeds = upsample_models(c, p, f)
+        tn, tb = compare([resize, blocked], feeds, runs=runs, threads=threads)
+        ups.append(tn / tb)
     return {
         "depthwise_gflops": round(_geomean(dw_nchw), 2),
         "layouts": {"nchwc": {
@@ -129,11 +167,13 @@ def measure(threads: int = 1, runs: int = 40) -> dict | None:
             "depthwise_gflops": round(_geomean(dw_blocked), 2),
             "pool_speedup": round(_geomean(pools), 3),
             "reorder_gbps": round(_geomean(reorders), 2),
+            "upsample_speedup": round(_geomean(ups), 3),
             "source": f"measured by `eqsat calibrate` (eqsat/calibrate_layout.py): block {block}; geometric means "
                       f"over {len(DENSE)} dense convolutions (blocked/NCHW {min(dense):.2f} to {max(dense):.2f}), "
                       f"{len(DEPTHWISE)} depthwise 3x3 (NCHW {min(dw_nchw):.1f} to {max(dw_nchw):.1f} GFLOP/s, "
                       f"blocked {min(dw_blocked):.1f} to {max(dw_blocked):.1f}), {len(POOLS)} 3x3 pools "
-                      f"({min(pools):.2f} to {max(pools):.2f}) and their reorders; medians of {runs} rounds "
+                      f"({min(pools):.2f} to {max(pools):.2f}) and their reorders, {len(UPSAMPLES)} linear upsamplings "
+                      f"({min(ups):.2f} to {max(ups):.2f}); medians of {runs} rounds "
                       f"side by side, onnxruntime's optimizations off, {threads} thread(s)",
         }},
     }

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 REORDERS = frozenset({"NchwcReorderInput", "NchwcReorderOutput"})  # copies between the layouts
 BLOCKED_CONVS = frozenset({"NchwcConv", "NchwcConvPlain"})
-BLOCKED_POOLS = frozenset({"NchwcMaxPool", "NchwcAveragePool", "NchwcGlobalAveragePool", "NchwcGlobalMaxPool"})
+UPSAMPLE = "NchwcUpsample"  # Resize by integer factors (linear or nearest)
+BLOCKED_POOLS = frozenset({"NchwcMaxPool", "NchwcAveragePool", "NchwcGlobalAveragePool", "NchwcGlobalMaxPool",
+                           UPSAMPLE})  # per-channel ops on blocked values
 WINDOW_POOLS = frozenset({"NchwcMaxPool", "NchwcAveragePool"})  # blocked pools with a window
 NCHWC_OPS = REORDERS | BLOCKED_CONVS | BLOCKED_POOLS  # every op that reads or writes the blocked layout
 

@@ -5,8 +5,10 @@ this machine's NCHWc block."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+import numpy as np
 import onnx
 import pytest
 from onnx import helper
@@ -51,6 +53,32 @@ def test_a_reorder_costs_its_bytes_at_reorder_gbps_not_its_elements_at_the_vecto
     moved = 2 * 4 * (2 * blocked) * 14 * 14  # read and written once, float32
     for op in ("NchwcReorderInput", "NchwcReorderOutput"):
         assert costs[op] == pytest.approx(1.0 + moved / 20.0e3), op  # 1 us overhead + bytes at 20 GB/s
+
+
+def _upsample_costs(block: int, hw: Hardware, mode: str) -> dict[str, float]:
+    """Resize x2 (sizes given) of a conv's output, 2 blocks of channels, 14 x 14, saturated."""
+    c = 2 * block
+    w = onnx.numpy_helper.from_array(np.ones((c, c, 1, 1), np.float32), "w")
+    sizes = onnx.numpy_helper.from_array(np.array([1, c, 28, 28], np.int64), "sizes")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"]),
+             helper.make_node("Resize", ["y", "", "", "sizes"], ["z"], mode=mode,
+                              coordinate_transformation_mode="asymmetric", nearest_mode="floor")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, 14, 14])],
+                          [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [1, c, 28, 28])], [w, sizes])
+    st = saturate(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), Options())
+    r = Roofline(hw)
+    r._setup(st.egraph)
+    return {n.op: r.node_cost(st.egraph, n) for n in st.egraph.nodes.values() if n.op in ("Resize", "NchwcUpsample")}
+
+
+def test_a_linear_resize_costs_interpolation_flops_an_element_and_its_blocked_form_upsample_speedup_less(blocked):
+    hw = dataclasses.replace(_hw(upsample_speedup=4.0), interpolation_flops=8.0)
+    linear, nearest = _upsample_costs(blocked, hw, "linear"), _upsample_costs(blocked, hw, "nearest")
+    out = 2 * blocked * 28 * 28
+    assert linear["Resize"] == pytest.approx(1.0 + 8.0 * out / (hw.vector_gflops * 1e3))  # 1 us + FLOPs at the vector rate
+    assert linear["NchwcUpsample"] - 1.0 == pytest.approx((linear["Resize"] - 1.0) / 4.0)
+    assert nearest["Resize"] - 1.0 == pytest.approx((linear["Resize"] - 1.0) / 8.0)  # a copy: one FLOP an element
+    assert nearest["NchwcUpsample"] == pytest.approx(nearest["Resize"])
 
 
 def test_cpu_names_the_shipped_profile_of_this_machines_block(blocked):

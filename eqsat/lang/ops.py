@@ -232,6 +232,15 @@ SPECS: list[OpSpec] = [
     OpSpec("Range", ("start", "limit", "delta")),
     OpSpec("Trilu", ("input", "k?"), (Attr("upper", "int", 1),)),
     OpSpec(
+        "Resize",
+        ("X", "roi?", "scales?", "sizes?"),
+        (Attr("antialias", "int", 0), Attr("axes", "ints"), Attr("coordinate_transformation_mode", "str", "half_pixel"),
+         Attr("cubic_coeff_a", "float", -0.75), Attr("exclude_outside", "int", 0),
+         Attr("extrapolation_value", "float", 0.0), Attr("keep_aspect_ratio_policy", "str", "stretch"),
+         Attr("mode", "str", "nearest"), Attr("nearest_mode", "str", "round_prefer_floor")),
+        min_version=11,  # Resize-10 has scales only and no coordinate transformation
+    ),
+    OpSpec(
         "If",
         ("cond",),
         (Attr("else_branch", "graph"), Attr("then_branch", "graph")),
@@ -385,6 +394,9 @@ SPECS += [
     ),
     OpSpec("NchwcGlobalAveragePool", op_type="GlobalAveragePool", domain=_NCHWC, contrib=True),
     OpSpec("NchwcGlobalMaxPool", op_type="GlobalMaxPool", domain=_NCHWC, contrib=True),
+    OpSpec("NchwcUpsample", attrs=(Attr("coordinate_transformation_mode", "str", "asymmetric"),
+                                   Attr("mode", "str", "nearest"), Attr("scales", "ints")),
+           op_type="Upsample", domain=_NCHWC, contrib=True),
     # eqsat-internal (schema registered by eqsat.lang.contrib): a filter in a blocked layout.
     # Rules apply it to constant weights only; the folding oracle evaluates it; no model
     # imports its domain, so extraction never chooses it (eqsat.target.forbidden_constructors).

@@ -14,7 +14,9 @@ that machine: a NchwcConv computes at matmul_gflops * conv_speedup, a depthwise 
 layout's `depthwise_gflops`; a blocked MaxPool or AveragePool takes its NCHW form's time over
 the layout's `pool_speedup` (1 where the profile has none; global pooling is costed as NCHW);
 ReorderInput and ReorderOutput are copies (their time is memory only), at
-the layout's `reorder_gbps` where the profile measured it (else `mem_gbps`). `eqsat
+the layout's `reorder_gbps` where the profile measured it (else `mem_gbps`); a linear Resize
+costs the profile's `interpolation_flops` an output element, its blocked Upsample that over
+the layout's `upsample_speedup`. `eqsat
 calibrate` measures all of these on the machine it runs on (eqsat/calibrate_layout.py). A
 depthwise convolution (one input channel per group, as many groups as channels) is no
 GEMM: it computes at the profile's `depthwise_gflops` where the profile measured it (an NCHW
@@ -31,7 +33,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from ..egraph import EGraph, Node
-from ..nchwc import BLOCKED_CONVS, NCHWC_OPS, REORDERS, WINDOW_POOLS
+from ..nchwc import BLOCKED_CONVS, NCHWC_OPS, REORDERS, UPSAMPLE, WINDOW_POOLS
 from .base import LEAF_COST, STRUCTURE, CostModel, positive
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
@@ -56,6 +58,8 @@ TRANSCENDENTAL = {"Erf", "Tanh", "Exp", "Log", "Sigmoid", "Gelu", "GeluMs", "Fas
 NORMALIZATION = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
                  "SkipSimplifiedLayerNormalization", "RMSNormalization", "BatchNormalization"}
 VIEWS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Dropout"}
+# op -> (position of its mode attribute among the node's children, blocked)
+INTERPOLATION = {"Resize": (11, False), UPSAMPLE: (2, True)}
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class Hardware:
     mem_gbps: float  # sustained memory bandwidth
     kernel_overhead_us: float  # fixed cost of launching / dispatching one op
     transcendental_flops: float = 10.0  # FLOPs charged per element of Erf, Tanh, Exp, ...
+    interpolation_flops: float = 1.0  # FLOPs charged per output element of a linear Resize
     source: str = ""
     depthwise_gflops: float | None = None  # depthwise convolution (NCHW) throughput; None: matmul_gflops
     # dense NCHW convolution throughput (onnxruntime's im2col + GEMM runs below its MatMul's
@@ -138,7 +143,7 @@ class Hardware:
 
 # what a profile's optional keys and its layouts' figures must hold (a quoted "false" is true
 # to Python, a zero speed-up divides by zero after saturation)
-LAYOUT_FIGURES = ("conv_speedup", "pool_speedup", "depthwise_gflops", "reorder_gbps")
+LAYOUT_FIGURES = ("conv_speedup", "pool_speedup", "depthwise_gflops", "reorder_gbps", "upsample_speedup")
 
 
 def _check_profile(p: Path, d: dict, cls) -> None:
@@ -158,8 +163,10 @@ def _check_profile(p: Path, d: dict, cls) -> None:
             raise HardwareProfileError(f"{p}: name = {v!r}: must be a string")
         if k == "contraction_alias_slowdown" and not (positive(v) and math.isfinite(v)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a finite number > 0 (a time ratio; 1.0: no slower)")
-        if k in ("transcendental_flops", "depthwise_gflops", "conv_gflops", "cache_gbps", "cache_mib") \
-                and not (positive(v) or (k not in ("transcendental_flops", "cache_mib") and v is None)):
+        if k in ("transcendental_flops", "interpolation_flops", "depthwise_gflops", "conv_gflops", "cache_gbps",
+                 "cache_mib") \
+                and not (positive(v) or (k not in ("transcendental_flops", "interpolation_flops", "cache_mib")
+                                         and v is None)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number > 0")
     layouts = d.get("layouts", {})
     if not isinstance(layouts, dict):
@@ -253,6 +260,15 @@ def sized(shape: list[int], sym: dict[int, float]) -> list[float]:
     """A shape with its symbolic dims (negative ids) replaced by their sizes (DEFAULT_DIM
     where unbound)."""
     return [d if d >= 0 else sym.get(d, DEFAULT_DIM) for d in shape]
+
+
+def literal_str(egraph: EGraph, eclass: str) -> str | None:
+    """The string primitive an e-class holds (unquoted), or None."""
+    for nid in egraph.classes.get(eclass, ()):
+        op = egraph.nodes[nid].op
+        if nid.startswith("primitive-String") and len(op) >= 2 and op[0] == op[-1] == '"':
+            return op[1:-1]
+    return None
 
 
 def literal_int(egraph: EGraph, eclass: str) -> int | None:
@@ -375,6 +391,12 @@ class Roofline(CostModel):
             return 4.0 * q * seq, "matmul"
         if op in TRANSCENDENTAL:
             return self.hw.transcendental_flops * out_n, "vector"
+        if op in INTERPOLATION:  # linear: four reads and three lerps an element; nearest: a copy
+            mode_at, blocked = INTERPOLATION[op]
+            if len(node.children) > mode_at and literal_str(egraph, node.children[mode_at]) == "linear":
+                speedup = float(self.hw.layouts.get("nchwc", {}).get("upsample_speedup", 1.0)) if blocked else 1.0
+                return self.hw.interpolation_flops / speedup * out_n, "vector"
+            return out_n, "vector"
         if op in NORMALIZATION:
             return 5.0 * out_n, "vector"
         if op.startswith("Reduce"):

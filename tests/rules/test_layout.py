@@ -338,13 +338,14 @@ def test_a_residual_of_a_padded_value_is_the_blocked_sum(blocked):
     """An inverted residual block of 1.5 blocks (MNASNet's 24 and 40 channels): z = Relu(conv(x))
     padded, expanded, depthwise, projected back to z's width and added to z. The Add becomes
     the projection's Sum input, read blocked (its padded channels land in the output's
-    padded ones): no Add, no reorder between the convolutions."""
+    padded ones): no Add; z runs NCHW (one ReorderInput, padded), the rest blocked."""
     c = blocked + blocked // 2
     g = G(2 * blocked, 28)
     z = g.op("Relu", g.conv("x", 2 * blocked, c, k=1))
     d = g.op("Relu", g.conv(g.conv(z, c, 4 * c, k=1), 4 * c, 4 * c, group=4 * c))
     y = g.conv(g.op("Add", g.conv(d, 4 * c, c, k=1), z), c, 2 * blocked, k=1)
-    check(g.model(y), ["Conv"] + [f"{NCHWC}.Conv"] * 4 + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
+    check(g.model(y), ["Conv", "com.microsoft.FusedConv"] + [f"{NCHWC}.Conv"] * 3
+          + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
           fired=["nchwc-candidate-conv-add", "nchwc-conv-plain-blocked-sum", "nchwc-conv-padded-input"])
 
 
@@ -862,3 +863,71 @@ def test_a_fused_residual_read_in_nchw_is_reordered_into_the_sum(blocked):
     check(g.model(y), [f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
           fired=["nchwc-candidate-fused-conv-sum"], not_fired=["nchwc-conv-blocked-sum"])
 
+
+
+def _upsampled(blocked: int, c: int, factor: int, **attrs) -> onnx.ModelProto:
+    """conv(x) to c channels, Resize by `factor` (output sizes given), on 10 x 10."""
+    g = G(2 * blocked, 10)
+    y = g.conv("x", 2 * blocked, c, k=1)
+    sizes = g.const_i([1, c, round(10 * factor), round(10 * factor)])
+    return g.model(g.op("Resize", y, "", "", sizes, **attrs))
+
+
+@pytest.mark.parametrize("mode, ctm, nm", [("linear", "half_pixel", "floor"), ("linear", "align_corners", "floor"),
+                                          ("linear", "asymmetric", "round_prefer_floor")])
+def test_a_bilinear_upsampling_by_whole_factors_runs_blocked(blocked, mode, ctm, nm):
+    """LRASPP's head: conv -> Resize x4 (output sizes given) of 1.5 blocks of channels: onnxruntime's
+    blocked Upsample reads the conv's padded output, one ReorderOutput crops after it."""
+    c = blocked + blocked // 2
+    m = _upsampled(blocked, c, 4, mode=mode, coordinate_transformation_mode=ctm, nearest_mode=nm)
+    res = check(m, [f"{NCHWC}.Conv", f"{NCHWC}.Upsample", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
+                fired=["nchwc-upsample", "nchwc-conv-padded-output"])
+    up = next(n for n in res.model.graph.node if n.op_type == "Upsample")
+    assert helper.get_attribute_value(next(a for a in up.attribute if a.name == "scales")) == [1, 1, 4, 4]
+
+
+def test_a_nearest_upsampling_between_convs_stays_blocked(blocked):
+    """A YOLO-style neck: conv -> nearest Resize x2 (asymmetric, floor) -> 3x3 conv, all blocked."""
+    c = 2 * blocked
+    g = G(c, 10)
+    u = g.op("Resize", g.conv("x", c, c), "", "", g.const_i([1, c, 20, 20]), mode="nearest",
+             coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    check(g.model(g.conv(u, c, c)), [f"{NCHWC}.Conv", f"{NCHWC}.Upsample", f"{NCHWC}.Conv",
+                                     f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"], fired=["nchwc-upsample"])
+
+
+@pytest.mark.parametrize("factor, attrs", [
+    (4, dict(mode="cubic", coordinate_transformation_mode="half_pixel")),  # no blocked kernel
+    (4, dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel")),  # a mode onnxruntime keeps NCHW
+    (4, dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="round_prefer_floor")),
+    (1.5, dict(mode="linear", coordinate_transformation_mode="half_pixel")),  # not a whole factor
+])
+def test_an_upsampling_the_blocked_kernel_does_not_compute_stays_nchw(blocked, factor, attrs):
+    c = blocked + blocked // 2
+    check(_upsampled(blocked, c, factor, **attrs), ["Conv", "Resize"], not_fired=["nchwc-upsample"])
+
+
+def test_a_conv_reading_an_nchw_value_of_a_fraction_of_blocks_reorders_it_padded(blocked):
+    """A squeeze-excite product (NCHW) of 1.5 blocks before 1x1 projections to 2 blocks and to
+    1.5 blocks, each before 3x3 convs: ReorderInput pads the product to 2 blocks with zeros, the
+    filters' input channels are padded to match (onnxruntime's NchwcTransformer blocks these
+    convolutions too), and the chains stay blocked."""
+    c = blocked + blocked // 2
+    g = G(2 * blocked, 28)
+    a = g.op("Relu", g.conv("x", 2 * blocked, c, k=1))
+    s = g.op("Mul", a, g.op("Sigmoid", g.op("GlobalAveragePool", a)))
+    b = 2 * blocked
+    y = g.conv(g.conv(g.conv(s, c, b, k=1), b, b), b, b)
+    z = g.conv(g.conv(g.conv(s, c, c, k=1), c, b), b, b)
+    check(g.model(y, z), ["com.microsoft.FusedConv", "GlobalAveragePool", "Mul", "Sigmoid"] + [f"{NCHWC}.Conv"] * 6
+          + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput", f"{NCHWC}.ReorderOutput"],
+          fired=["nchwc-conv-reordered-padded-input", "nchwc-conv-reordered-padded-input-padded-output"])
+
+
+def test_a_conv_reading_a_value_of_a_channel_count_reorders_cannot_take_stays_nchw(blocked):
+    """1.5 blocks plus 2 channels (not a multiple of 4, which onnxruntime's ReorderInput needs),
+    and half a block (below one block the blocked kernel reads NCHW itself): no padded ReorderInput."""
+    for c in (blocked + blocked // 2 + 2, blocked // 2):
+        g = G(c, 14)
+        check(g.model(g.conv(g.op("Neg", "x"), c, 2 * blocked, k=1)), ["Neg", "Conv"],
+              not_fired=["nchwc-conv-reordered-padded-input", "nchwc-conv-reordered-padded-input-padded-output"])
