@@ -30,6 +30,8 @@
   columns and rows appended (rules/contraction.egg pads where it is at least 1.03).
 The five booleans run with onnxruntime's graph optimizations off (the model as eqsat writes it),
 side by side (eqsat.latency.compare), and hold only where the fused form is at least 3% faster.
+- stem_conv_slowdown: how much slower than the dense convolutions an image's first 3x3
+  convolution (3 input channels) runs in NCHW (eqsat/calibrate_layout.py).
 - interpolation_flops: a linear Resize's time an output element (eqsat/calibrate_layout.py,
   resize_ns) at the vector rate above: the FLOPs the roofline charges it.
 - depthwise_gflops and layouts.nchwc (block, conv_speedup, depthwise_gflops, pool_speedup,
@@ -303,6 +305,7 @@ def measure(threads: int = 1, runs: int = 15) -> dict:
         "mem_gbps": round(bandwidth, 2),
         "cache_gbps": round(cache, 2),
         "conv_gflops": calibrate_layout.conv_gflops(threads),
+        "stem_conv_slowdown": calibrate_layout.stem_conv_slowdown(threads),
         "kernel_overhead_us": round(overhead, 3),
         "transcendental_flops": 10.0,
         "interpolation_flops": round(calibrate_layout.resize_ns(threads) * vector, 2),

@@ -37,6 +37,7 @@ DENSE = [(128, 1, 56), (256, 1, 28), (512, 1, 14), (1024, 1, 7),  # (channels, k
          (64, 3, 56), (128, 3, 28), (256, 3, 14), (512, 3, 7)]
 DEPTHWISE = [(64, 56), (128, 28), (256, 14), (512, 7)]
 POOLS = [(op, c, p) for op in ("MaxPool", "AveragePool") for c, p in ((64, 56), (128, 28), (256, 14), (512, 7))]
+STEMS = [(16, 224), (24, 224), (32, 224)]  # (output channels, pixels) of an image's first 3x3 convolution
 UPSAMPLES = [(128, 20, 2), (32, 56, 2), (32, 40, 8)]  # (channels, pixels, factor): linear, half_pixel
 FLOOR = 0.05  # the blocked op's time is at least this share of B (B - R is a difference of noisy medians)
 
@@ -93,12 +94,39 @@ def pool_models(op: str, c: int, pixels: int):
 
 def conv_gflops(threads: int = 1, runs: int = 20) -> float:
     """Dense NCHW convolutions' throughput (the DENSE shapes; geometric mean, GFLOP/s)."""
+    return round(_geomean(_dense_rates(threads, runs)), 2)
+
+
+def _dense_rates(threads: int, runs: int) -> list[float]:
     rates = []
     for c, k, p in DENSE:
         n, _, _, feeds = conv_models(c, k, p, 1, 8)
         (ms,) = compare([n], feeds, runs=runs, threads=threads)
         rates.append(2.0 * c * c * k * k * p * p / ms / 1e6)
-    return round(_geomean(rates), 2)
+    return rates
+
+
+def stem_models(cout: int, pixels: int) -> tuple:
+    """An image's first layer: a 3x3, stride 2 NCHW convolution of 3 channels to `cout`."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((cout, 3, 3, 3)) * 0.1).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
+    vi = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, pixels, pixels])]
+    yo = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    g = helper.make_graph([node], "stem", vi, yo, [numpy_helper.from_array(w, "w")])
+    return (helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+            {"x": rng.standard_normal((1, 3, pixels, pixels)).astype(np.float32)})
+
+
+def stem_conv_slowdown(threads: int = 1, runs: int = 20) -> float:
+    """How much slower the STEMS convolutions (3 channels, 3x3, stride 2) run than the DENSE
+    ones, both measured here side by side in time (ratio of geometric-mean throughputs)."""
+    stems = []
+    for cout, p in STEMS:
+        model, feeds = stem_models(cout, p)
+        (ms,) = compare([model], feeds, runs=runs, threads=threads)
+        stems.append(2.0 * 27 * cout * (p // 2) ** 2 / ms / 1e6)
+    return round(_geomean(_dense_rates(threads, runs)) / _geomean(stems), 3)
 
 
 def upsample_models(c: int, pixels: int, factor: int) -> tuple:

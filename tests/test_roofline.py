@@ -81,6 +81,26 @@ def test_a_linear_resize_costs_interpolation_flops_an_element_and_its_blocked_fo
     assert nearest["NchwcUpsample"] == pytest.approx(nearest["Resize"])
 
 
+def _conv_cost(hw: Hardware, cin: int, k: int) -> float:
+    """The roofline cost of the NCHW Conv of [1, cin, 32, 32] to 16 channels, k x k."""
+    w = onnx.numpy_helper.from_array(np.ones((16, cin, k, k), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[k // 2] * 4)], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, cin, 32, 32])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 16, 32, 32])], [w])
+    st = saturate(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), Options(layout="nchw"))
+    r = Roofline(hw)
+    r._setup(st.egraph)
+    return next(r.node_cost(st.egraph, n) for n in st.egraph.nodes.values() if n.op == "Conv")
+
+
+def test_an_image_stem_conv_runs_stem_conv_slowdown_times_slower_and_no_other_conv_does():
+    hw = dataclasses.replace(_hw(), conv_gflops=0.001)  # compute-bound: the cost is its FLOPs' time
+    slow = dataclasses.replace(hw, stem_conv_slowdown=3.0)
+    for cin, k, stem in ((3, 3, True), (8, 3, False), (32, 1, False)):  # 27 inputs an output: a stem; 72, 32: not
+        base, priced = _conv_cost(hw, cin, k), _conv_cost(slow, cin, k)
+        assert priced - 1.0 == pytest.approx((base - 1.0) * (3.0 if stem else 1.0)), (cin, k)
+
+
 def test_cpu_names_the_shipped_profile_of_this_machines_block(blocked):
     name = hardware_profile("cpu")
     assert Hardware.load(name).layouts["nchwc"]["block"] == blocked

@@ -46,6 +46,7 @@ MATMUL = {"MatMul", "FusedMatMul"}
 GEMM = {"Gemm", "FusedGemm"}
 CONV = {"Conv", "FusedConv", "NchwcConv", "NchwcConvPlain"}
 NO_LAYOUT_US = 1e6
+STEM_K = 64  # an NCHW convolution with fewer inputs per output runs at conv_gflops / stem_conv_slowdown
 PAYS = 1.03  # a measured speed-up below 3 % is within the noise: the rewrite is not taken
 ALIAS_BYTES = 4096  # rows this many bytes apart share L1 cache sets (64 sets of 64-byte lines)
 ALIAS_MIN_ROWS = 16  # fewer rows than this: measured no slower (a kernel reads few rows at once)
@@ -78,6 +79,10 @@ class Hardware:
     # dense NCHW convolution throughput (onnxruntime's im2col + GEMM runs below its MatMul's
     # rate); None: matmul_gflops
     conv_gflops: float | None = None
+    # how much slower than conv_gflops an NCHW convolution with a spatial kernel and fewer than
+    # STEM_K inputs per output (channels x kernel area: an image's 3x3 first layer) runs: a
+    # GEMM with so short an inner dimension is far below the rate (a 1x1 one is not)
+    stem_conv_slowdown: float = 1.0
     # bandwidth of an op whose tensors (read and written) fit in cache_mib MiB: element-wise
     # ops on activations that stay in cache run well above the streaming mem_gbps; None: mem_gbps
     cache_gbps: float | None = None
@@ -161,7 +166,7 @@ def _check_profile(p: Path, d: dict, cls) -> None:
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be true or false (JSON, unquoted)")
         if k == "name" and not isinstance(v, str):
             raise HardwareProfileError(f"{p}: name = {v!r}: must be a string")
-        if k == "contraction_alias_slowdown" and not (positive(v) and math.isfinite(v)):
+        if k in ("contraction_alias_slowdown", "stem_conv_slowdown") and not (positive(v) and math.isfinite(v)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a finite number > 0 (a time ratio; 1.0: no slower)")
         if k in ("transcendental_flops", "interpolation_flops", "depthwise_gflops", "conv_gflops", "cache_gbps",
                  "cache_mib") \
@@ -440,6 +445,14 @@ class Roofline(CostModel):
         groups = (x[1] // cin) if x and len(x) > 1 and x[1] > 0 and cin > 0 else 1
         return 2.0 * 4.0 * cin * kernel * math.prod(out[2:]) * out[0] * max(groups, 1)
 
+    def inner_dim(self, egraph: EGraph, inputs: list[str]) -> float:
+        """A convolution's inputs per output: input channels per group x kernel area (its
+        GEMM's inner dimension; unknown: STEM_K)."""
+        w = egraph.class_data.get(inputs[1], {}).get("shape") if len(inputs) >= 2 else None
+        if not w or len(w) < 3 or any(d < 0 for d in w[1:]):
+            return float(STEM_K)
+        return float(math.prod(w[1:]))
+
     def _strided(self, egraph: EGraph, node: Node) -> bool:
         """Whether a Conv's strides are other than 1 (unknown: assumed not)."""
         pos = {"Conv": 8, "FusedConv": 11}.get(node.op)
@@ -480,6 +493,8 @@ class Roofline(CostModel):
                 rate = float(dw) if dw else rate
             elif not blocked:
                 staged = self.im2col_bytes(egraph, node, inputs)
+                if staged and self.inner_dim(egraph, inputs) < STEM_K:
+                    rate /= hw.stem_conv_slowdown
         compute_us = flops / (rate * 1e3)
         memory_us = moved / (self.bandwidth(moved, node.op) * 1e3) + staged / (self.bandwidth(staged, "") * 1e3)
         if kind == "matmul" and hw.contraction_alias_slowdown != 1.0 \

@@ -133,6 +133,38 @@ def test_slice_with_step_one_over_everything_goes():
     check_rewrite(m, ["Relu"], fired=["slice-noop-step-1"])
 
 
+def test_two_slices_that_halve_a_tensor_become_one_split():
+    m = parse_model(H + """
+        agraph (float[1, 48, 7, 7] x) => (float[1, 24, 7, 7] y, float[1, 24, 7, 7] z) {
+            z0 = Constant <value = int64[1] {0}> ()
+            k = Constant <value = int64[1] {24}> ()
+            n = Constant <value = int64[1] {48}> ()
+            ax = Constant <value = int64[1] {1}> ()
+            a = Slice(x, z0, k, ax)
+            b = Slice(x, k, n, ax)
+            y = Relu(a)
+            z = Neg(b)
+        }""")
+    check_rewrite(m, ["Split", "Relu", "Neg"], fired=["slices-to-split"])
+
+
+def test_slices_that_leave_a_gap_or_cut_other_axes_stay_slices():
+    m = parse_model(H + """
+        agraph (float[1, 48, 8, 8] x) => (float[1, 16, 8, 8] y, float[1, 24, 8, 8] z, float[1, 48, 8, 4] w) {
+            z0 = Constant <value = int64[1] {0}> ()
+            k = Constant <value = int64[1] {16}> ()
+            g = Constant <value = int64[1] {24}> ()
+            n = Constant <value = int64[1] {48}> ()
+            four = Constant <value = int64[1] {4}> ()
+            ax = Constant <value = int64[1] {1}> ()
+            a3 = Constant <value = int64[1] {3}> ()
+            y = Slice(x, z0, k, ax)
+            z = Slice(x, g, n, ax)
+            w = Slice(x, z0, four, a3)
+        }""")
+    check_rewrite(m, ["Slice", "Slice", "Slice"], not_fired=["slices-to-split"])
+
+
 def test_zero_pads_go_for_ranks_1_to_4():
     m = parse_model(H + """
         agraph (float[5] a, float[2, 5] b, float[2, 3, 5] c, float[1, 2, 3, 5] d)
