@@ -67,6 +67,7 @@ corpus: $(BENCH_STAMP)
 	$(PY) benchmarks/light_models.py
 	$(PY) benchmarks/cnn_styles.py
 	$(PY) benchmarks/torchvision_models.py
+	$(PY) benchmarks/hf_vision_models.py
 
 # eqsat beside onnxruntime's optimizer, onnxsim, onnxslim, onnxoptimizer, onnxscript:
 # benchmarks/RESULTS.md and benchmarks/results/peers_*.png (cached in benchmarks/out/; BENCH_ARGS for more flags).

@@ -257,6 +257,11 @@ def _perturb_constant_parameters(model: nn.Module, std: float = 0.02) -> nn.Modu
 
 
 def _transformers():
+    try:
+        from benchmarks.torchvision_ops import declare
+    except ImportError:  # run as a script: benchmarks/ is on the path
+        from torchvision_ops import declare
+    declare()  # transformers imports torchvision where it is installed
     import transformers
 
     transformers.logging.set_verbosity_error()

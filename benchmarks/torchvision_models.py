@@ -10,9 +10,8 @@ Two sets, reported apart (benchmarks/results/cnn.md):
 
 Exports: TorchScript exporter, opset 17, batch 1, 224 x 224 (320 for segmentation, 299 for
 inception_v3), input `x`, output `y` (a segmentation model's "out"). Weights are random
-(seeded); nothing is downloaded. torchvision's wheel links CUDA libraries that a CPU torch
-lacks, so its two C++ operator schemas (nms, qnms) are declared with torch.library before the
-import; the models use neither. Each file is named tv_NAME.onnx; existing files are kept.
+(seeded); nothing is downloaded. torchvision imports beside the CPU torch through
+benchmarks/torchvision_ops.py. Each file is named tv_NAME.onnx; existing files are kept.
 """
 
 from __future__ import annotations
@@ -33,17 +32,10 @@ SETS = {"development": DEVELOPMENT, "held-out": HELD_OUT, "all": DEVELOPMENT + H
 
 
 def _torchvision():
-    """torchvision's model modules, importable beside a CPU torch."""
-    import torch
+    """torchvision's model modules, importable beside a CPU torch (benchmarks/torchvision_ops.py)."""
+    from torchvision_ops import declare
 
-    if not hasattr(_torchvision, "lib"):
-        try:
-            lib = torch.library.Library("torchvision", "DEF")
-            lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-            lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-            _torchvision.lib = lib  # keep the definitions alive
-        except RuntimeError:  # already defined (torchvision's own extension loaded)
-            _torchvision.lib = None
+    declare()
     import torchvision.models as models
     import torchvision.models.segmentation as segmentation
 
