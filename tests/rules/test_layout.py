@@ -26,7 +26,7 @@ from eqsat.target import nchwc_block
 from eqsat.verify import compare, random_inputs, run
 from extract.costs.roofline import HARDWARE_DIR
 
-from ..conftest import assert_same_outputs, check_rewrite, op_list
+from ..conftest import assert_same_outputs, check_rewrite, op_list, optimized
 
 RNG = np.random.default_rng(0)
 NCHWC = "com.microsoft.nchwc"
@@ -232,7 +232,7 @@ def test_pooling_concat_add_relu_run_blocked(blocked):
     check(g.model(y),
           [f"{NCHWC}.Conv"] * 4 + [f"{NCHWC}.Conv", f"{NCHWC}.AveragePool", "Concat", f"{NCHWC}.ReorderInput",
                                    f"{NCHWC}.ReorderOutput"],
-          fired=["nchwc-concat-2", "nchwc-average-pool", "nchwc-average-pool-blocked-input"])
+          fired=["nchwc-concat", "nchwc-average-pool", "nchwc-average-pool-blocked-input"])
 
 
 def test_sum_concat_and_global_max_pool_run_blocked(blocked):
@@ -249,8 +249,38 @@ def test_sum_concat_and_global_max_pool_run_blocked(blocked):
     y4 = g.op("GlobalMaxPool", g.op("Concat", r, a, b, s, axis=1))
     check(g.model(y3, y4), [f"{NCHWC}.Conv"] * 3 + ["Sum", "Concat", "Concat"]
           + [f"{NCHWC}.GlobalMaxPool"] * 2 + [f"{NCHWC}.ReorderInput"] + [f"{NCHWC}.ReorderOutput"] * 2,
-          fired=["nchwc-sum", "nchwc-concat-3", "nchwc-concat-4", "nchwc-global-max-pool",
+          fired=["nchwc-sum", "nchwc-concat", "nchwc-global-max-pool",
                  "nchwc-global-max-pool-blocked-input", "nchwc-candidate-conv-add"])
+
+
+def test_a_concat_of_many_blocked_values_runs_blocked(blocked):
+    """A DenseNet-style Concat of six blocked convs along the channels, read by a conv: the
+    Concat runs on the blocked values whatever its number of inputs (nchwc-concat walks the
+    input list), so the only reorders are the input's and the output's."""
+    c = 2 * blocked
+    g = G(c, 14)
+    cat = g.op("Concat", *(g.op("Relu", g.conv("x", c, c, k=1)) for _ in range(6)), axis=1)
+    check(g.model(g.conv(cat, 6 * c, c)),
+          [f"{NCHWC}.Conv"] * 7 + ["Concat", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
+          fired=["nchwc-concat", "nchwc-concat-inputs", "nchwc-concat-suffix", "nchwc-concat-blocked-end",
+                 "nchwc-concat-blocked-input"])
+
+
+def test_a_concat_with_an_input_of_partial_blocks_stays_nchw(blocked):
+    """The same Concat with its first input of 1.5 blocks (its blocked form is padded: its channels
+    do not end on a block boundary, so the blocked inputs would not lie back to back): the
+    Concat stays NCHW (guard of nchwc-concat-blocked-input: whole blocks), though the other
+    five inputs' suffix of the list is blocked."""
+    c = 2 * blocked
+    g = G(c, 14)
+    ins = [g.op("Relu", g.conv("x", c, c - blocked // 2, k=1))] + [g.op("Relu", g.conv("x", c, c, k=1)) for _ in range(5)]
+    cat = g.op("Concat", *ins, axis=1)
+    m = g.model(g.conv(cat, 6 * c - blocked // 2, c))
+    res = optimized(m)
+    matches = res.report["saturation"]["rule_matches"]
+    assert matches.get("nchwc-concat-blocked-input", 0) > 0 and matches.get("nchwc-concat", 0) == 0
+    assert "Concat" in op_list(res.model)  # the NCHW Concat: the op language's, no blocked form
+    assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
 
 
 # ---- where the layout must not be used
@@ -433,7 +463,7 @@ def test_concat_along_the_image_stays_nchw(blocked):
     outs = [g.op("Concat", *cs[:2], axis=2), g.op("Concat", *cs[:3], axis=2), g.op("Concat", *cs, axis=3)]
     check(g.model(*outs), ["Concat"] * 3 + ["Conv"] * 2 + [f"{NCHWC}.Conv"] * 2
           + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput", f"{NCHWC}.ReorderOutput"],
-          fired=["nchwc-conv"], not_fired=["nchwc-concat-2", "nchwc-concat-3", "nchwc-concat-4"])
+          fired=["nchwc-conv"], not_fired=["nchwc-concat", "nchwc-concat-inputs"])
 
 
 def test_channels_not_a_multiple_of_the_block_stay_nchw_unless_padded(blocked):
