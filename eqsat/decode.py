@@ -11,7 +11,7 @@ opset (inputs that older opsets took as attributes become attributes again).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 
 import numpy as np
 import onnx
@@ -105,8 +105,10 @@ class Decoder:
         tensors: TensorStore,
         protos: ProtoStore,
         value_names: Mapping[str, list[str]],  # e-class -> original value names, in graph order
+        contradicted: Set[str] = frozenset(),  # value_info that inference contradicts: not written
     ) -> None:
         self.model = model
+        self.contradicted = contradicted
         self.eg = egraph
         self.choice = choice
         self.tensors = tensors
@@ -530,6 +532,8 @@ class Decoder:
     def _typed_attr(self, a: Attr, c: str) -> AttributeProto | None:
         """The attribute for e-class c, or None where it is absent or its default."""
         k = a.kind
+        if k in ("float", "float?", "floats"):
+            _check_float32(a.name, self.optfloat(c) if k == "float?" else self.vec(c) if k == "floats" else self.lit(c))
         if k in ("int", "float", "str"):
             v = self.lit(c)
             if a.default is not None and (v == a.default or (k == "float" and np.float32(v) == np.float32(a.default))):
@@ -607,11 +611,29 @@ class Decoder:
         order = {t.name: i for i, t in enumerate(g.initializer)}
         for k in sorted(self.inits, key=lambda k: order.get(k, len(order))):
             graph.initializer.add().CopyFrom(self.inits[k])
-        # Types of intermediate values that kept their original name and meaning.
+        # Types of intermediate values that kept their original name and meaning, but for
+        # declarations inference contradicts (eqsat.shapes: they are wrong, the original's too).
         produced = {o for n in self.nodes for o in n.output}
         kept = {name for c, name in self.value.items() if name and name in self.value_names.get(c, ())}
-        graph.value_info.extend(vi for vi in g.value_info if vi.name in produced and vi.name in kept)
+        graph.value_info.extend(vi for vi in g.value_info
+                                if vi.name in produced and vi.name in kept and vi.name not in self.contradicted)
         return m
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _float32(v: float) -> np.float32:
+    with np.errstate(over="ignore"):
+        return np.float32(v)
+
+
+def _check_float32(name: str, value) -> None:
+    """A float attribute is a float32: a value a rule computed in f64 beyond its range would
+    be written as an infinity (1e30 * 1e30 as a scale). Raises rather than write that."""
+    for v in value if isinstance(value, list) else [value]:
+        if v is not None and np.isfinite(v) and abs(v) > FLOAT32_MAX and np.isinf(_float32(v)):
+            raise OptimizeError(f"attribute {name} = {v!r} has no float32 value (it would be written as an infinity)")
 
 
 def _renamed(t: TensorProto, name: str) -> TensorProto:

@@ -80,20 +80,30 @@ def type_of(tp: TypeProto) -> ValueType | None:
     return ValueType(tt.elem_type, tuple(dims))
 
 
-def _skeleton(model: ModelProto) -> ModelProto:
+def _skeleton(model: ModelProto, declared: bool = False) -> ModelProto:
     """A copy for shape inference without the data of large initializers (the data is
-    only needed for small shape-like tensors), so a 2 GiB model does not get copied, and
-    without the defaults of overridable inputs (eqsat.initializers): inference must not take
-    a value the caller may replace for a constant."""
+    only needed for small shape-like tensors), so a 2 GiB model does not get copied, without
+    the defaults of overridable inputs (eqsat.initializers): inference must not take a value
+    the caller may replace for a constant, and without the declared types of the graph's
+    outputs and value_info (the outputs keep their names): those may contradict what the
+    nodes compute (onnxruntime only warns), and onnx's inference keeps a declared size where
+    it infers none, so Expand(x[1], s) declared float[1] had the shape [1] and became x.
+    Only the graph's inputs keep their declared types: they are the contract with the caller.
+    `declared` keeps the others too, for what is no rewrite's fact (the memory planner's sizes
+    of a custom op's outputs)."""
     sk = model_shell(model)
     free = overridable_inputs(model)
     g = model.graph
     sg = sk.graph
     sg.name = g.name
     sg.input.extend(g.input)
-    sg.output.extend(g.output)
-    sg.value_info.extend(g.value_info)
-    sg.node.extend(g.node)
+    if declared:
+        sg.output.extend(g.output)
+        sg.value_info.extend(g.value_info)
+    else:
+        for o in g.output:
+            sg.output.add().name = o.name
+    sg.node.extend(_shape_proxy(n) or n for n in g.node)
     sg.sparse_initializer.extend(g.sparse_initializer)
     for t in g.initializer:
         if t.name in free:
@@ -109,9 +119,40 @@ def _skeleton(model: ModelProto) -> ModelProto:
     return sk
 
 
-def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
-    """Types of the main graph's values. Returns (types, warning): shape inference that
-    fails leaves the declared types only and says why in the warning.
+# onnxruntime's fused ops whose outputs have the shape and type of a standard op's on the
+# same inputs and attributes, less the fusion's own attributes; neither onnx's inference nor
+# onnxruntime's symbolic one knows them, and their declared types are no facts
+_PROXIES = {"FusedConv": ("Conv", 3, {"activation", "activation_params"}),
+            "FusedGemm": ("Gemm", 3, {"activation", "activation_alpha", "activation_beta", "activation_gamma"}),
+            "FusedMatMul": ("MatMul", 2, {"alpha"})}
+
+
+def _shape_proxy(n: onnx.NodeProto) -> onnx.NodeProto | None:
+    """For shape inference only: the standard op computing a fused op's output shape
+    (`_PROXIES`; a FusedMatMul only without its transposes), or None."""
+    if n.domain != "com.microsoft" or n.op_type not in _PROXIES or len(n.output) != 1:
+        return None
+    op, inputs, dropped = _PROXIES[n.op_type]
+    attrs = [a for a in n.attribute if a.name not in dropped]
+    if op == "MatMul" and any(a.i for a in attrs):  # transA, transB, transBatchA, transBatchB
+        return None
+    proxy = onnx.NodeProto()
+    proxy.op_type, proxy.name = op, n.name
+    proxy.input.extend(n.input[:inputs])
+    proxy.output.extend(n.output)
+    proxy.attribute.extend(attrs)
+    return proxy
+
+
+def infer_types(model: ModelProto, declared: bool = False) -> tuple[dict[str, ValueType], str | None]:
+    """Types of the main graph's values, as inference computes them from the graph's inputs
+    (their declared types), its initializers and its nodes: rules take them as facts, so a
+    type that the model only declares (for a graph output or in value_info) is not one, and
+    a declaration that contradicts inference (another element type, rank or size) is named
+    in the warning. Returns (types, warning): shape inference that fails leaves the types
+    of the inputs and initializers only and says why in the warning. `declared` also takes
+    the declared types where inference left a value less precise, for what is no fact (the
+    stand-in values of nodes verification cannot run, eqsat.standins: both models get them).
 
     onnxruntime's symbolic shape inference runs first when onnxruntime is installed: it
     relates symbolic dimensions across ops (the sequence length of an attention mask built
@@ -143,7 +184,7 @@ def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
             graphs.insert(0, symbolic.graph)
             warning = None
     if not graphs:
-        graphs.append(model.graph)
+        graphs.append(sk.graph)  # the inputs' declared types only
     types: dict[str, ValueType] = {}
     for graph in graphs:  # the first one that knows a value's shape wins
         for vi in [*graph.input, *graph.value_info, *graph.output]:
@@ -158,14 +199,61 @@ def infer_types(model: ModelProto) -> tuple[dict[str, ValueType], str | None]:
     for name in suspect:
         if name in types:
             types[name] = ValueType(types[name].elem, None)
-    # Declared types win where inference left a value less precise.
-    for vi in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
+    contradicted = contradicted_declarations(model, types)
+    # The inputs' declared types win where inference left them less precise.
+    for vi in [*model.graph.input, *((*model.graph.output, *model.graph.value_info) if declared else ())]:
         t = type_of(vi.type)
-        if t is not None and (vi.name not in types or types[vi.name].dims is None):
+        if t is not None and vi.name not in contradicted and (vi.name not in types or types[vi.name].dims is None):
             types[vi.name] = t
     for t in fixed_initializers(model).values():
         types.setdefault(t.name, ValueType(t.data_type, tuple(int(d) for d in t.dims)))
+    if contradicted:
+        lines = list(contradicted.values())
+        shown = "; ".join(lines[:CONTRADICTIONS_SHOWN])
+        if len(lines) > CONTRADICTIONS_SHOWN:
+            shown += f"; and {len(lines) - CONTRADICTIONS_SHOWN} more"
+        warning = ((warning + "; ") if warning else "") + (
+            f"declared types contradict what the graph computes, the computed ones are used: {shown}")
     return types, warning
+
+
+CONTRADICTIONS_SHOWN = 3
+
+
+def contradicted_declarations(model: ModelProto, types: dict[str, ValueType]) -> dict[str, str]:
+    """The declared types of graph outputs and value_info that inference contradicts: another
+    element type, another rank, or another size at an axis where both give a number (a
+    number declared where inference gives a symbol is no contradiction: the symbol may have
+    that size; it is not a fact either). Name -> a line with the declared and computed type."""
+    out: dict[str, str] = {}
+    seen: set[str] = set()
+    inputs = {vi.name for vi in model.graph.input}
+    for vi in [*model.graph.output, *model.graph.value_info]:
+        if vi.name in seen or vi.name in inputs:
+            continue
+        seen.add(vi.name)
+        declared, computed = type_of(vi.type), types.get(vi.name)
+        if declared is None or computed is None:
+            continue
+        elem = bool(declared.elem and computed.elem and declared.elem != computed.elem)
+        dims = declared.dims is not None and computed.dims is not None and (
+            len(declared.dims) != len(computed.dims) or any(
+                isinstance(a, int) and isinstance(b, int) and a != b
+                for a, b in zip(declared.dims, computed.dims, strict=True)))
+        if elem or dims:
+            out[vi.name] = f"{vi.name!r} declared {_typename(declared)}, computed {_typename(computed)}"
+    return out
+
+
+def _typename(t: ValueType) -> str:
+    """float[2, n], int64[?], float (unknown rank): as ONNX's text format writes a type."""
+    try:
+        elem = onnx.helper.tensor_dtype_to_string(t.elem).split(".")[-1].lower() if t.elem else "?"
+    except (KeyError, ValueError):
+        elem = f"type {t.elem}"
+    if t.dims is None:
+        return elem
+    return f"{elem}[{', '.join('?' if d is None else str(d) for d in t.dims)}]"
 
 
 def _disagreements(a: GraphProto, b: GraphProto) -> set[str]:

@@ -97,13 +97,14 @@ class StagedRunner:
     `keys` maps a random node's first output name to the key its draw is made from (default:
     the name itself)."""
 
-    def __init__(self, model: ModelProto, keys: dict[str, str] | None = None) -> None:
+    def __init__(self, model: ModelProto, keys: dict[str, str] | None = None, optimize: bool = True) -> None:
         self.model = model
         self.keys = keys or {}
+        self.optimize = optimize  # onnxruntime's graph optimizations on the stages (eqsat.verify)
         cuts = CutNodes(model)
         self.nodes = list(model.graph.node)  # held: the cut kinds below are keyed by these objects
         self.kind = {id(n): why for n in self.nodes if (why := cuts.why(n))}
-        self.types, _ = infer_types(model)
+        self.types, _ = infer_types(model, declared=True)  # a custom op's output type is only declared
         self.stages = self._stages()
 
     def cut_summary(self) -> Counter:
@@ -152,7 +153,7 @@ class StagedRunner:
                 if wanted:
                     sub = self._stage_model(stage.nodes, values, wanted, inits)
                     try:
-                        sess = session(sub)
+                        sess = session(sub, self.optimize)
                         got = sess.run(wanted, {i.name: np.asarray(values[i.name]) for i in sub.graph.input})
                     except Exception as e:  # noqa: BLE001 - onnxruntime's reason, one line
                         raise StandInError(f"onnxruntime cannot run the part of the model between the cut "

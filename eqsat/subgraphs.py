@@ -81,7 +81,7 @@ def optimize_subgraphs(model: ModelProto, opts: Options,
             continue
         sub_opts = dataclasses.replace(opts, save_egraph=None, explain=False, choice=None,
                                        limits=dataclasses.replace(opts.limits, time_limit=left))
-        body, opsets, nested, why = _optimize_body(model, g, types, consts, sub_opts)
+        body, opsets, nested, why = _optimize_body(model, g, types, consts, sub_opts, node)
         nested = [{**r, "path": f"{path}/{r['path']}"} for r in nested]
         rows.extend(nested)
         if body is None:
@@ -141,7 +141,11 @@ def _row(path: str, node: NodeProto, g: GraphProto, **extra) -> dict:
 
 
 def _outer_types(model: ModelProto) -> dict[str, TypeProto]:
-    """Types of the main graph's values: declared, then from onnx's shape inference.
+    """Types of the main graph's values, from onnx's shape inference over the graph's
+    inputs and nodes (eqsat.shapes._skeleton: declared output and value_info types are no
+    facts); where it gives none, a declared one without its shape: a body becomes a model
+    with these values as inputs, which needs an element type, and a declared size that the
+    value does not have would be a fact inside the body (Expand(z, s) to z's shape as z).
     Dimensions that inference made up (unk__N) become unknown: nothing proves them equal."""
     types: dict[str, TypeProto] = {}
     g = model.graph
@@ -153,9 +157,10 @@ def _outer_types(model: ModelProto) -> dict[str, TypeProto]:
         raise
     except Exception:  # noqa: BLE001 - inference is best effort; the declared types remain
         pass
+    inputs = {vi.name for vi in g.input}
     for vi in [*g.input, *g.output, *g.value_info]:
         if _known(vi.type) and not _known(types.get(vi.name)):
-            types[vi.name] = vi.type
+            types[vi.name] = vi.type if vi.name in inputs else _without_shape(vi.type)
     for t in g.initializer:
         types.setdefault(t.name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
     out: dict[str, TypeProto] = {}
@@ -181,6 +186,24 @@ def _known(tp: TypeProto | None) -> bool:
     if kind == "optional_type":
         return _known(tp.optional_type.elem_type)
     return True
+
+
+def _without_shape(tp: TypeProto) -> TypeProto:
+    """A copy of `tp` whose tensors have no shape (unknown rank)."""
+    out = TypeProto()
+    out.CopyFrom(tp)
+    t = out
+    while True:
+        kind = t.WhichOneof("value")
+        if kind == "tensor_type":
+            t.tensor_type.ClearField("shape")
+            return out
+        if kind == "sequence_type":
+            t = t.sequence_type.elem_type
+        elif kind == "optional_type":
+            t = t.optional_type.elem_type
+        else:
+            return out
 
 
 def _forget_made_up_dims(tp: TypeProto) -> None:
@@ -215,7 +238,8 @@ def _outer_constants(model: ModelProto) -> dict[str, TensorProto]:
 
 
 def _optimize_body(model: ModelProto, g: GraphProto, types: dict[str, TypeProto], consts: dict[str, TensorProto],
-                   opts: Options) -> tuple[GraphProto | None, dict[str, int], list[dict], str]:
+                   opts: Options, node: NodeProto | None = None
+                   ) -> tuple[GraphProto | None, dict[str, int], list[dict], str]:
     """(new body or None, opsets it needs beyond the model's, nested report rows, reason
     when None). Outer values that are constants enter the standalone model as initializers,
     so that rules and folding see them; the new body drops them again (it reads them from
@@ -230,7 +254,7 @@ def _optimize_body(model: ModelProto, g: GraphProto, types: dict[str, TypeProto]
     if len(g.sparse_initializer):
         return None, {}, [], "the body has sparse initializers"
     const_refs = {r: consts[r] for r in refs if r in consts}
-    standalone = _standalone(model, g, refs, types, const_refs)
+    standalone = _standalone(model, g, refs, types, const_refs, node)
     try:
         res = optimize(standalone, opts)
     except UsageError:
@@ -264,13 +288,38 @@ def _optimize_body(model: ModelProto, g: GraphProto, types: dict[str, TypeProto]
 
 
 def _standalone(model: ModelProto, g: GraphProto, refs: list[str], types: dict[str, TypeProto],
-                const_refs: dict[str, TensorProto]) -> ModelProto:
-    """The body as a model: formal inputs, then the outer values it reads as inputs (or as
-    initializers where they are constants), its own outputs, nodes and initializers."""
+                const_refs: dict[str, TensorProto], node: NodeProto | None = None) -> ModelProto:
+    """The body as a model: formal inputs (their types as `_formal_types` gives them), then
+    the outer values it reads as inputs (or as initializers where they are constants), its
+    own outputs, nodes and initializers."""
+    formal, carried = _formal_types(g, node, types)
+    while True:
+        m = _build(model, g, formal, refs, types, const_refs)
+        if not carried:
+            return m
+        # a carried value keeps its initial shape where inference gives its next value that
+        # shape; each one dropped may change the others
+        from .shapes import infer_types, type_of
+
+        try:
+            inferred, _ = infer_types(m)
+        except InvalidModelError:
+            inferred = {}
+        drop = [(i, o) for i, o in carried
+                if not _same_dims(type_of(formal[i]), inferred.get(g.output[o].name) if o < len(g.output) else None)]
+        if not drop:
+            return m
+        for i, o in drop:
+            formal[i] = _without_shape(formal[i])
+            carried.remove((i, o))
+
+
+def _build(model: ModelProto, g: GraphProto, formal: list[TypeProto], refs: list[str], types: dict[str, TypeProto],
+           const_refs: dict[str, TensorProto]) -> ModelProto:
     m = model_shell(model)
     sg = m.graph
     sg.name = g.name
-    sg.input.extend(g.input)
+    sg.input.extend(helper.make_value_info(vi.name, tp) for vi, tp in zip(g.input, formal, strict=True))
     sg.input.extend(helper.make_value_info(r, types[r]) for r in refs if r not in const_refs)
     sg.output.extend(g.output)
     sg.node.extend(g.node)
@@ -281,6 +330,64 @@ def _standalone(model: ModelProto, g: GraphProto, refs: list[str], types: dict[s
         c.name = r
     sg.value_info.extend(g.value_info)
     return m
+
+
+def _formal_types(g: GraphProto, node: NodeProto | None, types: dict[str, TypeProto]
+                  ) -> tuple[list[TypeProto], list[tuple[int, int]]]:
+    """The types of a body's formal inputs as facts, and the (formal input, body output)
+    pairs of its carried values. A formal input keeps its declared element type, and a shape
+    only where the enclosing node's inputs give it, not the body's declaration, which nothing
+    checks (a Loop's carried value may grow each iteration: declared float[1], Shape(v) was
+    folded to [1] where the second iteration has [2]):
+    - a Scan's (opset >= 9) scanned input: the outer input's shape less its scan axis;
+    - a Loop's carried value or a Scan's state: the initial value's shape, kept by
+      `_standalone` only where inference gives the body's next value that same shape.
+    Any other formal input (a Loop's iteration number and condition, the inputs of a custom
+    op's body; an If has none) has no shape."""
+    out = [_without_shape(vi.type) for vi in g.input]
+    carried: list[tuple[int, int]] = []
+    if node is None or node.domain not in ("", "ai.onnx") or node.op_type not in ("Loop", "Scan"):
+        return out, carried
+
+    def outer(name: str, drop_axis: int | None = None) -> TypeProto | None:
+        tp = types.get(name) if name else None
+        if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+            return None
+        dims = list(tp.tensor_type.shape.dim)
+        if drop_axis is not None:
+            axis = drop_axis + len(dims) if drop_axis < 0 else drop_axis
+            if not 0 <= axis < len(dims):
+                return None
+            del dims[axis]
+        t = TypeProto()
+        t.tensor_type.elem_type = tp.tensor_type.elem_type
+        t.tensor_type.shape.dim.extend(dims)
+        return t
+
+    attrs = {a.name: a for a in node.attribute}
+    if node.op_type == "Loop":
+        for j in range(len(g.input) - 2):
+            if 2 + j < len(node.input) and (t := outer(node.input[2 + j])) is not None:
+                out[2 + j] = t
+                carried.append((2 + j, 1 + j))
+    elif "num_scan_inputs" in attrs and len(node.input) == len(g.input):  # not Scan-8 (sequence_lens first)
+        m = attrs["num_scan_inputs"].i
+        n = len(g.input) - m
+        axes = list(attrs["scan_input_axes"].ints) if "scan_input_axes" in attrs else []
+        for i in range(m):
+            if (t := outer(node.input[n + i], axes[i] if i < len(axes) else 0)) is not None:
+                out[n + i] = t
+        for j in range(n):
+            if (t := outer(node.input[j])) is not None:
+                out[j] = t
+                carried.append((j, j))
+    return out, carried
+
+
+def _same_dims(a, b) -> bool:
+    """Whether two ValueTypes have one shape: the same number or named symbol at every axis."""
+    return (a is not None and b is not None and a.dims is not None and b.dims is not None and len(a.dims) == len(b.dims)
+            and all(x is not None and x == y for x, y in zip(a.dims, b.dims, strict=True)))
 
 
 def _histogram(g: GraphProto) -> Counter:

@@ -84,7 +84,7 @@ def input_dims(model: ModelProto, dims: dict[str, int]) -> dict[str, int]:
 def _bind(model: ModelProto, dims: dict[str, int]) -> ModelProto:
     from ..shapes import _skeleton  # a copy without the data of large initializers
 
-    sk = _skeleton(model)
+    sk = _skeleton(model, declared=True)  # a custom op's output is sized by its declaration alone
     g = sk.graph
     for vi in [*g.input, *g.value_info, *g.output]:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
