@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--rtol", type=nonnegative_float,
                    help="verification relative tolerance (default by output type: 1e-3, float16 1e-2, float64 1e-9)")
     o.add_argument("--atol", type=nonnegative_float,
-                   help="verification absolute tolerance (default by output type: 1e-4, float16 1e-3, float64 1e-12)")
+                   help="verification absolute tolerance (default by output type: 1e-4, float16 1e-3, float64 1e-12, "
+                        "times the output's largest magnitude where that is below 1)")
     o.add_argument("--in-place", action="store_true",
                    help="replace the input with the output (the default output then is the input itself; "
                         "-o may name it)")

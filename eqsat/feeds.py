@@ -18,6 +18,9 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
 - an overridable input (eqsat.initializers) gets its default value; `vary_overridable`
   scales each floating-point default elementwise by a factor in [0.5, 1.5] (signs, and so
   a variance's positivity, are kept).
+`with_special_values` puts zeros or large magnitudes among the floats drawn;
+`with_large_sizes` makes every size 2 or 3 (a rewrite right for sizes 0 and 1 only, such as
+an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1).
 `describe()` says what was drawn, for the verification report.
 """
 
@@ -37,6 +40,7 @@ from .lang.dtypes import np_dtype
 from .shapes import type_of
 
 GENERAL = (-9, 10)  # integers drawn in [-9, 9]
+LARGE_SIZES_MAX = 8  # elements of a size input that Feeds.with_large_sizes sets to 2 or 3 (a shape of rank 8)
 
 # (domain, op type) -> {input position: how the indexed axis is found}: "axis" reads the
 # node's axis attribute on input 0, an int names that input's first axis, "min" the smallest
@@ -274,6 +278,59 @@ class Feeds:
         if role.kind == "divisor":
             out[out == 0] = 1
         return out.astype(dt)
+
+    def with_special_values(self, feeds: dict[str, np.ndarray], seed: int, kind: str) -> dict[str, np.ndarray]:
+        """`feeds` with special values among the floating-point inputs (not the overridable
+        ones: those are weights), for rewrites that are wrong only on such values:
+        - "zeros": a quarter of the elements 0;
+        - "large": one element +LARGE and one -LARGE, LARGE the type's largest value to the
+          power 0.4 (about 2e15 in float32: its square, and a sum of a thousand squares, stay
+          finite; its product by 1e30 does not); none in float16 or bfloat16 (LARGE would be
+          below 100);
+        The large values go to random positions, one of each, so that they seldom cancel
+        against each other. No inf or NaN: onnxruntime's own kernels disagree on NaN (its NCHW
+        and channel-blocked MaxPool skip or keep a NaN in a window by position, giving other
+        finite maxima), and an inf becomes NaN in the first product with weights of both signs,
+        so no rewrite that changes a kernel could keep what they give (README: what the
+        rewrites do not keep)."""
+        rng = np.random.default_rng(seed)
+        out = {}
+        for name, v in feeds.items():
+            if name in self.free or not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.size == 0:
+                out[name] = v
+                continue
+            v = v.copy()
+            flat = v.reshape(-1)
+            picks: list[float] = []
+            if kind == "zeros":
+                flat[rng.random(flat.size) < 0.25] = 0
+            elif kind == "large" and v.dtype.itemsize >= 4:
+                big = float(np.finfo(v.dtype).max) ** 0.4
+                picks = [big, -big]
+            for pos, val in zip(rng.permutation(flat.size)[:len(picks)], picks, strict=False):
+                flat[pos] = val
+            out[name] = v
+        return out
+
+    def has_sizes(self) -> bool:
+        """Whether an integer input is a size (`with_large_sizes` may change something)."""
+        return any(role.kind == "size" for role in self.roles.values())
+
+    def with_large_sizes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+        """`feeds` with every size input (role "size", not overridable) drawn from {2, 3}
+        instead of {0, 1}: an Expand, Tile, Slice or Reshape that a rule took for a no-op by a
+        shape it assumed computes as much as the original only for sizes it can hold. Sizes
+        the original does not run with (a Reshape target that does not fit, an axis beyond the
+        rank) are the caller's to leave out. An input of more than LARGE_SIZES_MAX elements
+        keeps its draw: as a ConstantOfShape's or Expand's shape, 2 or 3 at each of 64 axes
+        would ask for 2^64 elements."""
+        rng = np.random.default_rng(seed)
+        out = dict(feeds)
+        for name, role in self.roles.items():
+            v = feeds.get(name)
+            if role.kind == "size" and isinstance(v, np.ndarray) and v.size <= LARGE_SIZES_MAX:
+                out[name] = rng.integers(2, 4, size=v.shape).astype(v.dtype)
+        return out
 
     def describe(self, sizes: dict[str, int] | None = None, wide: bool = True,
                  vary_overridable: bool = False) -> str:

@@ -97,19 +97,38 @@ def tolerance(dtype) -> tuple[float, float]:
     return TOLERANCE.get(np.dtype(dtype).name, DEFAULT_TOLERANCE)
 
 
+def _scale(e: np.ndarray) -> float:
+    """The default absolute tolerance's factor for an output: its largest finite magnitude,
+    where that is below 1, but not below the square root of the type's smallest normal
+    (about 1e-19 for float32: smaller outputs are the remains of underflow, which rounding
+    moves by more than their size; a MobileViT with random weights ends near 1e-40). An
+    output whose values are all about 1e-9 (a network with random weights) passed anything
+    within 1e-4 of them: a bias of another layer's passed there."""
+    if e.dtype.kind not in "fc" or e.size == 0:
+        return 1.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        m = np.abs(e[np.isfinite(e)])
+    top = float(m.max()) if m.size else 1.0
+    return min(1.0, max(top, float(np.sqrt(np.finfo(e.dtype).tiny))))
+
+
 def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol: float | None = 0.0,
-            atol: float | None = 0.0) -> list[Mismatch]:
+            atol: float | None = 0.0, finite_free: bool = False) -> list[Mismatch]:
     """Differences between two runs: names, dtypes, shapes, then values (exact when
-    rtol = atol = 0; NaN equals NaN; None: `tolerance` of each output's element type)."""
+    rtol = atol = 0, and always for integers and booleans; NaN equals NaN, inf equals inf of
+    its sign and nothing else; None: `tolerance` of each output's element type).
+    `finite_free`: floating-point values need only be finite where the expected ones are, and
+    the same NaN or infinity where they are not."""
     out: list[Mismatch] = []
     if list(expected) != list(actual):
         return [Mismatch(",".join(actual), f"output names differ: expected {list(expected)}")]
     for name, e in expected.items():
-        out.extend(_compare_value(name, e, actual[name], rtol, atol))
+        out.extend(_compare_value(name, e, actual[name], rtol, atol, finite_free))
     return out
 
 
-def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: float | None) -> list[Mismatch]:
+def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: float | None,
+                   finite_free: bool = False) -> list[Mismatch]:
     """One output: a tensor, a sequence (list) of tensors, a map, or None (optional)."""
     out: list[Mismatch] = []
     if e is None or a is None:
@@ -118,24 +137,24 @@ def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: fl
         if not (isinstance(e, dict) and isinstance(a, dict)) or list(e) != list(a):
             return [Mismatch(name, "maps differ in their keys")]
         for k in e:
-            out.extend(_compare_value(f"{name}[{k!r}]", e[k], a[k], rtol, atol))
+            out.extend(_compare_value(f"{name}[{k!r}]", e[k], a[k], rtol, atol, finite_free))
         return out
     if isinstance(e, list) or isinstance(a, list):
         if not (isinstance(e, list) and isinstance(a, list)) or len(e) != len(a):
             return [Mismatch(name, "sequences differ in length or kind")]
         for i, (x, y) in enumerate(zip(e, a, strict=True)):
-            out.extend(_compare_value(f"{name}[{i}]", x, y, rtol, atol))
+            out.extend(_compare_value(f"{name}[{i}]", x, y, rtol, atol, finite_free))
         return out
-    return _compare_tensor(name, np.asarray(e), np.asarray(a), rtol, atol)
+    return _compare_tensor(name, np.asarray(e), np.asarray(a), rtol, atol, finite_free)
 
 
-def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None, atol: float | None
-                    ) -> list[Mismatch]:
+def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None, atol: float | None,
+                    finite_free: bool = False) -> list[Mismatch]:
     if e.dtype != a.dtype:
         return [Mismatch(name, f"dtype {a.dtype}, expected {e.dtype}")]
     if rtol is None or atol is None:
         r, t = tolerance(e.dtype)
-        rtol, atol = r if rtol is None else rtol, t if atol is None else atol
+        rtol, atol = r if rtol is None else rtol, t * _scale(e) if atol is None else atol
     if e.shape != a.shape:
         return [Mismatch(name, f"shape {a.shape}, expected {e.shape}")]
     if e.dtype == object or e.dtype.kind in "SUb":
@@ -145,7 +164,11 @@ def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None,
             e, a = e.astype(np.float32), a.astype(np.float32)
         except (TypeError, ValueError):
             return [] if e.tobytes() == a.tobytes() else [Mismatch(name, "values differ")]
-    if rtol or atol:
+    if e.dtype.kind in "iu":
+        ok = a == e  # integers: right or wrong, whatever the tolerance (rtol 1e-3 let 1000999 pass for 1000000)
+    elif finite_free and e.dtype.kind in "fc":
+        ok = (np.isfinite(a) & np.isfinite(e)) | (a == e) | (np.isnan(a) & np.isnan(e))
+    elif rtol or atol:
         ok = np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
     elif e.dtype.kind in "fc":
         ok = (a == e) | (np.isnan(a) & np.isnan(e))
@@ -156,8 +179,10 @@ def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None,
     idx = tuple(int(i) for i in np.argwhere(~ok)[0])
     worst = ""
     if e.dtype.kind in "fiu":
-        err = np.abs(a.astype(np.float64) - e.astype(np.float64))
-        worst = f", max abs diff {float(np.nanmax(err)):.3g}"
+        with np.errstate(invalid="ignore"):  # inf - inf: the values themselves are shown
+            err = np.abs(a.astype(np.float64) - e.astype(np.float64))[~ok]
+        if np.isfinite(err).any():
+            worst = f", max abs diff {float(np.max(err[np.isfinite(err)])):.3g}"
     return [Mismatch(name, f"{int((~ok).sum())} of {e.size} values differ, first at {idx}: "
                            f"{_scalar(a[idx])} vs expected {_scalar(e[idx])}{worst}")]
 
@@ -184,6 +209,7 @@ class Verification:
     runs: int = 0
     inputs: str = ""  # what the integer and overridable inputs were fed (eqsat.feeds)
     not_verified: str = ""  # what the comparison did not cover (nodes fed stand-in values)
+    edge_cases: str = ""  # the runs on special values and empty sizes (`_edge_runs`), and those the original refused
 
     def as_dict(self) -> dict:
         out = {"status": self.status, "detail": self.detail, "runs": self.runs}
@@ -191,15 +217,19 @@ class Verification:
             out["inputs"] = self.inputs
         if self.not_verified:
             out["not_verified"] = self.not_verified
+        if self.edge_cases:
+            out["edge_cases"] = self.edge_cases
         return out
 
 
 Runner = Callable[[dict[str, np.ndarray], dict[str, int]], dict[str, object]]
 # Set by eqsat.isolate's child: `announce` is told each step before it is taken ("load
-# original", "run optimized"), so that a crash can be placed; WIDE_INTEGERS False draws
-# every integer 0 or 1.
+# original", "run optimized", "edge B=0": the edge case that follows), so that a crash can be placed;
+# WIDE_INTEGERS False draws every integer 0 or 1; EDGE_CASES False leaves out the runs of
+# `_edge_runs` (the original crashed onnxruntime on them).
 announce: Callable[[str], None] = lambda step: None  # noqa: E731
 WIDE_INTEGERS = True
+EDGE_CASES = True
 
 
 def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: float | None = None,
@@ -212,7 +242,8 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     other values for those (eqsat.feeds). Integers are drawn by how the model uses them; where
     the original does not run on those, 0 or 1 as before (the result says which). Symbolic
     dimensions not in `dims` take the first sizes of `verification_dims` the original runs
-    with. A model onnxruntime cannot run whole (ops of domains it does not know, random ops)
+    with. Then the edge cases of `_edge_runs`: zeros and large values among the floats, and
+    each free symbolic dimension at size 0, where the original runs on them. A model onnxruntime cannot run whole (ops of domains it does not know, random ops)
     runs in stages, with the same stand-in values for those nodes in both models
     (eqsat.standins; `random_pairs` maps the optimized model's random nodes to the
     original's); `not_verified` then names them. Not possible (never silently passed) when
@@ -280,27 +311,110 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
                                 + _sizes(sizes) + (f"; inputs: {drawn}" if drawn else "") + ")", seed + 1,
                                 drawn, not_verified)
     drawn = feeds.describe(sizes, wide, varied)
+    edges = _edge_runs(original, feeds, ref, opt, sizes, wide, dims, runs, rtol, atol) if EDGE_CASES else ""
+    if isinstance(edges, Verification):
+        return dataclasses.replace(edges, runs=runs + (1 if varied else 0), inputs=drawn, not_verified=not_verified)
     detail = f"{runs} run(s) within {_tolerances(rtol, atol, dtypes)}{_sizes(sizes)}"
     if drawn:
         detail += f"; inputs: {drawn}"
+    if edges:
+        detail += f"; also {edges}"
     if vary and not varied:
         detail += "; the original does not run with other values for its overridable inputs: only their defaults"
     if not_verified:
         detail += f"; not verified: {not_verified}"
-    return Verification("passed", detail, runs + (1 if varied else 0), drawn, not_verified)
+    return Verification("passed", detail, runs + (1 if varied else 0), drawn, not_verified, edges)
+
+
+EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)"}
+SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
+ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
+
+
+def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, sizes: dict[str, int] | None,
+               wide: bool, dims: dict[str, int] | None, seed: int, rtol: float | None, atol: float | None
+               ) -> str | Verification:
+    """Runs on inputs where some rewrites are wrong and the random ones are not: floats with
+    zeros and with large magnitudes (eqsat.feeds: Feeds.with_special_values; no inf or NaN,
+    which onnxruntime's own kernels do not agree on), integer size inputs of 2 and 3 where
+    the random ones are 0 or 1 (Feeds.with_large_sizes: an Expand(x[1], s) taken for x is
+    right for s = [1] only), and each symbolic input dimension the
+    user does not bind at size 0 (an empty batch or sequence: a Reshape's -1 beside a 0 is
+    refused, a rule that reads a size from an element count is wrong). They are compared as
+    any run (NaN where NaN, inf where inf of the same sign), but for the large values, where
+    only the places and kinds of non-finite values must agree (an overflow on one side only
+    is what they look for): a large value cancelling against itself along two paths leaves
+    a result whose rounding error is relative to the large terms, not to it. A case the
+    original does not run on (a Conv over 0 pixels, a mask that must be total = past +
+    sequence) is left out: the original's refusal is not the optimizer's fault. Each costs
+    one run of each model, on empty tensors for the sizes of 0. Returns what was checked and
+    left out, as a clause, or the failed Verification."""
+    sizes = dict(sizes or {})
+    cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
+    if feeds.has_sizes():
+        cases.append((SIZES_LABEL, "sizes", sizes))
+    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
+    cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
+    ran, refused = [], []
+    for label, kind, at in cases:
+        try:
+            f = feeds.draw(at, seed, wide)
+            if kind == "sizes":
+                f = feeds.with_large_sizes(f, seed)
+            elif kind != "empty":
+                f = feeds.with_special_values(f, seed, kind)
+        except EqsatError:
+            refused.append(label)
+            continue
+        announce(f"edge {label}")
+        try:
+            expected = ref(f, at)
+        except Exception:  # noqa: BLE001 - the original does not take these: nothing to compare
+            refused.append(label)
+            continue
+        where = f"{label} (symbolic sizes {_listed(at)})" if kind == "empty" else label
+        try:
+            got = opt(f, at)
+        except Exception as e:  # noqa: BLE001
+            return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
+                                          f"the original: {_line(e)}", edge_cases=where)
+        bad = compare(expected, got, rtol, atol, finite_free=kind == "large")
+        if bad:
+            return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where}; seed {seed})",
+                                edge_cases=where)
+        ran.append(label)
+    out = []
+    if ran:
+        out.append("on " + _edge_list(ran))
+    if refused:
+        out.append("not on " + _edge_list(refused) + " (the original does not run on them)")
+    return "; ".join(out)
+
+
+def _edge_list(labels: list[str]) -> str:
+    sizes = [x for x in labels if x.endswith("=0")]
+    rest = [x for x in labels if not x.endswith("=0")]
+    if sizes:
+        rest.append("symbolic size " + ", ".join(sizes))
+    return ", ".join(rest)
 
 
 def _runners(original: ModelProto, optimized: ModelProto, files, random_pairs
              ) -> tuple[Runner, Runner, Counter] | Verification:
     """How to run each model: whole under onnxruntime, or in stages with stand-ins where the
-    original has nodes onnxruntime cannot or must not run (eqsat.standins)."""
+    original has nodes onnxruntime cannot or must not run (eqsat.standins). Both run as
+    written, with onnxruntime's graph optimizations off: they rewrite the original too (its
+    MatMulScaleFusion makes x * 1e20 * 1e20 one alpha of 1e40, an infinity in float32), and
+    a rewrite of eqsat's that made the same mistake passed against a reference that made it
+    too; with them on for the optimized model alone, a model eqsat left as it was could
+    differ from itself."""
     from .standins import CutNodes, StagedRunner, StandInError
 
     cuts = CutNodes(original)
     if any(cuts.why(n) for n in original.graph.node):
         try:
-            ref_runner = StagedRunner(original)
-            opt_runner = StagedRunner(optimized, random_pairs)
+            ref_runner = StagedRunner(original, optimize=False)
+            opt_runner = StagedRunner(optimized, random_pairs, optimize=False)
         except StandInError as e:
             return Verification("not possible", str(e))
         def ref(f, sizes):
@@ -314,12 +428,12 @@ def _runners(original: ModelProto, optimized: ModelProto, files, random_pairs
         return ref, opt, ref_runner.cut_summary()
     try:
         announce("load original")
-        ref_sess = session(files[0] or original)
+        ref_sess = session(files[0] or original, optimize=False)
     except Exception as e:  # noqa: BLE001 - an op onnxruntime lacks, ...
         return Verification("not possible", f"onnxruntime cannot run the original: {_line(e)}")
     try:
         announce("load optimized")
-        opt_sess = session(files[1] or optimized)
+        opt_sess = session(files[1] or optimized, optimize=False)
     except Exception as e:  # noqa: BLE001
         return Verification("failed", f"onnxruntime cannot run the optimized model: {_line(e)}")
     names = [o.name for o in ref_sess.get_outputs()]
@@ -434,7 +548,7 @@ def _tolerances(rtol: float | None, atol: float | None, dtypes: set[str]) -> str
     for dt in sorted(dtypes) or ["float32"]:
         r, t = tolerance(dt)
         r, t = r if rtol is None else rtol, t if atol is None else atol
-        parts.append((dt, f"rtol {r:g}, atol {t:g}"))
+        parts.append((dt, f"rtol {r:g}, atol {t:g}" + (" x the output's scale below 1" if atol is None else "")))
     if len({p for _, p in parts}) == 1:
         return parts[0][1]
     return "; ".join(f"{p} ({dt})" for dt, p in parts)

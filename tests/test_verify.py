@@ -72,6 +72,39 @@ def test_a_double_computed_in_float32_fails_verification():
     assert verify(m, in_f32).status == "failed"
 
 
+def test_integer_outputs_are_compared_exactly():
+    # rtol 1e-3 let 1000000 pass for 1000999: an integer is right or wrong
+    e = {"y": np.array([1_000_000, -7], np.int64)}
+    assert compare(e, {"y": np.array([1_000_999, -7], np.int64)}, None, None) != []
+    assert compare(e, {"y": np.array([1_000_000, -7], np.int64)}, None, None) == []
+    assert compare(e, {"y": np.array([1_000_001, -7], np.int64)}, 1e-3, 1e-4) != []
+    assert compare({"y": np.array([200], np.uint8)}, {"y": np.array([199], np.uint8)}, None, None) != []
+
+
+def test_the_original_runs_as_written_not_as_onnxruntime_rewrites_it():
+    # onnxruntime's own MatMulScaleFusion makes the original's x * 1e20 * 1e20 one alpha of
+    # 1e40, an infinity in float32; a rewrite that does the same must not pass because the
+    # reference run was rewritten alike: the original's products of magnitude below 3.4e-2
+    # are finite
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[3, 3] a, float[3, 3] b) => (float[3, 3] y) {
+            c = Constant <value = float {1e20}> ()
+            p = MatMul(a, b)
+            r = Mul(p, c)
+            y = Mul(r, c)
+        }""")
+    fused = onnx.ModelProto()
+    fused.CopyFrom(m)
+    del fused.graph.node[:]
+    fused.graph.node.append(onnx.helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft",
+                                                  alpha=float("inf")))
+    fused.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    assert verify(m, m).status == "passed"
+    v = verify(m, fused, runs=3)
+    assert v.status == "failed", v.detail
+
+
 def test_a_float16_models_verification_uses_and_reports_the_float16_tolerance():
     m = parse_model("""
         <ir_version: 8, opset_import: ["" : 17]>
@@ -302,6 +335,102 @@ def test_overridable_inputs_are_fed_their_default_and_other_values():
     assert v.status == "failed" and v.runs == 2
 
 
+# ---- edge cases: empty sizes and special values (verify._edge_runs)
+
+H18 = '<ir_version: 8, opset_import: ["" : 18]>'
+
+
+def test_a_model_wrong_only_for_a_symbolic_size_of_0_fails():
+    # x [B, S, 4] reshaped to [B, S * 4] computed from its shape, and as the literal [0, -1]:
+    # equal for every size but B = 0, where onnxruntime refuses the -1 (0 elements over 0)
+    m = parse_model(H18 + """
+        g (float[B, S, 4] x) => (float[B, ?] y) {
+            s = Shape(x)
+            i0 = Constant <value = int64[1] {0}> ()
+            i1 = Constant <value = int64[1] {1}> ()
+            i2 = Constant <value = int64[1] {2}> ()
+            b = Slice(s, i0, i1)
+            n = Slice(s, i1, i2)
+            four = Constant <value = int64[1] {4}> ()
+            n4 = Mul(n, four)
+            t = Concat <axis = 0> (b, n4)
+            y = Reshape(x, t)
+        }""")
+    literal = parse_model(H18 + """
+        g (float[B, S, 4] x) => (float[B, ?] y) { t = Constant <value = int64[2] {0, -1}> ()  y = Reshape(x, t) }""")
+    v = verify(m, m)
+    assert v.status == "passed" and "symbolic size B=0, S=0" in v.detail and v.edge_cases, v.detail
+    v = verify(m, literal)
+    assert v.status == "failed" and "cannot run the optimized model on B=0 (symbolic sizes B=0, S=3)" in v.detail
+    # a size the user binds is not tried at 0
+    assert verify(m, literal, dims={"B": 2}).status == "passed"
+
+
+def test_a_size_of_0_the_original_does_not_run_is_left_out():
+    # a 3-wide convolution over `samples` does not take 0 of them: not the optimizer's fault
+    m = parse_model(H18 + """
+        g (float[batch, 1, samples] x) => (float[batch, 1, n] y)
+          <float[1, 1, 3] w = {1, 2, 1}> { y = Conv(x, w) }""")
+    v = verify(m, m)
+    assert v.status == "passed", v.detail
+    assert "on zeros among the floats, large floats (+-2e15), symbolic size batch=0" in v.detail
+    assert "not on symbolic size samples=0 (the original does not run on them)" in v.detail
+
+
+def test_a_rewrite_wrong_only_on_zeros_fails():
+    # x / x -> 1 is right for every x but 0 (NaN), which standard normal inputs never hold
+    m = parse_model(H18 + "g (float[2, 8] x) => (float[2, 8] y) { y = Div(x, x) }")
+    ones = parse_model(H18 + """
+        g (float[2, 8] x) => (float[2, 8] y) {
+            s = Shape(x)
+            y = ConstantOfShape <value = float[1] {1.0}> (s)
+        }""")
+    v = verify(m, ones)
+    assert v.status == "failed" and "on zeros among the floats" in v.detail and "vs expected nan" in v.detail
+
+
+def test_a_rewrite_whose_intermediate_overflow_differs_fails_on_large_values():
+    # (x * 1e30) * 1e-30 is x for standard normal x, and inf for x = 2e15
+    m = parse_model(H18 + """
+        g (float[2, 8] x) => (float[2, 8] y) {
+            c1 = Constant <value = float {1e30}> ()
+            c2 = Constant <value = float {1e-30}> ()
+            a = Mul(x, c1)
+            y = Mul(a, c2)
+        }""")
+    same = parse_model(H18 + "g (float[2, 8] x) => (float[2, 8] y) { y = Identity(x) }")
+    v = verify(m, same)
+    assert v.status == "failed" and "on large floats (+-2e15)" in v.detail and "vs expected inf" in v.detail, v.detail
+
+
+def test_large_values_compare_where_they_overflow_not_their_rounding():
+    # x * 3 - x * 2.9999 against x * 0.0001: for x = 2e15 the first rounds by about 4e8 (of
+    # 6e15), more than rtol of its result 2e11; both are finite, which is what that run checks
+    e = {"y": np.array([2.2e11, 1.0, np.inf, np.nan], np.float32)}
+    close = {"y": np.array([2.3e11, 1.0, np.inf, np.nan], np.float32)}
+    assert compare(e, close, None, None) != []
+    assert compare(e, close, None, None, finite_free=True) == []
+    for bad in ([np.inf, 1.0, np.inf, np.nan], [2.3e11, 1.0, -np.inf, np.nan], [2.3e11, 1.0, np.inf, 0.0]):
+        assert compare(e, {"y": np.array(bad, np.float32)}, None, None, finite_free=True) != []
+
+
+def test_a_crash_of_the_original_on_edge_inputs_leaves_them_out(tmp_path):
+    # Cast(x * 1e10) / -1: for x = 2e15 the cast is INT64_MIN, and INT64_MIN / -1 kills
+    # onnxruntime (SIGFPE); that is the original's own, so verification runs again without
+    # the edge cases and says so
+    m = parse_model(H18 + """
+        g (float[4] x) => (int64[4] y) {
+            c = Constant <value = float {1e10}> ()
+            a = Mul(x, c)
+            n = Cast <to = 7> (a)
+            k = Constant <value = int64 {-1}> ()
+            y = Div(n, k)
+        }""")
+    v = verify(m, m, isolated=True)
+    assert v.status == "passed", v.detail
+    assert "not on special values and empty sizes: onnxruntime crashed (signal 8, SIGFPE)" in v.detail
+
+
 # ---- through the command line: verification in a child process
 
 
@@ -348,3 +477,22 @@ def test_an_unsound_integer_rule_fails_verification_beside_a_custom_op(tmp_path)
     rc, err, out = _cli(tmp_path, text)
     assert rc == 0 and out.exists(), err
     assert "eqsat: warning: not verified: the nodes onnxruntime cannot run or that are random (my.ops.Foo x1)" in err
+
+
+def test_an_error_in_an_output_of_tiny_values_fails_verification():
+    """Outputs of about 1e-6 (a network with random weights: torchvision's end near 1e-9): a
+    model off by 10 % of them is wrong, though within an absolute 1e-4; the default absolute
+    tolerance scales with the output, so it fails, and the same model off by 1e-5 of them
+    passes."""
+    from onnx import helper as h
+
+    def scaled(k: float):
+        g = h.make_graph([h.make_node("Mul", ["x", "k"], ["y"])], "g",
+                         [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 8])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 8])],
+                         [onnx.numpy_helper.from_array(np.array(k, np.float32), "k")])
+        return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+    original = scaled(1e-6)
+    assert verify(original, scaled(1.1e-6)).status == "failed"
+    assert verify(original, scaled(1e-6 * (1 + 1e-5))).status == "passed"
