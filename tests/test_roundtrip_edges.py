@@ -302,6 +302,24 @@ def test_float_attributes_are_exact():
     assert out.graph.node[0].attribute[0].f == m.graph.node[0].attribute[0].f
 
 
+def test_a_float_attribute_beyond_float32_is_refused_not_written_as_inf(tmp_path):
+    # a rule that computes an attribute in f64 past float32's range: decoding refuses it
+    # (an OptimizeError, exit 1), where it wrote alpha = inf
+    from eqsat.errors import OptimizeError
+
+    rules = tmp_path / "big.egg"
+    rules.write_text('(rewrite (LeakyRelu (Relu x) a) (LeakyRelu x (* a 1.0e40)) :ruleset fusion :name "big-alpha")\n')
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        agraph (float[4] x) => (float[4] y) {
+            r = Relu(x)
+            y = LeakyRelu <alpha = 0.5> (r)
+        }
+    """)
+    with pytest.raises(OptimizeError, match="alpha.*float32"):
+        optimize(m, Options(rule_files=[rules], default_rules=False, cost_model="node-count"))
+
+
 def test_garbage_collector_is_paused_while_optimizing_and_restored_after():
     import gc
 

@@ -18,9 +18,10 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper
 
-from eqsat.oracle.symbolic import Sym, SymValues
+from eqsat.oracle.symbolic import Sym, SymValues, reshape_target
 from eqsat.oracle.view import View
 from eqsat.pipeline import Options, saturate
+from eqsat.shapes import SYM_BASE
 
 from .conftest import assert_same_outputs, optimized, parse_model
 
@@ -92,6 +93,38 @@ def test_concat_on_the_last_axis_of_a_matrix_is_not_an_append():
         }""")
     res = optimized(m)
     assert_same_outputs(m, res.model, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dims", [{"B": 0, "S": 3}, {"B": 2, "S": 0}, {"B": 2, "S": 3}])
+def test_a_computed_reshape_target_keeps_its_sizes_beside_a_symbolic_copy(dims):
+    # x [B, S, 4] reshaped to [B, S * 4] (computed from its shape): the literal [0, -1] that the
+    # oracle wrote is refused by onnxruntime for B = 0 (no size is 0 elements over 0), where the
+    # original runs
+    m = parse_model(H + """
+        agraph (float[B, S, 4] x) => (float[B, ?] y) {
+            s = Shape(x)
+            i0 = Constant <value = int64[1] {0}> ()
+            i1 = Constant <value = int64[1] {1}> ()
+            i2 = Constant <value = int64[1] {2}> ()
+            b = Slice(s, i0, i1)
+            n = Slice(s, i1, i2)
+            four = Constant <value = int64[1] {4}> ()
+            n4 = Mul(n, four)
+            t = Concat <axis = 0> (b, n4)
+            y = Reshape(x, t)
+        }""")
+    res = optimized(m)
+    assert_same_outputs(m, res.model, dims=dims, ort_optimize=False)
+
+
+def test_a_literal_target_has_a_minus_one_only_beside_sizes_that_are_not_0():
+    b, s = Sym(SYM_BASE), Sym(SYM_BASE - 1)
+    x = [b.id, s.id, 4]
+    assert reshape_target([b, None], x) is None  # [0, -1]: refused for B = 0
+    assert reshape_target([None, 4], x) == [-1, 4]  # B * S * 4 elements over 4
+    assert reshape_target([b, s, 2, 2], x) == [0, 0, 2, 2]  # no -1: copies are exact at 0
+    assert reshape_target([None, s, 4], x) is None  # [-1, 0, 4]: refused for S = 0
+    assert reshape_target([b, -1], x) == [0, -1]  # the model's own -1 stays: it refuses as the original does
 
 
 def test_gather_on_a_matrix_takes_rows():

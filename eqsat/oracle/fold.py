@@ -13,8 +13,18 @@ It refuses, and says why in the report:
   block (PadChannels, which adds less than one block of channels);
 - arithmetic across different dtypes (a rule that mixed float16 and float32 would
   otherwise be folded at the wrong precision);
-- a result whose dtype differs from the e-class's.
+- a result whose dtype differs from the e-class's;
+- a result on which onnx's reference evaluator and onnxruntime disagree.
 Initializers that are also graph inputs are `Input`s, never constants.
+
+The value folded is the one onnxruntime computes, the runtime the model is verified on and
+meant for: a batch with an op beyond plain data movement and IEEE arithmetic (EXACT_OPS,
+where the two agree bit for bit) also runs under onnxruntime (graph optimizations off), and
+a value where they differ beyond rounding is refused (the reference's LogSoftmax of
+[1000, 0] is [0, -inf], onnxruntime's [0, -1000]; its ArgMax takes a NaN's index): folded,
+`x < LogSoftmax(c)[1]` became `x < -inf`, false for every x, which random inputs around 0
+never showed. Within rounding (Range adds its delta up in onnxruntime) onnxruntime's value
+is taken. A value only the reference can compute (eqsat's internal ops) is the reference's.
 
 eqsat's internal ops (domain eqsat.internal: ReorderFilter, PadChannels, eqsat/oracle/layout.py) fold
 like any op; extraction never chooses them, so a value computed by one reaches the output
@@ -47,6 +57,15 @@ SAME_DTYPE = frozenset(
      "Greater", "And", "Or", "BatchNormalization", "LayerNormalization", "Conv"}
 )
 STRUCTURE = frozenset({"Absent", "Nil", "Cons", "Out"})
+# ops whose reference implementation gives onnxruntime's bits on every input: data movement and
+# correctly rounded IEEE arithmetic; a fold batch of these alone is not run under onnxruntime
+EXACT_OPS = frozenset(
+    {"Identity", "Reshape", "Transpose", "Concat", "Slice", "Squeeze", "Unsqueeze", "Flatten", "Expand",
+     "Tile", "Shape", "Size", "Split", "Gather", "ConstantOfShape", "Add", "Sub", "Mul", "Div", "Neg",
+     "Abs", "Sqrt"}
+)
+# agreement of the two evaluators on a floating-point value: rounding, not semantics
+AGREE_RTOL = 1e-5
 
 
 class Folder:
@@ -194,12 +213,19 @@ class Folder:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             outs = ReferenceEvaluator(model, new_ops=NEW_OPS).run(None, {})
+        checked = _onnxruntime_values(model)
         result = {}
-        for c, arr in zip(targets, outs, strict=True):
+        for c, arr, rt in zip(targets, outs, checked, strict=True):
             if not isinstance(arr, np.ndarray | np.generic):  # a sequence, map or optional: no tensor literal
                 self._refuse(f"{v.egraph.nodes[const[c]].op}: result is a {type(arr).__name__}, not a tensor", c)
                 continue
             arr = np.asarray(arr)
+            if rt is not None:
+                if not _agree(arr, rt):
+                    self._refuse(f"{v.egraph.nodes[const[c]].op}: onnx's reference evaluator and onnxruntime "
+                                 "disagree on its value", c)
+                    continue
+                arr = rt
             dt = v.dtype(c)
             if dt in CTOR_TO_CODE and arr.dtype != np_dtype(CTOR_TO_CODE[dt]):
                 self._refuse(f"{v.egraph.nodes[const[c]].op}: result dtype {arr.dtype} is not the value's {dt}", c)
@@ -217,6 +243,67 @@ class Folder:
         return [T.union(v.expr(eclass), lit),
                 T.set_fn("shape", [lit], T.ivec(arr.shape)),
                 T.set_fn("dtype", [lit], T.dtype(_code(arr)))] + uniform_facts(t, lit)
+
+
+def _onnxruntime_values(model: ModelProto) -> list[np.ndarray | None]:
+    """The fold model's outputs under onnxruntime (graph optimizations off), None for each one
+    it was not run for: all of them where the model holds only EXACT_OPS, where onnxruntime
+    cannot run it or is not installed; those computed from eqsat's internal ops or a Div or Mod."""
+    from ..lang.contrib import INTERNAL_DOMAIN
+
+    g = model.graph
+    none: list[np.ndarray | None] = [None] * len(g.output)
+    if all(n.op_type in EXACT_OPS and n.domain in ("", "ai.onnx") for n in g.node):
+        return none
+    internal: set[str] = set()  # values left to the reference: eqsat's internal ops, and Div and Mod,
+    # which stop the process (SIGFPE) in onnxruntime on an integer division by zero, or fail it
+    for n in g.node:  # decoded in a topological order
+        if n.domain == INTERNAL_DOMAIN or n.op_type in ("Div", "Mod") or any(i in internal for i in n.input):
+            internal.update(n.output)
+    wanted = [o.name for o in g.output if o.name not in internal]
+    if not wanted:
+        return none
+    need, keep = set(wanted), []
+    for n in reversed(g.node):
+        if any(o in need for o in n.output):
+            keep.append(n)
+            need.update(i for i in n.input if i)
+    sub = ModelProto()
+    sub.ir_version = model.ir_version
+    sub.opset_import.extend(o for o in model.opset_import if o.domain != INTERNAL_DOMAIN)
+    sub.graph.name = g.name
+    sub.graph.node.extend(reversed(keep))
+    sub.graph.initializer.extend(t for t in g.initializer if t.name in need)
+    sub.graph.output.extend(o for o in g.output if o.name in wanted)
+    try:
+        from ..verify import session
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = dict(zip(wanted, session(sub, optimize=False).run(wanted, {}), strict=True))
+    except Exception:  # noqa: BLE001 - onnxruntime lacks an op, or is not installed: the reference alone
+        return none
+    return [got.get(o.name) for o in g.output]
+
+
+def _agree(ref: np.ndarray, rt) -> bool:
+    """Whether the two evaluators computed the same value: one dtype and shape; integers,
+    booleans and strings equal; floats within rounding (AGREE_RTOL of each value, or of the
+    largest), with NaN and infinities in the same places."""
+    if not isinstance(rt, np.ndarray) or ref.dtype != rt.dtype or ref.shape != rt.shape:
+        return False
+    if ref.dtype.kind != "f":
+        return ref.tobytes() == rt.tobytes() if ref.dtype.kind != "O" else bool(np.array_equal(ref, rt))
+    a, b = ref.astype(np.float64), rt.astype(np.float64)
+    finite = np.isfinite(a)
+    if not (np.array_equal(finite, np.isfinite(b)) and np.array_equal(np.isnan(a), np.isnan(b))
+            and np.array_equal(a[~finite & ~np.isnan(a)], b[~finite & ~np.isnan(b)])):
+        return False
+    if not finite.any():
+        return True
+    # rounding of a value near 0 (a sine at pi) is relative to the values around it
+    scale = float(np.abs(a[finite]).max())
+    return bool(np.allclose(a[finite], b[finite], rtol=AGREE_RTOL, atol=AGREE_RTOL * scale))
 
 
 def _code(arr: np.ndarray) -> int:

@@ -9,8 +9,9 @@ such values along. Two uses:
 - the shape of a Pad whose amounts are known by now is its input's plus them, where shape
   inference left it symbolic (SymValues.value_shape);
 - a Reshape target whose entries are known up to its input's own dimensions becomes a
-  literal with 0 ("copy this dimension") and at most one -1, so the shape arithmetic
-  feeding it is no longer needed even when the shapes are symbolic.
+  literal with 0 ("copy this dimension") and at most one -1 (only beside sizes >= 1:
+  `reshape_target`), so the shape arithmetic feeding it is no longer needed even when the
+  shapes are symbolic.
 
 Contract: a value is a `SymTensor` (dtype int64 or int32, a static shape, entries), and each
 modelled op follows ONNX exactly: ranks, negative axes and indices, Slice's clamping and
@@ -373,8 +374,11 @@ def reshape_target(target: list[Entry], input_shape: list[int] | None) -> list[i
     """A literal Reshape target (allowzero = 0) equal to `target` for an input of
     `input_shape` (dims as the e-graph holds them: symbols as ids): a symbol at the position
     where the input has the same symbol becomes 0 (copy), and a single unknown entry becomes
-    -1 (the size fixes it). None if the target cannot be written as a literal, or is not a
-    valid target (a number below -1)."""
+    -1 (the size fixes it) where every other entry is a number >= 1: onnxruntime refuses a -1
+    beside a 0 (an input of 0 elements fixes no size), so a -1 beside a copy of a symbolic
+    dimension would fail where the caller binds it to 0 ([0, -1] for x [B, S, 4] and
+    [B, S * 4]), and the original does not. None if the target cannot be written as a
+    literal, or is not a valid target (a number below -1)."""
     out: list[int | None] = []
     for i, e in enumerate(target):
         if isinstance(e, int):
@@ -386,7 +390,7 @@ def reshape_target(target: list[Entry], input_shape: list[int] | None) -> list[i
         else:
             out.append(None)
     unknown = [i for i, e in enumerate(out) if e is None]
-    if len(unknown) > 1 or (unknown and -1 in out):
+    if len(unknown) > 1 or (unknown and (-1 in out or any(e is not None and e < 1 for e in out))):
         return None
     for i in unknown:
         out[i] = -1

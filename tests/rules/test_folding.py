@@ -111,3 +111,68 @@ def test_int64_scalar_overflow_wraps_as_the_runtime_does(a, op, b):
         }}""")
     res = optimized(m)
     assert_same_outputs(m, res.model)
+
+
+# ---- folding computes what onnxruntime computes: onnx's reference evaluator differs from it
+# on some inputs, and where they disagree nothing is folded
+
+
+@pytest.mark.parametrize("const, op, probe", [
+    # log(softmax) underflows: the reference gives -inf, onnxruntime -1000
+    ("float[2] c = {1000.0, 0.0}", "l = LogSoftmax(c)", -2000.0),
+    # NaN in an ArgMax: the reference takes the NaN's index 1, onnxruntime 2
+    ("float[1, 3] c = {1.0, nan, 3.0}", "a = ArgMax <axis = 1, keepdims = 0> (c)\n l = Cast <to = 1> (a)", 1.5),
+])
+def test_a_constant_the_reference_evaluator_gets_wrong_is_not_folded(const, op, probe):
+    # y = x < the constant: random normal inputs never see the difference, x = probe does
+    m = parse_model(H + f"""
+        agraph (float[4] x) => (bool[4] y) <{const}, int64[1] i = {{-1}}> {{
+            {op}
+            s = Gather(l, i)
+            y = Less(x, s)
+        }}""")
+    res = optimized(m)
+    x = np.array([probe, 0.0, -1.0, 2.5], np.float32)
+    assert_same_outputs(m, res.model, {"x": x}, ort_optimize=False)
+    refused = res.report["oracle"]["fold_refused"]
+    assert any("onnxruntime" in why for why in refused), refused
+
+
+def test_a_constant_both_evaluators_agree_on_folds_to_onnxruntimes_value():
+    # Range in float32: the reference computes start + i * delta, onnxruntime adds delta up
+    # (0.70000005): both within rounding, and the folded constant is onnxruntime's
+    m = parse_model(H + """
+        agraph (float[10] x) => (float[10] y) {
+            a = Constant <value = float {0.0}> ()
+            b = Constant <value = float {1.0}> ()
+            d = Constant <value = float {0.1}> ()
+            r = Range(a, b, d)
+            y = Add(x, r)
+        }""")
+    res = check_rewrite(m, ["Add"], rtol=0, atol=0, ort_optimize=False)
+    (c,) = res.model.graph.initializer
+    from eqsat.verify import run
+    ort_range = run(parse_model(H + """
+        agraph (float[1] z) => (float[10] r) {
+            a = Constant <value = float {0.0}> ()
+            b = Constant <value = float {1.0}> ()
+            d = Constant <value = float {0.1}> ()
+            r = Range(a, b, d)
+        }"""), {"z": np.zeros(1, np.float32)}, optimize=False)["r"]
+    assert numpy_helper.to_array(c).tobytes() == ort_range.tobytes()
+
+
+def test_an_integer_division_by_zero_beside_a_checked_fold_leaves_the_check():
+    # onnxruntime refuses an int64 division by a constant 0 (and stops the process, SIGFPE, on
+    # INT64_MIN / -1): a Div or Mod is left to the reference, so the batch beside it still
+    # runs under onnxruntime, and the LogSoftmax it disagrees on stays
+    m = parse_model(H + """
+        agraph (float[2] x, int64[1] k) => (float[2] y, int64[1] z) <float[2] c = {1000.0, 0.0},
+                                                                    int64[1] a = {7}, int64[1] b = {0}> {
+            l = LogSoftmax(c)
+            y = Add(x, l)
+            q = Div(a, b)
+            z = Add(k, q)
+        }""")
+    res = optimized(m)
+    assert "LogSoftmax" in [n.op_type for n in res.model.graph.node]
