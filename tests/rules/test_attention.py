@@ -162,8 +162,8 @@ def test_bert_block_becomes_one_multihead_attention():
     m = parse_model(bert_block())
     res = check_rewrite(m, [MHA], feeds=feeds(m, mask_fn=padding_mask),
                         fired=["attention-core", "attention-mha", "attention-mha-kv-3d", "attention-mha-qkv-bias",
-                               "attention-merge-heads-literal", "attention-merge-heads-literal-h",
-                               "attention-merge-heads-by-shape", "attention-split-by-target-n"])
+                               "attention-merge-heads-literal-h", "attention-merge-heads-by-shape",
+                               "attention-split-by-target-n"])
     node = res.model.graph.node[0]
     attrs = {a.name: (a.i if a.type == a.INT else a.f) for a in node.attribute}
     assert attrs == {"num_heads": N, "scale": 0.5}
@@ -218,7 +218,8 @@ def test_vit_block_without_mask_and_with_a_computed_split_target():
     mone = Constant <value = int64[1] {{-1}}> ()
     ms = Concat <axis = 0> (bs, mone)
     y = Reshape(ot, ms)"""))
-    check_rewrite(m, [MHA], dims=DIMS, fired=["attention-scores-div", "attention-mha", "attention-mha-kv-3d"],
+    check_rewrite(m, [MHA], dims=DIMS, fired=["attention-scores-div", "attention-mha", "attention-mha-kv-3d",
+                                              "attention-merge-heads-literal"],
                   not_fired=["attention-mha-qkv-bias"])
 
 
@@ -509,8 +510,9 @@ def test_default_cpu_profile_runs_grouped_query_products_on_the_unrepeated_kv_he
     res = check_rewrite(m, ["Mul"] + 3 * ["Reshape", "Transpose"]
                         + 2 * ["Reshape", "Reshape"] + ["com.microsoft.FusedMatMul", "MatMul", "Add", "Softmax"]
                         + ["Transpose", "Reshape"], hardware="cpu", feeds=feeds(m, mask_fn=padding_mask),
-                        fired=["attention-grouped-query-fused-matmul", "attention-grouped-query-matmul",
-                               "shape-reshape-regroup"])
+                        fired=["attention-grouped-query-fused-matmul", "attention-grouped-query-matmul"],
+                        not_fired=["attention-grouped-query-fused-matmul-symbolic",
+                                   "attention-grouped-query-matmul-symbolic"])
     (fmm,) = [n for n in res.model.graph.node if n.op_type == "FusedMatMul"]
     attrs = {a.name: (a.i if a.type == a.INT else a.f) for a in fmm.attribute}
     assert attrs.get("alpha") == 0.5 and attrs.get("transB") == 1
@@ -628,3 +630,160 @@ def test_shared_scores_stay_correct():
     assert "MatMul" in str(op_list(res.model))  # the shared scores are still computed
     assert_same_outputs(m, res.model, feeds(m, mask_fn=padding_mask), rtol=1e-4, atol=1e-5)
 
+
+
+# ---- the scale a fused op is given: MultiHeadAttention reads scale 0 as "the default,
+# 1/sqrt(d)", the standard Attention refuses a scale <= 0, and either takes it as a float32
+
+
+def scaled_vit_block(scale: str, opset: int = 17, second: str | None = None) -> str:
+    return attention(
+        f"float[B, S, {H}] qa, float[B, S, {H}] ka, float[B, S, {H}] va", f"float[B, S, {H}] y",
+        f"""{SPLIT}
+    s = MatMul(qh, kt)
+    c = Constant <value = float {{{scale}}}> ()
+    ss = Mul(s, c)
+    c2 = Constant <value = float {{{second or scale}}}> ()
+    s2 = Mul(ss, c2)
+    p = Softmax(s2)
+    o = MatMul(p, vh){MERGE}""", opset=opset)
+
+
+@pytest.mark.parametrize("scale", ["0.0", "1e30", "1e-30"])
+@pytest.mark.parametrize("target, opset", [("ort", 17), ("onnx", 23)])
+def test_a_scale_the_fused_op_would_misread_keeps_the_subgraph(scale, target, opset):
+    # scores * 0 (uniform attention: the mean of v), scores * 1e30 * 1e30 (1e60, no float32)
+    # and * 1e-30 * 1e-30 (1e-60, 0 as a float32): unfused
+    m = parse_model(scaled_vit_block(scale, opset))
+    res = optimized(m, dims=DIMS, target=target)
+    assert not {"MultiHeadAttention", "Attention"} & {n.op_type for n in res.model.graph.node}, op_list(res.model)
+    assert_same_outputs(m, res.model, dims=DIMS, rtol=1e-5, atol=1e-6, ort_optimize=False)
+
+
+@pytest.mark.parametrize("target, opset, fused", [("ort", 17, MHA), ("onnx", 23, None)])
+def test_a_negative_scale_only_goes_to_multihead_attention(target, opset, fused):
+    m = parse_model(scaled_vit_block("-0.5", opset, second="0.5"))
+    res = optimized(m, dims=DIMS, target=target)
+    ops = op_list(res.model)
+    assert (fused in ops) if fused else ("Attention" not in ops), ops
+    assert_same_outputs(m, res.model, dims=DIMS, rtol=1e-5, atol=1e-6, ort_optimize=False)
+
+
+# ---- empty values: a batch or sequence of 0 (static, or a symbolic size the caller binds to 0)
+# Where the leading dims hold no element, the element count fixes nothing, and onnxruntime
+# refuses a Reshape target whose -1 stands beside a 0 (size 0 is not divisible by 0).
+
+
+def test_merging_heads_of_an_empty_value_keeps_the_merge_s_shape():
+    # x [0, 3, 8] split into heads [0, 3, 2, 4], then reshaped to [0, 3, 5]: also 0 elements,
+    # with x's dims 0 and 1; the merge is not x (it was rewritten to x, of shape [0, 3, 8])
+    m = parse_model(header() + """
+        agraph (float[0, 3, 8] x) => (float[0, 3, 5] y) {
+            hs = Constant <value = int64[4] {0, 0, 2, 4}> ()
+            r = Reshape(x, hs)
+            ms = Constant <value = int64[3] {0, 3, 5}> ()
+            y = Reshape(r, ms)
+        }""")
+    res = check_rewrite(m, (["Reshape"], ["Reshape", "Reshape"]), not_fired=["attention-merge-heads-by-shape",
+                                                                          "attention-merge-heads-by-shape-inferred"])
+    assert [d.dim_value for d in res.model.graph.output[0].type.tensor_type.shape.dim] == [0, 3, 5]
+
+
+def test_merging_heads_back_with_an_inferred_width_cancels_the_split():
+    # ViT's export: x [B, 197, 768] split as [0, 0, 12, 64], merged as [0, 197, -1]; the -1 is
+    # 768 wherever there are elements (with none onnxruntime refuses it, in the input too), but
+    # inference leaves the merge's width a new symbol
+    m = parse_model(header() + """
+        agraph (float[B, 3, 8] x) => (float[B, 3, N] y) {
+            hs = Constant <value = int64[4] {0, 0, 2, 4}> ()
+            r = Reshape(x, hs)
+            ms = Constant <value = int64[3] {0, 3, -1}> ()
+            y = Reshape(r, ms)
+        }""")
+    check_rewrite(m, (["Identity"], []), fired=["attention-merge-heads-by-shape-inferred"], dims={"B": 2})
+
+
+@pytest.mark.parametrize("rotate, hardware", [(True, "h200"), (True, "cpu"), (False, "cpu")])
+@pytest.mark.parametrize("batch", [0, 2])
+def test_grouped_and_fused_attention_runs_on_an_empty_batch(rotate, hardware, batch):
+    # The fused forms reshape with computed sizes: MultiHeadAttention's query merged back to
+    # 3-D as [0, 0, -1] and the grouped-query products' rows regrouped as [0, nk, -1, 0] made
+    # onnxruntime refuse a batch of 0, which the original runs (its outputs are empty)
+    m = parse_model(gqa_block(rotate=rotate, mask=True))
+    res = optimized(m, hardware=hardware)
+    dims = {**DIMS, "B": batch}
+    assert_same_outputs(m, res.model, feeds(m, dims, mask_fn=padding_mask), rtol=1e-4, atol=1e-5, ort_optimize=False)
+
+
+def gqa_symbolic_block() -> str:
+    """gqa_block with a symbolic sequence length S and a mask: the regrouped rows
+    g * S have no literal size. The repeat's target is computed with allowzero, so that a
+    sequence of 0 is a size, not a copy."""
+    return attention(
+        f"float[B, S, {H}] qa, float[B, S, {D}] ka, float[B, S, {D}] va, float[B, 1, S, S] mk",
+        f"float[B, S, {H}] y",
+        f"""
+    hs = Constant <value = int64[4] {{0, 0, {N}, {D}}}> ()
+    kvs = Constant <value = int64[4] {{0, 0, 1, {D}}}> ()
+    qr = Reshape(qa, hs)
+    qh = Transpose <perm = [0, 2, 1, 3]> (qr)
+    qrot = Mul(qh, two_f)
+    kr = Reshape(ka, kvs)
+    kh = Transpose <perm = [0, 2, 1, 3]> (kr)
+    vr = Reshape(va, kvs)
+    vh = Transpose <perm = [0, 2, 1, 3]> (vr)
+    two = Constant <value = int64[1] {{2}}> ()
+    shk = Shape(kh)
+    i0 = Constant <value = int64[1] {{0}}> ()
+    i1 = Constant <value = int64[1] {{1}}> ()
+    i2 = Constant <value = int64[1] {{2}}> ()
+    i3 = Constant <value = int64[1] {{3}}> ()
+    b = Slice(shk, i0, i1)
+    sl = Slice(shk, i2, i3)
+    nh = Constant <value = int64[1] {{1}}> ()
+    g = Constant <value = int64[1] {{{N}}}> ()
+    d = Constant <value = int64[1] {{{D}}}> ()
+    s5 = Concat <axis = 0> (b, nh, g, sl, d)
+    s4 = Concat <axis = 0> (b, g, sl, d)
+    ku = Unsqueeze(kh, two)
+    ke = Expand(ku, s5)
+    kx = Reshape <allowzero = 1> (ke, s4)
+    vu = Unsqueeze(vh, two)
+    ve = Expand(vu, s5)
+    vx = Reshape <allowzero = 1> (ve, s4)
+    kt = Transpose <perm = [0, 1, 3, 2]> (kx)
+    sc = MatMul(qrot, kt)
+    c = Constant <value = float {{0.5}}> ()
+    ss = Mul(sc, c)
+    m = Add(ss, mk)
+    p = Softmax(m)
+    o = MatMul(p, vx){MERGE}""", "float two_f = {2.0}")
+
+
+@pytest.mark.parametrize("dims", [{"B": 0, "S": 5}, {"B": 2, "S": 0}, {"B": 2, "S": 5}])
+def test_grouped_query_products_of_a_symbolic_sequence_run_on_empty_sizes(dims):
+    # batch and sequence symbolic: the rows' regrouping has no literal target without a -1
+    # beside the batch's copy (refused for B = 0, and for S = 0, where the scores' last dim is
+    # 0 too), so the targets are computed from the shape at run time
+    # (the products still take the kv heads as they are: no Expand; the rotation by 2 is in alpha)
+    m = parse_model(gqa_symbolic_block())
+    regroup = ["Shape", "Mul", "Div", "Reshape"]
+    check_rewrite(m, 3 * ["Reshape", "Transpose"] + 4 * regroup
+                  + ["com.microsoft.FusedMatMul", "Add", "Softmax", "MatMul", "Transpose", "Reshape"],
+                  hardware="cpu", dims=dims, ort_optimize=False,
+                  fired=["attention-grouped-query-fused-matmul-symbolic", "attention-grouped-query-matmul-symbolic"],
+                  not_fired=["attention-grouped-query-fused-matmul", "attention-grouped-query-matmul"])
+
+
+@pytest.mark.parametrize("first, second", [("1e30", "1e-30"), ("1e-30", "1e30")])
+def test_scales_on_either_side_of_one_are_not_one_scale(first, second):
+    # scores * 1e30 * 1e-30 overflow to inf where the scores exceed 3.4e8 (q and k of 1e5 here),
+    # and a softmax row with inf is NaN; as MultiHeadAttention's one scale of 1 they were
+    # finite. (* 1e-30 * 1e30 loses the scores below 1e-8 in the same way.) Only scales on the
+    # same side of 1 become one
+    m = parse_model(scaled_vit_block(first, second=second))
+    f = feeds(m)
+    f["qa"], f["ka"] = f["qa"] * 1e5, f["ka"] * (1e5 if first == "1e30" else 1e-20)
+    res = optimized(m, dims=DIMS)
+    assert MHA not in op_list(res.model), op_list(res.model)
+    assert_same_outputs(m, res.model, f, rtol=1e-4, atol=1e-5, ort_optimize=False)

@@ -226,6 +226,14 @@ def test_conv1d_without_bias_that_swaps_the_leading_dims_stays(trans_b):
                   not_fired=["gemm-flat-find", "gemm-flat-matmul-t" if trans_b else "gemm-flat-matmul"])
 
 
+def test_conv1d_of_an_empty_value_keeps_the_target_s_last_dim():
+    # x [0, 3, 4]: B * S = 0, so the flat product [0, 5] reshaped to [0, 3, 7] has x's leading
+    # dims and the target's last dim 7, not the Gemm's 5 (it became MatMul(x, w): [0, 3, 5])
+    m = parse_model(conv1d("t = Constant <value = int64[3] {0, 3, 7}> ()", lead="0, 3", out="0, 3, 7"))
+    res = check_rewrite(m, ["Reshape", "Gemm", "Reshape"], not_fired=["gemm-flat-find"])
+    assert [d.dim_value for d in res.model.graph.output[0].type.tensor_type.shape.dim] == [0, 3, 7]
+
+
 # ---- Transpose folded into Gemm
 
 def test_matmul_of_a_transposed_matrix_becomes_gemm_trans_b():
@@ -411,6 +419,51 @@ def test_scaled_inputs_multiply_into_alpha():
         }""")
     res = check_rewrite(m, ["com.microsoft.FusedMatMul"], fired=["fused-matmul-scaled-a", "fused-matmul-scaled-b-fused"])
     assert attr(res.model, "FusedMatMul", "alpha") == 0.125
+
+
+@pytest.mark.parametrize("body, rule", [
+    ("p = MatMul(a, b)\n ps = Mul(p, c1)\n y = Mul(ps, c2)", "fused-matmul-mul-scalar-fused"),
+    ("p = MatMul(a, b)\n ps = Mul(c1, p)\n y = Mul(c2, ps)", "fused-matmul-mul-scalar-left-fused"),
+    ("p = MatMul(a, b)\n ps = Mul(p, c1)\n y = Div(ps, c1)", "fused-matmul-div-scalar-fused"),
+    ("as = Mul(a, c1)\n bs = Mul(b, c2)\n y = MatMul(as, bs)", "fused-matmul-scaled-b-fused"),
+])
+def test_scales_on_either_side_of_one_are_not_combined(body, rule):
+    # (a.b * 1e30) * 1e-30 is inf where a.b exceeds 3.4e8 (a of 1e9 here): as one alpha of 1
+    # it was a.b, finite; the scales combine only where both are at most 1 or both at least 1,
+    # so that the intermediate cannot overflow (or underflow) where the combined scale does not
+    m = parse_model(H + f"""
+        agraph (float[2, 4, 8] a, float[2, 8, 4] b) => (float[2, 4, 4] y) {{
+            c1 = Constant <value = float {{1e30}}> ()
+            c2 = Constant <value = float {{1e-30}}> ()
+            {body}
+        }}""")
+    rng = np.random.default_rng(1)
+    feeds = {"a": (rng.standard_normal((2, 4, 8)) * 1e9).astype(np.float32),
+             "b": rng.standard_normal((2, 8, 4)).astype(np.float32)}
+    check_rewrite(m, (["com.microsoft.FusedMatMul", "Mul"], ["com.microsoft.FusedMatMul", "Div"],
+                      ["Mul", "Mul", "MatMul"], ["Mul", "MatMul", "Div"]),
+                  feeds=feeds, not_fired=[rule], ort_optimize=False)
+
+
+@pytest.mark.parametrize("c1, c2", [("1e30", "1e-30"), ("1e-30", "1e30")])
+def test_a_scale_outside_2_to_the_16_stays_in_its_operand(c1, c2):
+    # (a * 1e30) . (b * 1e-30) with b of 2e15 is about 2e15; with b's scale moved out as alpha
+    # ((a * 1e30) . b * 1e-30) the product overflowed first: inf. A moved scale is within
+    # [2^-16, 2^16] (0.125 and d^-0.25 are)
+    m = parse_model(H + f"""
+        agraph (float[2, 4, 8] a, float[2, 8, 4] b) => (float[2, 4, 4] y) {{
+            k1 = Constant <value = float {{{c1}}}> ()
+            k2 = Constant <value = float {{{c2}}}> ()
+            as = Mul(a, k1)
+            bs = Mul(b, k2)
+            y = MatMul(as, bs)
+        }}""")
+    rng = np.random.default_rng(2)
+    big = "b" if c1 == "1e30" else "a"
+    feeds = {n: (rng.standard_normal(s) * (2e15 if n == big else 1)).astype(np.float32)
+             for n, s in (("a", (2, 4, 8)), ("b", (2, 8, 4)))}
+    check_rewrite(m, ["Mul", "Mul", "MatMul"], feeds=feeds, ort_optimize=False,
+                  not_fired=["fused-matmul-scaled-a", "fused-matmul-scaled-b"])
 
 
 def test_scaled_right_operand_becomes_fused_matmul_alpha():
@@ -812,3 +865,42 @@ def test_a_double_scale_stays_out_of_fused_matmul_alpha(scale):
     # (a float32 scale still folds: the test of Mul(MatMul(Transpose(q), ...), 0.125) above)
     check_rewrite(m, ["MatMul", "Mul"], not_fired=["fused-matmul-mul-scalar"], rtol=1e-15, atol=0.0)
 
+
+
+# ---- alpha must be a float32: a product or quotient of scales computed in f64 that
+# overflows (or underflows) float32 would be written as inf (or 0)
+
+
+@pytest.mark.parametrize("body, rule", [
+    # 1e30 * 1e30 = 1e60: inf as a float32 alpha
+    ("p = MatMul(a, b)\n r = Mul(p, big)\n y = Mul(r, big)", "fused-matmul-mul-scalar-fused"),
+    ("p = MatMul(a, b)\n r = Mul(big, p)\n y = Mul(big, r)", "fused-matmul-mul-scalar-left-fused"),
+    ("p = MatMul(a, b)\n r = Mul(p, big)\n y = Div(r, tiny)", "fused-matmul-div-scalar-fused"),
+    ("as = Mul(a, big)\n p = MatMul(as, b)\n y = Mul(p, big)", "fused-matmul-mul-scalar-fused"),
+    ("as = Mul(a, big)\n bs = Mul(b, big)\n y = MatMul(as, bs)", "fused-matmul-scaled-b-fused"),
+    ("bs = Mul(b, big)\n as = Mul(a, big)\n bt = Transpose <perm = [1, 0]> (b)\n p = MatMul(as, bt)\n"
+     " y = Mul(p, big)", "fused-matmul-mul-scalar-fused"),
+    # 1 / 1e-39 (a float32 subnormal) = 1e39: inf as a float32 alpha
+    ("p = MatMul(a, b)\n y = Div(p, sub)", "fused-matmul-div-scalar"),
+    # 1e-30 * 1e-30 = 1e-60: 0 as a float32 alpha
+    ("p = MatMul(a, b)\n r = Mul(p, tiny)\n y = Mul(r, tiny)", "fused-matmul-mul-scalar-fused"),
+])
+def test_scales_whose_product_is_no_float32_stay_out_of_alpha(body, rule):
+    m = parse_model(H + f"""
+        agraph (float[3, 3] a, float[3, 3] b) => (float[3, 3] y) {{
+            big = Constant <value = float {{1e30}}> ()
+            tiny = Constant <value = float {{1e-30}}> ()
+            sub = Constant <value = float {{1e-39}}> ()
+            {body}
+        }}""")
+    res = optimized(m)
+    for n in res.model.graph.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.FLOAT:
+                assert np.isfinite(a.f) and (a.f == 0 or abs(a.f) >= np.finfo(np.float32).tiny), (n.op_type, a)
+    # a row of zeros gives 0 * inf = NaN with an infinite alpha; tiny products, 0 with alpha 0
+    a = np.zeros((3, 3), np.float32)
+    a[1] = 1e-20
+    a[2] = 1e20
+    b = np.full((3, 3), 1e-20, np.float32)
+    assert_same_outputs(m, res.model, {"a": a, "b": b}, rtol=1e-5, atol=0, ort_optimize=False)

@@ -597,6 +597,24 @@ def test_silu_to_quick_gelu(silu, alpha_silu, rules):
     assert alphas == [1.0, 1.702]  # 1.702 is QuickGelu's default
 
 
+def test_silu_whose_alpha_is_no_float32_stays():
+    # x * Sigmoid(x / 1e-39): 1 / 1e-39 (a subnormal divisor) is 1e39, inf as QuickGelu's
+    # float32 alpha; QuickGelu(0) then computed 0 * sigmoid(inf * 0) = NaN where the original is 0
+    m = parse_model(header(18) + """
+        agraph (float[2, 3, 16] x) => (float[2, 3, 16] y) {
+            c = Constant <value = float {1e-39}> ()
+            xd = Div(x, c)
+            s = Sigmoid(xd)
+            y = Mul(x, s)
+        }""")
+    res = optimized(m)
+    assert MS + "QuickGelu" not in op_list(res.model)
+    x = np.zeros((2, 3, 16), np.float32)
+    x[0] = 1e-40
+    x[1] = -1.0
+    assert_same_outputs(m, res.model, {"x": x}, ort_optimize=False)
+
+
 def test_silu_of_two_values_and_target_onnx_stay():
     m = parse_model(header(18) + """
         agraph (float[2, 3, 16] x, float[2, 3, 16] z) => (float[2, 3, 16] y, float[2, 3, 16] q) {
