@@ -43,7 +43,7 @@ from .modelcheck import check_model
 from .oracle import Oracle
 from .saturate import Limits, Saturator
 from .serialize import serialize
-from .shapes import DimTable, infer_types
+from .shapes import DimTable, contradicted_declarations, infer_types
 from .store import ProtoStore, TensorStore
 from .target import (
     effective_layout,
@@ -123,6 +123,7 @@ class Saturated:
     decoder: Decoder | None = None  # the last decode's, for explain
     instances: dict[str, str] = field(default_factory=dict)  # random nodes: tag -> first output (Encoder)
     fact_uses: dict[str, set[str]] = field(default_factory=dict)  # rule -> fact rules it read (explain)
+    contradicted: set[str] = field(default_factory=set)  # values whose declared type inference contradicts
 
     def extract(self, cost: CostModel | None = None, extractor: str | None = None) -> Extraction:
         cost = cost or cost_model(self.opts)
@@ -133,7 +134,8 @@ class Saturated:
         return file_choice(self.egraph, picked, path, cost, "this e-graph")
 
     def decode(self, choice: dict[str, str]) -> ModelProto:
-        self.decoder = Decoder(self.model, self.egraph, choice, self.tensors, self.protos, self.value_names)
+        self.decoder = Decoder(self.model, self.egraph, choice, self.tensors, self.protos, self.value_names,
+                               self.contradicted)
         return self.decoder.decode(self.egraph.roots)
 
 
@@ -345,18 +347,22 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "warnings": warnings,
     }
     return Saturated(model, opts, data, egraph, tensors, protos, value_names, report, times,
-                     rows if opts.explain else None, fact_uses=sat.fact_uses, instances=enc.instances)
+                     rows if opts.explain else None, fact_uses=sat.fact_uses, instances=enc.instances,
+                     contradicted=set(contradicted_declarations(model, types)))
 
 
 def work_report(egraph: EGraph, choice: dict[str, str], opts: Options) -> dict:
-    """The input program's work beside the output's (extract/work.py: FLOPs, bytes moved,
-    contractions, ops of the main graph at the bound sizes), and `more`: what the output does
-    more of, if anything (padding a rule declares adds FLOPs, never contractions)."""
+    """The input program's work beside the output's (extract/work.py: FLOPs, the FLOPs on
+    weights a rule padded, bytes moved, contractions, ops of the main graph at the bound
+    sizes), and `more`: what the output does more of, if anything: contractions, or FLOPs
+    beyond those on padding (padding a rule declares adds FLOPs, never contractions)."""
     roof = Roofline(hardware_profile(opts.hardware), opts.dims)
     before = work(egraph, egraph.meta.get("input_nodes", []), roof)
     after = work(egraph, chosen_nodes(egraph, choice), roof)
-    return {"input": before, "output": after,
-            "more": [k for k in ("contractions", "flops") if after[k] > before[k] * (1 + 1e-9)]}
+    more = [k for k in ("contractions",) if after[k] > before[k]]
+    if after["flops"] - after["padding_flops"] > (before["flops"] - before["padding_flops"]) * (1 + 1e-9):
+        more.append("flops")
+    return {"input": before, "output": after, "more": more}
 
 
 def _input_nodes(model: ModelProto, enc, value_class: dict) -> list[tuple[str, str, list[str]]]:
@@ -421,8 +427,9 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
     if (more := report["work"]["more"]) and st.egraph.meta.get("input_complete"):
         w = report["work"]
         report["warnings"].append("the output does more " + " and ".join(
-            f"{k} than the input ({w['input'][k]:.4g} -> {w['output'][k]:.4g})" for k in more)
-            + ("; rules that pad contractions declare FLOPs" if more == ["flops"] else ""))
+            f"{k} than the input ({w['input'][k]:.4g} -> {w['output'][k]:.4g}"
+            + (f", of them {w['output']['padding_flops']:.4g} on padding" if k == "flops" else "") + ")"
+            for k in more))
     if subgraphs:
         report["subgraphs"] = subgraphs
     if opts.explain:

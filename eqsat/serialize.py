@@ -17,6 +17,7 @@ This is the file `--save-egraph` writes and the input of everything in `extract/
 from __future__ import annotations
 
 import json
+import math
 
 from egglog import bindings as b
 
@@ -72,6 +73,7 @@ def serialize(eg: b.EGraph, root_ids: list[int], output_names: list[str], constr
             d = ctor_of(n["eclass"])
             if d is not None:
                 cdata.setdefault(owner, {})["dtype"] = d
+    _mark_padding(nodes, by_class, cdata)
     weights = _subgraph_weights(nodes, protos) if protos is not None else {}
     roots = [value_class[str(v)] for v in root_ids]
     data["root_eclasses"] = list(dict.fromkeys(roots))
@@ -87,6 +89,41 @@ def serialize(eg: b.EGraph, root_ids: list[int], output_names: list[str], constr
         "node_weight": weights,
     }
     return data
+
+
+PADDING_OPS = ("PadChannels", "ReorderFilter")  # eqsat's internal ops, which extraction never sees
+
+
+def _mark_padding(nodes: dict, by_class: dict[str, list[str]], cdata: dict) -> None:
+    """class_data[c]["unpadded_elements"]: for a weight that a rule padded with zeros
+    (PadChannels, possibly under ReorderFilter), the elements it had before. The internal
+    ops are left out of extraction's view of the e-graph; the work report reads this
+    (extract/work.py, padding_flops)."""
+    memo: dict[str, float | None] = {}
+
+    def elements(c: str) -> float | None:
+        s = cdata.get(c, {}).get("shape")
+        return None if s is None or any(d < 0 for d in s) else float(math.prod(s))
+
+    def unpadded(c: str, depth: int = 6) -> float | None:
+        if c in memo or depth <= 0:
+            return memo.get(c)
+        memo[c] = None
+        for nid in by_class.get(c, ()):
+            n = nodes[nid]
+            if n["op"] in PADDING_OPS and n["children"]:
+                inner = nodes[n["children"][0]]["eclass"]
+                found = unpadded(inner, depth - 1)
+                if found is None and n["op"] == "PadChannels":
+                    found = elements(inner)
+                if found is not None:
+                    memo[c] = found
+                    break
+        return memo[c]
+
+    for c in by_class:
+        if (kept := unpadded(c)) is not None and (full := elements(c)) is not None and kept < full:
+            cdata.setdefault(c, {})["unpadded_elements"] = kept
 
 
 def _subgraph_weights(nodes: dict, protos: ProtoStore) -> dict[str, int]:

@@ -5,7 +5,8 @@ egraph-serialize JSON (egglog's) plus eqsat's metadata (eqsat/serialize.py):
     {"nodes": {ID: {"op": str, "eclass": str, "children": [ID, ...],
                     "cost": number >= 0 (optional), "subsumed": bool (optional)}, ...},
      "root_eclasses": [E-CLASS, ...],                                          (optional)
-     "class_data": {E-CLASS: {"type": str, "shape": [int, ...], "dtype": str}, ...},
+     "class_data": {E-CLASS: {"type": str, "shape": [int, ...], "dtype": str,
+                              "unpadded_elements": number > 0}, ...},
                                      (optional; required with "eqsat")
      "eqsat": {                                                                (optional)
         "format": int >= 1, "constructors": [str], "functions": [str], "forbidden": [str],
@@ -169,6 +170,8 @@ def _well_formed_class_data(cd: dict) -> bool:
     for d in cd.values():
         if type(d) is not dict or type(d.get("type", "")) is not str or type(d.get("dtype", "")) is not str:
             return False
+        if "unpadded_elements" in d and not (is_number(d["unpadded_elements"]) and d["unpadded_elements"] > 0):
+            return False
         shape = d.get("shape")
         if shape is not None:
             if type(shape) is not list:
@@ -217,6 +220,8 @@ def _class_data(cd: dict) -> None:
         for f in ("type", "dtype"):
             if f in d:
                 need_str(d[f], f"{where}.{f}")
+        if "unpadded_elements" in d and not (is_number(d["unpadded_elements"]) and d["unpadded_elements"] > 0):
+            raise EGraphFormatError(f"{where}.unpadded_elements", "a number > 0", d["unpadded_elements"])
         if "shape" in d:
             shape = d["shape"]
             if not isinstance(shape, list):

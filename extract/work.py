@@ -27,13 +27,17 @@ STRUCTURE_OPS = STRUCTURE | {"Value"}  # not operators of the program
 def contractions(egraph: EGraph, node) -> int:
     """The contractions an e-node computes, as the work bound counts them: 1 for a product or
     a convolution that sums over more than one input, 2 for attention (its scores and its
-    weighted sum), 0 otherwise (a 1x1 convolution of one input channel per group is a
-    per-channel scale: rules/layout.egg runs BatchNormalization, or a per-channel Mul and Add,
+    weighted sum), 0 otherwise (a MatMul of inner dimension 1 is an outer product; a 1x1
+    convolution of one input channel per group is a per-channel scale: rules/layout.egg runs BatchNormalization, or a per-channel Mul and Add,
     as one, in place of ops that are no contraction)."""
     if node.op not in CONTRACTIONS:
         return 0
     if node.op in ATTENTION:
         return 2
+    if node.op in MATMUL and node.children:
+        a = egraph.class_data.get(node.children[0], {}).get("shape")
+        if a and a[-1] == 1:  # an outer product: an inner dimension of 1 sums over nothing
+            return 0
     if node.op in CONV and len(node.children) > 1:
         w = egraph.class_data.get(node.children[1], {}).get("shape")
         if w and len(w) >= 3 and all(d == 1 for d in w[1:]):
@@ -46,12 +50,57 @@ def chosen_nodes(egraph: EGraph, choice: Mapping[str, str]) -> list[str]:
     return [choice[c] for c in reachable(egraph, choice)]
 
 
+# ops between a padded weight and the contraction that reads it, besides the blocked
+# layout's filter reorder: the channel scale moved into a filter (rules/layout.egg)
+WEIGHT_TRANSFORMS = frozenset({"Reshape", "Mul"})
+
+
+def unpadded_elements(egraph: EGraph, eclass: str, depth: int = 6) -> float | None:
+    """The elements of a contraction's weight before the zeros a rule appended to it (the
+    serialized e-graph's `unpadded_elements`, found through WEIGHT_TRANSFORMS from the
+    weight's e-class), or None where it was not padded."""
+    kept = egraph.class_data.get(eclass, {}).get("unpadded_elements")
+    if kept is not None or depth <= 0:
+        return kept
+    for nid in egraph.classes.get(eclass, ()):
+        n = egraph.nodes[nid]
+        if n.op in WEIGHT_TRANSFORMS and n.children:
+            found = unpadded_elements(egraph, n.children[0], depth - 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _elements(egraph: EGraph, eclass: str) -> float | None:
+    s = egraph.class_data.get(eclass, {}).get("shape")
+    if s is None or any(d < 0 for d in s):
+        return None
+    out = 1.0
+    for d in s:
+        out *= d
+    return out
+
+
+def padding_flops(egraph: EGraph, node, inputs: list[str], flops: float) -> float:
+    """The FLOPs of a contraction that fall on the zeros a rule padded its weight with
+    (rules/layout.egg's blocked channels, rules/contraction.egg's padded inner dimension): its
+    FLOPs times the padded share of its weight (every padded weight element meets as many
+    products as a kept one)."""
+    if node.op not in CONTRACTIONS or len(inputs) < 2 or not flops:
+        return 0.0
+    kept, padded = unpadded_elements(egraph, inputs[1]), _elements(egraph, inputs[1])
+    if kept is None or not padded or kept >= padded:
+        return 0.0
+    return flops * (1.0 - kept / padded)
+
+
 def work(egraph: EGraph, node_ids: Iterable[str], roofline: Roofline | None = None) -> dict[str, float]:
-    """{"flops", "bytes", "contractions", "ops"} of a program given as its e-nodes
-    (chosen_nodes, each once; or eqsat.input_nodes, one per input node)."""
+    """{"flops", "padding_flops", "bytes", "contractions", "ops"} of a program given as its
+    e-nodes (chosen_nodes, each once; or eqsat.input_nodes, one per input node); padding_flops
+    is the part of flops that falls on padded weights (`padding_flops`)."""
     roof = roofline or Roofline()
     roof._setup(egraph)
-    flops = moved = 0.0
+    flops = padded = moved = 0.0
     count = ops = 0
     for nid in node_ids:
         if nid is None or nid not in egraph.nodes:
@@ -62,10 +111,11 @@ def work(egraph: EGraph, node_ids: Iterable[str], roofline: Roofline | None = No
         inputs = roof.op_inputs(egraph, node)
         f, _ = roof.flops(egraph, node, inputs)
         flops += f
+        padded += padding_flops(egraph, node, inputs, f)
         moved += roof.out_bytes(egraph, node, inputs) + sum(roof.nbytes(egraph, i) for i in inputs)
         count += contractions(egraph, node)
         ops += 1
-    return {"flops": flops, "bytes": moved, "contractions": count, "ops": ops}
+    return {"flops": flops, "padding_flops": padded, "bytes": moved, "contractions": count, "ops": ops}
 
 
 def contraction_bound(egraph: EGraph) -> int | None:

@@ -89,6 +89,9 @@ CASES = [
      lambda d: f'class_data["{first_class(d)}"].shape[1]', "an integer, got 2.5"),
     (lambda d: d["class_data"].__setitem__(first_class(d), {"dtype": 3}),
      lambda d: f'class_data["{first_class(d)}"].dtype', "a string"),
+    # a padded weight's kept elements (extract/work.py): a share of them must be a number
+    (lambda d: d["class_data"].__setitem__(first_class(d), {"unpadded_elements": -4}),
+     lambda d: f'class_data["{first_class(d)}"].unpadded_elements', "a number > 0"),
     (lambda d: d.__setitem__("root_eclasses", "Op-1"), lambda d: "root_eclasses", "a list of e-class names"),
     (lambda d: d.__setitem__("eqsat", [1]), lambda d: "eqsat", "an object"),
     (lambda d: d["eqsat"].__setitem__("format", "x"), lambda d: "eqsat.format", "an integer >= 1"),
