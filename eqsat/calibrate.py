@@ -35,7 +35,7 @@ side by side (eqsat.latency.compare), and hold only where the fused form is at l
 - interpolation_flops: a linear Resize's time an output element (eqsat/calibrate_layout.py,
   resize_ns) at the vector rate above: the FLOPs the roofline charges it.
 - depthwise_gflops and layouts.nchwc (block, conv_speedup, depthwise_gflops, pool_speedup,
-  reorder_gbps, upsample_speedup): the channel-blocked layout's figures, where onnxruntime has
+  global_pool_speedup, pixel_conv_speedup, reorder_gbps, upsample_speedup): the channel-blocked layout's figures, where onnxruntime has
   those kernels on this machine (eqsat/calibrate_layout.py); a profile without them never
   chooses the layout.
 

@@ -8,6 +8,12 @@ machine by `eqsat calibrate` with onnxruntime's graph optimizations off:
 - depthwise_gflops: a blocked depthwise 3x3 convolution's throughput (and, for the profile's
   top level, the NCHW one's: no GEMM, far below matmul_gflops);
 - pool_speedup: how much faster a blocked MaxPool or AveragePool (3x3 window) is;
+- pixel_conv_speedup: how much faster a blocked 1x1 convolution of a one-pixel image is
+  (squeeze-excite's two products, 128 to 960 channels, filters read once each, as in a
+  network): the NCHW kernel reads the filter at half the blocked one's rate;
+- global_pool_speedup: how much faster a blocked GlobalAveragePool is (squeeze-excite's
+  pooling, 16 to 1152 channels, 7 to 112 pixels): the blocked kernel reads its input at two
+  to three times the NCHW one's rate;
 - reorder_gbps: ReorderInput plus ReorderOutput, bytes read and written per second (the
   tensors of one layer stay in cache: faster than mem_gbps's stream).
 - upsample_speedup: how much faster a blocked linear Upsample is than the NCHW Resize
@@ -38,6 +44,8 @@ DENSE = [(128, 1, 56), (256, 1, 28), (512, 1, 14), (1024, 1, 7),  # (channels, k
 DEPTHWISE = [(64, 56), (128, 28), (256, 14), (512, 7)]
 POOLS = [(op, c, p) for op in ("MaxPool", "AveragePool") for c, p in ((64, 56), (128, 28), (256, 14), (512, 7))]
 STEMS = [(16, 224), (24, 224), (32, 224)]  # (output channels, pixels) of an image's first 3x3 convolution
+GLOBAL_POOLS = [(32, 112), (96, 56), (144, 56), (240, 28), (480, 14), (1152, 7)]  # (channels, pixels)
+PIXEL_CONVS = [(128, 32), (480, 128), (672, 176), (960, 240), (240, 960), (176, 672)]  # (in, out) channels
 UPSAMPLES = [(128, 20, 2), (32, 56, 2), (32, 40, 8)]  # (channels, pixels, factor): linear, half_pixel
 FLOOR = 0.05  # the blocked op's time is at least this share of B (B - R is a difference of noisy medians)
 
@@ -90,6 +98,71 @@ def pool_models(op: str, c: int, pixels: int):
     attrs = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1])
     return _three(helper.make_node(op, ["x"], ["y"], **attrs),
                   helper.make_node(op, ["xb"], ["yb"], domain=NCHWC_DOMAIN, **attrs), [1, c, pixels, pixels], {}, {})
+
+
+def global_pool_models(c: int, pixels: int, copies: int) -> tuple:
+    """`copies` GlobalAveragePools of one [1, c, pixels, pixels] input, in NCHW and blocked (the
+    input read as blocked: the kernel's time alone), and their input. The time of one pool is
+    the difference between `copies` and one: the session's own overhead cancels."""
+    shape = [1, c, pixels, pixels]
+    vi = [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(NCHWC_DOMAIN, 1)]
+
+    def model(domain: str):
+        outs = [f"y{i}" for i in range(copies)]
+        g = helper.make_graph([helper.make_node("GlobalAveragePool", ["x"], [y], domain=domain) for y in outs],
+                              "global-pool", vi,
+                              [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, c, 1, 1]) for y in outs])
+        return helper.make_model(g, opset_imports=opsets)
+
+    return model(""), model(NCHWC_DOMAIN), {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+
+
+def global_pool_speedup(threads: int = 1, runs: int = 40) -> tuple[float, list[float]]:
+    """The geometric mean over GLOBAL_POOLS of NCHW / blocked GlobalAveragePool time, and each ratio."""
+    ratios = []
+    for c, p in GLOBAL_POOLS:
+        n1, b1, feeds = global_pool_models(c, p, 1)
+        n4, b4, _ = global_pool_models(c, p, 4)
+        tn1, tn4, tb1, tb4 = compare([n1, n4, b1, b4], feeds, runs=runs, threads=threads)
+        tn, tb = (tn4 - tn1) / 3, (tb4 - tb1) / 3
+        ratios.append(tn / max(tb, FLOOR * tn))
+    return round(_geomean(ratios), 3), ratios
+
+
+def pixel_conv_models(c: int, o: int, copies: int, block: int) -> tuple:
+    """`copies` 1x1 convolutions of one [1, c, 1, 1] input to o channels, each with a filter of
+    its own (read once a run, as a network reads its filters), in NCHW and blocked (the input
+    read as blocked), and their input."""
+    rng = np.random.default_rng(0)
+    ws = [(rng.standard_normal((o, c, 1, 1)) * 0.1).astype(np.float32) for _ in range(copies)]
+    vi = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 1, 1])]
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(NCHWC_DOMAIN, 1)]
+
+    def model(domain: str):
+        outs = [f"y{i}" for i in range(copies)]
+        nodes = [helper.make_node("Conv", ["x", f"w{i}"], [y], domain=domain, kernel_shape=[1, 1])
+                 for i, y in enumerate(outs)]
+        inits = [numpy_helper.from_array(w if not domain else reorder_filter(w, block, "OIHWBiBo"), f"w{i}")
+                 for i, w in enumerate(ws)]
+        g = helper.make_graph(nodes, "pixel-conv", vi, [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, o, 1, 1])
+                                                         for y in outs], inits)
+        return helper.make_model(g, opset_imports=opsets)
+
+    return model(""), model(NCHWC_DOMAIN), {"x": rng.standard_normal((1, c, 1, 1)).astype(np.float32)}
+
+
+def pixel_conv_speedup(block: int, threads: int = 1, runs: int = 40) -> tuple[float, list[float]]:
+    """The geometric mean over PIXEL_CONVS of NCHW / blocked time (16 convolutions against one,
+    so that the session's overhead cancels), and each ratio."""
+    ratios = []
+    for c, o in PIXEL_CONVS:
+        n1, b1, feeds = pixel_conv_models(c, o, 1, block)
+        n16, b16, _ = pixel_conv_models(c, o, 16, block)
+        tn1, tn16, tb1, tb16 = compare([n1, n16, b1, b16], feeds, runs=runs, threads=threads)
+        tn, tb = (tn16 - tn1) / 15, (tb16 - tb1) / 15
+        ratios.append(tn / max(tb, FLOOR * tn))
+    return round(_geomean(ratios), 3), ratios
 
 
 def conv_gflops(threads: int = 1, runs: int = 20) -> float:
@@ -187,6 +260,8 @@ def measure(threads: int = 1, runs: int = 40) -> dict | None:
         resize, blocked, feeds = upsample_models(c, p, f)
         tn, tb = compare([resize, blocked], feeds, runs=runs, threads=threads)
         ups.append(tn / tb)
+    global_pools, gp = global_pool_speedup(threads, runs)
+    pixel, px = pixel_conv_speedup(block, threads, runs)
     return {
         "depthwise_gflops": round(_geomean(dw_nchw), 2),
         "layouts": {"nchwc": {
@@ -194,13 +269,17 @@ def measure(threads: int = 1, runs: int = 40) -> dict | None:
             "conv_speedup": round(_geomean(dense), 3),
             "depthwise_gflops": round(_geomean(dw_blocked), 2),
             "pool_speedup": round(_geomean(pools), 3),
+            "global_pool_speedup": global_pools,
+            "pixel_conv_speedup": pixel,
             "reorder_gbps": round(_geomean(reorders), 2),
             "upsample_speedup": round(_geomean(ups), 3),
             "source": f"measured by `eqsat calibrate` (eqsat/calibrate_layout.py): block {block}; geometric means "
                       f"over {len(DENSE)} dense convolutions (blocked/NCHW {min(dense):.2f} to {max(dense):.2f}), "
                       f"{len(DEPTHWISE)} depthwise 3x3 (NCHW {min(dw_nchw):.1f} to {max(dw_nchw):.1f} GFLOP/s, "
                       f"blocked {min(dw_blocked):.1f} to {max(dw_blocked):.1f}), {len(POOLS)} 3x3 pools "
-                      f"({min(pools):.2f} to {max(pools):.2f}) and their reorders, {len(UPSAMPLES)} linear upsamplings "
+                      f"({min(pools):.2f} to {max(pools):.2f}) and their reorders, {len(GLOBAL_POOLS)} global average pools "
+                      f"({min(gp):.2f} to {max(gp):.2f}), {len(PIXEL_CONVS)} one-pixel 1x1 convolutions "
+                      f"({min(px):.2f} to {max(px):.2f}), {len(UPSAMPLES)} linear upsamplings "
                       f"({min(ups):.2f} to {max(ups):.2f}); medians of {runs} rounds "
                       f"side by side, onnxruntime's optimizations off, {threads} thread(s)",
         }},

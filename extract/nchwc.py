@@ -10,6 +10,7 @@ UPSAMPLE = "NchwcUpsample"  # Resize by integer factors (linear or nearest)
 BLOCKED_POOLS = frozenset({"NchwcMaxPool", "NchwcAveragePool", "NchwcGlobalAveragePool", "NchwcGlobalMaxPool",
                            UPSAMPLE})  # per-channel ops on blocked values
 WINDOW_POOLS = frozenset({"NchwcMaxPool", "NchwcAveragePool"})  # blocked pools with a window
+GLOBAL_AVERAGE_POOL = "NchwcGlobalAveragePool"
 NCHWC_OPS = REORDERS | BLOCKED_CONVS | BLOCKED_POOLS  # every op that reads or writes the blocked layout
 
 

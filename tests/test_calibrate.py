@@ -66,10 +66,17 @@ def test_layout_figures_are_measured_on_models_that_compute_the_nchw_result(tmp_
         want = run(n, feeds, optimize=False)["y"]
         np.testing.assert_allclose(run(b, feeds, optimize=False)["y"], want, rtol=1e-4, atol=1e-4)
         np.testing.assert_array_equal(run(r, feeds, optimize=False)["y"], feeds["x"])
+    # a one-pixel image is laid out the same in both layouts: the blocked filters compute the NCHW result
+    n, b, feeds = calibrate_layout.pixel_conv_models(2 * block, block, 2, block)
+    want = run(n, feeds, optimize=False)
+    for k, v in run(b, feeds, optimize=False).items():
+        np.testing.assert_allclose(v, want[k], rtol=1e-4, atol=1e-4)
     got = calibrate_layout.measure(runs=3)
     nchwc = got["layouts"]["nchwc"]
     assert nchwc["block"] == block
-    assert all(nchwc[k] > 0 for k in ("conv_speedup", "depthwise_gflops", "pool_speedup", "reorder_gbps"))
+    assert all(nchwc[k] > 0 for k in ("conv_speedup", "depthwise_gflops", "pool_speedup", "global_pool_speedup",
+                                      "pixel_conv_speedup",
+                                      "reorder_gbps"))
     assert got["depthwise_gflops"] > 0
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"name": "t", "matmul_gflops": 1.0, "vector_gflops": 1.0, "mem_gbps": 1.0,

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from eqsat.pipeline import Options, saturate
 from eqsat.target import foreign_block_warning, hardware_profile, nchwc_block
@@ -175,3 +175,45 @@ def test_regrouped_query_heads_get_their_shape_from_the_bound_sequence():
     assert costs[64] >= hw.kernel_overhead_us + flops / (hw.matmul_gflops * 1e3)
     # the products grow with S squared: priced from their shapes, not as a kernel launch
     assert costs[256] - hw.kernel_overhead_us > 10 * (costs[64] - hw.kernel_overhead_us)
+
+
+def _global_pool_costs(block: int, hw: Hardware) -> dict[str, float]:
+    c = 2 * block
+    node = helper.make_node("GlobalAveragePool", ["x"], ["y"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, 28, 28])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, c, 1, 1])])
+    st = saturate(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), Options())
+    r = Roofline(hw)
+    r._setup(st.egraph)
+    return {n.op: r.node_cost(st.egraph, n) for n in st.egraph.nodes.values()
+            if n.op in ("GlobalAveragePool", "NchwcGlobalAveragePool")}
+
+
+def test_blocked_global_average_pooling_is_global_pool_speedup_times_faster(blocked):
+    plain, fast = _global_pool_costs(blocked, _hw()), _global_pool_costs(blocked, _hw(global_pool_speedup=3.0))
+    assert set(plain) == {"GlobalAveragePool", "NchwcGlobalAveragePool"}
+    assert plain["NchwcGlobalAveragePool"] == pytest.approx(plain["GlobalAveragePool"])  # no figure: as fast
+    assert fast["NchwcGlobalAveragePool"] - 1.0 == pytest.approx((plain["GlobalAveragePool"] - 1.0) / 3.0)
+    assert _global_pool_costs(blocked, _hw(pool_speedup=3.0)) == plain  # the window pools' figure is another
+
+
+def _pixel_conv_costs(block: int, hw: Hardware, pixels: int = 1) -> dict[str, float]:
+    """A 1x1 conv of 2 blocks of channels to 2 on a pixels x pixels image, saturated."""
+    c = 2 * block
+    w = numpy_helper.from_array(np.ones((c, c, 1, 1), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 1])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, pixels, pixels])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, c, pixels, pixels])], [w])
+    st = saturate(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), Options())
+    r = Roofline(hw)
+    r._setup(st.egraph)
+    return {n.op: r.node_cost(st.egraph, n) for n in st.egraph.nodes.values() if n.op in ("Conv", "NchwcConvPlain")}
+
+
+def test_a_blocked_conv_of_one_pixel_is_pixel_conv_speedup_times_faster(blocked):
+    hw, fast = _hw(conv_speedup=1.0), _hw(conv_speedup=1.0, pixel_conv_speedup=2.0)
+    plain, sped = _pixel_conv_costs(blocked, hw), _pixel_conv_costs(blocked, fast)
+    assert set(plain) == {"Conv", "NchwcConvPlain"}
+    assert plain["NchwcConvPlain"] == pytest.approx(plain["Conv"])
+    assert sped["NchwcConvPlain"] - 1.0 == pytest.approx((plain["Conv"] - 1.0) / 2.0)
+    assert _pixel_conv_costs(blocked, fast, pixels=2) == _pixel_conv_costs(blocked, hw, pixels=2)  # one pixel only

@@ -12,7 +12,10 @@ Layouts: a profile lists the data layouts its hardware has kernels for beyond NC
 `conv_speedup`, the measured ratio of a blocked convolution's throughput to an NCHW one's on
 that machine: a NchwcConv computes at matmul_gflops * conv_speedup, a depthwise one at the
 layout's `depthwise_gflops`; a blocked MaxPool or AveragePool takes its NCHW form's time over
-the layout's `pool_speedup` (1 where the profile has none; global pooling is costed as NCHW);
+the layout's `pool_speedup`, a blocked GlobalAveragePool its NCHW form's over
+`global_pool_speedup`, and a blocked convolution of a one-pixel image (squeeze-excite's
+products, which read a filter once for one pixel) its time over `pixel_conv_speedup` (each
+1 where the profile has none);
 ReorderInput and ReorderOutput are copies (their time is memory only), at
 the layout's `reorder_gbps` where the profile measured it (else `mem_gbps`); a linear Resize
 costs the profile's `interpolation_flops` an output element, its blocked Upsample that over
@@ -33,7 +36,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from ..egraph import EGraph, Node
-from ..nchwc import BLOCKED_CONVS, NCHWC_OPS, REORDERS, UPSAMPLE, WINDOW_POOLS
+from ..nchwc import BLOCKED_CONVS, GLOBAL_AVERAGE_POOL, NCHWC_OPS, REORDERS, UPSAMPLE, WINDOW_POOLS
 from .base import LEAF_COST, STRUCTURE, CostModel, positive
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
@@ -148,7 +151,8 @@ class Hardware:
 
 # what a profile's optional keys and its layouts' figures must hold (a quoted "false" is true
 # to Python, a zero speed-up divides by zero after saturation)
-LAYOUT_FIGURES = ("conv_speedup", "pool_speedup", "depthwise_gflops", "reorder_gbps", "upsample_speedup")
+LAYOUT_FIGURES = ("conv_speedup", "pool_speedup", "global_pool_speedup", "pixel_conv_speedup", "depthwise_gflops",
+                  "reorder_gbps", "upsample_speedup")
 
 
 def _check_profile(p: Path, d: dict, cls) -> None:
@@ -453,6 +457,11 @@ class Roofline(CostModel):
             return float(STEM_K)
         return float(math.prod(w[1:]))
 
+    def _one_pixel(self, egraph: EGraph, node: Node) -> bool:
+        """Whether an op's output is one pixel a batch: [N, C, 1, 1] (squeeze-excite's products)."""
+        out = self.shape(egraph, node.eclass)
+        return bool(out) and len(out) == 4 and out[2] == 1 and out[3] == 1
+
     def _strided(self, egraph: EGraph, node: Node) -> bool:
         """Whether a Conv's strides are other than 1 (unknown: assumed not)."""
         pos = {"Conv": 8, "FusedConv": 11}.get(node.op)
@@ -501,8 +510,12 @@ class Roofline(CostModel):
                 and aliased_rows(egraph, node, lambda c: self.shape(egraph, c)):
             compute_us *= hw.contraction_alias_slowdown  # the rows share L1 cache sets
         work_us = max(compute_us, memory_us)
+        if blocked and self._one_pixel(egraph, node):
+            work_us /= float(hw.layouts["nchwc"].get("pixel_conv_speedup", 1.0))
         if node.op in WINDOW_POOLS and hw.has_layout("nchwc"):
             work_us /= float(hw.layouts["nchwc"].get("pool_speedup", 1.0))
+        elif node.op == GLOBAL_AVERAGE_POOL and hw.has_layout("nchwc"):
+            work_us /= float(hw.layouts["nchwc"].get("global_pool_speedup", 1.0))
         weight = float(egraph.meta.get("node_weight", {}).get(node.id, 1.0))
         t = hw.kernel_overhead_us * weight + work_us
         return t if math.isfinite(t) else 1e12

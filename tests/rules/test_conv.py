@@ -8,7 +8,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ..conftest import assert_same_outputs, check_rewrite, op_list, optimized, parse_model
+from ..conftest import assert_same_outputs, op_list, optimized, parse_model
+from ..conftest import check_rewrite as check_any_layout
+
+
+def check_rewrite(model, expect_ops, *args, **opts):
+    """conftest.check_rewrite in the NCHW layout unless a test names one: these are the conv
+    fusions' tests, and whether a conv of a few channels runs blocked (its output channels
+    padded to the block) is the cost model's choice at the machine's block, tested in
+    tests/rules/test_layout.py."""
+    opts.setdefault("layout", "nchw")
+    return check_any_layout(model, expect_ops, *args, **opts)
+
 
 H = '<ir_version: 8, opset_import: ["" : 18]>'
 RNG = np.random.default_rng(0)
