@@ -23,9 +23,9 @@ Layouts. Where the e-graph holds a value both in NCHW and in onnxruntime's chann
 layout (rules/layout.egg), the layout of each such value is fixed from the greedy answer
 before the program is built (fix_layouts): with both layouts free the LP relaxation mixes
 them and HiGHS does not close the gap on CNNs (ResNet-50: 25 s, other models past the
-limit); with them fixed the program is as easy as an NCHW one (about 1 s). The answer is
-then optimal for that layout choice, never worse than the greedy answer, and the notes say
-so; `ILP(fix_layouts=False)` solves over both layouts, and so does the ILP where the layouts
+limit); with them fixed, and no ReorderInput of a value the greedy answer leaves NCHW and
+unused, the program is as easy as an NCHW one (about 1 s). The answer is then optimal for
+that layout choice, never worse than the greedy answer, and the notes say so; `ILP(fix_layouts=False)` solves over both layouts, and so does the ILP where the layouts
 fixed from the greedy answer leave no program within the work bound below.
 
 Work. Where the e-graph records the input program (eqsat.input_nodes), one more row bounds
@@ -78,17 +78,11 @@ class ILP(Extractor):
         self.fix_layouts = fix_layouts  # decide NCHW / NCHWc per e-class before solving (fix_layouts())
 
     def extract(self, egraph: EGraph, cost: CostModel) -> Extraction:
-        import numpy as np  # here: `eqsat --help` imports this module and no numpy
-        from scipy.optimize import Bounds, LinearConstraint, milp
-        from scipy.sparse import coo_matrix
-
         t0 = time.perf_counter()
-        disp = solver_log()
         costs = cost.costs(egraph)
         notes: list[str] = []
         if not egraph.roots:  # nothing to compute: the empty choice (and no program for HiGHS)
             return self._done(egraph, {}, costs, t0, notes)
-
         memo: list[Extraction] = []
 
         def greedy() -> Extraction:
@@ -107,127 +101,30 @@ class ILP(Extractor):
         full = TreeGreedy().choose_all(egraph, cost)
         if any(r not in full for r in egraph.roots):
             raise ExtractionError(f"root e-class {next(r for r in egraph.roots if r not in full)} has no finite-cost term")
-
         term = {c for c in egraph.classes if egraph.class_type(c) in TERM_SORTS}
-        needed = sorted(self._needed(egraph, full, term))  # a fixed order: ties break the same way every run
-        nodes = [n for c in needed for n in egraph.classes[c]
-                 if not math.isinf(costs[n]) and egraph.nodes[n].eclass not in
-                 {k for k in egraph.nodes[n].children}]
-        layout_note = ""
+        nodes, layout_note = self._candidates(egraph, full, term, costs), ""
         if self.fix_layouts and any(egraph.nodes[n].op in NCHWC_OPS for n in nodes):
             fixed = fix_layouts(egraph, nodes, greedy().choice)
             if fixed is not None:
                 nodes, layout_note = fixed
                 notes.append(layout_note)
-        nodes = self._prune(egraph, nodes, term)
-        index = {n: i for i, n in enumerate(nodes)}
-        by_class: dict[str, list[int]] = {}
-        for n in nodes:
-            by_class.setdefault(egraph.nodes[n].eclass, []).append(index[n])
-        classes = sorted(by_class)
-        if any(r not in by_class for r in egraph.roots):
-            raise ExtractionError("a root e-class has no finite-cost acyclic term")
-
-        rows, cols, vals, lo, hi = [], [], [], [], []
-
-        def row(entries: list[tuple[int, float]], low: float, high: float) -> None:
-            r = len(lo)
-            for col, v in entries:
-                rows.append(r)
-                cols.append(col)
-                vals.append(v)
-            lo.append(low)
-            hi.append(high)
-
-        roots = set(egraph.roots)
-        for c in classes:
-            members = [(i, 1.0) for i in by_class[c]]
-            row(members, 1.0 if c in roots else 0.0, 1.0)
-        for n in nodes:
-            i = index[n]
-            for k in set(egraph.nodes[n].children):
-                if k not in term:
-                    continue
-                row([(i, 1.0)] + [(j, -1.0) for j in by_class[k]], -np.inf, 0.0)
-
-        # Value classes (integers, vectors, attributes) hold one node each: y_c = 1 when some
-        # chosen node needs c. They are not decisions, but the DAG cost pays each once, so
-        # they are in the objective (a model may charge them, as the CostModel contract allows).
-        values = self._values(egraph, nodes, term, full)
-        vindex = {c: len(nodes) + j for j, c in enumerate(values)}
-        for n in nodes:
-            for k in set(egraph.nodes[n].children):
-                if k in vindex:
-                    row([(index[n], 1.0), (vindex[k], -1.0)], -np.inf, 0.0)
-        for c in values:
-            for k in set(egraph.nodes[full[c]].children):
-                if k in vindex:
-                    row([(vindex[c], 1.0), (vindex[k], -1.0)], -np.inf, 0.0)
-
-        # No more contractions than the input program (extract/work.py): a shared convolution
-        # or product is never computed twice to save other ops, whatever the cost model says.
-        bound = contraction_bound(egraph) if self.bound_work else None
-        guard = len(lo) if bound is not None else None
-        if guard is not None:
-            row([(index[n], float(k)) for n in nodes if (k := contractions(egraph, egraph.nodes[n]))], -np.inf,
-                float(bound))
-        n_x = len(nodes) + len(values)
-        c_vec = np.array([costs[n] for n in nodes] + [costs[full[c]] for c in values])
+        prog = _Program(egraph, self._prune(egraph, nodes, term), term, full, costs,
+                        contraction_bound(egraph) if self.bound_work else None)
+        prog.fixed_layouts = bool(layout_note)
         deadline = t0 + self.time_limit
-        cuts: list[list[int]] = []
-        res = None
-        # Lazy acyclicity: solve without it, then forbid each cycle the solution holds
-        # (the chosen nodes of a cycle cannot all be chosen) and solve again. Usually a few
-        # rounds; big-M order constraints would weaken the relaxation for every class.
-        while True:
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                break
-            n_rows = len(lo)
-            for k, cyc in enumerate(cuts):
-                for i in cyc:
-                    rows.append(n_rows + k)
-                    cols.append(i)
-                    vals.append(1.0)
-            lo_all = np.array(lo + [-np.inf] * len(cuts))
-            hi_all = np.array(hi + [len(c) - 1.0 for c in cuts])
-            a = coo_matrix((vals, (rows, cols)), shape=(len(lo_all), n_x)).tocsr()
-            del rows[len(rows) - sum(len(c) for c in cuts):]
-            del cols[len(cols) - sum(len(c) for c in cuts):]
-            del vals[len(vals) - sum(len(c) for c in cuts):]
-            res = milp(c_vec, constraints=LinearConstraint(a, lo_all, hi_all), integrality=np.ones(n_x),
-                       bounds=Bounds(np.zeros(n_x), np.ones(n_x)),
-                       options={"time_limit": remaining, "disp": disp})
-            if res.x is None and res.status == 2 and guard is not None and layout_note:
-                # the layouts fixed from the greedy answer exclude every program within the
-                # bound: choose the layouts with everything else, in the time left
-                joint = ILP(time_limit=max(deadline - time.perf_counter(), 1.0), fix_layouts=False)
-                ex = joint.extract(egraph, cost)
-                ex.notes[:0] = [f"ILP: the layouts fixed from the greedy answer need more than the input's {bound} "
-                                "contractions; layouts chosen by the ILP"]
-                ex.time_s = time.perf_counter() - t0
-                return ex
-            if res.x is None and res.status == 2 and guard is not None:  # infeasible: the bound cannot hold
-                hi[guard] = np.inf
-                guard = None
-                notes.append(f"ILP: no program within the input's {bound} contractions; solved without the bound")
-                continue
-            if res.x is None:
-                break
-            chosen = {c: nodes[i] for c in classes for i in by_class[c] if res.x[i] > 0.5}
-            found = self._cycles(egraph, chosen, index)
-            if not found:
-                break
-            cuts.extend(found)
-        choice = dict(full)
-        if res is None or res.x is None or self._cycles(egraph, {c: nodes[i] for c in classes for i in by_class[c] if res.x[i] > 0.5}, index):
+        res, cuts = self._solve(egraph, prog, deadline, notes)
+        if res == "layouts":  # the fixed layouts exclude every program within the bound
+            joint = ILP(time_limit=max(deadline - time.perf_counter(), 1.0), fix_layouts=False)
+            ex = joint.extract(egraph, cost)
+            ex.notes[:0] = [f"ILP: the layouts fixed from the greedy answer need more than the input's {prog.bound} "
+                            "contractions; layouts chosen by the ILP"]
+            ex.time_s = time.perf_counter() - t0
+            return ex
+        if res is None or res.x is None or self._cycles(egraph, prog.chosen(res.x), prog.index):
             why = "no solution" if res is None or res.x is None else "cycles remained"
             notes.append(f"ILP: {why} within {self.time_limit:g} s; greedy answer used")
             return self._done(egraph, greedy().choice, costs, t0, notes, fallback=True)
-        for c in classes:
-            chosen = [i for i in by_class[c] if res.x[i] > 0.5]
-            if chosen:
-                choice[c] = nodes[chosen[0]]
+        choice = {**full, **prog.chosen(res.x)}
         choice = {c: choice[c] for c in reachable(egraph, choice)}
         if res.status != 0:
             best = greedy()
@@ -240,6 +137,38 @@ class ILP(Extractor):
         if cuts:
             notes.append(f"ILP: {len(cuts)} cycle cuts")
         return self._done(egraph, choice, costs, t0, notes)
+
+    def _candidates(self, egraph: EGraph, full: dict[str, str], term: set[str], costs: dict[str, float]) -> list[str]:
+        """The finite-cost nodes of the term classes the roots reach, in a fixed order (ties
+        break the same way every run), less those that are their own child."""
+        needed = sorted(self._needed(egraph, full, term))
+        return [n for c in needed for n in egraph.classes[c]
+                if not math.isinf(costs[n]) and egraph.nodes[n].eclass not in set(egraph.nodes[n].children)]
+
+    def _solve(self, egraph: EGraph, prog: _Program, deadline: float, notes: list[str]):
+        """HiGHS on `prog` with lazy acyclicity: solve without it, then forbid each cycle the
+        solution holds (the chosen nodes of a cycle cannot all be chosen) and solve again;
+        usually a few rounds, where big-M order constraints would weaken the relaxation for
+        every class. Returns (scipy's result or None, the cuts), or ("layouts", cuts) where
+        the layouts fixed before solving leave no program within the work bound. Where the
+        bound cannot hold at all, it is dropped and the notes say so."""
+        cuts: list[list[int]] = []
+        res = None
+        while (remaining := deadline - time.perf_counter()) > 0:
+            res = prog.solve(cuts, remaining)
+            if res.x is None and res.status == 2 and prog.guard is not None and prog.fixed_layouts:
+                return "layouts", cuts
+            if res.x is None and res.status == 2 and prog.guard is not None:  # infeasible: the bound cannot hold
+                prog.drop_bound()
+                notes.append(f"ILP: no program within the input's {prog.bound} contractions; solved without the bound")
+                continue
+            if res.x is None:
+                break
+            found = self._cycles(egraph, prog.chosen(res.x), prog.index)
+            if not found:
+                break
+            cuts.extend(found)
+        return res, cuts
 
     @staticmethod
     def _cycles(egraph: EGraph, chosen: dict[str, str], index: dict[str, int]) -> list[list[int]]:
@@ -316,6 +245,106 @@ class ILP(Extractor):
             alive -= dead
 
 
+class _Program:
+    """The integer program of one extraction: x_n per candidate node and y_c per value class
+    the candidates reach; rows: each class chooses at most one node (a root exactly one); a
+    chosen node's child classes choose one each; a value class is paid once when a chosen
+    node needs it; and, where the e-graph records the input program, no more contractions
+    than the input's (extract/work.py)."""
+
+    def __init__(self, egraph: EGraph, nodes: list[str], term: set[str], full: dict[str, str],
+                 costs: dict[str, float], bound: int | None) -> None:
+        import numpy as np
+
+        self.nodes, self.index = nodes, {n: i for i, n in enumerate(nodes)}
+        self.fixed_layouts = False
+        self.by_class: dict[str, list[int]] = {}
+        for n in nodes:
+            self.by_class.setdefault(egraph.nodes[n].eclass, []).append(self.index[n])
+        self.classes = sorted(self.by_class)
+        if any(r not in self.by_class for r in egraph.roots):
+            raise ExtractionError("a root e-class has no finite-cost acyclic term")
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        roots = set(egraph.roots)
+        for c in self.classes:
+            self.row([(i, 1.0) for i in self.by_class[c]], 1.0 if c in roots else 0.0, 1.0)
+        # A chosen node's child classes choose one each, one row per class and child class:
+        # the nodes of c that need k, summed, at most k's (a class chooses at most one node,
+        # so this holds for every integer answer). Stronger in the LP relaxation than a row
+        # per node, where the relaxation spread a class over alternatives with different
+        # children and halved what each child class had to pay at every layer.
+        needs: dict[tuple[str, str], list[int]] = {}
+        for n in nodes:
+            for k in set(egraph.nodes[n].children):
+                if k in term:
+                    needs.setdefault((egraph.nodes[n].eclass, k), []).append(self.index[n])
+        for (_c, k), parents in sorted(needs.items()):
+            self.row([(i, 1.0) for i in parents] + [(j, -1.0) for j in self.by_class[k]], -np.inf, 0.0)
+        # Value classes (integers, vectors, attributes) hold one node each: y_c = 1 when some
+        # chosen node needs c. They are not decisions, but the DAG cost pays each once, so
+        # they are in the objective (a model may charge them, as the CostModel contract allows).
+        values = ILP._values(egraph, nodes, term, full)
+        vindex = {c: len(nodes) + j for j, c in enumerate(values)}
+        for n in nodes:
+            for k in set(egraph.nodes[n].children):
+                if k in vindex:
+                    self.row([(self.index[n], 1.0), (vindex[k], -1.0)], -np.inf, 0.0)
+        for c in values:
+            for k in set(egraph.nodes[full[c]].children):
+                if k in vindex:
+                    self.row([(vindex[c], 1.0), (vindex[k], -1.0)], -np.inf, 0.0)
+        # No more contractions than the input program: a shared convolution or product is
+        # never computed twice to save other ops, whatever the cost model says.
+        self.bound = bound
+        self.guard = len(self.lo) if bound is not None else None
+        if self.guard is not None:
+            self.row([(self.index[n], float(k)) for n in nodes if (k := contractions(egraph, egraph.nodes[n]))],
+                     -np.inf, float(bound))
+        self.n_x = len(nodes) + len(values)
+        self.c_vec = np.array([costs[n] for n in nodes] + [costs[full[c]] for c in values])
+
+    def row(self, entries: list[tuple[int, float]], low: float, high: float) -> None:
+        r = len(self.lo)
+        for col, v in entries:
+            self.rows.append(r)
+            self.cols.append(col)
+            self.vals.append(v)
+        self.lo.append(low)
+        self.hi.append(high)
+
+    def drop_bound(self) -> None:
+        import numpy as np
+
+        self.hi[self.guard] = np.inf
+        self.guard = None
+
+    def solve(self, cuts: list[list[int]], time_limit: float, integral: bool = True):
+        """scipy's milp on the rows and one row per cut (not all of a cycle's nodes)."""
+        import numpy as np  # here: `eqsat --help` imports this module and no numpy
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import coo_matrix
+
+        n = len(self.lo)
+        rows = self.rows + [n + k for k, cyc in enumerate(cuts) for _ in cyc]
+        cols = self.cols + [i for cyc in cuts for i in cyc]
+        vals = self.vals + [1.0] * sum(len(c) for c in cuts)
+        lo = np.array(self.lo + [-np.inf] * len(cuts))
+        hi = np.array(self.hi + [len(c) - 1.0 for c in cuts])
+        a = coo_matrix((vals, (rows, cols)), shape=(len(lo), self.n_x)).tocsr()
+        return milp(self.c_vec, constraints=LinearConstraint(a, lo, hi),
+                    integrality=np.ones(self.n_x) if integral else np.zeros(self.n_x),
+                    bounds=Bounds(np.zeros(self.n_x), np.ones(self.n_x)),
+                    options={"time_limit": time_limit, "disp": solver_log()})
+
+    def chosen(self, x) -> dict[str, str]:
+        """e-class -> its node chosen in the solution x."""
+        return {c: self.nodes[i] for c in self.classes for i in self.by_class[c] if x[i] > 0.5}
+
+
 def fix_layouts(egraph: EGraph, nodes: list[str], choice: dict[str, str]) -> tuple[list[str], str] | None:
     """Decide the data layout of every e-class that holds both layouts before the ILP sees it.
 
@@ -328,7 +357,9 @@ def fix_layouts(egraph: EGraph, nodes: list[str], choice: dict[str, str]) -> tup
     below every integer answer, so HiGHS does not close the gap; with the layout fixed the
     e-graph has the structure of an NCHW one and is solved as fast. `choice` stays a
     solution of the pruned e-graph, so the ILP answer is never worse than the greedy one;
-    it is optimal for this layout choice, not over every layout choice.
+    it is optimal for this layout choice, not over every layout choice. A ReorderInput of a
+    class the greedy answer does not use is dropped too: it would switch a value's layout
+    where the greedy answer did not.
 
     Returns the kept nodes and a note for the report, or None where no class holds both
     layouts (the e-graph is returned unchanged)."""
@@ -350,5 +381,10 @@ def fix_layouts(egraph: EGraph, nodes: list[str], choice: dict[str, str]) -> tup
             plain += 1
     if not blocked and not plain:
         return None
+    # A ReorderInput of a value the greedy answer does not compute is a layout change it did
+    # not make: kept, it doubles every blocked reader's alternatives (the same convolution on
+    # the reordered NCHW value), and the LP relaxation spreads over them layer by layer.
+    drop.update(n for n in nodes if egraph.nodes[n].op == "NchwcReorderInput"
+                and any(k not in choice for k in egraph.nodes[n].children if k in by_class))
     note = f"ILP: layouts fixed from the greedy answer before solving ({blocked} e-classes NCHWc, {plain} NCHW)"
     return [n for n in nodes if n not in drop], note
