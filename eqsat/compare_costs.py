@@ -4,8 +4,10 @@ One saturated e-graph; every cost model extracts its program (the ILP unless ano
 extractor is named); a sample of other
 valid programs comes from the same e-graph (DAG greedy under randomly perturbed node
 costs). Every distinct program is decoded and timed under onnxruntime (CPU, one thread, its
-own graph optimizations off, side by side in random round orders: eqsat.latency.compare;
-median). Per cost model: the predicted cost of its own program, that program's measured
+own graph optimizations off, medians): in child processes of a few programs each beside the
+first cost model's own, in random round orders, and scaled through it
+(eqsat.latency.compare_to_first), since fifty sessions in one process evict each other's
+weights between runs and ranked a program 5 % slower than another as 7 % faster. Per cost model: the predicted cost of its own program, that program's measured
 latency, and Kendall's tau between the model's predictions and the measured latencies over
 all the programs (1: it ranks them as the hardware does; 0: no better than chance), with
 its one-sided p-value (how often chance alone ranks as well) and, from MIN_INTERVAL programs
@@ -121,7 +123,7 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
     if crash := probe(decoded, feeds, labels):
         raise OptimizeError(f"compare-costs: {crash}")
     try:
-        measured = latency.compare(decoded, feeds, runs=runs)
+        measured = latency.compare_to_first(decoded, feeds, runs=runs)
     except EqsatError:
         raise
     except Exception as e:  # noqa: BLE001 - onnxruntime's errors are its own classes

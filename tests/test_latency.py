@@ -53,3 +53,30 @@ def test_compare_runs_each_model_once_per_round_in_the_sampled_order(monkeypatch
     ms = latency.compare([_model(1), _model(2), _model(3)], {"x": np.ones((4, 4), np.float32)}, runs=7, warmup=1)
     assert len(ms) == 3 and all(t > 0 for t in ms)
     assert len(orders) == 7 and all(sorted(p) == [0, 1, 2] for p in orders)
+
+
+def test_compare_to_first_times_groups_beside_the_first_in_children_with_huge_pages(monkeypatch, tmp_path):
+    """Six models beside the first, in groups of three: two children, each running the first
+    and its group (the second group created in reverse order), with glibc's huge pages asked
+    for; every model gets a figure."""
+    calls = []
+    real = latency.subprocess.run
+
+    def recording(cmd, **kw):
+        import json
+
+        calls.append((json.loads(kw["input"])["models"], kw["env"].get("GLIBC_TUNABLES")))
+        return real(cmd, **kw)
+
+    monkeypatch.setattr(latency.subprocess, "run", recording)
+    models = [_model(k) for k in range(7)]
+    paths = []
+    for k, m in enumerate(models):
+        onnx.save(m, tmp_path / f"r{k}.onnx")
+        paths.append(str(tmp_path / f"r{k}.onnx"))
+    ms = latency.compare_to_first(paths, {"x": np.ones((4, 4), np.float32)}, runs=5, group=4)
+    assert len(ms) == 7 and all(t > 0 for t in ms)
+    assert [len(m) for m, _ in calls] == [4, 4] and all(env == latency.CHILD_ENV["GLIBC_TUNABLES"] for _, env in calls)
+    assert "hugetlb" in latency.CHILD_ENV["GLIBC_TUNABLES"] or "GLIBC_TUNABLES" in __import__("os").environ
+    assert calls[0][0][0] == paths[0] and calls[1][0][-1] == paths[0]  # the first in each, order reversed
+    assert sorted(p for m, _ in calls for p in m if p != paths[0]) == sorted(paths[1:])
