@@ -76,6 +76,15 @@ bench: $(BENCH_STAMP)
 	@test -f benchmarks/models/resnet50.dynamo.onnx -a -f benchmarks/models/light_resnet50.onnx || $(MAKE) corpus
 	$(PY) benchmarks/peers.py $(BENCH_ARGS)
 
+# The CNN corpus beside onnxruntime's ORT_ENABLE_ALL saved model, at 1 thread and at onnxruntime's
+# default thread count, development and held-out sets apart: benchmarks/results/cnn.md.
+.PHONY: bench-cnn
+bench-cnn: $(BENCH_STAMP)
+	@test -f benchmarks/models/tv_resnet18.onnx -a -f benchmarks/models/hf_swin.onnx || $(MAKE) corpus
+	$(PY) benchmarks/peers.py --only $$($(PY) benchmarks/cnn_report.py --names) --tools eqsat,ort-all,control \
+		--settings off,all,off-mt,all-mt --results benchmarks/results/peers-cnn.md --plots benchmarks/results/cnn $(BENCH_ARGS)
+	$(PY) benchmarks/cnn_report.py
+
 roundtrip-corpus: $(STAMP)
 	$(PY) benchmarks/roundtrip.py
 

@@ -17,11 +17,12 @@ bound as benchmarks/memory.py does: a name with `batch` -> 1, with `seq` -> 128)
 - opt s: the optimization call alone (model in memory -> model in memory; for onnxruntime,
   the session creation that optimizes and saves); loading and saving are `io_s`;
 - equivalence: the result against the original under onnxruntime (CPU, 1 thread,
-  optimizations off) on random inputs: `identical`, `close` (max |diff| / max(1, max |ref|)
-  <= 1e-3 on every output), or `MISMATCH`;
+  optimizations off) on random inputs: `identical`, `close` (max |diff| / max |ref| <= 1e-3
+  on every output), or `MISMATCH`;
 - latency under onnxruntime CPU, 1 intra-op thread, in two settings: onnxruntime's
   optimizations off (ORT_DISABLE_ALL: what the tool itself did) and fully on
-  (ORT_ENABLE_ALL: what remains on top). The original and every result of the model run
+  (ORT_ENABLE_ALL: what remains on top); `--settings off-mt,all-mt` measures the same at
+  onnxruntime's default thread count (one intra-op thread per physical core). The original and every result of the model run
   round-robin in one process (each round in a fresh random order, never starting with the
   session that ended the round before: `round_orders`), after warm-up, in `--children`
   child processes that share the rounds and create the sessions alternately in opposite
@@ -74,7 +75,9 @@ round_orders = _load_rounds().round_orders
 TOOLS = ("eqsat", "ort-basic", "ort-extended", "ort-all", "onnxsim", "onnxslim", "onnxoptimizer", "onnxscript",
          "control")
 # `control` is the original model itself, measured like a result: its ratio is the noise floor.
-SETTINGS = ("off", "all")  # onnxruntime's own optimizations when the results run
+# onnxruntime's own optimizations when the results run (off / all), at 1 intra-op thread, or at
+# onnxruntime's default thread count (one per physical core) with "-mt"
+SETTINGS = ("off", "all", "off-mt", "all-mt")
 REL_TOL = 1e-3
 NOISY = 0.10  # a control ratio further than this from 1.00 marks the model's figures as noise-bound
 # Latency children ask glibc's malloc for transparent huge pages. Without them, on this project's
@@ -229,7 +232,11 @@ def _eqsat(src: Path, dst: Path, dims: dict[str, int]) -> dict:
     model = load_model(src)
     io = time.perf_counter() - t0
     t0 = time.perf_counter()
-    res = optimize(model, Options())  # the defaults of `eqsat optimize`
+    # the defaults of `eqsat optimize`, with an image's free height and width bound as a user
+    # binds them (`--dim height=224`: the layout's blocked kernels need the sizes); the other
+    # symbolic sizes (batch, sequence) stay free, as the defaults leave them
+    image = {k: v for k, v in dims.items() if any(h in k.lower() for h in ("height", "width"))}
+    res = optimize(model, Options(dims=image) if image else Options())
     opt = time.perf_counter() - t0
     t0 = time.perf_counter()
     save_model(res.model, dst, check=False)
@@ -238,7 +245,7 @@ def _eqsat(src: Path, dst: Path, dims: dict[str, int]) -> dict:
     extra = {"phases_s": r["times_s"], "stop_reason": r["saturation"]["stop_reason"],
              "iterations": r["saturation"]["iterations"], "enodes": r["saturation"]["enodes"],
              "extractor": r["extraction"]["extractor"], "extract_notes": r["extraction"]["notes"],
-             "source": eqsat_source()}
+             "work": r.get("work"), "source": eqsat_source()}
     try:
         from eqsat.plan import plan_model
 
@@ -277,9 +284,9 @@ def _session(path: Path, setting: str):
     import onnxruntime as rt
 
     so = rt.SessionOptions()
-    so.graph_optimization_level = (rt.GraphOptimizationLevel.ORT_DISABLE_ALL if setting == "off"
+    so.graph_optimization_level = (rt.GraphOptimizationLevel.ORT_DISABLE_ALL if setting.startswith("off")
                                    else rt.GraphOptimizationLevel.ORT_ENABLE_ALL)
-    so.intra_op_num_threads = 1
+    so.intra_op_num_threads = 0 if setting.endswith("-mt") else 1  # 0: onnxruntime's default
     so.inter_op_num_threads = 1
     so.execution_mode = rt.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 4
@@ -338,7 +345,11 @@ def equivalence(src: Path, dst: Path, dims: dict[str, int]) -> dict:
             identical = False
         d = float(np.nanmax(np.abs(x - y))) if a.size else 0.0
         worst_abs = max(worst_abs, d)
-        worst_rel = max(worst_rel, d / max(1.0, float(np.nanmax(np.abs(x)))))
+        # relative to the output's scale, down to 1e-19 (a network with random weights ends
+        # near 1e-9: against max(1, scale) any result there was "close"; below, underflow's
+        # remains, which rounding moves by more than their size)
+        scale = float(np.nanmax(np.abs(x[np.isfinite(x)]))) if np.isfinite(x).any() else 0.0
+        worst_rel = max(worst_rel, d / max(scale, 1e-19))
     status = "identical" if identical else ("close" if worst_rel <= REL_TOL else "MISMATCH")
     return {"status": status, "max_abs_diff": worst_abs, "rel_diff": worst_rel, "detail": "; ".join(notes)}
 
@@ -752,17 +763,22 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
         "`GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (without huge pages, sessions of one model ran 1.5x to 5x apart "
         "in one process here); **off**: onnxruntime's graph optimizations disabled (ORT_DISABLE_ALL) for "
         "both, so it shows what the tool did; **on**: ORT_ENABLE_ALL for both, what remains on top of "
-        f"onnxruntime's own optimizer. {runs_note} Lower is better; the best of a row is bold. "
+        "onnxruntime's own optimizer; **-mt**: the same at onnxruntime's default thread count (one intra-op "
+        f"thread per physical core) instead of 1. {runs_note} Lower is better; the best of a row is bold. "
         "**opt s**: the optimization call alone (onnxruntime: session creation, which includes "
         "loading). Equivalence: onnxruntime, optimizations off, random inputs, "
-        f"`close` = max |diff| / max(1, max |original|) <= {REL_TOL:g}. **control**: the original "
+        f"`close` = max |diff| / max |original| <= {REL_TOL:g}. **control**: the original "
         "model itself measured as a result, in its own round-robin with the original: how far from 1.00 "
         "noise alone moves a ratio. `fail`: the tool failed; "
         "`n/i`: not installed; `(!)`: outputs differ beyond tolerance.",
         "",
     ]
-    for setting, title in (("off", "Latency ratio, onnxruntime optimizations off (what the tool did)"),
-                           ("all", "Latency ratio, onnxruntime optimizations on (ORT_ENABLE_ALL on top)")):
+    titles = (("off", "Latency ratio, onnxruntime optimizations off (what the tool did)"),
+              ("all", "Latency ratio, onnxruntime optimizations on (ORT_ENABLE_ALL on top)"),
+              ("off-mt", "Latency ratio, optimizations off, onnxruntime's default thread count"),
+              ("all-mt", "Latency ratio, optimizations on, onnxruntime's default thread count"))
+    measured = {s for r in recs for s in (r.get("latency") or {})}
+    for setting, title in ((s, t) for s, t in titles if s in measured or s in ("off", "all")):
         lines += [f"## {title}", "", "| model | " + " | ".join(tools) + " |", "|---|" + "---:|" * len(tools)]
         for m in models:
             cells = _bold_best([_cell_ratio(by.get((m, t)), setting) for t in tools if t != "control"])
@@ -972,7 +988,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--max-s", type=float, default=120.0,
                     help="stop a latency measurement after this many seconds once 10 rounds are done")
-    ap.add_argument("--settings", default="off,all", help="onnxruntime settings for latency: off,all")
+    ap.add_argument("--settings", default="off,all",
+                    help="onnxruntime settings for latency, from off,all,off-mt,all-mt (-mt: its default thread count)")
     ap.add_argument("--children", type=int, default=4,
                     help="child processes per latency measurement, sharing the rounds (default 4)")
     ap.add_argument("--mem-budget", type=float, default=4.0, help="GiB of sessions in one latency child")
