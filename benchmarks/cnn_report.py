@@ -20,7 +20,9 @@ Nothing is measured here.
 Sets: `development`, the models eqsat's layout rules and cost figures were tuned on
 (torchvision_models.DEVELOPMENT, the exporter-style models of cnn_styles.py and the onnx
 wheel's light models); `held-out`, models measured only after the changes
-(torchvision_models.HELD_OUT and the transformers vision models).
+(torchvision_models.HELD_OUT and the transformers vision models); `outside the corpus`, with
+`--others`, every other model whose records are in `--out` (peers.py --models DIR on models
+never used here, as benchmarks/results/cnn-never-seen-avx2.md was written).
 """
 
 from __future__ import annotations
@@ -93,7 +95,9 @@ def report(recs: list[dict]) -> list[str]:
     lines: list[str] = []
     summary = ["| set | models | setting | geomean eqsat / ORT-all | at most 1.00 | slower beyond the interval "
                "| slower than the original, optimizations on |", "|---|---:|---|---:|---:|---:|---:|"]
-    for name, models in SETS.items():
+    known = {m for ms in SETS.values() for m in ms}
+    sets = {**SETS, "outside the corpus": sorted(have - known)}  # models given with --out alone: never tuned on
+    for name, models in sets.items():
         models = [m for m in models if m in have]
         if not models:
             continue
@@ -145,11 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out", help="peers.py's record cache")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "cnn.md")
     ap.add_argument("--names", action="store_true", help="print the corpus's model names, comma-separated, and stop")
+    ap.add_argument("--others", action="store_true",
+                    help="also report every other model recorded in --out, as `outside the corpus`")
     a = ap.parse_args(argv)
     if a.names:
         print(",".join(m for ms in SETS.values() for m in ms))
         return 0
-    recs = peers.load_all(a.out, [m for ms in SETS.values() for m in ms])
+    recs = peers.load_all(a.out, None if a.others else [m for ms in SETS.values() for m in ms])
     if not recs:
         ap.error(f"no records for the CNN corpus in {a.out}: run benchmarks/peers.py first (see --help)")
     a.results.write_text("\n".join(head(recs) + report(recs)) + "\n")
