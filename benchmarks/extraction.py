@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from extract import EXTRACTORS, EGraph, check, get_extractor  # noqa: E402
-from extract.check import dag_cost, tree_cost  # noqa: E402
-from extract.costs import make_cost_model  # noqa: E402
+from eqsat.extract import EXTRACTORS, EGraph, check, get_extractor  # noqa: E402
+from eqsat.extract.check import dag_cost, tree_cost  # noqa: E402
+from eqsat.extract.costs import make_cost_model  # noqa: E402
 
 
 def save_egraph(model_path: Path, out: Path) -> None:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from extract.costs import DEFAULT as COST_MODEL_DEFAULT
+from eqsat.extract.costs import DEFAULT as COST_MODEL_DEFAULT
 
 from . import __version__
 from .argtypes import (

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import ModelProto
 
-from extract import dag_cost, get_extractor
-from extract.costs import COST_MODELS, CostModel
+from eqsat.extract import dag_cost, get_extractor
+from eqsat.extract.costs import COST_MODELS, CostModel
 
 from . import latency
 from .environment import check_environment

@@ -25,7 +25,7 @@ from onnx import (
     numpy_helper,
 )
 
-from extract import EGraph
+from eqsat.extract import EGraph
 
 from .errors import OptimizeError
 from .lang.dtypes import CTOR_TO_CODE, np_dtype
@@ -571,7 +571,7 @@ class Decoder:
             raise OptimizeError("the e-graph's roots do not match the graph outputs")
         # Which (Out c k) e-classes the extraction uses, so tuple outputs get their names.
         self.out_users: dict[str, dict[int, str]] = {}
-        from extract.check import reachable
+        from eqsat.extract.check import reachable
 
         for c in reachable(self.eg, self.choice, roots):
             n = self.node(c)

@@ -79,7 +79,7 @@ def cache_folder() -> Path | None:
 
 def check_environment() -> None:
     """Raise UsageError for the first setting that holds a value it does not accept."""
-    from extract.ilp import solver_log
+    from eqsat.extract.ilp import solver_log
 
     for name in SWITCHES:
         switch(name)

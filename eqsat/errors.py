@@ -63,9 +63,9 @@ def extraction_errors(what: str, *parts) -> Iterator[None]:
     """Run an extractor or cost model: a failed check or a broken cost contract becomes an
     OptimizeError "`what`: reason"; so does any exception raised by `parts` that are not
     eqsat's own (a plugin's bug is one line naming it; eqsat's own keep their traceback)."""
-    from extract import ExtractionError
-    from extract.costs import CostModelError
-    from extract.plugins import shipped
+    from eqsat.extract import ExtractionError
+    from eqsat.extract.costs import CostModelError
+    from eqsat.extract.plugins import shipped
 
     try:
         yield

@@ -47,8 +47,8 @@ from collections import Counter, defaultdict
 
 from onnx import ModelProto, NodeProto
 
-from extract import EGraph
-from extract.nchwc import REORDERS
+from eqsat.extract import EGraph
+from eqsat.extract.nchwc import REORDERS
 
 from .lang.literals import parse_string
 from .lang.ops import BY_CTOR

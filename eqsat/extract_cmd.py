@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from extract.costs import DEFAULT as COST_MODEL_DEFAULT
+from eqsat.extract.costs import DEFAULT as COST_MODEL_DEFAULT
 
 from .argtypes import dim, output_file, positive_float
 from .atomic import write_text
@@ -56,8 +56,8 @@ def load_egraph(path: str | Path):
     """The e-graph file at `path`, checked (extract.schema): UsageError (exit 2) for a file
     that is missing, unreadable, not JSON, or has a field eqsat reads that does not hold
     what it must (`FILE: nodes["12"].cost: expected a number >= 0, got "x"`)."""
-    from extract import EGraph
-    from extract.schema import EGraphFormatError
+    from eqsat.extract import EGraph
+    from eqsat.extract.schema import EGraphFormatError
 
     path = Path(path)
     try:
@@ -118,8 +118,8 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 def _model_of(meta: dict, path) -> str:
     """The cost model a choice file names, if registered or installed here, else the default."""
-    from extract import plugins
-    from extract.costs import COST_MODELS
+    from eqsat.extract import plugins
+    from eqsat.extract.costs import COST_MODELS
 
     name = meta.get("cost_model") or COST_MODEL_DEFAULT
     if name in COST_MODELS or name in plugins.names(plugins.COST_MODEL_GROUP):
@@ -159,7 +159,7 @@ def _check(args: argparse.Namespace, g, models: list, picked: tuple[dict, dict])
 
 def _extract(args: argparse.Namespace, g, models: list, extractors: list[str], dims: dict[str, int]) -> int:
     """One line per cost model and extractor, each extraction checked; -o writes the one."""
-    from extract.choice_file import as_json
+    from eqsat.extract.choice_file import as_json
 
     from .pipeline import extractor_type, run_extractor
 

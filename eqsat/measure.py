@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 from onnx import ModelProto, helper
 
-from extract.costs.base import STRUCTURE
-from extract.egraph import EGraph, Node
+from eqsat.extract.costs.base import STRUCTURE
+from eqsat.extract.egraph import EGraph, Node
 
 from .decode import LITERALS, Decoder
 from .environment import cache_folder

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from onnx import ModelProto
 
-from extract import (
+from eqsat.extract import (
     EGraph,
     Extraction,
     ExtractionError,
@@ -29,9 +29,9 @@ from extract import (
     get_extractor,
     tree_cost,
 )
-from extract.costs import DEFAULT as COST_MODEL_DEFAULT
-from extract.costs import CostModel, HardwareProfileError, Roofline, make_cost_model
-from extract.work import chosen_nodes, input_nodes, work
+from eqsat.extract.costs import DEFAULT as COST_MODEL_DEFAULT
+from eqsat.extract.costs import CostModel, HardwareProfileError, Roofline, make_cost_model
+from eqsat.extract.work import chosen_nodes, input_nodes, work
 
 from .atomic import write_text
 from .decode import Decoder

@@ -102,7 +102,7 @@ def hardware_profile(hardware):
     they are: a machine's own `eqsat calibrate` profile is the better choice still."""
     if hardware != "cpu":
         return hardware
-    from extract.costs.roofline import HARDWARE_DIR
+    from eqsat.extract.costs.roofline import HARDWARE_DIR
 
     block = nchwc_block()
     for path in sorted(HARDWARE_DIR.glob("cpu*.json")):
@@ -126,7 +126,7 @@ def foreign_block_warning(hardware, layout: str = "nchwc") -> str | None:
     machine's onnxruntime uses (an AVX2 profile on an AVX-512 machine, or the reverse): the
     blocked layout's speed-ups it claims need not hold here. None when they match, when the
     profile or the machine has no blocked layout, or when the layout is not asked for."""
-    from extract.costs.roofline import Hardware
+    from eqsat.extract.costs.roofline import Hardware
 
     if layout != "nchwc":
         return None
@@ -160,7 +160,7 @@ def hardware_facts(hardware) -> list:
     attention's products run on the kv heads unrepeated (grouped_query_matmul); (hardware-pays
     "pad-contraction") = 1 where a product whose left operand's rows alias in the cache is
     slower than padded (contraction_alias_slowdown >= 1.03; rules/contraction.egg)."""
-    from extract.costs.roofline import Hardware
+    from eqsat.extract.costs.roofline import Hardware
 
     hw = hardware if isinstance(hardware, Hardware) else Hardware.load(hardware)
     facts = []

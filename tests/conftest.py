@@ -106,7 +106,7 @@ def rule_test_profile() -> str:
 
 @functools.cache
 def _profile_with_block(block: int) -> str:
-    from extract.costs.roofline import HARDWARE_DIR
+    from eqsat.extract.costs.roofline import HARDWARE_DIR
 
     prof = json.loads((HARDWARE_DIR / "cpu.json").read_text())
     if block:

@@ -471,8 +471,8 @@ def test_a_dim_the_model_lacks_is_a_warning(capsys, model_path, tmp_path):
 
 
 def test_help_names_every_cost_model_and_extractor(capsys):
-    from extract import EXTRACTORS
-    from extract.costs import COST_MODELS
+    from eqsat.extract import EXTRACTORS
+    from eqsat.extract.costs import COST_MODELS
 
     with pytest.raises(SystemExit):
         main(["optimize", "--help"])
@@ -486,7 +486,7 @@ def test_compare_costs_ranks_the_programs_it_timed(capsys, model_path, tmp_path)
     keeps every program's latency and each model's prediction (from which tau is computed)."""
     from scipy.stats import kendalltau
 
-    from extract.costs import COST_MODELS
+    from eqsat.extract.costs import COST_MODELS
 
     out = tmp_path / "c.json"
     rc, text, err = run_cli(capsys, "compare-costs", model_path, "--samples", "3", "--runs", "3", "--json", out, "-q",
@@ -619,7 +619,7 @@ def test_an_output_folder_that_refuses_files_is_refused_before_the_work(tmp_path
 def test_a_profile_of_another_nchwc_block_is_warned_of(capsys, model_path, tmp_path, blocked):
     # the shipped profile of the other vector width: AVX2's (block 8) on an AVX-512 machine, or
     # the reverse; the optimized model still verifies, as its layout uses this machine's block
-    from extract.costs.roofline import HARDWARE_DIR
+    from eqsat.extract.costs.roofline import HARDWARE_DIR
 
     name, theirs = ("cpu-avx2", 8) if blocked == 16 else ("cpu", 16)
     other = HARDWARE_DIR / f"{name}.json"  # a path: the name `cpu` stands for this machine's block

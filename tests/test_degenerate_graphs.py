@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.cli import main
-from extract import EGraph, check, get_extractor
-from extract.costs import make_cost_model
+from eqsat.extract import EGraph, check, get_extractor
+from eqsat.extract.costs import make_cost_model
 
 from .conftest import assert_same_outputs, one_error, parse_model, run_cli
 

@@ -13,8 +13,8 @@ import onnx
 import pytest
 
 from eqsat.cli import main
-from extract import EGraph
-from extract.schema import EGraphFormatError
+from eqsat.extract import EGraph
+from eqsat.extract.schema import EGraphFormatError
 
 from .conftest import one_error, parse_model, run_cli
 

@@ -77,7 +77,7 @@ def test_ilp_disp_0_prints_no_solver_log(capsys, tmp_path, monkeypatch, src):
     monkeypatch.setenv("EQSAT_ILP_DISP", "0")
     rc, out, err = run_cli(capsys, "optimize", src, "-o", tmp_path / "o.onnx", "-q")
     assert rc == 0 and out == "" and err == "", out + err
-    from extract.ilp import solver_log
+    from eqsat.extract.ilp import solver_log
 
     monkeypatch.setenv("EQSAT_ILP_DISP", "1")
     assert solver_log() is True

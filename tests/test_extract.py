@@ -11,8 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extract import EXTRACTORS, EGraph, ExtractionError, check, dag_cost, get_extractor, tree_cost
-from extract.costs import CostModel
+from eqsat.extract import (
+    EXTRACTORS,
+    EGraph,
+    ExtractionError,
+    check,
+    dag_cost,
+    get_extractor,
+    tree_cost,
+)
+from eqsat.extract.costs import CostModel
 
 
 class OpCost(CostModel):
@@ -182,12 +190,14 @@ def test_extract_runs_on_a_saved_egraph_without_egglog_or_onnx(tmp_path):
     res = optimize(build_model(), Options(save_egraph=path))
     code = f"""
 import sys
-from extract import EGraph, check, get_extractor
-from extract.costs import NodeCount
+from eqsat.extract import EGraph, check, get_extractor
+from eqsat.extract.costs import NodeCount
 g = EGraph.from_json({str(path)!r})
 ex = get_extractor("tree-greedy").extract(g, NodeCount())
 check(g, ex.choice)
 assert not any(m == "egglog" or m.startswith(("egglog.", "onnx")) for m in sys.modules), sorted(sys.modules)
+import importlib.util
+assert importlib.util.find_spec("extract") is None, "a top-level package named extract is installed"
 print(len(g.roots), len(ex.choice), round(ex.dag_cost, 3))
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
@@ -275,9 +285,9 @@ def test_a_saved_egraph_says_what_made_it_and_measured_needs_its_timings(tmp_pat
     facts and ops depend on them); the measured cost model refuses an e-graph saved without
     timings instead of silently pricing it as the roofline does."""
     from eqsat.demo import build_model
+    from eqsat.extract.costs import make_cost_model
     from eqsat.pipeline import Options, saturate
     from eqsat.target import hardware_profile
-    from extract.costs import make_cost_model
 
     path = tmp_path / "g.json"
     saturate(build_model(), Options(save_egraph=path))
@@ -299,8 +309,8 @@ def test_a_saved_egraph_names_a_profile_file_by_its_absolute_path(tmp_path, monk
     import shutil
 
     from eqsat.demo import build_model
+    from eqsat.extract.costs.roofline import HARDWARE_DIR
     from eqsat.pipeline import Options, saturate
-    from extract.costs.roofline import HARDWARE_DIR
 
     monkeypatch.chdir(tmp_path)
     shutil.copy(HARDWARE_DIR / "cpu-avx2.json", tmp_path / "my.json")
@@ -309,8 +319,8 @@ def test_a_saved_egraph_names_a_profile_file_by_its_absolute_path(tmp_path, monk
 
 
 def test_an_egraph_from_a_newer_writer_is_refused():
+    from eqsat.extract.egraph import FORMAT as READ
     from eqsat.serialize import FORMAT as WRITTEN
-    from extract.egraph import FORMAT as READ
 
     assert WRITTEN == READ  # bump both together
     data = dict(SMALL, eqsat={"format": READ + 1})
@@ -319,7 +329,7 @@ def test_an_egraph_from_a_newer_writer_is_refused():
 
 
 def test_a_registered_cost_model_gets_the_profile_and_dims_when_it_takes_them(monkeypatch):
-    from extract.costs import COST_MODELS, make_cost_model
+    from eqsat.extract.costs import COST_MODELS, make_cost_model
 
     class Aware(CostModel):
         name = "aware"

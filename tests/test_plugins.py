@@ -21,9 +21,9 @@ from eqsat.demo import build_model
 from .conftest import assert_same_outputs
 
 PLUGIN = '''
-from extract import Extraction, Extractor, check, dag_cost, tree_cost
-from extract.costs import CostModel
-from extract.tree_greedy import TreeGreedy
+from eqsat.extract import Extraction, Extractor, check, dag_cost, tree_cost
+from eqsat.extract.costs import CostModel
+from eqsat.extract.tree_greedy import TreeGreedy
 
 
 class FirstNode(Extractor):
@@ -170,7 +170,7 @@ def test_an_unknown_name_lists_the_installed_plugins_too(tmp_path, model_path):
      "(ModuleNotFoundError: No module named 'mine_missing'); fix or uninstall that package"),
     ("not-a-model = mine:NotAModel",
      "eqsat.cost_models entry point 'not-a-model' = 'mine:NotAModel' of package mine 0.1 is not a subclass of "
-     "extract.costs.base.CostModel"),
+     "eqsat.extract.costs.base.CostModel"),
     ("uniform = mine:Misnamed",
      "eqsat.cost_models entry point 'uniform' = 'mine:Misnamed' of package mine 0.1: the class's name is "
      "'something-else'; make it 'uniform', the entry point's name, which reports record"),

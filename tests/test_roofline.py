@@ -13,10 +13,10 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from eqsat.extract import EGraph
+from eqsat.extract.costs.roofline import HARDWARE_DIR, Hardware, Roofline
 from eqsat.pipeline import Options, saturate
 from eqsat.target import foreign_block_warning, hardware_profile, nchwc_block
-from extract import EGraph
-from extract.costs.roofline import HARDWARE_DIR, Hardware, Roofline
 
 
 def _pool_model(c: int, hw: int) -> onnx.ModelProto:
@@ -165,7 +165,7 @@ def _gqa_egraph() -> EGraph:
 
 
 def test_regrouped_query_heads_get_their_shape_from_the_bound_sequence():
-    from extract.costs.roofline import derived_shapes
+    from eqsat.extract.costs.roofline import derived_shapes
 
     g = _gqa_egraph()
     assert derived_shapes(g, {-2: 10}) == {"R": [1, 2.0, 20.0, 8], "F": [1, 2.0, 20.0, 10]}

@@ -11,9 +11,9 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from eqsat.extract import EGraph
+from eqsat.extract.schema import EGraphFormatError
 from eqsat.pipeline import Options, optimize, saturate
-from extract import EGraph
-from extract.schema import EGraphFormatError
 
 from .conftest import rule_test_profile
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from extract import EGraph, get_extractor
-from extract.costs import NodeCount
+from eqsat.extract import EGraph, get_extractor
+from eqsat.extract.costs import NodeCount
 
 from ..lang import terms as T
 from ..lang.literals import parse_float, parse_int, parse_string

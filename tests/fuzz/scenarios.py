@@ -255,8 +255,8 @@ def saved(name: str) -> tuple[bytes, dict, dict]:
         import tempfile
         from pathlib import Path
 
+        from eqsat.extract import choice_file
         from eqsat.pipeline import Options, optimize
-        from extract import choice_file
 
         m = {"mlp": mlp, "conv": convnet}[name]()
         with tempfile.TemporaryDirectory() as d:

@@ -488,7 +488,7 @@ def test_an_all_zero_mask_is_no_mask_on_the_cpu_profile():
 def test_a_profile_without_either_attention_key_keeps_unmasked_attention(tmp_path):
     import json
 
-    from extract.costs.roofline import HARDWARE_DIR
+    from eqsat.extract.costs.roofline import HARDWARE_DIR
 
     prof = json.loads((HARDWARE_DIR / "cpu.json").read_text())
     prof["fuse_unmasked_attention"] = False
@@ -521,7 +521,7 @@ def test_default_cpu_profile_runs_grouped_query_products_on_the_unrepeated_kv_he
 def test_a_profile_without_grouped_query_matmul_keeps_the_repeated_heads(tmp_path):
     import json
 
-    from extract.costs.roofline import HARDWARE_DIR
+    from eqsat.extract.costs.roofline import HARDWARE_DIR
 
     prof = json.loads((HARDWARE_DIR / "cpu.json").read_text())
     del prof["grouped_query_matmul"]

@@ -296,7 +296,7 @@ def test_few_rows_keep_the_width():
 
 
 def test_a_profile_without_the_slowdown_does_not_pad(tmp_path):
-    from extract.costs.roofline import HARDWARE_DIR
+    from eqsat.extract.costs.roofline import HARDWARE_DIR
 
     prof = json.loads((HARDWARE_DIR / "cpu.json").read_text())
     prof.pop("contraction_alias_slowdown")

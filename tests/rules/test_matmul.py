@@ -839,7 +839,7 @@ def test_hardware_profile_decides_the_merge(tmp_path):
     # a profile file with merge_parallel_matmuls set merges; the same file without it does not
     import json
 
-    from extract.costs.roofline import HARDWARE_DIR
+    from eqsat.extract.costs.roofline import HARDWARE_DIR
 
     prof = json.loads((HARDWARE_DIR / "cpu.json").read_text())
     prof["merge_parallel_matmuls"] = True
