@@ -27,6 +27,8 @@ execution order) and gives tensors whose stays do not overlap the same bytes.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # for static tools; at run time each name loads on first use
@@ -64,3 +66,17 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     """The module's names with the exported ones not loaded yet."""
     return sorted(set(globals()) | set(_EXPORTS))
+
+
+class _CallablePackage(types.ModuleType):
+    """`eqsat.plan(model, dims=...)` is eqsat.api.plan: the package is the public function's
+    name too (a function named `plan` in eqsat would be replaced by this package whenever one
+    of its submodules is imported)."""
+
+    def __call__(self, model, *, dims=None, alignment: int = 64):
+        from ..api import plan
+
+        return plan(model, dims=dims, alignment=alignment)
+
+
+sys.modules[__name__].__class__ = _CallablePackage
