@@ -29,8 +29,8 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import peers  # noqa: E402
 from eqsat.latency import compare  # noqa: E402
-from eqsat.verify import compare as compare_outputs  # noqa: E402
-from eqsat.verify import run  # noqa: E402
+from eqsat.verification import compare as compare_outputs  # noqa: E402
+from eqsat.verification import run  # noqa: E402
 
 HEADS, HEAD_DIM, NEW = 12, 64, 1
 

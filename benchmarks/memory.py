@@ -61,7 +61,7 @@ def ort_peak(path: str, dims: dict[str, int]) -> dict:
     import onnx
     import onnxruntime as rt
 
-    from eqsat.verify import random_inputs
+    from eqsat.verification import random_inputs
 
     so = rt.SessionOptions()
     so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL

@@ -124,7 +124,7 @@ def profile_pair(original: Path, result: Path, dims: dict[str, int], setting: st
     """Profile both models in this process, alternating, after 3 warm-up runs each."""
     import onnx
 
-    from eqsat.verify import random_inputs
+    from eqsat.verification import random_inputs
 
     feeds = random_inputs(onnx.load(str(original), load_external_data=False), dims)
     sessions, trans = {}, {}

@@ -301,7 +301,7 @@ def _feeds_for(sess, feeds: dict) -> dict:
 def _feeds(src: Path, dims: dict[str, int]) -> dict:
     import onnx
 
-    from eqsat.verify import random_inputs
+    from eqsat.verification import random_inputs
 
     return random_inputs(onnx.load(str(src), load_external_data=False), dims)
 

@@ -82,7 +82,7 @@ def _ranks(model: onnx.ModelProto, names: list[str]) -> dict[str, int]:
     """Ranks of the values `names`, read from one onnxruntime run of the model with them as
     extra outputs (static inference loses shapes after eqsat's com.microsoft ops), on random
     inputs at the first sizes of eqsat's verification that run."""
-    from eqsat.verify import random_inputs, session, verification_dims
+    from eqsat.verification import random_inputs, session, verification_dims
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)

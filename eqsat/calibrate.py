@@ -56,7 +56,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from . import calibrate_layout
 from .latency import compare
-from .verify import session
+from .verification import session
 
 
 def _timed(model, feeds: dict, runs: int, threads: int) -> float:

@@ -250,7 +250,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         if args.no_verify:
             r["verification"] = {"status": "skipped", "detail": "--no-verify", "runs": 0}
         else:
-            from .verify import verify
+            from .verification import verify
 
             v = verify(model, res.model, args.verify_runs, args.rtol, args.atol, dict(args.dim),
                        files=(src if runnable else None, written), random_pairs=res.random_pairs,
@@ -301,7 +301,7 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
     # the programs are timed at the sizes the cost models predict for: each must be given (the
     # cost models' default of 16 and verification's 2 to 5 would compare different runs, and a
     # decoder with a KV cache needs sizes that fit together)
-    from .verify import symbolic_input_dims
+    from .verification import symbolic_input_dims
 
     given = dict(args.dim)
     if unbound := [n for n in symbolic_input_dims(model) if n not in given]:

@@ -40,7 +40,7 @@ from .errors import EqsatError, InputError, OptimizeError, extraction_errors
 from .isolate import probe
 from .modelcheck import check_model
 from .pipeline import Options, cost_model, saturate
-from .verify import random_inputs, run
+from .verification import random_inputs, run
 
 
 class _Perturbed(CostModel):

@@ -29,7 +29,7 @@ from onnx import ModelProto, numpy_helper
 
 from .errors import INTERRUPTS
 from .randomness import random_ops
-from .verify import compare, onnx_checker_ok, random_inputs, run
+from .verification import compare, onnx_checker_ok, random_inputs, run
 
 DATA_SUITES = ("light", "pytorch-converted", "pytorch-operator", "simple")
 

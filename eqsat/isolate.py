@@ -1,7 +1,7 @@
 """Verification in a child process: a crash of onnxruntime (a SIGFPE on INT64_MIN / -1, a
 segmentation fault in a kernel) ends the child, not eqsat.
 
-Contract of `verify_isolated`: the same answer as `eqsat.verify.verify` run in-process,
+Contract of `verify_isolated`: the same answer as `eqsat.verification.verify` run in-process,
 except where onnxruntime kills the process. Then, if it died running the original on
 integers drawn by their use, verification is run again with integers 0 or 1; if it died
 running the optimized model, or the original even so, the answer is "failed: onnxruntime
@@ -33,7 +33,7 @@ from .errors import EqsatError
 def verify_isolated(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None, atol: float | None,
                     dims: dict[str, int] | None, files: tuple, random_pairs: dict[str, str] | None):
     from .modelio import save_model
-    from .verify import Verification
+    from .verification import Verification
 
     with tempfile.TemporaryDirectory(prefix="eqsat-verify-") as scratch:
         paths = []
@@ -114,7 +114,7 @@ def _signal(code: int) -> str:
 
 
 def _main() -> int:
-    from . import verify as V
+    from . import verification as V
     from .modelio import read_model
 
     req = json.loads(sys.stdin.read())

@@ -27,7 +27,7 @@ from pathlib import Path
 from onnx import ModelProto
 
 from .rounds import round_orders
-from .verify import session
+from .verification import session
 
 
 def compare(models: Sequence[ModelProto | str], feeds: dict | Sequence[dict], runs: int = 30, warmup: int = 3,

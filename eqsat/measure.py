@@ -44,7 +44,7 @@ from .environment import cache_folder
 from .lang.dtypes import CTOR_TO_CODE, np_dtype
 from .shapes import is_symbol
 from .store import ProtoStore, TensorStore
-from .verify import session
+from .verification import session
 
 DEFAULT_DIM = 16
 KEY_SALT = b"ort-optimizations-off\0"  # cache entries timed with them on (before) do not match

@@ -4,7 +4,7 @@ Two random nodes are never the same value, even with the same inputs and attribu
 e-graph must not merge them (hash-consing would: two `RandomNormalLike(x)` became one, and
 `a - b` became 0). The encoder tags each random node with `INSTANCE_ATTR`, an attribute of
 its own index that the decoder drops; the fold oracle never evaluates a tagged node, and
-verification feeds a random node's outputs instead of running it (eqsat.verify).
+verification feeds a random node's outputs instead of running it (eqsat.verification).
 
 A node is random when its op is one of RANDOM_OPS; a Dropout whose training_mode input is
 given and is not a constant false (an initializer a caller may override is not constant)

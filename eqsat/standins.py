@@ -100,7 +100,7 @@ class StagedRunner:
     def __init__(self, model: ModelProto, keys: dict[str, str] | None = None, optimize: bool = True) -> None:
         self.model = model
         self.keys = keys or {}
-        self.optimize = optimize  # onnxruntime's graph optimizations on the stages (eqsat.verify)
+        self.optimize = optimize  # onnxruntime's graph optimizations on the stages (eqsat.verification)
         cuts = CutNodes(model)
         self.nodes = list(model.graph.node)  # held: the cut kinds below are keyed by these objects
         self.kind = {id(n): why for n in self.nodes if (why := cuts.why(n))}
@@ -137,7 +137,7 @@ class StagedRunner:
 
     def run(self, feeds: dict[str, np.ndarray], sizes: dict[str, int] | None = None) -> dict[str, object]:
         """The graph outputs, by name, for `feeds`."""
-        from .verify import session
+        from .verification import session
 
         sizes = sizes or {}
         g = self.model.graph

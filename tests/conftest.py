@@ -15,7 +15,7 @@ import onnx.parser
 import pytest
 
 from eqsat.pipeline import Options, optimize
-from eqsat.verify import compare, random_inputs, run
+from eqsat.verification import compare, random_inputs, run
 
 
 def parse_model(text: str) -> onnx.ModelProto:

@@ -14,7 +14,7 @@ from onnx import numpy_helper
 
 from eqsat.pipeline import Options, optimize
 from eqsat.store import TensorStore
-from eqsat.verify import run
+from eqsat.verification import run
 
 from .conftest import assert_same_outputs
 

@@ -365,7 +365,7 @@ def test_cli_time_table_reports_medians_and_the_ratio_to_the_first_revision():
 
 
 def test_decode_attention_forms_give_the_same_outputs_and_cache():
-    from eqsat.verify import compare, run
+    from eqsat.verification import compare, run
 
     plain, fused, feeds = _bench("decode_attention").step_models(past=8)
     assert [n.op_type for n in fused.graph.node] == ["MultiHeadAttention"]

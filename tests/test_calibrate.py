@@ -9,7 +9,7 @@ import numpy as np
 from eqsat import calibrate, calibrate_layout
 from eqsat.calibrate import aliased_models, fusion_choices, grouped_query_models
 from eqsat.extract.costs.roofline import Hardware
-from eqsat.verify import run, session
+from eqsat.verification import run, session
 
 
 def test_fusion_choices_are_measured_booleans_that_a_profile_loads(tmp_path):

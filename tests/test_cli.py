@@ -572,7 +572,7 @@ def test_sigterm_during_verification_leaves_nothing_behind(model_path, tmp_path)
     # inside an `except Exception`, like verification's guards around onnxruntime calls.
     out = tmp_path / "out" / "o.onnx"
     out.parent.mkdir()
-    _terminated("import os, signal, sys, time, eqsat.verify as v\n"
+    _terminated("import os, signal, sys, time, eqsat.verification as v\n"
                 "def verify(*a, **k):\n"
                 "    try:\n"
                 "        os.kill(os.getpid(), signal.SIGTERM)\n"

@@ -15,7 +15,7 @@ import pytest
 
 from eqsat.errors import EqsatError
 from eqsat.shapes import infer_types
-from eqsat.verify import compare, run, verify
+from eqsat.verification import compare, run, verify
 
 from .conftest import optimized, parse_model
 

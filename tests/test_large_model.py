@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.cli import main
 from eqsat.modelio import load_model, save_model
-from eqsat.verify import compare, run
+from eqsat.verification import compare, run
 
 ROWS, COLS = 262_144 * 2 + 16, 1024  # 2,147,549,184 bytes of float32: just over 2 GiB
 
@@ -94,7 +94,7 @@ def test_a_staged_model_replaces_the_target_only_when_its_block_succeeds(tmp_pat
 def test_verification_runs_the_files_it_is_given(tmp_path):
     # The CLI verifies the file it wrote, not a model serialized once more: a file that
     # differs from the in-memory model is what verification sees.
-    from eqsat.verify import verify
+    from eqsat.verification import verify
 
     orig = _add_model(np.zeros(4096, dtype=np.float32))
     other = tmp_path / "other.onnx"

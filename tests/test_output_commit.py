@@ -116,12 +116,12 @@ def test_an_interrupt_while_the_outputs_are_renamed_replaces_none(capsys, output
 
 
 def test_an_interrupt_during_verification_leaves_nothing(capsys, outputs, monkeypatch):
-    import eqsat.verify
+    import eqsat.verification
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(eqsat.verify, "verify", interrupted)
+    monkeypatch.setattr(eqsat.verification, "verify", interrupted)
     rc, _, err = run_cli(capsys, *_args(outputs, _model(outputs)))
     assert rc == 130, err
     _assert_untouched(outputs)

@@ -12,7 +12,7 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 from eqsat.initializers import fixed_initializers, overridable_inputs
-from eqsat.verify import compare, run
+from eqsat.verification import compare, run
 
 from .conftest import optimized
 

@@ -540,7 +540,7 @@ def test_execute_runs_control_flow_and_float16_as_onnxruntime_does(tmp_path, cap
 def test_a_plan_that_fails_its_proof_is_not_written(tmp_path, monkeypatch, capsys):
     src = tmp_path / "m.onnx"
     onnx.save(several_ops_model(), str(src))
-    from eqsat import verify
+    from eqsat import verification as verify
 
     monkeypatch.setattr(verify, "compare", lambda e, a, r, t: ["output 'y': poisoned"])  # a failed proof
     assert plan_cli("plan", src, "--execute", "-o", tmp_path / "p.json", "-q") == 1

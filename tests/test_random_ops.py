@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from eqsat.randomness import random_ops
-from eqsat.verify import run
+from eqsat.verification import run
 
 from .conftest import op_list, optimized, parse_model
 

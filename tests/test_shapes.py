@@ -106,7 +106,7 @@ def test_shapes_the_two_inferences_disagree_on_are_not_trusted():
     import numpy as np
 
     from eqsat.pipeline import Options, optimize
-    from eqsat.verify import compare, run
+    from eqsat.verification import compare, run
 
     m = onnx.parser.parse_model(REVERSED_SLICE)
     types, _ = infer_types(m)

@@ -1,4 +1,4 @@
-"""Verification of an optimized model against its original (eqsat/verify.py): the sizes it
+"""Verification of an optimized model against its original (eqsat/verification.py): the sizes it
 picks for symbolic dimensions, and its tolerance by output type."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from eqsat.verify import compare, tolerance, verification_dims, verify
+from eqsat.verification import compare, tolerance, verification_dims, verify
 
 from .conftest import parse_model
 

@@ -276,7 +276,7 @@ def _onnxruntime_values(model: ModelProto) -> list[np.ndarray | None]:
     sub.graph.initializer.extend(t for t in g.initializer if t.name in need)
     sub.graph.output.extend(o for o in g.output if o.name in wanted)
     try:
-        from ..verify import session
+        from ..verification import session
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

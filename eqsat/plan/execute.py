@@ -101,7 +101,7 @@ def _run_reference(m: ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarr
 
 
 def _run_ort(m: ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    from ..verify import ort
+    from ..verification import ort
 
     rt = ort()
     so = rt.SessionOptions()
@@ -166,7 +166,7 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
     why; onnxruntime's errors never propagate). `rtol`/`atol` None: DEFAULT_TOLERANCE, or
     HALF_TOLERANCE for a model with half-precision tensors."""
     from ..isolate import probe
-    from ..verify import compare, random_inputs, run
+    from ..verification import compare, random_inputs, run
     from .planner import Plan
 
     if isinstance(plan, Plan):

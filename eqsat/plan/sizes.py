@@ -147,7 +147,7 @@ def _make(name: str, elem: int, shape: tuple[int, ...], source: str) -> TensorTy
 
 def _types_from_run(model: ModelProto, names: list[str], dims: dict[str, int]) -> dict[str, tuple[int, tuple[int, ...]]]:
     """Measure the types of `names` by one onnxruntime run (graph optimizations off)."""
-    from ..verify import random_inputs, session
+    from ..verification import random_inputs, session
 
     feeds = random_inputs(model, dims)  # refuses inputs larger than half the machine's memory
     n_out = len(model.graph.output)

@@ -130,7 +130,7 @@ def gqa_block(opset: int = 17, rotate: bool = False, mask: bool = False) -> str:
 
 
 def feeds(model, dims=DIMS, mask_fn=None):
-    from eqsat.verify import random_inputs
+    from eqsat.verification import random_inputs
 
     f = random_inputs(model, dims)
     if mask_fn is not None:

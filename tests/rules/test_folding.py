@@ -151,7 +151,7 @@ def test_a_constant_both_evaluators_agree_on_folds_to_onnxruntimes_value():
         }""")
     res = check_rewrite(m, ["Add"], rtol=0, atol=0, ort_optimize=False)
     (c,) = res.model.graph.initializer
-    from eqsat.verify import run
+    from eqsat.verification import run
     ort_range = run(parse_model(H + """
         agraph (float[1] z) => (float[10] r) {
             a = Constant <value = float {0.0}> ()

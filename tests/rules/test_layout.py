@@ -24,7 +24,7 @@ from eqsat.extract.costs.roofline import HARDWARE_DIR
 from eqsat.oracle.layout import pad_channels, reorder_filter
 from eqsat.pipeline import Options, optimize
 from eqsat.target import nchwc_block
-from eqsat.verify import compare, random_inputs, run
+from eqsat.verification import compare, random_inputs, run
 
 from ..conftest import assert_same_outputs, check_rewrite, op_list, optimized, rule_test_profile
 

@@ -13,8 +13,8 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper
 
-from eqsat.verify import compare
-from eqsat.verify import run as run_model
+from eqsat.verification import compare
+from eqsat.verification import run as run_model
 
 from .helpers import run
 
