@@ -129,3 +129,22 @@ def test_the_package_is_typed():
     assert set(eqsat.__all__) <= set(dir(eqsat))
     for name in eqsat.__all__:
         assert getattr(eqsat, name) is not None
+
+
+def test_the_python_api_page_runs_as_written(tmp_path):
+    from pathlib import Path
+
+    from .test_tutorial import run_doc
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "python-api.md"
+    out = {cmd: p.stdout for cmd, p in run_doc(doc, tmp_path)}
+    before, _, after, status = out["$ python optimize.py"].split()[:4]
+    assert int(after) < int(before) and status == "passed"
+    assert (tmp_path / "model.opt.onnx").is_file()
+    assert out["$ python options.py"].startswith("arena ")
+    assert out["$ python wrong.py"].startswith("refused: verification failed: output 'y'")
+    lines = out["$ python parts.py"].splitlines()
+    assert lines[0].startswith("passed ")
+    arena, bound = map(int, lines[1].split())
+    assert 0 < bound <= arena
+    assert len(lines) == 5
