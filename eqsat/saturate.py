@@ -23,6 +23,7 @@ from pathlib import Path
 from egglog import bindings as b
 
 from .errors import INTERRUPTS, OptimizeError, RuleError
+from .lang.ops import prelude_disagreements
 from .limits import Limits
 from .quiet import native_stderr
 from .rulefiles import (
@@ -293,6 +294,8 @@ def _load(rule_files: list[Path], default_rules: bool, explain: bool = False) ->
     files = default_rule_files() if default_rules else default_rule_files()[:1]  # the prelude always
     for f in files:
         load_rule_file(eg, f, declared, transform)
+        if f == files[0] and (differ := prelude_disagreements(declared.constructors)):
+            raise RuleError(f"{display_path(f)} and the op table disagree (a broken install?): " + "; ".join(differ))
     n_default = len(declared.rulesets)
     if declared.default_ruleset_files:  # the default rules name a ruleset for every rule
         raise RuleError(f"{declared.default_ruleset_files[0]}: a rule without :ruleset in the default rules")

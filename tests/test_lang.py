@@ -6,10 +6,8 @@ import onnx
 import pytest
 from egglog import bindings as b
 
-from eqsat.lang.ops import BY_CTOR, SPECS
+from eqsat.lang.ops import BY_CTOR, SPECS, STRUCTURE_CTORS, prelude_disagreements
 from eqsat.rulefiles import PRELUDE, Declared, load_rule_file, rules_dir
-
-STRUCTURE = {"Input", "Const", "Ints", "ScalarF", "ScalarI", "Absent", "Out", "Opaque"}
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +27,22 @@ def test_every_spec_has_a_constructor_with_its_signature(declared):
 
 def test_every_op_constructor_has_a_spec(declared):
     op_ctors = {n for n, (sort, _) in declared.constructors.items() if sort == "Op"}
-    assert op_ctors - STRUCTURE == set(BY_CTOR)
+    assert op_ctors - STRUCTURE_CTORS == set(BY_CTOR)
+
+
+def test_the_prelude_is_checked_against_the_table_as_it_loads(declared):
+    """eqsat.saturate refuses to run on a prelude that disagrees with the op table, naming
+    each difference; the shipped pair agrees."""
+    assert prelude_disagreements(declared.constructors) == []
+    broken = dict(declared.constructors)
+    del broken["Relu"]
+    broken["Gelu"] = ("Op", ["Op"])
+    broken["Frobnicate"] = ("Op", ["Op"])
+    assert prelude_disagreements(broken) == [
+        "Frobnicate: declared in rules/lang.egg, missing from eqsat/lang/ops.py",
+        "Relu: in eqsat/lang/ops.py, missing from rules/lang.egg",
+        "Gelu: rules/lang.egg has arguments ['Op'], eqsat/lang/ops.py ['Op', 'String']",
+    ]
 
 
 def _ort_schemas() -> dict:
@@ -91,3 +104,12 @@ def test_required_ops_are_typed():
         "ConstantOfShape Shape Expand Where If"
     ).split()
     assert not [op for op in required if op not in BY_CTOR]
+
+
+def test_loading_rules_refuses_a_prelude_the_table_disagrees_with(monkeypatch):
+    from eqsat import saturate
+    from eqsat.errors import RuleError
+
+    monkeypatch.delitem(BY_CTOR, "Relu")
+    with pytest.raises(RuleError, match=r"lang\.egg and the op table disagree .*Relu: declared in rules/lang\.egg"):
+        saturate._load([], default_rules=False)

@@ -411,3 +411,22 @@ BY_ONNX: dict[tuple[str, str], OpSpec] = {(s.domain, s.onnx_type): s for s in SP
 
 def spec_for(domain: str, op_type: str) -> OpSpec | None:
     return BY_ONNX.get(("" if domain == "ai.onnx" else domain, op_type))
+
+
+# Constructors of sort Op in rules/lang.egg that are term structure, not ONNX ops: graph
+# inputs, constants and literals, the absent optional input, a multi-output op's k-th
+# output, and an op the language does not model.
+STRUCTURE_CTORS = frozenset({"Input", "Const", "Ints", "ScalarF", "ScalarI", "Absent", "Out", "Opaque"})
+
+
+def prelude_disagreements(constructors: dict[str, tuple[str, list[str]]]) -> list[str]:
+    """How the constructors rules/lang.egg declared (name -> (sort, argument sorts)) differ
+    from this table; empty when they agree. The prelude is what egglog sees and this table
+    is how eqsat encodes and decodes: an op in one and not the other, or with other argument
+    sorts, would encode terms that no rule matches, or decode them wrongly."""
+    ops = {n: args for n, (sort, args) in constructors.items() if sort == "Op" and n not in STRUCTURE_CTORS}
+    out = [f"{c}: declared in rules/lang.egg, missing from eqsat/lang/ops.py" for c in sorted(set(ops) - set(BY_CTOR))]
+    out += [f"{c}: in eqsat/lang/ops.py, missing from rules/lang.egg" for c in sorted(set(BY_CTOR) - set(ops))]
+    out += [f"{c}: rules/lang.egg has arguments {ops[c]}, eqsat/lang/ops.py {BY_CTOR[c].arg_sorts()}"
+            for c in sorted(set(ops) & set(BY_CTOR)) if ops[c] != BY_CTOR[c].arg_sorts()]
+    return out
