@@ -228,6 +228,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         choice=args.choice,
     )
     check_options(opts)  # a bad --cost-model, --hardware or --extractor fails before the load
+    from .rulefiles import check_rule_files
+
+    check_rule_files(opts.rule_files)  # so does a missing --rules file
     say = _progress(args.quiet)
     model, runnable = read_model(src, check=True)
     say(f"loaded {src} ({len(model.graph.node)} nodes)")
@@ -294,7 +297,9 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
     from .compare_costs import as_json, compare_costs, table
     from .modelio import read_model
     from .pipeline import Options
+    from .rulefiles import check_rule_files
 
+    check_rule_files(args.rules)  # before the model loads
     src = Path(args.input)
     model = read_model(src, check=True)[0]
     warn_unknown_model_dims(model, args.dim)

@@ -127,6 +127,20 @@ def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared, trans
     declared.absorb(cmds, path)
 
 
+def check_rule_files(paths) -> None:
+    """RuleError (exit 2) for the first of `paths` that is not a readable file: called before
+    a command reads its model, so that a mistyped --rules fails at once."""
+    import os
+
+    for p in paths:
+        shown = display_path(Path(p))
+        if not Path(p).is_file():
+            raise RuleError(f"{shown}: no such rule file" if not Path(p).exists() else f"{shown}: not a rule file "
+                            "(a directory or device)")
+        if not os.access(p, os.R_OK):
+            raise RuleError(f"{shown}: cannot read rule file: permission denied")
+
+
 def load_rule_file(eg: b.EGraph, path: Path, declared: Declared, transform=None) -> None:
     shown = display_path(path)
     try:
