@@ -141,6 +141,7 @@ def export_eqsat(rev: str, out: Path) -> Path:
         with tarfile.open(fileobj=io.BytesIO(tar)) as t:
             t.extractall(d, filter="data")
         shutil.copytree(d / "rules", d / "eqsat" / "rules")
+        shutil.copytree(d / "extract", d / "eqsat" / "extract")  # installed as eqsat.extract since b252b8b
         (d / "COMMIT").write_text(h + "\n")
     return d
 
