@@ -271,6 +271,21 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
         not_verified = (f"the nodes onnxruntime cannot run or that are random ({listed}), fed the same stand-in "
                         "values in both models: what the models compute around them is verified, not those nodes")
     vary = feeds.floating_overridable()
+    found = _random_runs(original, feeds, ref, opt, runs, vary, dims, rtol, atol, not_verified)
+    if isinstance(found, Verification):
+        return found
+    sizes, wide, dtypes, varied = found
+    drawn = feeds.describe(sizes, wide, varied)
+    edges = _edge_runs(original, feeds, ref, opt, sizes, wide, dims, runs, rtol, atol) if EDGE_CASES else ""
+    if isinstance(edges, Verification):
+        return dataclasses.replace(edges, runs=runs + (1 if varied else 0), inputs=drawn, not_verified=not_verified)
+    return _passed(runs, rtol, atol, dtypes, sizes, drawn, edges, vary, varied, not_verified)
+
+
+def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, runs: int, vary,
+                 dims: dict[str, int] | None, rtol: float | None, atol: float | None, not_verified: str
+                 ) -> Verification | tuple[dict[str, int] | None, bool, set[str], bool]:
+    """(sizes, wide, float dtypes, varied) after the random runs agree, or the Verification that ends `verify`."""
     sizes: dict[str, int] | None = None  # the symbolic sizes the original ran with
     wide = True  # integers drawn by their use (else 0 or 1)
     dtypes: set[str] = set()
@@ -310,10 +325,12 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
             return Verification("failed", "; ".join(map(str, bad[:3])) + f" (random inputs, seed {seed}"
                                 + _sizes(sizes) + (f"; inputs: {drawn}" if drawn else "") + ")", seed + 1,
                                 drawn, not_verified)
-    drawn = feeds.describe(sizes, wide, varied)
-    edges = _edge_runs(original, feeds, ref, opt, sizes, wide, dims, runs, rtol, atol) if EDGE_CASES else ""
-    if isinstance(edges, Verification):
-        return dataclasses.replace(edges, runs=runs + (1 if varied else 0), inputs=drawn, not_verified=not_verified)
+    return sizes, wide, dtypes, varied
+
+
+def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str], sizes: dict[str, int] | None,
+            drawn: str, edges: str, vary, varied: bool, not_verified: str) -> Verification:
+    """The `passed` Verification of `verify`, its detail saying what was run and what was not verified."""
     detail = f"{runs} run(s) within {_tolerances(rtol, atol, dtypes)}{_sizes(sizes)}"
     if drawn:
         detail += f"; inputs: {drawn}"

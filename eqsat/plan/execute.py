@@ -155,18 +155,9 @@ def _buffers(tensors: dict[str, dict]) -> list[tuple[int, int, int]]:
     return [(e, int(tensors[r]["offset"]), int(tensors[r]["size"])) for r, e in end.items()]
 
 
-def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = None, rtol: float | None = None,
-                 atol: float | None = None, poison: bool = True, ort_ops: frozenset[str] = ORT_OPS,
-                 graph: Graph | None = None) -> Execution:
-    """Run `model` through the arena of `plan` (a Plan or its dict form) and compare with
-    onnxruntime. Random inputs at the plan's dims unless `feeds` are given. Returns an
-    Execution whose status is `passed`, `failed` (with the differing output, or the node
-    whose output did not fit its planned shape) or `not possible` (onnxruntime cannot run
-    the whole model, or a node runs alone under neither engine: the detail says which and
-    why; onnxruntime's errors never propagate). `rtol`/`atol` None: DEFAULT_TOLERANCE, or
-    HALF_TOLERANCE for a model with half-precision tensors."""
-    from ..isolate import probe
-    from ..verification import compare, random_inputs, run
+def _resolve_plan(model: ModelProto, plan,
+                  graph: Graph | None) -> tuple[dict, dict, Graph, list[int], dict[str, dict]]:
+    """(plan dict, dims, graph, order as node indices, tensors by name); PlanError where the plan misfits the model."""
     from .planner import Plan
 
     if isinstance(plan, Plan):
@@ -186,19 +177,13 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
     missing = [t for t in graph.tensors if t not in tensors]
     if missing:
         raise PlanError(f"intermediate tensor '{missing[0]}' is not in the plan")
-    if feeds is None:
-        feeds = random_inputs(model, dims)
-    names = [o.name for o in model.graph.output]
-    # onnxruntime on the whole model first: where it cannot run it, there is nothing to compare with
-    # (and where it crashes, in a child process: a crash would end eqsat)
-    if crash := probe([model], feeds, ["the model"]):
-        return Execution("not possible", crash)
-    t1 = time.perf_counter()
-    try:
-        expected = run(model, feeds, optimize=False)
-    except Exception as e:  # noqa: BLE001 - e.g. an op onnxruntime lacks
-        return Execution("not possible", f"onnxruntime cannot run the model: {_first_line(e)}")
-    ref_seconds = time.perf_counter() - t1
+    return d, dims, graph, order, tensors
+
+
+def _run_arena(model: ModelProto, graph: Graph, order: list[int], tensors: dict[str, dict], d: dict,
+               feeds: dict[str, np.ndarray], names: list[str], poison: bool, ort_ops: frozenset[str],
+               ref_seconds: float) -> Execution | tuple[dict[str, np.ndarray], float, dict[str, int]]:
+    """Run `order` through one arena: (outputs `names`, seconds, engines), or the Execution where a node fails."""
     weights = _weights(model)
     arena = np.zeros(int(d["arena_bytes"]), np.uint8)
     dtypes = {t: np_dtype(info.elem_type) for t, info in graph.tensors.items()}
@@ -252,8 +237,15 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
         for off, size in dying.get(step, ()):
             arena[off:off + size] = 0xFF
     seconds = time.perf_counter() - t0
+    return {n: np.array(value(n)) for n in names}, seconds, engines
 
-    actual = {n: np.array(value(n)) for n in names}
+
+def _compare_outputs(graph: Graph, feeds: dict[str, np.ndarray], expected: dict, actual: dict[str, np.ndarray],
+                     names: list[str], rtol: float | None, atol: float | None, seconds: float, ref_seconds: float,
+                     engines: dict[str, int]) -> Execution:
+    """`passed` where `actual` matches `expected` within rtol/atol (None: by precision), else `failed`."""
+    from ..verification import compare
+
     diffs = {}
     for n in names:
         e, a = np.asarray(expected[n]), actual[n]
@@ -272,3 +264,37 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
         return Execution("failed", "; ".join(map(str, bad[:3])), seconds, ref_seconds, engines, diffs)
     return Execution("passed", f"{len(names)} output(s) match onnxruntime within rtol {rtol:g}, atol {atol:g}",
                      seconds, ref_seconds, engines, diffs)
+
+
+def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = None, rtol: float | None = None,
+                 atol: float | None = None, poison: bool = True, ort_ops: frozenset[str] = ORT_OPS,
+                 graph: Graph | None = None) -> Execution:
+    """Run `model` through the arena of `plan` (a Plan or its dict form) and compare with
+    onnxruntime. Random inputs at the plan's dims unless `feeds` are given. Returns an
+    Execution whose status is `passed`, `failed` (with the differing output, or the node
+    whose output did not fit its planned shape) or `not possible` (onnxruntime cannot run
+    the whole model, or a node runs alone under neither engine: the detail says which and
+    why; onnxruntime's errors never propagate). `rtol`/`atol` None: DEFAULT_TOLERANCE, or
+    HALF_TOLERANCE for a model with half-precision tensors."""
+    from ..isolate import probe
+    from ..verification import random_inputs, run
+
+    d, dims, graph, order, tensors = _resolve_plan(model, plan, graph)
+    if feeds is None:
+        feeds = random_inputs(model, dims)
+    names = [o.name for o in model.graph.output]
+    # onnxruntime on the whole model first: where it cannot run it, there is nothing to compare with
+    # (and where it crashes, in a child process: a crash would end eqsat)
+    if crash := probe([model], feeds, ["the model"]):
+        return Execution("not possible", crash)
+    t1 = time.perf_counter()
+    try:
+        expected = run(model, feeds, optimize=False)
+    except Exception as e:  # noqa: BLE001 - e.g. an op onnxruntime lacks
+        return Execution("not possible", f"onnxruntime cannot run the model: {_first_line(e)}")
+    ref_seconds = time.perf_counter() - t1
+    ran = _run_arena(model, graph, order, tensors, d, feeds, names, poison, ort_ops, ref_seconds)
+    if isinstance(ran, Execution):
+        return ran
+    actual, seconds, engines = ran
+    return _compare_outputs(graph, feeds, expected, actual, names, rtol, atol, seconds, ref_seconds, engines)

@@ -194,9 +194,9 @@ def _best(bufs: list[Buffer], names: list[str], lb: int, improve: bool = True, t
     return best[0], best[1], best[2], table, best[3]
 
 
-def plan_graph(graph: Graph, alignment: int = 64, inplace: bool = True, views: bool = True,
-               orders: list[str] | None = None, heuristics: list[str] | None = None, improve: bool = True) -> Plan:
-    """Plan `graph`; see the module docstring for how the order, reuse and offsets are chosen."""
+def _checked_options(alignment: int, orders: list[str] | None,
+                     heuristics: list[str] | None) -> tuple[list[str], list[str]]:
+    """(placement heuristics, order heuristics with "model" first) to try; UsageError for a bad option."""
     if not isinstance(alignment, int) or alignment <= 0:
         raise UsageError(f"alignment must be a positive integer, not {alignment!r}")
     hnames = list(heuristics or HEURISTICS)
@@ -207,6 +207,30 @@ def plan_graph(graph: Graph, alignment: int = 64, inplace: bool = True, views: b
     for o in onames:
         if o not in ORDERS:
             raise UsageError(f"unknown order heuristic {o!r}; known: {', '.join(ORDERS)}")
+    return hnames, onames
+
+
+def _planned_tensors(graph: Graph, life: dict[str, tuple[int, int]], al: dict[str, Alias], bufs: list[Buffer],
+                     offs: list[int]) -> list[PlannedTensor]:
+    """Every intermediate tensor at its buffer's offset, in order of first use (then output position)."""
+    offset: dict[str, int] = {}
+    for b, off in zip(bufs, offs, strict=True):
+        for t in b.members:
+            offset[t] = off
+    tensors: list[PlannedTensor] = []
+    for t in sorted(graph.tensors, key=lambda t: (life[t][0], graph.nodes[graph.tensors[t].producer].outputs.index(t))):
+        info = graph.tensors[t]
+        a: Alias | None = al.get(t)
+        tensors.append(PlannedTensor(t, offset[t], info.size, life[t][0], life[t][1], _dtype_name(info.elem_type),
+                                     tuple(info.shape), a.parent if a else None, a.kind if a else None,
+                                     info.shape_source))
+    return tensors
+
+
+def plan_graph(graph: Graph, alignment: int = 64, inplace: bool = True, views: bool = True,
+               orders: list[str] | None = None, heuristics: list[str] | None = None, improve: bool = True) -> Plan:
+    """Plan `graph`; see the module docstring for how the order, reuse and offsets are chosen."""
+    hnames, onames = _checked_options(alignment, orders, heuristics)
 
     def evaluate(order: list[int], use_inplace: bool):
         life = lifetimes(graph, order)
@@ -240,17 +264,7 @@ def plan_graph(graph: Graph, alignment: int = 64, inplace: bool = True, views: b
         m_order = cands["model"]
         model_arena = min(_best(e[2], hnames, e[3], improve)[2] for e in (evaluate(m_order, u) for u in configs))
 
-    offset: dict[str, int] = {}
-    for b, off in zip(bufs, offs, strict=True):
-        for t in b.members:
-            offset[t] = off
-    tensors: list[PlannedTensor] = []
-    for t in sorted(graph.tensors, key=lambda t: (life[t][0], graph.nodes[graph.tensors[t].producer].outputs.index(t))):
-        info = graph.tensors[t]
-        a: Alias | None = al.get(t)
-        tensors.append(PlannedTensor(t, offset[t], info.size, life[t][0], life[t][1], _dtype_name(info.elem_type),
-                                     tuple(info.shape), a.parent if a else None, a.kind if a else None,
-                                     info.shape_source))
+    tensors = _planned_tensors(graph, life, al, bufs, offs)
     no_reuse = sum(-(-i.size // alignment) * alignment for i in graph.tensors.values())
     return Plan(
         alignment=alignment,
