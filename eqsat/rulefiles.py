@@ -64,6 +64,7 @@ class Declared:
     # files with rules written without :ruleset (egglog's default ruleset, named "")
     default_ruleset_files: list[str] = field(default_factory=list)
     rule_files_of: dict[str, list[str]] = field(default_factory=dict)  # ruleset -> files adding rules to it
+    rule_places: dict[str, str] = field(default_factory=dict)  # rule name -> FILE:LINE:COL
 
     def _constructor(self, c, sort: str, args: list[str]) -> None:
         """A term constructor; an `:unextractable` one (a handle such as `Value`) is listed
@@ -73,7 +74,8 @@ class Declared:
         else:
             self.constructors[c.name] = (sort, args)
 
-    def absorb(self, cmds: list, path: str) -> None:
+    def absorb(self, cmds: list, path: str, text: str = "") -> None:
+        lines = _line_starts(text)
         for c in cmds:
             if isinstance(c, b.AddRuleset):
                 self.rulesets.append(c.name)
@@ -90,13 +92,15 @@ class Declared:
             elif isinstance(c, (b.FunctionCommand, b.Relation)):
                 self.functions.append(c.name)
             elif isinstance(c, (b.RewriteCommand, b.BiRewriteCommand)):
-                self._rule(getattr(c.rewrite, "name", ""), c.name, path)  # c.name is the ruleset
+                self._rule(getattr(c.rewrite, "name", ""), c.name, path,  # c.name is the ruleset
+                           f"{path}:{_line_col(lines, c.rewrite.span)}")
             elif isinstance(c, b.RuleCommand):
-                self._rule(c.rule.name, c.rule.ruleset, path)
+                self._rule(c.rule.name, c.rule.ruleset, path, f"{path}:{_line_col(lines, c.rule.span)}")
 
-    def _rule(self, name: str, ruleset: str, path: str) -> None:
+    def _rule(self, name: str, ruleset: str, path: str, place: str) -> None:
         if name:
             self.rules[name] = ruleset
+            self.rule_places[name] = place
         files = self.rule_files_of.setdefault(ruleset, [])
         if path not in files:
             files.append(path)
@@ -112,6 +116,7 @@ def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared, trans
         with native_stderr():  # a panic's message is the exception's: eqsat prints one line
             cmds = eg.parse_program(text, filename=path)
         refuse_commands(cmds, path, text)  # nothing of the file runs before all pass
+        refuse_clashes(cmds, path, text, declared)
         with native_stderr():
             eg.run_program(*(transform(cmds) if transform else cmds))
     except b.EggSmolError as e:
@@ -124,7 +129,70 @@ def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared, trans
             raise RuleError(f"{path}: a rule named {m.group(1)} is loaded already (by the default rules or "
                             "another rule file); rename it, or leave out the file that has it") from None
         raise RuleError(f"{path}: egglog failed while loading this file: {first}") from None
-    declared.absorb(cmds, path)
+    declared.absorb(cmds, path, text)
+
+
+# The rulesets of the default rules are the phases of the default schedule (rules/schedule.egg),
+# declared by the prelude (rules/lang.egg) or rules/layout.egg; a rule file adds rules to them
+# with `:ruleset NAME`, and declaring one again is refused with this hint.
+PHASE_HINT = ("{name} is a phase of the default schedule, declared by {where}; a rule file does not declare "
+              "it again: leave out (ruleset {name}) to add rules to that phase (they keep :ruleset {name} and "
+              "run in it), or rename your ruleset (a ruleset of your own runs once per round, after the "
+              "default schedule)")
+
+
+def refuse_clashes(cmds: list, path: str, text: str, declared: Declared) -> None:
+    """RuleError, before any command of the file runs, for a ruleset that an earlier file
+    (the prelude's phases) declares already, and for a rule named like a loaded rule (the
+    default rules' or another file's) or like another rule of this file: egglog would accept
+    the rule in another ruleset, and the report would add both rules' matches under one name."""
+    from .rulecommands import _place
+
+    mine: dict[str, str] = {}  # rule name -> FILE:LINE:COL
+    lines = _line_starts(text)
+    for i, c in enumerate(cmds):
+        if isinstance(c, b.AddRuleset) and c.name in declared.ruleset_files:
+            where = _place(cmds, i, path, text)[0]
+            other = declared.ruleset_files[c.name]
+            if other in {display_path(f) for f in default_rule_files()}:
+                raise RuleError(f"{where}: (ruleset {c.name}) cannot be declared: "
+                                + PHASE_HINT.format(name=c.name, where=other))
+            raise RuleError(f"{where}: (ruleset {c.name}) is declared already by {other}: a ruleset is "
+                            f"declared once; leave out this declaration to add rules to it, or rename yours")
+        if isinstance(c, (b.RewriteCommand, b.BiRewriteCommand)):
+            name, span = getattr(c.rewrite, "name", ""), c.rewrite.span
+        elif isinstance(c, b.RuleCommand):
+            name, span = c.rule.name, c.rule.span
+        else:
+            continue
+        if not name:
+            continue
+        other = mine.get(name, declared.rule_places.get(name))
+        if other is not None:
+            where = f"{path}:{_line_col(lines, span)}"
+            theirs = other
+            defaults = {display_path(f) for f in default_rule_files()}
+            whose = ("another rule of this file" if name in mine else "the default rule"
+                     if theirs.rsplit(":", 2)[0] in defaults else "a rule of another file")
+            raise RuleError(f"{where}: the rule name {name} is taken by {whose} at {theirs}; rule names are "
+                            "unique (the report counts matches by name): rename this rule")
+        mine[name] = f"{path}:{_line_col(lines, span)}"
+
+
+def _line_starts(text: str) -> tuple[bytes, list[int]]:
+    """The text as UTF-8 (egglog's spans are byte offsets) and the offsets its lines start at."""
+    raw = text.encode("utf-8")
+    return raw, [0] + [m.end() for m in re.finditer(b"\n", raw)]
+
+
+def _line_col(lines: tuple[bytes, list[int]], span) -> str:
+    """`LINE:COL` (from 1) of an egglog source span in a text read by _line_starts."""
+    import bisect
+
+    raw, starts = lines
+    i = getattr(span, "i", 0)
+    k = bisect.bisect_right(starts, i) - 1
+    return f"{k + 1}:{len(raw[starts[k]:i].decode('utf-8', 'replace')) + 1}"
 
 
 def check_rule_files(paths) -> None:

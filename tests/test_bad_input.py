@@ -536,7 +536,7 @@ def test_an_option_value_too_long_for_a_file_name_is_not_a_traceback(capsys, tmp
     # every option's value is looked up as a possible input file; a 300-character name
     # made Path.is_file raise "File name too long"
     rules = tmp_path / "r.egg"
-    rules.write_text('(ruleset r)\n(rewrite (Relu (Relu x)) (Relu x) :ruleset r :name "relu-relu")\n')
+    rules.write_text('(ruleset r)\n(rewrite (Relu (Relu x)) (Relu x) :ruleset r :name "my-relu-relu")\n')
     rc, _, err = run_cli(capsys, "rules", "check", rules, "--rule", "a" * 300)
     assert rc == 2 and error_line(err).startswith("eqsat: error: no rule named")
 

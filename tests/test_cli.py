@@ -264,14 +264,14 @@ def test_argtypes_parse_what_they_accept():
 
 
 @pytest.mark.parametrize("text", [
-    "(ruleset mine)\n(rewrite (Relu (Relu x)) (Relu x) :ruleset mine :name \"relu-relu\")\n",
+    "(ruleset mine)\n(rewrite (Relu (Relu x)) (Relu x) :ruleset mine :name \"my-relu-relu\")\n",
     # without :ruleset: egglog's default ruleset, which runs too (it was loaded, listed and
     # checked, but never run)
-    "(rewrite (Relu (Relu x)) (Relu x) :name \"relu-relu\")\n",
-    "(rule ((= e (Relu (Relu x)))) ((union e (Relu x))) :name \"relu-relu\")\n",
+    "(rewrite (Relu (Relu x)) (Relu x) :name \"my-relu-relu\")\n",
+    "(rule ((= e (Relu (Relu x)))) ((union e (Relu x))) :name \"my-relu-relu\")\n",
     # in a phase the prelude declares: with --no-default-rules there is no schedule to run
     # it, and it was loaded, matched nothing and said nothing
-    "(rewrite (Relu (Relu x)) (Relu x) :ruleset cleanup :name \"relu-relu\")\n",
+    "(rewrite (Relu (Relu x)) (Relu x) :ruleset cleanup :name \"my-relu-relu\")\n",
 ])
 def test_user_rules_run_with_and_without_default_rules(capsys, model_path, tmp_path, text):
     rules = tmp_path / "neg.egg"
@@ -297,7 +297,7 @@ def test_user_rules_run_with_and_without_default_rules(capsys, model_path, tmp_p
     rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", rules, "--report", rep, "--no-default-rules")
     assert rc == 0, err
     assert [n.op_type for n in onnx.load(str(out)).graph.node] == ["Relu"]
-    assert json.loads(rep.read_text())["saturation"]["rule_matches"]["relu-relu"] >= 1
+    assert json.loads(rep.read_text())["saturation"]["rule_matches"]["my-relu-relu"] >= 1
 
 
 COMMUTE = """

@@ -40,3 +40,60 @@ def test_a_missing_rules_file_is_reported_before_the_model_is_read(capsys, tmp_p
     line = one_error(err)
     assert "nope.egg" in line and "no such rule file" in line, line
     assert "broken.onnx" not in line, line
+
+
+# ---- names that clash with the default rules
+
+def _default_rule(name: str):
+    from eqsat.rulefiles import default_rule_files
+    from eqsat.ruletool.model import read_files
+
+    return next(r for r in read_files(default_rule_files()).rules if r.name == name)
+
+
+@pytest.mark.parametrize("command", [("rules", "check", "{f}"), ("rules", "list", "--rules", "{f}"),
+                                     ("optimize", "{m}", "--rules", "{f}")])
+def test_a_rule_named_like_a_default_rule_is_refused_naming_both(capsys, tmp_path, model_file, command):
+    f = tmp_path / "dup.egg"
+    f.write_text('(ruleset mine)\n\n; Identity(x) -> x\n(rewrite (Identity x) x :ruleset mine :name "identity-elim")\n')
+    rc, _, err = run_cli(capsys, *[a.format(f=f, m=model_file) for a in command])
+    assert rc == 2, err
+    line = one_error(err)
+    theirs = _default_rule("identity-elim")
+    assert "dup.egg:4:1: " in line, line  # the user's rule, FILE:LINE:COL
+    assert f"{theirs.path}:{theirs.line}:{theirs.col}" in line, line  # the default rule it clashes with
+    assert "identity-elim" in line and "rename" in line, line
+
+
+def test_two_rule_files_with_one_rule_name_are_refused(capsys, tmp_path):
+    a, b = tmp_path / "a.egg", tmp_path / "b.egg"
+    a.write_text(RELU_RELU)
+    b.write_text('(ruleset theirs)\n; Relu(Relu(x)) -> Relu(x)\n'
+                 '(rewrite (Relu (Relu x)) (Relu x) :ruleset theirs :name "my-relu-relu")\n')
+    rc, _, err = run_cli(capsys, "rules", "list", "--no-default-rules", "--rules", a, "--rules", b)
+    assert rc == 2
+    line = one_error(err)
+    assert "b.egg:3:1: " in line and "a.egg:4:1" in line and "rename" in line, line
+
+
+# ---- a ruleset named like a default phase
+
+@pytest.mark.parametrize("no_defaults", [False, True])
+def test_a_ruleset_named_like_a_default_phase_says_why_and_what_to_do(capsys, tmp_path, no_defaults):
+    f = tmp_path / "phase.egg"
+    f.write_text('; mine\n(ruleset fusion)\n\n; Relu(Relu(x)) -> Relu(x)\n'
+                 '(rewrite (Relu (Relu x)) (Relu x) :ruleset fusion :name "my-relu-relu")\n')
+    rc, _, err = run_cli(capsys, "rules", "list", "--rules", f, *(["--no-default-rules"] if no_defaults else []))
+    assert rc == 2
+    line = one_error(err)
+    assert "phase.egg:2:1: " in line, line
+    assert "phase of the default schedule" in line, line  # why
+    assert "leave out" in line and ":ruleset fusion" in line and "rename" in line, line  # what to do
+
+
+def test_rules_may_join_a_default_phase_without_declaring_it(capsys, tmp_path):
+    f = tmp_path / "join.egg"
+    f.write_text('; Relu(Relu(x)) -> Relu(x)\n(rewrite (Relu (Relu x)) (Relu x) :ruleset fusion :name "my-relu-relu")\n')
+    rc, out, err = run_cli(capsys, "rules", "list", "--rules", f, "--no-default-rules")
+    assert rc == 0, err
+    assert out.split()[:2] == ["my-relu-relu", "fusion"], out
