@@ -97,3 +97,42 @@ def test_rules_may_join_a_default_phase_without_declaring_it(capsys, tmp_path):
     rc, out, err = run_cli(capsys, "rules", "list", "--rules", f, "--no-default-rules")
     assert rc == 0, err
     assert out.split()[:2] == ["my-relu-relu", "fusion"], out
+
+
+# ---- the rules subcommands take their files the same way, and report their own usage
+
+def test_rules_list_takes_files_as_arguments_as_check_does(capsys, tmp_path):
+    f = tmp_path / "mine.egg"
+    f.write_text(RELU_RELU)
+    rc, by_option, err = run_cli(capsys, "rules", "list", "--rules", f, "--no-default-rules")
+    assert rc == 0, err
+    rc, by_argument, err = run_cli(capsys, "rules", "list", f, "--no-default-rules")
+    assert rc == 0, err
+    assert by_argument == by_option and by_argument.startswith("my-relu-relu "), by_argument
+
+
+def test_rules_check_takes_files_with_rules_as_list_does(capsys, tmp_path):
+    f = tmp_path / "mine.egg"
+    f.write_text(RELU_RELU)
+    rc, out, err = run_cli(capsys, "rules", "check", "--rules", f, "-v")
+    assert rc == 0, err
+    assert "my-relu-relu: ok" in out, out
+    rc, out2, err = run_cli(capsys, "rules", "check", f, "-v")
+    assert rc == 0 and out2 == out, err
+
+
+def test_rules_check_of_a_default_rule_file_checks_it_once(capsys):
+    from eqsat.rulefiles import rules_dir
+
+    rc, out, err = run_cli(capsys, "rules", "check", rules_dir() / "cleanup.egg", "--rule", "identity-elim", "-v")
+    assert rc == 0, err
+    assert "identity-elim: ok" in out, out
+
+
+@pytest.mark.parametrize("sub", ["list", "check"])
+def test_a_rules_subcommand_reports_a_bad_argument_with_its_own_usage(capsys, sub):
+    rc, _, err = run_cli(capsys, "rules", sub, "--no-such-option")
+    assert rc == 2
+    assert "--no-such-option" in one_error(err)
+    usage = [ln for ln in err.splitlines() if ln.startswith("usage:")]
+    assert len(usage) == 1 and usage[0].startswith(f"usage: eqsat rules {sub} "), err

@@ -4,7 +4,9 @@
 comment. `rules check FILE.egg...` type-checks the files against the op language (errors
 as FILE:LINE:COL: message) and tests each rule for soundness (see `check.py`). Exit codes:
 0 all checked rules sound (unchecked ones too unless --strict), 1 a rule changes results
-(or, with --strict, one is unchecked), 2 a file does not load.
+(or, with --strict, one is unchecked), 2 a file does not load. Both take rule files as
+arguments or with `--rules FILE` (optimize's spelling), and report an argument they do not
+know with their own usage.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from ..errors import RuleError, UsageError
 def register(subparsers) -> dict:
     p = subparsers.add_parser("rules", help="list and check rule files",
                               description="Tools for rule authors: list rules, check them for soundness.")
-    sub = p.add_subparsers(dest="rules_command", metavar="SUBCOMMAND", parser_class=type(p))
+    sub = p.add_subparsers(dest="rules_command", metavar="SUBCOMMAND", parser_class=_own_usage(type(p)))
     lp = sub.add_parser("list", help="every rule: name, ruleset, FILE:LINE, its comment",
                         description="List every rule with its name, ruleset, FILE:LINE and its "
                                     "`before -> after` comment.")
+    # both subcommands take rule files both ways: as arguments, and with --rules (optimize's spelling)
+    lp.add_argument("files", nargs="*", metavar="FILE.egg", help="also these rule files (as --rules)")
     lp.add_argument("--rules", action="append", default=[], metavar="FILE.egg", help="also these rule files")
     lp.add_argument("--no-default-rules", action="store_true", help="leave out the default rules")
     lp.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -34,6 +38,8 @@ def register(subparsers) -> dict:
                                     "rule: both sides on random inputs that satisfy its guards, run "
                                     "under onnxruntime, must agree.")
     cp.add_argument("files", nargs="*", metavar="FILE.egg", help="rule files to check")
+    cp.add_argument("--rules", action="append", default=[], metavar="FILE.egg",
+                    help="rule files to check (as the arguments)")
     cp.add_argument("--default", action="store_true", help="check the default rules too")
     cp.add_argument("--rule", action="append", default=[], metavar="NAME", help="only rules with this name")
     cp.add_argument("--strict", action="store_true", help="exit 1 when a rule cannot be checked")
@@ -41,6 +47,24 @@ def register(subparsers) -> dict:
     cp.add_argument("--json", metavar="FILE", type=output_file, help="write the results as JSON")
     cp.add_argument("-v", "--verbose", action="store_true", help="one line per checked rule too")
     return {"rules": handle}
+
+
+def _own_usage(parser_class):
+    """The subcommands' parser class: one that reports an argument it does not know itself,
+    with its own usage (`usage: eqsat rules list ...`), not the `rules` parser's."""
+    class Subcommand(parser_class):
+        def parse_known_args(self, args=None, namespace=None):
+            ns, extra = super().parse_known_args(args, namespace)
+            if extra:
+                self.error(f"unrecognized arguments: {' '.join(extra)}")
+            return ns, extra
+
+    return Subcommand
+
+
+def _files(args) -> list[Path]:
+    """The rule files a subcommand names, as arguments and with --rules, each once."""
+    return [Path(f) for f in dict.fromkeys(str(f) for f in [*args.files, *args.rules])]
 
 
 def handle(args) -> int:
@@ -64,17 +88,19 @@ def _program(files: list[Path], default_rules: bool):
             raise RuleError(f"{f}: no such rule file")
     prelude = default_rule_files()
     base = prelude if default_rules else prelude[:1]
+    loaded = {p.resolve() for p in base}
+    files = [Path(f) for f in files if Path(f).resolve() not in loaded]  # a default file named again: once
     eg, declared = b.EGraph(), Declared()
-    for f in base + [Path(f) for f in files]:
+    for f in base + files:
         load_rule_file(eg, Path(f), declared)
     try:
-        return read_files(base + [Path(f) for f in files]), base
+        return read_files(base + files), base
     except SexpError as e:
         raise RuleError(str(e)) from None
 
 
 def _list(args) -> int:
-    prog, _ = _program([Path(f) for f in args.rules], not args.no_default_rules)
+    prog, _ = _program(_files(args), not args.no_default_rules)
     rules = prog.rules
     if args.json:
         print(json.dumps([{"name": r.name, "ruleset": r.ruleset, "file": r.path, "line": r.line,
@@ -93,7 +119,7 @@ def _check(args) -> int:
     from ..rulefiles import display_path
     from .check import check_rules
 
-    files = [Path(f) for f in args.files]
+    files = _files(args)
     if not files and not args.default:
         raise UsageError("rules check needs rule files (or --default for the default rules)")
     t0 = time.perf_counter()
