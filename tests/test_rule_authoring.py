@@ -136,3 +136,44 @@ def test_a_rules_subcommand_reports_a_bad_argument_with_its_own_usage(capsys, su
     assert "--no-such-option" in one_error(err)
     usage = [ln for ln in err.splitlines() if ln.startswith("usage:")]
     assert len(usage) == 1 and usage[0].startswith(f"usage: eqsat rules {sub} "), err
+
+
+# ---- comments: a rule's own, or its group's, shown once
+
+GROUPED = """(ruleset mine)
+
+; Neg(Neg(x)) -> x
+(rewrite (Neg (Neg x)) x :ruleset mine :name "my-neg-neg")
+
+; Floor(Floor(x)) -> Floor(x) ; Ceil(Ceil(x)) -> Ceil(x)
+(rewrite (Floor (Floor x)) (Floor x) :ruleset mine :name "my-floor-floor")
+(rewrite (Ceil (Ceil x)) (Ceil x) :ruleset mine :name "my-ceil-ceil")
+
+(rewrite (Abs (Abs x)) (Abs x) :ruleset mine :name "my-abs-abs")
+"""
+
+
+def test_rules_list_shows_a_group_comment_once_as_the_groups_heading(capsys, tmp_path):
+    import json
+
+    f = tmp_path / "mine.egg"
+    f.write_text(GROUPED)
+    rc, out, err = run_cli(capsys, "rules", "list", f, "--no-default-rules")
+    assert rc == 0, err
+    lines = out.splitlines()
+    group = "Floor(Floor(x)) -> Floor(x) ; Ceil(Ceil(x)) -> Ceil(x)"
+    assert sum(group in ln for ln in lines) == 1, out  # once, not on each rule of the group
+    heading = next(i for i, ln in enumerate(lines) if group in ln)
+    assert not lines[heading].lstrip().startswith("my-"), out  # a heading, not a rule's line
+    below = [ln.split()[0] for ln in lines[heading + 1:heading + 3]]
+    assert below == ["my-floor-floor", "my-ceil-ceil"], out  # the group's rules under it
+    neg = next(ln for ln in lines if ln.split()[0] == "my-neg-neg")
+    assert neg.rstrip().endswith("Neg(Neg(x)) -> x"), out  # a rule's own comment on its line
+    abs_ = next(ln for ln in lines if ln.split()[0] == "my-abs-abs")
+    assert "(no before -> after comment)" in abs_ and group not in abs_, out  # after a blank line: none
+    rc, out, err = run_cli(capsys, "rules", "list", f, "--no-default-rules", "--json")
+    by_name = {r["name"]: r for r in json.loads(out)}
+    assert by_name["my-neg-neg"]["comment"] == "Neg(Neg(x)) -> x" and by_name["my-neg-neg"]["group"] == ""
+    for name in ("my-floor-floor", "my-ceil-ceil"):
+        assert by_name[name]["comment"] == "" and by_name[name]["group"] == group, by_name[name]
+    assert by_name["my-abs-abs"]["comment"] == by_name["my-abs-abs"]["group"] == ""

@@ -104,13 +104,21 @@ def _list(args) -> int:
     rules = prog.rules
     if args.json:
         print(json.dumps([{"name": r.name, "ruleset": r.ruleset, "file": r.path, "line": r.line,
-                           "comment": r.comment} for r in rules], indent=1))
+                           "comment": r.comment, "group": r.group} for r in rules], indent=1))
         return 0
-    wn = max((len(r.label) for r in rules), default=4)
+    # A comment above rules written together is their group's: shown once, as a heading
+    # (`; COMMENT`), with the group's rules indented under it.
+    label = {id(r): f"  {r.label}" if r.group else r.label for r in rules}
+    wn = max((len(x) for x in label.values()), default=4)
     ws = max((len(r.ruleset) for r in rules), default=7)
     wf = max((len(r.where) for r in rules), default=4)
+    prev = None
     for r in rules:
-        print(f"{r.label:<{wn}}  {r.ruleset:<{ws}}  {r.where:<{wf}}  {r.comment or '(no before -> after comment)'}")
+        if r.group and (prev is None or (prev.path, prev.group) != (r.path, r.group)):
+            print(f"; {r.group}")
+        comment = "" if r.group else r.comment or "(no before -> after comment)"
+        print(f"{label[id(r)]:<{wn}}  {r.ruleset:<{ws}}  {r.where:<{wf}}  {comment}".rstrip())
+        prev = r
     print(f"{len(rules)} rule{'' if len(rules) == 1 else 's'}", file=sys.stderr)
     return 0
 

@@ -31,6 +31,9 @@ class Rule:
     query: list
     actions: list
     form: SList = field(repr=False, default=None)
+    # the comment above a group of rules written together (no blank line or comment between
+    # them): it describes the group, so it is the group's, and `comment` is empty
+    group: str = ""
 
     @property
     def where(self) -> str:
@@ -68,6 +71,8 @@ def _keywords(items: list) -> tuple[list, dict]:
 
 
 def _comment_for(form: SList, comments: dict[int, Comment], code: dict[int, SList], prev: dict) -> str:
+    """The comment block directly above a rule; for a rule with none written right under
+    another rule (no blank line between), that rule's: the comment of their group."""
     block, k = [], form.line - 1
     while k in comments and k not in code:
         t = comments[k].text
@@ -98,6 +103,7 @@ def read_text(prog: Program, text: str, path: str) -> None:
     # a comment that shares its line with code is a trailing comment, not a rule's comment
     comments_alone = {ln: c for ln, c in by_line.items() if ln not in code}
     prev_comment: dict[int, str] = {}
+    rule_at: dict[int, Rule] = {}  # id(form) -> its rule
     prog.files.append(path)
     for f in forms:
         if not isinstance(f, SList) or not f or not isinstance(f[0], Sym):
@@ -138,7 +144,13 @@ def read_text(prog: Program, text: str, path: str) -> None:
                 actions = [_mk_list([Sym("union"), _sym(ROOT), pos[1]], f)]
             comment = _comment_for(f, comments_alone, code, prev_comment)
             prev_comment[id(f)] = comment
-            prog.rules.append(Rule(name, ruleset, path, f.line, f.col, comment, str(head), query, actions, f))
+            rule = Rule(name, ruleset, path, f.line, f.col, comment, str(head), query, actions, f)
+            above = rule_at.get(id(code.get(f.line - 1)))  # a rule right above, no blank line between
+            if comment and above is not None and (f.line - 1) not in comments_alone:
+                for r in (above, rule):  # a group: its comment is shown once, as the group's heading
+                    r.group, r.comment = comment, ""
+            rule_at[id(f)] = rule
+            prog.rules.append(rule)
 
 
 def _sym(s: str) -> Sym:
