@@ -177,3 +177,13 @@ def test_rules_list_shows_a_group_comment_once_as_the_groups_heading(capsys, tmp
     for name in ("my-floor-floor", "my-ceil-ceil"):
         assert by_name[name]["comment"] == "" and by_name[name]["group"] == group, by_name[name]
     assert by_name["my-abs-abs"]["comment"] == by_name["my-abs-abs"]["group"] == ""
+
+
+def test_a_flag_keyword_does_not_swallow_the_next_keyword(capsys, tmp_path):
+    # `:subsume` takes no value: it took `:ruleset` as its value, and the rule was listed in
+    # no ruleset (rules/layout.egg's nchwc-conv-plain)
+    f = tmp_path / "mine.egg"
+    f.write_text('(ruleset mine)\n; Neg(Neg(x)) -> x\n(rewrite (Neg (Neg x)) x :subsume :ruleset mine :name "my-neg-neg")\n')
+    rc, out, err = run_cli(capsys, "rules", "list", f, "--no-default-rules")
+    assert rc == 0, err
+    assert out.split()[:2] == ["my-neg-neg", "mine"], out

@@ -62,7 +62,12 @@ def _keywords(items: list) -> tuple[list, dict]:
     while i < len(items):
         x = items[i]
         if isinstance(x, Sym) and x.startswith(":"):
-            kw[x[1:]] = items[i + 1] if i + 1 < len(items) else None
+            nxt = items[i + 1] if i + 1 < len(items) else None
+            if isinstance(nxt, Sym) and nxt.startswith(":"):  # a flag (:subsume): no value
+                kw[x[1:]] = True
+                i += 1
+                continue
+            kw[x[1:]] = nxt
             i += 2
         else:
             pos.append(x)
