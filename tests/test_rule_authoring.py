@@ -187,3 +187,66 @@ def test_a_flag_keyword_does_not_swallow_the_next_keyword(capsys, tmp_path):
     rc, out, err = run_cli(capsys, "rules", "list", f, "--no-default-rules")
     assert rc == 0, err
     assert out.split()[:2] == ["my-neg-neg", "mine"], out
+
+
+# ---- counterexamples in the rule's own words, and as JSON
+
+WRONG_VARIADIC = """(ruleset bad)
+; Concat(a, b) -> Concat(b, a)   (WRONG)
+(rewrite (Concat (Cons a (Cons b (Nil))) ax) (Concat (Cons b (Cons a (Nil))) ax) :ruleset bad :name "concat-swap")
+; x - Const(k) -> Const(k) - x   (WRONG)
+(rule ((= e (Sub x c)) (= c (Const k))) ((union e (Sub (Relu c) x))) :ruleset bad :name "sub-swap")
+; x - Relu(y) -> Relu(y) - x   (WRONG)
+(rewrite (Sub x (Relu y)) (Sub (Relu y) x) :ruleset bad :name "sub-relu-swap")
+"""
+
+
+def _names_shown(block: str) -> list[str]:
+    import re
+
+    names = re.findall(r"^  (\S.*?) = ", block, re.M)
+    names += re.findall(r"UNSOUND: (.*?): (?:values|shape|dtype) ", block)
+    return names
+
+
+def test_a_counterexample_names_only_what_the_rule_writes(capsys, tmp_path):
+    import re
+
+    f = tmp_path / "bad.egg"
+    f.write_text(WRONG_VARIADIC)
+    rc, out, err = run_cli(capsys, "rules", "check", f)
+    assert rc == 1, out + err
+    assert "3 unsound" in err, out + err
+    for block in re.split(r"\n(?=\S)", out.strip()):
+        names = _names_shown(block)
+        assert names, block
+        for name in names:
+            assert name in WRONG_VARIADIC, f"{name!r} is not in the rule:\n{block}"
+    concat = next(b for b in re.split(r"\n(?=\S)", out) if "concat-swap" in b)
+    assert sorted(re.findall(r"^  (a|b) = float32", concat, re.M)) == ["a", "b"], concat  # its two inputs, no more
+
+
+def test_json_gives_a_counterexamples_inputs_one_by_one(capsys, tmp_path):
+    import json
+
+    import numpy as np
+
+    f = tmp_path / "bad.egg"
+    f.write_text(WRONG_VARIADIC)
+    rc, _, err = run_cli(capsys, "rules", "check", f, "--rule", "concat-swap", "--json", tmp_path / "r.json")
+    assert rc == 1, err
+    (r,) = json.loads((tmp_path / "r.json").read_text())
+    assert r["status"] == "unsound" and "UNSOUND" not in r["detail"]
+    cx = r["counterexample"]
+    inputs = {i["name"]: i for i in cx["inputs"]}
+    assert set(inputs) == {"a", "b"}, cx["inputs"]
+    for i in inputs.values():
+        assert i["dtype"] == "float32"
+        assert np.asarray(i["values"]).shape == tuple(i["shape"]) and len(i["shape"]) >= 1
+    # the counterexample is the one the rule fails on: Concat(a, b) is not Concat(b, a)
+    a, b = (np.asarray(inputs[k]["values"], dtype=np.float32) for k in "ab")
+    ax = cx["values"]["ax"]
+    assert np.allclose(cx["before"]["values"], np.concatenate([a, b], axis=ax))
+    assert np.allclose(cx["after"]["values"], np.concatenate([b, a], axis=ax))
+    assert cx["before"]["shape"] == list(np.concatenate([a, b], axis=ax).shape)
+    assert cx["problem"].startswith("(Concat (Cons a (Cons b (Nil))) ax): values differ"), cx["problem"]

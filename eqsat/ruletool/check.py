@@ -41,6 +41,9 @@ class Result:
     runs: int = 0
     covered_by: list[str] = field(default_factory=list)
     via: list[str] = field(default_factory=list)
+    # unsound: {problem, inputs: [{name, dtype, shape, values}], values: {name: value},
+    # before, after: {dtype, shape, values} or None}, the names as the rule writes them
+    counterexample: dict | None = None
 
 
 def _has_checks(rule: Rule) -> bool:
@@ -82,23 +85,50 @@ def _compare(what: str, lhs: np.ndarray, rhs: np.ndarray) -> str | None:
     return f"{what}: values differ at {list(idx)}: {lhs[idx].item()!r} before, {rhs[idx].item()!r} after"
 
 
-def _counterexample(inst: Instance, problem: str, lhs, rhs) -> str:
+def _tensor(arr) -> dict:
+    a = np.asarray(arr)
+    return {"dtype": str(a.dtype), "shape": list(a.shape), "values": _plain(a.tolist())}
+
+
+def _plain(x):
+    """A value as strict JSON: a non-finite float as its name ("nan", "inf", "-inf")."""
+    if isinstance(x, list):
+        return [_plain(y) for y in x]
+    if isinstance(x, tuple):
+        return [_plain(y) for y in x]
+    if isinstance(x, float) and not np.isfinite(x):
+        return str(x)
+    if isinstance(x, (bool, int, float, str)) or x is None:
+        return x
+    if isinstance(x, np.generic):
+        return _plain(x.item())
+    return str(x)
+
+
+def _counterexample(inst: Instance, problem: str, lhs, rhs) -> tuple[str, dict]:
+    """The counterexample as text (the report's lines) and as data (Result.counterexample)."""
     lines = [problem]
+    data: dict = {"problem": problem, "inputs": [], "values": {}, "before": None, "after": None}
     for v, name in inst.leaves:
         arr = inst.gb.feeds.get(name, inst.gb.consts.get(name))
-        lines.append(f"  {v.split('~')[0]} = {_fmt(arr)}")
+        shown_as = inst.display(v)
+        lines.append(f"  {shown_as} = {_fmt(arr)}")
+        data["inputs"].append({"name": shown_as, **_tensor(arr)})
     shown = {v for v, _ in inst.leaves}
     for k, v in sorted(inst.env.items()):
         if "~" not in k and not k.startswith("_") and k not in shown and k != "__root":
             lines.append(f"  {k} = {v}")
+            data["values"][k] = _plain(v)
     if lhs is not None:
         lines.append(f"  before: {_fmt(lhs)}")
         lines.append(f"  after:  {_fmt(rhs)}")
-    return "\n".join(lines)
+        data["before"], data["after"] = _tensor(lhs), _tensor(rhs)
+    return "\n".join(lines), data
 
 
-def _run_once(inst: Instance) -> tuple[str | None, str]:
-    """Run an instance: (None, '') when both sides agree, else (problem, counterexample)."""
+def _run_once(inst: Instance) -> tuple[str | None, tuple[str, dict] | None]:
+    """Run an instance: (None, None) when both sides agree, else ('unsound', the
+    counterexample as text and as data)."""
     outs: list[str] = []
     pairs = []
     for what, lhs, rhs in inst.checks:  # a union of nodes with several outputs: each output
@@ -124,7 +154,7 @@ def _run_once(inst: Instance) -> tuple[str | None, str]:
             outs.append(target)
     outs = list(dict.fromkeys(outs))
     if not outs:
-        return None, ""
+        return None, None
     try:
         res = inst.gb.run(outs)
     except BuildError as e:
@@ -157,7 +187,7 @@ def _run_once(inst: Instance) -> tuple[str | None, str]:
             if dtype_code(expected) != code:
                 return "unsound", _counterexample(
                     inst, f"{what}: claims dtype {expected}, onnxruntime gives {arr.dtype}", None, None)
-    return None, ""
+    return None, None
 
 
 def check_rule(rule: Rule, prog: Program, seed: int = 0) -> Result:
@@ -194,7 +224,7 @@ def check_rule(rule: Rule, prog: Program, seed: int = 0) -> Result:
                 reasons.append(last)
                 break
             if status == "unsound":
-                return Result(rule, "unsound", detail, runs, via=var.via)
+                return Result(rule, "unsound", detail[0], runs, via=var.via, counterexample=detail[1])
             runs += 1
             via_used += var.via
             if runs >= RUNS:

@@ -167,7 +167,8 @@ def _check(args) -> int:
     if args.json:
         write_text(args.json, json.dumps([
             {"name": x.rule.name, "ruleset": x.rule.ruleset, "file": x.rule.path, "line": x.rule.line,
-             "status": x.status, "detail": x.detail, "runs": x.runs, "covered_by": x.covered_by}
+             "status": x.status, "detail": x.detail, "runs": x.runs, "covered_by": x.covered_by,
+             **({"counterexample": x.counterexample} if x.counterexample else {})}
             for x in results], indent=1))
     if counts.get("unsound"):
         return 1

@@ -12,6 +12,8 @@ After `build()`, `checks` lists (what, lhs value, rhs value) pairs to compare an
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..lang.dtypes import CODE_TO_CTOR, np_dtype
@@ -74,6 +76,7 @@ class Instance:
         self.folded: set[str] = set()  # Op vars matched as a Const and as a computation
         self._consumer: dict[str, str] = {}  # Op var -> a node var that reads it
         self._building: str | None = None  # the node var whose inputs are being made
+        self.term_of: dict[str, SList] = {}  # a variable the checker names (_tN, the rewrite's root) -> its term
         self.dtype = self._trial_dtype(variant)
         self.D = [3, 2, 4, 3, 2][trial % 5]
         self.p_one = 0.0 if trial < 2 else 0.25
@@ -105,8 +108,24 @@ class Instance:
         """Name a structural term with a variable (nested ones too); returns the variable."""
         self._nflat = getattr(self, "_nflat", 0) + 1
         v = Sym(f"_t{self._nflat}")
+        self.term_of[v] = x
         self._define(v, x)
         return v
+
+    def display(self, x) -> str:
+        """An expression as the rule writes it: a variable the checker made up (`_tN`, a
+        rewrite's root) shown as its term, a variable of an unfolded rule without its `~N`."""
+        def expand(y, depth: int):
+            if is_var(y):
+                t = self.term_of.get(str(y))
+                if t is None:
+                    t = self.term_of.get(self.find(y)) if str(y).startswith("_") else None
+                return expand(t, depth + 1) if t is not None and depth < 32 else y
+            if isinstance(y, SList) and y:
+                return SList([y[0]] + [expand(z, depth + 1) for z in y[1:]])
+            return y
+
+        return re.sub(r"~\d+", "", show(expand(x, 0)))
 
     def _define(self, v: str, x) -> None:
         v = self.find(v)
@@ -143,6 +162,8 @@ class Instance:
         a, b = self.find(a), self.find(b)
         if a == b:
             return
+        if a.startswith("_") and not b.startswith("_"):  # the rule's own name represents both
+            a, b = b, a
         self.parent[b] = a
         if b in self.defs:
             d = self.defs.pop(b)
@@ -161,9 +182,13 @@ class Instance:
                 if is_var(x) and is_var(y):
                     continue
                 if self._is_struct(y) and is_var(x):
+                    if str(x).startswith("_"):  # a rewrite's root: shown as its left side
+                        self.term_of.setdefault(str(x), y)
                     self._define(x, self._sub(y))
                     continue
                 if self._is_struct(x) and is_var(y):
+                    if str(y).startswith("_"):
+                        self.term_of.setdefault(str(y), x)
                     self._define(y, self._sub(x))
                     continue
                 if self._is_struct(x) and self._is_struct(y):
@@ -563,8 +588,9 @@ class Instance:
 
         for v in list(self.defs):
             visit(v)
-        # Op variables that nothing defines but guards read are tensors too
-        op_vars = set(self.defs)
+        # Op variables that nothing defines but guards read are tensors too (not lists:
+        # a Cons or Nil is no tensor, its elements are)
+        op_vars = {v for v, (c, _) in self.defs.items() if self.prog.ctors[c][0] == "Op"}
         for _v, (ctor, args) in self.defs.items():
             sorts = self.prog.ctors[ctor][1]
             for a, s in zip(args, sorts, strict=False):
@@ -823,7 +849,7 @@ class Instance:
             elif head == "union":
                 lhs = self._term(self._sub(a[1]))
                 rhs = self._term(self._sub(a[2]))
-                self.checks.append((show(a[1]), lhs, rhs))
+                self.checks.append((self.display(a[1]), lhs, rhs))
             elif head == "set" and isinstance(a[1], SList) and str(a[1][0]) in ("shape", "dtype"):
                 target = self._term(self._sub(a[1][1]))
                 self.claims.append((show(a), target, str(a[1][0]), self.eval(self._sub(a[2]))))
