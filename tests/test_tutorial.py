@@ -75,6 +75,12 @@ def test_tutorial_runs(tmp_path):
     listed = dict(ran)["$ eqsat rules list --rules silu.egg --no-default-rules"]
     assert "silu-fuse " in listed.stdout and "x * Sigmoid(x) -> QuickGelu" in listed.stdout
     assert (tmp_path / "silu.opt.onnx").is_file()
+    # the variadic example: a rule over Min's list of inputs, checked and run
+    lisp = [b["body"] for b in blocks(DOC.read_text(encoding="utf-8")) if b["lang"] == "lisp"]
+    assert any("(Cons " in body and "(Nil)" in body for body in lisp), "a rule with a variadic input"
+    assert "relu6-clip: ok" in dict(ran)["$ eqsat rules check relu6.egg -v"].stdout
+    assert any(c.startswith("$ eqsat optimize relu6.onnx") for c in cmds)
+    assert (tmp_path / "relu6.opt.onnx").is_file()
 
 
 def test_extraction_page_runs(tmp_path):
