@@ -31,7 +31,11 @@ How it is computed (after extraction and decoding, from the saturated e-graph):
 5. Constants of the output that are not original initializers are explained the same way
    (original nodes folded into them; the folding oracle is listed as `constant-folding`).
    Original Constant nodes in no region became initializers. Other original nodes in no
-   region computed nothing the outputs need: *removed*.
+   region computed nothing the outputs need: *removed*. A rule whose union merged such a
+   node's value with an existing one (`Neg(Neg(x)) -> x`) built nothing, but recorded the
+   e-node it matched: the node's own (its op, in its output's e-class). It is credited with
+   the removal (`removed_by`, `rules_removing`), and so is every removed node that only
+   removed nodes read.
 
 Limits: the rules are those that built e-nodes in the region, not a proof that the chosen
 e-node was derived through each of them: a rule that built an alternative in the region
@@ -252,7 +256,10 @@ def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str
 
     as_initializers = [k for k in range(len(onodes)) if k not in attributed and onodes[k].op_type == "Constant"]
     attributed.update(as_initializers)
-    removed = [node_label(onodes[k], k) for k in range(len(onodes)) if k not in attributed]
+    removed_ids = [k for k in range(len(onodes)) if k not in attributed]
+    removed = [node_label(onodes[k], k) for k in removed_ids]
+    credit = _removed_by(removed_ids, onodes, o_out, users, egraph, by_enode)
+    per_removing: Counter = Counter(r for rules in credit.values() for r in rules)
     status = Counter(e["status"] for e in nodes_out)
     return {
         "summary": {
@@ -270,9 +277,39 @@ def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str
         "nodes": nodes_out,
         "constants": constants,
         "removed": removed,
+        # removed original node -> the rules that rewrote it away (or the nodes that read it)
+        "removed_by": {node_label(onodes[k], k): sorted(credit[k]) for k in removed_ids if credit.get(k)},
+        "rules_removing": dict(sorted(per_removing.items(), key=lambda kv: (-kv[1], kv[0]))),
         "method": "provenance rows of instrumented rules over the e-class region of each output node "
                   "(see eqsat/explain.py for what it can and cannot tell)",
     }
+
+
+def _removed_by(removed: list[int], onodes: list, o_out: list, users: dict, egraph: EGraph,
+                by_enode: dict) -> dict[int, set[str]]:
+    """The rules behind each removed original node: a rule whose union merged the node's
+    value with one that exists already (`Neg(Neg(x)) -> x`) builds nothing, and records the
+    e-node it matched (eqsat.provenance): the node's own e-node, in its output's e-class
+    with its op. A removed node no rule matched, whose readers were all removed, is credited
+    with their rules: it was needed only by what they removed."""
+    gone = set(removed)
+    credit: dict[int, set[str]] = {}
+    for k in removed:
+        n, found = onodes[k], set()
+        for c in o_out[k]:
+            for nid in egraph.classes.get(c, ()) if c else ():
+                e = egraph.nodes[nid]
+                spec = BY_CTOR.get(e.op)
+                if spec is not None and spec.onnx_type == n.op_type:
+                    found |= by_enode.get((e.op, e.children), set())
+        credit[k] = found
+    for k in reversed(removed):  # a graph's nodes are in topological order: readers first
+        if credit[k]:
+            continue
+        readers = {u for v in onodes[k].output if v for u in users.get(v, ())}
+        if readers and readers <= gone:
+            credit[k] = set().union(*(credit[u] for u in readers))
+    return credit
 
 
 def _one(classes: set[str] | None) -> str | None:
@@ -306,6 +343,10 @@ def format_text(ex: dict, limit: int | None = None) -> str:
         lines += [f"  {r:<{width}}  {k}" for r, k in ex["rules"].items()]
     else:
         lines.append("  (none)")
+    if ex.get("rules_removing"):  # rules whose unions left original nodes unneeded
+        lines += ["", "rules (original nodes each removed):"]
+        width = max(len(r) for r in ex["rules_removing"])
+        lines += [f"  {r:<{width}}  {k}" for r, k in ex["rules_removing"].items()]
     shown = [e for e in ex["nodes"] if e["rules"] or e["replaced"]]
     lines += ["", "nodes:"]
     for e in shown[:limit] if limit else shown:
@@ -320,6 +361,8 @@ def format_text(ex: dict, limit: int | None = None) -> str:
         lines += ["", "constants:"]
         for e in ex["constants"]:
             lines.append(f"  {e['name']} <- {', '.join(e['replaced'])} ({', '.join(e['rules'])})")
+    by = ex.get("removed_by", {})
     if ex["removed"]:
-        lines += ["", f"removed (not needed by any output): {', '.join(ex['removed'])}"]
+        shown = [f"{r} ({', '.join(by[r])})" if by.get(r) else r for r in ex["removed"]]
+        lines += ["", f"removed (not needed by any output): {', '.join(shown)}"]
     return "\n".join(lines)

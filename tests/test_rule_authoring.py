@@ -250,3 +250,38 @@ def test_json_gives_a_counterexamples_inputs_one_by_one(capsys, tmp_path):
     assert np.allclose(cx["after"]["values"], np.concatenate([b, a], axis=ax))
     assert cx["before"]["shape"] == list(np.concatenate([a, b], axis=ax).shape)
     assert cx["problem"].startswith("(Concat (Cons a (Cons b (Nil))) ax): values differ"), cx["problem"]
+
+
+# ---- --explain credits a rule with the nodes it removed
+
+NEG_NEG = '(ruleset mine)\n; Neg(Neg(x)) -> x\n(rewrite (Neg (Neg x)) x :ruleset mine :name "my-neg-neg")\n'
+
+
+@pytest.mark.parametrize("defaults", [True, False])
+def test_explain_credits_a_users_rule_with_the_nodes_it_removed(capsys, tmp_path, model_file, defaults):
+    import json
+
+    import onnx
+
+    rules, rep = tmp_path / "negneg.egg", tmp_path / "r.json"
+    rules.write_text(NEG_NEG)
+    out = tmp_path / "m.opt.onnx"
+    rc, text, err = run_cli(capsys, "optimize", model_file, "--rules", rules, "--explain", "-o", out,
+                            "--report", rep, "-q", *([] if defaults else ["--no-default-rules"]))
+    assert rc == 0, err
+    assert [n.op_type for n in onnx.load(str(out)).graph.node] == ["Relu"]  # both Negs gone
+    ex = json.loads(rep.read_text())["explain"]
+    assert sorted(ex["removed"]) == ["Neg#0", "Neg#1"], ex["removed"]
+    for node in ("Neg#0", "Neg#1"):
+        assert "my-neg-neg" in ex["removed_by"][node], ex["removed_by"]
+    assert ex["rules_removing"]["my-neg-neg"] == 2, ex["rules_removing"]
+    removed_line = next(ln for ln in text.splitlines() if ln.startswith("removed"))
+    assert "Neg#1 (" in removed_line and "my-neg-neg" in removed_line, text
+    assert re_line(text, "my-neg-neg"), text
+
+
+def re_line(text: str, rule: str) -> bool:
+    """A line of the rules tables that names the rule with a count."""
+    import re
+
+    return bool(re.search(rf"^  {re.escape(rule)}\s+\d+$", text, re.M))
