@@ -342,6 +342,8 @@ def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] |
             "enodes": sat_report.enodes,
             "eclasses": len(egraph.classes),
             "rule_matches": dict(sat_report.rule_matches.most_common()),
+            "rewrite_matches": dict(sat_report.rewrite_matches.most_common()),  # rule_matches split in two
+            "analysis_matches": dict(sat_report.analysis_matches.most_common()),
             "rounds": sat_report.rounds,
         },
         "warnings": warnings,

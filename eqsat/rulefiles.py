@@ -65,6 +65,16 @@ class Declared:
     default_ruleset_files: list[str] = field(default_factory=list)
     rule_files_of: dict[str, list[str]] = field(default_factory=dict)  # ruleset -> files adding rules to it
     rule_places: dict[str, str] = field(default_factory=dict)  # rule name -> FILE:LINE:COL
+    rewrites: set[str] = field(default_factory=set)  # named rules that add an equal form (a union)
+
+    def is_rewrite(self, rule: str) -> bool:
+        """Whether a rule, by its name in egglog's report, changes the program: it adds an
+        equal form of a term (a rewrite, or a rule with a `union` action), which extraction
+        may choose. Every other rule only derives facts (shapes, dtypes, the relations that
+        recognize patterns): analysis. An unnamed rule is reported by its text."""
+        if rule in self.rules:
+            return rule in self.rewrites
+        return rule.lstrip().startswith(("(rewrite", "(birewrite")) or "(union" in rule
 
     def _constructor(self, c, sort: str, args: list[str]) -> None:
         """A term constructor; an `:unextractable` one (a handle such as `Value`) is listed
@@ -94,8 +104,12 @@ class Declared:
             elif isinstance(c, (b.RewriteCommand, b.BiRewriteCommand)):
                 self._rule(getattr(c.rewrite, "name", ""), c.name, path,  # c.name is the ruleset
                            f"{path}:{_line_col(lines, c.rewrite.span)}")
+                if getattr(c.rewrite, "name", ""):
+                    self.rewrites.add(c.rewrite.name)
             elif isinstance(c, b.RuleCommand):
                 self._rule(c.rule.name, c.rule.ruleset, path, f"{path}:{_line_col(lines, c.rule.span)}")
+                if c.rule.name and any(isinstance(a, b.Union) for a in c.rule.head):
+                    self.rewrites.add(c.rule.name)
 
     def _rule(self, name: str, ruleset: str, path: str, place: str) -> None:
         if name:

@@ -53,6 +53,9 @@ class SaturationReport:
     enodes: int = 0
     time_s: float = 0.0
     rule_matches: Counter = field(default_factory=Counter)
+    # rule_matches split: rules that add an equal form (union), rules that only derive facts
+    rewrite_matches: Counter = field(default_factory=Counter)
+    analysis_matches: Counter = field(default_factory=Counter)
     rounds: list[dict] = field(default_factory=list)
 
 
@@ -251,6 +254,8 @@ class Saturator:
             history.append(added)
             rep.iterations += 1
             rep.rule_matches.update(matches)
+            for rule, n in matches.items():
+                (rep.rewrite_matches if self.declared.is_rewrite(rule) else rep.analysis_matches)[rule] += n
             rep.enodes = n
             rep.rounds.append({"round": rep.iterations, "enodes": n, "time_s": round(time.perf_counter() - tr, 4),
                                "rules_s": round(rules_s, 4), "hooks": ran_hooks})

@@ -285,3 +285,72 @@ def re_line(text: str, rule: str) -> bool:
     import re
 
     return bool(re.search(rf"^  {re.escape(rule)}\s+\d+$", text, re.M))
+
+
+# ---- the report and `make demo`: rewrites first, analysis rules apart
+
+def _unions(rule) -> bool:
+    """Whether a rule, as the rule file writes it, adds an equal form (a union): read from
+    the text (eqsat.ruletool.model), not from egglog's commands as the report does."""
+    return rule.kind in ("rewrite", "birewrite") or any(a and str(a[0]) == "union" for a in rule.actions)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    import json
+
+    import onnx
+
+    from eqsat.cli import main
+    from eqsat.demo import build_model
+
+    d = tmp_path_factory.mktemp("demo")
+    src, out, rep = d / "model.onnx", d / "model.opt.onnx", d / "report.json"
+    onnx.save(build_model(), str(src))
+    assert main(["optimize", str(src), "-o", str(out), "--report", str(rep), "-q"]) == 0
+    return src, out, rep, json.loads(rep.read_text())
+
+
+def test_the_report_splits_rule_matches_into_rewrites_and_analysis(demo_run):
+    from eqsat.rulefiles import default_rule_files
+    from eqsat.ruletool.model import read_files
+
+    sat = demo_run[3]["saturation"]
+    allm, rw, an = sat["rule_matches"], sat["rewrite_matches"], sat["analysis_matches"]
+    assert rw and an and not set(rw) & set(an)
+    assert {**rw, **an} == allm  # the old key still has every rule
+    rules = {r.name: r for r in read_files(default_rule_files()).rules}
+    assert all(_unions(rules[n]) for n in rw), [n for n in rw if not _unions(rules[n])]
+    assert not any(_unions(rules[n]) for n in an), [n for n in an if _unions(rules[n])]
+    assert len(an) > len(rw)  # most of what fires is analysis, which is why it goes apart
+
+
+def test_demo_summary_shows_the_rewrites_first_and_analysis_apart(demo_run):
+    from eqsat.demo import summary
+
+    src, out, rep, report = demo_run
+    text = summary(src, out, rep)
+    lines = text.splitlines()
+    rw = next(i for i, ln in enumerate(lines) if ln.strip().startswith("rewrites fired:"))
+    an = next(i for i, ln in enumerate(lines) if ln.strip().startswith("analysis rules fired:"))
+    assert rw < an, text
+    sat = report["saturation"]
+    for name in sat["rewrite_matches"]:
+        assert name in lines[rw], text
+    for name in sat["analysis_matches"]:
+        assert name not in lines[rw], text
+    assert f"{len(sat['analysis_matches'])} rules" in lines[an], text
+
+
+def test_a_users_unnamed_rules_are_split_too(capsys, tmp_path, model_file):
+    import json
+
+    f, rep = tmp_path / "u.egg", tmp_path / "r.json"
+    f.write_text("(ruleset mine)\n(rewrite (Neg (Neg x)) x :ruleset mine)\n"
+                 "(rule ((= e (Neg x))) ((set (dtype e) (F32))) :ruleset mine)\n")
+    rc, _, err = run_cli(capsys, "optimize", model_file, "--rules", f, "--no-default-rules", "-o",
+                         tmp_path / "o.onnx", "--report", rep, "-q")
+    assert rc == 0, err
+    sat = json.loads(rep.read_text())["saturation"]
+    assert [k.split()[0] for k in sat["rewrite_matches"]] == ["(rewrite"], sat
+    assert [k.split()[0] for k in sat["analysis_matches"]] == ["(rule"], sat
