@@ -1,12 +1,15 @@
 """Argument types the command lines share (`eqsat` and its subcommands, the benchmarks).
 
 Each takes the argument's text and returns its value, or raises
-`argparse.ArgumentTypeError` with a message that says what was expected.
+`argparse.ArgumentTypeError` with a message that says what was expected. Beside them, the
+checks of parsed arguments the commands share: output files against inputs, and `--dim`
+names the model has no symbolic dimension for.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from .errors import EqsatError, UsageError
@@ -60,6 +63,24 @@ def dim(s: str) -> tuple[str, int]:
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE with VALUE > 0: {s!r}")
     return name, v
+
+
+def warn_unknown_model_dims(model, dims: list[tuple[str, int]]) -> None:
+    """A --dim the model has no symbolic dimension for binds nothing: say so (a typo of
+    `sequence` would otherwise silently leave the default size)."""
+    g = model.graph
+    names = {d.dim_param for v in (*g.input, *g.output, *g.value_info)
+             for d in v.type.tensor_type.shape.dim if d.dim_param}
+    warn_unknown_dims(names, dims, "the model")
+
+
+def warn_unknown_dims(names: set[str], dims: list[tuple[str, int]], what: str) -> None:
+    """Warn for each --dim NAME not among `names`, the symbolic dimensions `what` has."""
+    for name, _ in dims:
+        if name not in names:
+            have = ", ".join(sorted(names)) or "none"
+            print(f"eqsat: warning: --dim {name}: {what} has no symbolic dimension of that name "
+                  f"(its symbolic dimensions: {have})", file=sys.stderr)
 
 
 def output_file(s: str) -> Path:

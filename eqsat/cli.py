@@ -25,6 +25,7 @@ from .argtypes import (
     positive_int,
     refuse_overwrites,
     same_file,
+    warn_unknown_model_dims,
 )
 from .atomic import write_text
 from .errors import EqsatError, OptimizeError, Terminated, UsageError
@@ -168,24 +169,6 @@ def _progress(quiet: bool):
             print(f"eqsat: [{time.perf_counter() - t0:6.2f}s] {msg}", file=sys.stderr, flush=True)
 
     return say
-
-
-def warn_unknown_model_dims(model, dims: list[tuple[str, int]]) -> None:
-    """A --dim the model has no symbolic dimension for binds nothing: say so (a typo of
-    `sequence` would otherwise silently leave the default size)."""
-    g = model.graph
-    names = {d.dim_param for v in (*g.input, *g.output, *g.value_info)
-             for d in v.type.tensor_type.shape.dim if d.dim_param}
-    warn_unknown_dims(names, dims, "the model")
-
-
-def warn_unknown_dims(names: set[str], dims: list[tuple[str, int]], what: str) -> None:
-    """Warn for each --dim NAME not among `names`, the symbolic dimensions `what` has."""
-    for name, _ in dims:
-        if name not in names:
-            have = ", ".join(sorted(names)) or "none"
-            print(f"eqsat: warning: --dim {name}: {what} has no symbolic dimension of that name "
-                  f"(its symbolic dimensions: {have})", file=sys.stderr)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:

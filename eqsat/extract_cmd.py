@@ -22,7 +22,7 @@ from pathlib import Path
 
 from eqsat.extract.costs import DEFAULT as COST_MODEL_DEFAULT
 
-from .argtypes import dim, output_file, positive_float
+from .argtypes import dim, output_file, positive_float, warn_unknown_dims
 from .atomic import write_text
 from .errors import UsageError
 
@@ -138,8 +138,6 @@ def _warn_settings(args: argparse.Namespace, g) -> None:
         print(f"eqsat: warning: --hardware {args.hardware}: the e-graph was saturated with profile {saved}, whose "
               "facts (which fusions and layouts pay) it holds; its costs under another profile mix the two",
               file=sys.stderr)
-    from .cli import warn_unknown_dims
-
     warn_unknown_dims(set(g.meta.get("dims", {}).values()), args.dim, "the e-graph")
 
 

@@ -10,9 +10,11 @@ nothing). If it died running the original on an edge case (verify._edge_runs: sp
 values, empty sizes), verification is run again without them, and a pass says so. The two models are read by the child from files: the caller's, or temporary copies
 that are removed afterwards.
 
-The child is `python -m eqsat.isolate`: a JSON request on stdin, and on stdout one line per
-step ("@load original", "@run optimized", ...) before the step is taken, then "@result" and
-the answer as JSON.
+`verify_isolated` returns that answer as the fields of an eqsat.verification.Verification
+(status, detail, ...), which `verify` makes one of: this module is below eqsat.verification and
+does not import it. The child is `python -m eqsat.isolate_child`, which does: a JSON request on
+stdin, and on stdout one line per step ("@load original", "@run optimized", ...) before the step
+is taken, then "@result" and the answer as JSON.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from .errors import EqsatError
 
 
 def verify_isolated(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None, atol: float | None,
-                    dims: dict[str, int] | None, files: tuple, random_pairs: dict[str, str] | None):
+                    dims: dict[str, int] | None, files: tuple, random_pairs: dict[str, str] | None) -> dict:
+    """What eqsat.verification.verify answers for these arguments, run in a child process, as
+    the Verification's fields; a crash of onnxruntime as the module docstring says."""
     from .modelio import save_model
-    from .verification import Verification
 
     with tempfile.TemporaryDirectory(prefix="eqsat-verify-") as scratch:
         paths = []
@@ -54,10 +57,10 @@ def verify_isolated(original: ModelProto, optimized: ModelProto, runs: int, rtol
         if answer is not None:
             if crashed and answer["status"] == "passed":
                 answer["detail"] += crashed
-            return Verification(**answer)
+            return answer
         on = " on special values or empty sizes" if last and last.startswith("edge:") else ""
         model = (last or "original").removeprefix("edge:")
-        return Verification("failed", f"onnxruntime crashed ({_signal(code)}) running the {model} model{on}")
+        return {"status": "failed", "detail": f"onnxruntime crashed ({_signal(code)}) running the {model} model{on}"}
 
 
 def probe(models: list, feeds: dict, names: list[str]) -> str | None:
@@ -84,7 +87,7 @@ def probe(models: list, feeds: dict, names: list[str]) -> str | None:
 
 def _child(request: dict) -> tuple[dict | None, str | None, int]:
     """(the answer, or None if the child died; the model it was running last; its exit code)."""
-    proc = subprocess.Popen([sys.executable, "-m", "eqsat.isolate"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "eqsat.isolate_child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=dict(os.environ, PYTHONFAULTHANDLER=""))
     try:
         out, err = proc.communicate(json.dumps(request).encode())
@@ -112,42 +115,3 @@ def _signal(code: int) -> str:
     except ValueError:
         return f"signal {-code}"
 
-
-def _main() -> int:
-    from . import verification as V
-    from .modelio import read_model
-
-    req = json.loads(sys.stdin.read())
-
-    def announce(step: str) -> None:
-        print(f"@{step}", flush=True)
-
-    if "probe" in req:
-        import numpy as np
-
-        with np.load(req["feeds"], allow_pickle=False) as npz:
-            feeds = {k: npz[k] for k in npz.files}
-        for k, path in enumerate(req["probe"]):
-            announce(f"run {k}")
-            try:
-                V.session(path, optimize=False).run(None, feeds)
-            except Exception:  # noqa: BLE001 - an error is the caller's to report; only a crash is ours
-                pass
-        print("@result {}", flush=True)
-        return 0
-
-    V.announce = announce
-    if req["narrow"]:
-        V.WIDE_INTEGERS = False
-    if not req.get("edges", True):
-        V.EDGE_CASES = False
-    original = read_model(req["original"])[0]
-    optimized = read_model(req["optimized"])[0]
-    v = V.verify(original, optimized, req["runs"], req["rtol"], req["atol"], req["dims"],
-                 (req["original"], req["optimized"]), req["random_pairs"])
-    print("@result " + json.dumps(v.__dict__), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main())

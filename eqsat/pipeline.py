@@ -45,6 +45,7 @@ from .saturate import Limits, Saturator
 from .serialize import serialize
 from .shapes import DimTable, contradicted_declarations, infer_types
 from .store import ProtoStore, TensorStore
+from .subgraphs import optimize_subgraphs
 from .target import (
     effective_layout,
     forbidden_constructors,
@@ -386,13 +387,11 @@ def _input_nodes(model: ModelProto, enc, value_class: dict) -> list[tuple[str, s
 
 @gc_paused()
 def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None) -> Result:
-    from .subgraphs import optimize_subgraphs  # each subgraph is optimized as a model of its own
-
     check_environment()
     check_model(model)
     picked = read_choice(opts.choice) if opts.choice else None  # a bad file fails before any work
     t0 = time.perf_counter()
-    model, subgraphs = optimize_subgraphs(model, opts, progress)
+    model, subgraphs = optimize_subgraphs(model, opts, progress, optimize=optimize)  # each as a model of its own
     t_sub = round(time.perf_counter() - t0, 4)
     st = saturate(model, opts, progress)
     if subgraphs:

@@ -36,6 +36,7 @@ from .lang.dtypes import np_dtype
 from .modelio import model_shell
 from .randomness import RandomNodes
 from .scopes import implicit_inputs, subgraphs
+from .sessions import session
 from .shapes import infer_types
 
 # the domains onnxruntime's CPU build has kernels or function bodies for
@@ -137,8 +138,6 @@ class StagedRunner:
 
     def run(self, feeds: dict[str, np.ndarray], sizes: dict[str, int] | None = None) -> dict[str, object]:
         """The graph outputs, by name, for `feeds`."""
-        from .verification import session
-
         sizes = sizes or {}
         g = self.model.graph
         inits = {t.name: t for t in g.initializer}

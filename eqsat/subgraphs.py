@@ -39,16 +39,22 @@ from .modelio import model_shell
 from .shapes import _skeleton
 
 if TYPE_CHECKING:
-    from .pipeline import Options
+    from .pipeline import Options, Result
+
+# How a body is optimized: eqsat.pipeline.optimize, passed in by it (it calls
+# optimize_subgraphs first, so this module does not import it back).
+Optimizer = Callable[[ModelProto, "Options"], "Result"]
 
 
 def has_subgraphs(model: ModelProto) -> bool:
     return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in model.graph.node for a in n.attribute)
 
 
-def optimize_subgraphs(model: ModelProto, opts: Options,
-                       progress: Callable[[str], None] | None = None) -> tuple[ModelProto, list[dict]]:
-    """(model with its subgraphs optimized, report rows). The input model is not changed;
+def optimize_subgraphs(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None,
+                       *, optimize: Optimizer) -> tuple[ModelProto, list[dict]]:
+    """(model with its subgraphs optimized, report rows). Each body is optimized as a model
+    of its own by `optimize` (eqsat.pipeline.optimize, which optimizes the bodies nested in it
+    by calling this again). The input model is not changed;
     when no subgraph changes, it is returned itself. One row per subgraph, nested ones
     included: `path` (node name or #index, then `.attribute`, with `/` between nesting
     levels), `op`, `nodes_before`, and either `nodes_after` or `kept` with the reason.
@@ -81,7 +87,7 @@ def optimize_subgraphs(model: ModelProto, opts: Options,
             continue
         sub_opts = dataclasses.replace(opts, save_egraph=None, explain=False, choice=None,
                                        limits=dataclasses.replace(opts.limits, time_limit=left))
-        body, opsets, nested, why = _optimize_body(model, g, types, consts, sub_opts, node)
+        body, opsets, nested, why = _optimize_body(model, g, types, consts, sub_opts, optimize, node)
         nested = [{**r, "path": f"{path}/{r['path']}"} for r in nested]
         rows.extend(nested)
         if body is None:
@@ -238,14 +244,12 @@ def _outer_constants(model: ModelProto) -> dict[str, TensorProto]:
 
 
 def _optimize_body(model: ModelProto, g: GraphProto, types: dict[str, TypeProto], consts: dict[str, TensorProto],
-                   opts: Options, node: NodeProto | None = None
+                   opts: Options, optimize: Optimizer, node: NodeProto | None = None
                    ) -> tuple[GraphProto | None, dict[str, int], list[dict], str]:
     """(new body or None, opsets it needs beyond the model's, nested report rows, reason
     when None). Outer values that are constants enter the standalone model as initializers,
     so that rules and folding see them; the new body drops them again (it reads them from
     the enclosing graph, as before) unless optimization changed them into new constants."""
-    from .pipeline import optimize
-
     refs = graph_outer_refs(g)
     unknown = [r for r in refs if r not in consts and not _known(types.get(r))]
     if unknown:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -21,41 +19,7 @@ from onnx import ModelProto
 
 from .errors import EqsatError
 from .feeds import Feeds
-
-
-def ort():
-    try:
-        import onnxruntime
-    except ModuleNotFoundError:
-        raise EqsatError(
-            "onnxruntime is not installed: pip install 'eqsat[cpu]' (or 'eqsat[gpu]')"
-        ) from None
-    except ImportError as e:  # installed but failed to load (a memory cap, a missing library)
-        raise EqsatError(f"onnxruntime could not be loaded: {e}") from None
-    return onnxruntime
-
-
-def session(model: ModelProto | str | os.PathLike, optimize: bool = True, threads: int = 1, providers: list[str] | None = None):
-    rt = ort()
-    so = rt.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 4
-    if not optimize:
-        so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
-    providers = providers or ["CPUExecutionProvider"]
-    if isinstance(model, (str, os.PathLike)):
-        # an ONNX model, whatever its name (onnxruntime reads a path ending in .ort as its own format)
-        so.add_session_config_entry("session.load_model_format", "ONNX")
-        return rt.InferenceSession(str(model), so, providers=providers)
-    from .modelio import on_disk, save_model
-
-    if on_disk(model):
-        # weights on disk or too big for one protobuf: run it from a saved copy
-        with tempfile.TemporaryDirectory(prefix="eqsat-run-") as d:
-            path = save_model(model, Path(d) / "model.onnx", check=False)
-            return rt.InferenceSession(str(path), so, providers=providers)
-    return rt.InferenceSession(model.SerializeToString(), so, providers=providers)
+from .sessions import ort, session  # noqa: F401 - ort is imported from here too (eqsat.plan.execute)
 
 
 def run(model: ModelProto | str, feeds: dict[str, np.ndarray], optimize: bool = True) -> dict[str, np.ndarray]:
@@ -223,8 +187,9 @@ class Verification:
 
 
 Runner = Callable[[dict[str, np.ndarray], dict[str, int]], dict[str, object]]
-# Set by eqsat.isolate's child: `announce` is told each step before it is taken ("load
-# original", "run optimized", "edge B=0": the edge case that follows), so that a crash can be placed;
+# Set by eqsat.isolate's child (eqsat.isolate_child): `announce` is told each step before it is
+# taken ("load original", "run optimized", "edge B=0": the edge case that follows), so that a
+# crash can be placed;
 # WIDE_INTEGERS False draws every integer 0 or 1; EDGE_CASES False leaves out the runs of
 # `_edge_runs` (the original crashed onnxruntime on them).
 announce: Callable[[str], None] = lambda step: None  # noqa: E731
@@ -256,7 +221,7 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     if isolated:
         from .isolate import verify_isolated
 
-        return verify_isolated(original, optimized, runs, rtol, atol, dims, files, random_pairs)
+        return Verification(**verify_isolated(original, optimized, runs, rtol, atol, dims, files, random_pairs))
     try:
         feeds = Feeds(original)
     except EqsatError as e:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..argtypes import dim, nonnegative_float, output_file, power_of_two
+from ..argtypes import dim, nonnegative_float, output_file, power_of_two, warn_unknown_model_dims
 
 if TYPE_CHECKING:  # onnx takes 0.2 s to import: not for --help
     from onnx import ModelProto
@@ -124,8 +124,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     src = Path(args.input)
     model = read_model(src, check=True)[0]
     check_model(model)  # no outputs: nothing to plan
-    from ..cli import warn_unknown_model_dims
-
     warn_unknown_model_dims(model, args.dim)  # as optimize and compare-costs do
     t0 = time.perf_counter()
     plan = plan_model(model, dict(args.dim), args.alignment, inplace=not args.no_inplace)

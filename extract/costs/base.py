@@ -13,6 +13,10 @@ STRUCTURE = frozenset(
     {"Input", "Const", "Ints", "ScalarF", "ScalarI", "Absent", "Out", "Nil", "Cons", "ANil", "ACons"}
 )
 LEAF_COST = 1e-3  # a leaf of the program (input, constant, literal): far below any op
+# Bytes per element of each dtype as the op language names it: what a value costs to store or
+# move, for every cost model that prices bytes.
+DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+               "U16": 2, "U32": 4, "U64": 8, "Bool": 1, "C64": 8, "C128": 16}
 
 
 class CostModelError(ValueError):

@@ -20,8 +20,7 @@ Contract: every cost is > 0 and a term costs more than each of its subterms (mon
 from __future__ import annotations
 
 from ..egraph import EGraph, Node
-from .base import LEAF_COST, STRUCTURE, CostModel
-from .roofline import DTYPE_BYTES
+from .base import DTYPE_BYTES, LEAF_COST, STRUCTURE, CostModel
 
 BYTE_COST = 1e-9
 VALUE_COST = 1e-12  # an attribute value or literal: below any constant's bytes, so it never decides

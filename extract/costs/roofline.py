@@ -37,13 +37,11 @@ from pathlib import Path
 
 from ..egraph import EGraph, Node
 from ..nchwc import BLOCKED_CONVS, GLOBAL_AVERAGE_POOL, NCHWC_OPS, REORDERS, UPSAMPLE, WINDOW_POOLS
-from .base import LEAF_COST, STRUCTURE, CostModel, positive
+from .base import DTYPE_BYTES, LEAF_COST, STRUCTURE, CostModel, positive
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
 DEFAULT_DIM = 16
 SYM_BASE = -(1 << 40)
-DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-               "U16": 2, "U32": 4, "U64": 8, "Bool": 1, "C64": 8, "C128": 16}
 
 MATMUL = {"MatMul", "FusedMatMul"}
 GEMM = {"Gemm", "FusedGemm"}
