@@ -254,8 +254,8 @@ class Saturator:
             history.append(added)
             rep.iterations += 1
             rep.rule_matches.update(matches)
-            for rule, n in matches.items():
-                (rep.rewrite_matches if self.declared.is_rewrite(rule) else rep.analysis_matches)[rule] += n
+            for rule, k in matches.items():  # not `n`: that is the round's e-node count
+                (rep.rewrite_matches if self.declared.is_rewrite(rule) else rep.analysis_matches)[rule] += k
             rep.enodes = n
             rep.rounds.append({"round": rep.iterations, "enodes": n, "time_s": round(time.perf_counter() - tr, 4),
                                "rules_s": round(rules_s, 4), "hooks": ran_hooks})
