@@ -113,6 +113,7 @@ def optimize(model: ModelProto | PathLike, *, rules: Iterable[PathLike] = (), de
     from .errors import OptimizeError
     from .pipeline import check_options
     from .pipeline import optimize as run_pipeline
+    from .rulefiles import check_rule_files
 
     dims = dict(dims or {})
     opts = Options(rule_files=[Path(p) for p in rules], default_rules=default_rules,
@@ -121,11 +122,7 @@ def optimize(model: ModelProto | PathLike, *, rules: Iterable[PathLike] = (), de
                    hardware=hardware, dims=dims, fold_limit=fold_limit,
                    save_egraph=Path(save_egraph) if save_egraph else None, explain=explain, layout=layout)
     check_options(opts)  # a bad option fails before the model loads
-    for p in opts.rule_files:
-        if not p.is_file():
-            from .errors import RuleError
-
-            raise RuleError(f"{p}: no such rule file")
+    check_rule_files(opts.rule_files)  # and so does a missing rule file
     original, src = _load(model)
     if plan:
         from .plan.cli import check_plan_dims
@@ -191,13 +188,11 @@ def load_rules(*paths: PathLike, default_rules: bool = True) -> list[Rule]:
     """The rules of the given .egg files, after egglog has type-checked them against the op
     language (and the default rules, unless `default_rules=False`). Raises RuleError with
     FILE:LINE:COL on the first problem. With no paths: the default rules."""
+    from .rulefiles import display_path
     from .ruletool.cmd import _program as load_program  # noqa: PLC2701
 
-    prog, base = load_program([Path(p) for p in paths], default_rules)
-    mine = {str(Path(p)) for p in paths}
+    prog, _ = load_program([Path(p) for p in paths], default_rules)
     if not paths:
         return list(prog.rules)
-    from .rulefiles import display_path
-
-    shown = {display_path(Path(p)) for p in paths} | mine
+    shown = {display_path(Path(p)) for p in paths} | {str(Path(p)) for p in paths}
     return [r for r in prog.rules if r.path in shown]
