@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.symdims import dims_for, kv_total  # noqa: E402
-from eqsat.argtypes import dim  # noqa: E402  (eqsat optimize's --dim NAME=VALUE)
+from eqsat.cli.args import dim  # noqa: E402  (eqsat optimize's --dim NAME=VALUE)
 
 _spec = importlib.util.spec_from_file_location("bench_peers", ROOT / "benchmarks" / "peers.py")
 peers = importlib.util.module_from_spec(_spec)

@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 from benchmarks import peers  # noqa: E402
 
 # What `python -m eqsat` runs, as the console script does: a revision's __main__ may set up
-# the process before main (eqsat.allocator).
+# the process before main (eqsat.io.allocator).
 LAUNCH = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); import eqsat; "
           "assert eqsat.__file__.startswith(sys.path[0]), eqsat.__file__; "
           "runpy.run_module('eqsat', run_name='__main__')")

@@ -8,7 +8,7 @@ axis, the present outputs), multiplies the query by all keys, scales, adds the m
 the softmax and multiplies by all values. eqsat leaves that subgraph unfused.
 com.microsoft.MultiHeadAttention takes past_key / past_value and returns present_key /
 present_value itself. This times one GPT-2-sized layer (12 heads of 64, one new token),
-both forms in one process, alternating (eqsat.latency.compare), with onnxruntime's
+both forms in one process, alternating (eqsat.backends.ort.latency.compare), with onnxruntime's
 optimizations on and off, after checking that their three outputs are equal. Nothing is
 asserted.
 """
@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import peers  # noqa: E402
-from eqsat.latency import compare  # noqa: E402
+from eqsat.backends.ort.latency import compare  # noqa: E402
 from eqsat.verification import compare as compare_outputs  # noqa: E402
 from eqsat.verification import run  # noqa: E402
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Method: one layer, {HEADS} heads of {HEAD_DIM}, {NEW} new token, batch 1, a zero mask over past + new; "
             "the subgraph as a step runs it after eqsat (Concat of the cache, products, scale, mask, softmax) "
             "against com.microsoft.MultiHeadAttention with past_key/past_value and present outputs; outputs "
-            f"checked equal; medians of {args.runs} alternating runs (eqsat.latency.compare), onnxruntime CPU, "
+            f"checked equal; medians of {args.runs} alternating runs (eqsat.backends.ort.latency.compare), onnxruntime CPU, "
             "1 thread.", "", *rows, ""]
     args.out.write_text("\n".join(text))
     print("\n".join(rows))

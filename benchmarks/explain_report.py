@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eqsat.modelio import load_model  # noqa: E402
-from eqsat.pipeline import Options, optimize  # noqa: E402
+from eqsat.core.pipeline import Options, optimize  # noqa: E402
+from eqsat.io.modelio import load_model  # noqa: E402
 
 PHASES = ("shape_inference", "load_rules", "encode", "saturate", "serialize", "extract", "decode", "explain")
 
@@ -75,7 +75,7 @@ def page(model_path: Path, runs: int) -> str:
     lines += [
         "## Reading it", "",
         "A node's rules are those that built an e-node between the node's output and its inputs "
-        "(eqsat/explain.py); they can include a rule that built an alternative the extractor did not take. "
+        "(eqsat/core/explain.py); they can include a rule that built an alternative the extractor did not take. "
         "Its facts are the relations that recognizer rules asserted about the values it replaced, narrowed "
         "to those its rules' queries read (directly or through other recognizers). `oracle` marks a node "
         "that no rule built: the oracles (constant folding, symbolic shapes) merged it with what it "

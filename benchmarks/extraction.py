@@ -28,8 +28,8 @@ from eqsat.extract.costs import make_cost_model  # noqa: E402
 
 
 def save_egraph(model_path: Path, out: Path) -> None:
-    from eqsat.modelio import load_model
-    from eqsat.pipeline import Options, saturate
+    from eqsat.core.pipeline import Options, saturate
+    from eqsat.io.modelio import load_model
 
     saturate(load_model(model_path), Options(save_egraph=out))
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     a.egraphs.mkdir(parents=True, exist_ok=True)
     keep = set(filter(None, a.only.split(",")))
-    from eqsat.target import hardware_profile
+    from eqsat.backends.ort.target import hardware_profile
 
     hardware = hardware_profile(a.hardware)
     rows = []

@@ -26,8 +26,8 @@ import onnx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eqsat.modelio import load_model, save_model  # noqa: E402
-from eqsat.pipeline import Options, op_histogram, optimize  # noqa: E402
+from eqsat.core.pipeline import Options, op_histogram, optimize  # noqa: E402
+from eqsat.io.modelio import load_model, save_model  # noqa: E402
 from eqsat.verification import random_inputs, run  # noqa: E402
 
 DIMS = {"batch": 1, "batch_size": 1, "sequence": 32, "sequence_length": 32}

@@ -94,8 +94,8 @@ def measure_ort(path: Path, dims: dict[str, int]) -> dict:
 # ---- one model ---------------------------------------------------------------------------------
 
 def bench(path: Path, variant: str, execute: bool, ort: bool, tmp: Path) -> dict:
-    from eqsat.modelio import load_model, save_model
-    from eqsat.pipeline import Options, optimize
+    from eqsat.core.pipeline import Options, optimize
+    from eqsat.io.modelio import load_model, save_model
     from eqsat.plan import check_plan, execute_plan, plan_model
 
     model = load_model(path)

@@ -191,8 +191,8 @@ def peak_gflops(repeats: int = 30) -> float:
 
 
 def _optimize(src: Path, dst: Path) -> None:
-    from eqsat.modelio import load_model, save_model
-    from eqsat.pipeline import Options, optimize
+    from eqsat.core.pipeline import Options, optimize
+    from eqsat.io.modelio import load_model, save_model
 
     save_model(optimize(load_model(src), Options()).model, dst, check=False)
 

@@ -4,7 +4,7 @@
                                [--out benchmarks/out] [--results benchmarks/RESULTS.md]
                                [--plots benchmarks/results] [--force] [--report-only]
 
-Tools: eqsat (`eqsat.pipeline.optimize` with default options: what `eqsat optimize` does with
+Tools: eqsat (`eqsat.core.pipeline.optimize` with default options: what `eqsat optimize` does with
 no flags), onnxruntime's optimizer at basic, extended and all (the model it saves through
 `SessionOptions.optimized_model_filepath`), onnxsim, onnxslim, onnxoptimizer (default
 fuse-and-elimination passes) and onnxscript's optimizer, each with its defaults. A peer
@@ -63,8 +63,8 @@ from benchmarks.symdims import describe, dims_for  # noqa: E402
 
 
 def _load_rounds():
-    """eqsat/rounds.py of this checkout, by path: the children may import an older eqsat."""
-    spec = importlib.util.spec_from_file_location("eqsat_rounds", ROOT / "eqsat" / "rounds.py")
+    """eqsat/backends/ort/rounds.py of this checkout, by path: the children may import an older eqsat."""
+    spec = importlib.util.spec_from_file_location("eqsat_rounds", ROOT / "eqsat" / "backends" / "ort" / "rounds.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -226,8 +226,8 @@ def _proto_tool(tool: str, src: Path, dst: Path) -> dict:
 
 
 def _eqsat(src: Path, dst: Path, dims: dict[str, int]) -> dict:
-    from eqsat.modelio import load_model, save_model
-    from eqsat.pipeline import Options, optimize
+    from eqsat.core.pipeline import Options, optimize
+    from eqsat.io.modelio import load_model, save_model
 
     t0 = time.perf_counter()
     model = load_model(src)

@@ -15,7 +15,7 @@ sequence 16, batch 1, static shapes; small weights, the node count is what matte
   MatMul + Add, residual Add (10).
 
 50 nodes a layer; a size N gets round(N / 50) layers. Each size runs in a child process:
-`eqsat.pipeline.optimize` with default options (what `eqsat optimize` does, less its
+`eqsat.core.pipeline.optimize` with default options (what `eqsat optimize` does, less its
 verification and file writing), the report's phase times, the child's peak RSS
 (`ru_maxrss`) and its RSS after imports. A size that passes `--timeout` is recorded as such.
 """
@@ -120,7 +120,7 @@ def _rss_kib() -> int:
 
 def child(layers: int) -> dict:
     """Build and optimize in this process; phase times and memory."""
-    from eqsat.pipeline import Options, optimize
+    from eqsat.core.pipeline import Options, optimize
 
     t0 = time.perf_counter()
     model = build(layers)
@@ -186,7 +186,7 @@ def write(rows: list[dict], out: Path, command: str) -> None:
         "times are indicative.",
         "",
         f"Graphs: {NODES_PER_LAYER} nodes a layer (LayerNorm, attention and Gelu as primitive ops, "
-        f"hidden {HIDDEN}, {HEADS} heads, sequence {SEQ}); `eqsat.pipeline.optimize` with default options "
+        f"hidden {HIDDEN}, {HEADS} heads, sequence {SEQ}); `eqsat.core.pipeline.optimize` with default options "
         "(limits: 30 rounds, 2,000,000 e-nodes, 120 s of saturation; ILP extraction with a 60 s limit, "
         "then the greedy answer). Peak RSS: the child's `ru_maxrss` (after imports and the model build: "
         "`RSS before`).",

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .api import Report, Result, load_rules, optimize
-    from .api import verify_models as verify
-    from .errors import EqsatError, InputError, OptimizeError, RuleError, UsageError
+    from eqsat.api import Report, Result, load_rules, optimize
+    from eqsat.api import verify_models as verify
+    from eqsat.errors import EqsatError, InputError, OptimizeError, RuleError, UsageError
 
 # name -> (module, attribute). `plan` is the eqsat.plan package itself, which is callable
 # (eqsat.plan(model) is eqsat.api.plan): a function of that name would be replaced by the

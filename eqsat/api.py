@@ -10,7 +10,7 @@ Contracts:
   `verify=False`); a failed verification raises `OptimizeError` and returns nothing. A model
   that cannot be verified (onnxruntime cannot run the original) is returned with a warning in
   its report, or refused with `require_verification=True`, as the CLI does.
-- Every default is the CLI's: both read them from `eqsat.pipeline.Options` and
+- Every default is the CLI's: both read them from `eqsat.core.pipeline.Options` and
   `eqsat.limits.Limits`, so a call with no options and `eqsat optimize` with no flags give
   the same program.
 - Errors are `eqsat.errors.EqsatError` subclasses: `UsageError` (bad option), `InputError`
@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .limits import Limits
-from .pipeline import Options
+from eqsat.core.pipeline import Options
+from eqsat.limits import Limits
 
 if TYPE_CHECKING:
     from onnx import ModelProto
 
-    from .plan import Plan
-    from .ruletool.model import Rule
-    from .verification import Verification
+    from eqsat.plan import Plan
+    from eqsat.ruletool.model import Rule
+    from eqsat.verification import Verification
 
 PathLike = str | os.PathLike
 _OPTIONS, _LIMITS = Options(), Limits()  # the defaults, defined once (the CLI reads the same)
@@ -75,7 +75,7 @@ class Result:
     def save(self, path: PathLike, external_data: bool | None = None) -> Path:
         """Write the model (checked by onnx's checker); weights go to PATH.data when the model
         is too large for one protobuf file or `external_data` is True. Returns the path."""
-        from .modelio import save_model
+        from eqsat.io.modelio import save_model
 
         return save_model(self.model, path, external_data)
 
@@ -87,10 +87,10 @@ def _load(model: ModelProto | PathLike) -> tuple[ModelProto, Path | None]:
     if isinstance(model, ModelProto):
         return model, None
     if not isinstance(model, str | os.PathLike):
-        from .errors import UsageError
+        from eqsat.errors import UsageError
 
         raise UsageError(f"optimize takes an onnx.ModelProto or a path, not {type(model).__name__}")
-    from .modelio import read_model
+    from eqsat.io.modelio import read_model
 
     return read_model(model, check=True)[0], Path(model)
 
@@ -110,10 +110,10 @@ def optimize(model: ModelProto | PathLike, *, rules: Iterable[PathLike] = (), de
     decode, verify against the original under onnxruntime (`verify_runs` random input sets,
     `rtol`/`atol` or each dtype's tolerance), and with `plan=True` plan its memory. `dims`
     binds symbolic dimensions by name. `progress` receives one line per step."""
-    from .errors import OptimizeError
-    from .pipeline import check_options
-    from .pipeline import optimize as run_pipeline
-    from .rulefiles import check_rule_files
+    from eqsat.core.pipeline import check_options
+    from eqsat.core.pipeline import optimize as run_pipeline
+    from eqsat.core.rulefiles import check_rule_files
+    from eqsat.errors import OptimizeError
 
     dims = dict(dims or {})
     opts = Options(rule_files=[Path(p) for p in rules], default_rules=default_rules,
@@ -125,7 +125,7 @@ def optimize(model: ModelProto | PathLike, *, rules: Iterable[PathLike] = (), de
     check_rule_files(opts.rule_files)  # and so does a missing rule file
     original, src = _load(model)
     if plan:
-        from .plan.cli import check_plan_dims
+        from eqsat.cli.plan import check_plan_dims
 
         check_plan_dims(original, dims)  # an unbound dimension fails now, not after optimizing
     res = run_pipeline(original, opts, progress)
@@ -146,8 +146,8 @@ def optimize(model: ModelProto | PathLike, *, rules: Iterable[PathLike] = (), de
         report["verification"] = {"status": "skipped", "detail": "verify=False", "runs": 0}
     planned = None
     if plan:
-        from .plan.cli import checked_plan, summary
-        from .plan.planner import plan_warnings
+        from eqsat.cli.plan import checked_plan, summary
+        from eqsat.plan.planner import plan_warnings
 
         planned = checked_plan(res.model, dims)
         report["plan"] = summary(planned)
@@ -163,7 +163,7 @@ def verify_models(original: ModelProto | PathLike, optimized: ModelProto | PathL
     empty sizes (eqsat.verification.verify), in a child process, so that a crash of
     onnxruntime is a failed verification. Returns a Verification whose `status` is passed,
     failed or not possible, never raises for a difference."""
-    from .verification import verify as run_verify
+    from eqsat.verification import verify as run_verify
 
     a, src_a = _load(original)
     b, src_b = _load(optimized)
@@ -176,7 +176,7 @@ def plan(model: ModelProto | PathLike, *, dims: Mapping[str, int] | None = None,
     """The memory plan of `model` (eqsat.plan): every intermediate tensor's offset in one arena,
     checked (no two live tensors overlap, offsets aligned). Symbolic dimensions must be bound
     by `dims`."""
-    from .plan import check_plan, plan_model
+    from eqsat.plan import check_plan, plan_model
 
     m, _ = _load(model)
     p = plan_model(m, dict(dims or {}), alignment)
@@ -188,8 +188,8 @@ def load_rules(*paths: PathLike, default_rules: bool = True) -> list[Rule]:
     """The rules of the given .egg files, after egglog has type-checked them against the op
     language (and the default rules, unless `default_rules=False`). Raises RuleError with
     FILE:LINE:COL on the first problem. With no paths: the default rules."""
-    from .rulefiles import display_path
-    from .ruletool.cmd import _program as load_program  # noqa: PLC2701
+    from eqsat.cli.rules import _program as load_program  # noqa: PLC2701
+    from eqsat.core.rulefiles import display_path
 
     prog, _ = load_program([Path(p) for p in paths], default_rules)
     if not paths:

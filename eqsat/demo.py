@@ -63,7 +63,7 @@ def build_model(seed: int = 0) -> onnx.ModelProto:
 
 
 def summary(before: Path, after: Path, report: Path) -> str:
-    from .verification import compare, random_inputs, run
+    from eqsat.verification import compare, random_inputs, run
 
     r = json.loads(Path(report).read_text())
     m0, m1 = onnx.load(str(before)), onnx.load(str(after))

@@ -3,13 +3,13 @@ setting does not accept is a UsageError (exit 2) naming the variable, what it ho
 it accepts. Unset, empty or blank: the default. Surrounding blanks are ignored.
 
     EQSAT_NCHWC         0 or 1 (default 1): 0 turns onnxruntime's channel-blocked layout off
-                        (eqsat.target.nchwc_block)
+                        (eqsat.backends.ort.target.nchwc_block)
     EQSAT_NCHWC_BLOCK   0 or a power of two >= 2: the NCHWc block to use instead of the one
                         probed from onnxruntime; 0: no blocked layout (tests)
     EQSAT_CACHE         a folder (default ~/.cache/eqsat): where the measured cost model keeps
-                        its times (eqsat.measure)
+                        its times (eqsat.backends.ort.measure)
     EQSAT_REUSE_MEMORY  0 or 1 (default 1): 0 leaves glibc's allocator at its defaults
-                        (eqsat.allocator)
+                        (eqsat.io.allocator)
     EQSAT_ILP_DISP      0 or 1 (default 0): 1 prints HiGHS's log (extract.ilp.solver_log)
 
 `check_environment()` checks them all; the commands call it before any work, so that a bad
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import UsageError
+from eqsat.errors import UsageError
 
 SWITCHES = {"EQSAT_NCHWC": True, "EQSAT_REUSE_MEMORY": True}  # name -> default (EQSAT_ILP_DISP: extract.ilp)
 

@@ -39,7 +39,7 @@ class OptimizeError(EqsatError):
 
 
 class Terminated(BaseException):
-    """SIGTERM, raised in the main thread by `eqsat.cli.main` so that `finally` blocks (the
+    """SIGTERM, raised in the main thread by `eqsat.cli.main.main` so that `finally` blocks (the
     staged output's temporary folder) clean up, as they do for Ctrl-C. A BaseException, so
     that the `except Exception` around onnxruntime calls lets it through."""
 

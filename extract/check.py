@@ -68,7 +68,7 @@ def reachable(egraph: EGraph, choice: Mapping[str, str], roots: Iterable[str] | 
         seen.add(r)
         while stack:
             c, i = stack.pop()
-            try:  # indexing, not `in`: a choice may be a mapping with defaults (eqsat/measure.py)
+            try:  # indexing, not `in`: a choice may be a mapping with defaults (eqsat/backends/ort/measure.py)
                 kids = egraph.nodes[choice[c]].children
             except KeyError:
                 what = f"root e-class {c}" if c == r else f"e-class {c}"

@@ -1,6 +1,6 @@
 """What a serialized e-graph must hold, checked field by field before anything reads it.
 
-egraph-serialize JSON (egglog's) plus eqsat's metadata (eqsat/serialize.py):
+egraph-serialize JSON (egglog's) plus eqsat's metadata (eqsat/core/serialize.py):
 
     {"nodes": {ID: {"op": str, "eclass": str, "children": [ID, ...],
                     "cost": number >= 0 (optional), "subsumed": bool (optional)}, ...},
@@ -28,7 +28,7 @@ import json
 import math
 from collections.abc import Callable
 
-FORMAT = 1  # the newest `eqsat.format` this reader knows (eqsat/serialize.py writes it)
+FORMAT = 1  # the newest `eqsat.format` this reader knows (eqsat/core/serialize.py writes it)
 
 
 class EGraphFormatError(ValueError):

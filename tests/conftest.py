@@ -14,7 +14,7 @@ import onnx
 import onnx.parser
 import pytest
 
-from eqsat.pipeline import Options, optimize
+from eqsat.core.pipeline import Options, optimize
 from eqsat.verification import compare, random_inputs, run
 
 
@@ -40,7 +40,7 @@ def assert_same_outputs(a: onnx.ModelProto, b: onnx.ModelProto, feeds=None, dims
 
 def run_cli(capsys, *args) -> tuple[int, str, str]:
     """`eqsat ARGS...` in this process: (exit code, stdout, stderr)."""
-    from eqsat.cli import main
+    from eqsat.cli.main import main
 
     rc = main([str(a) for a in args])
     out, err = capsys.readouterr()
@@ -76,7 +76,7 @@ def rng():
 def block(monkeypatch) -> int:
     """The NCHWc layout on (the default): onnxruntime's block size on this machine, probed
     afresh (0 where it has no blocked kernels)."""
-    from eqsat.target import nchwc_block
+    from eqsat.backends.ort.target import nchwc_block
 
     monkeypatch.delenv("EQSAT_NCHWC", raising=False)
     monkeypatch.delenv("EQSAT_NCHWC_BLOCK", raising=False)
@@ -99,7 +99,7 @@ def rule_test_profile() -> str:
     profile (cpu.json) with the NCHWc block in use (this machine's, or EQSAT_NCHWC_BLOCK's). A
     test of a rule's choice then sees the same figures on every machine, where the default
     `cpu` would pick cpu-avx2.json on an AVX2 one; and onnxruntime runs the blocked ops written."""
-    from eqsat.target import nchwc_block
+    from eqsat.backends.ort.target import nchwc_block
 
     return _profile_with_block(nchwc_block())
 

@@ -12,8 +12,8 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper
 
-from eqsat.pipeline import Options, optimize
-from eqsat.store import TensorStore
+from eqsat.core.pipeline import Options, optimize
+from eqsat.core.store import TensorStore
 from eqsat.verification import run
 
 from .conftest import assert_same_outputs

@@ -22,9 +22,9 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
 
-from eqsat import modelio
-from eqsat.cli import main
+from eqsat.cli.main import main
 from eqsat.errors import EqsatError
+from eqsat.io import modelio
 
 from .conftest import assert_same_outputs
 from .test_cli import COMMUTE, _sum_chain, error_line, run_cli
@@ -544,7 +544,7 @@ def test_an_option_value_too_long_for_a_file_name_is_not_a_traceback(capsys, tmp
 def test_result_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     # --report, --save-egraph, --json and the choice files went through Path.write_text: an
     # interrupt mid-write left a partial file in place of the previous one
-    from eqsat import atomic
+    from eqsat.io import atomic
 
     out = tmp_path / "r.json"
     out.write_text("previous")

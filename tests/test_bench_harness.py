@@ -128,8 +128,8 @@ def test_failed_tool_is_a_record(tmp_path):
 
 
 def test_peers_uses_the_checkouts_round_sampler():
-    """One sampler for the harness and eqsat.latency: peers loads eqsat/rounds.py by path."""
-    assert Path(peers.round_orders.__code__.co_filename) == ROOT / "eqsat" / "rounds.py"
+    """One sampler for the harness and eqsat.backends.ort.latency: peers loads eqsat/backends/ort/rounds.py by path."""
+    assert Path(peers.round_orders.__code__.co_filename) == ROOT / "eqsat" / "backends" / "ort" / "rounds.py"
 
 
 def test_bootstrap_ratio_interval():
@@ -216,8 +216,8 @@ def test_ab_pairs_every_model_with_the_first(tmp_path, capsys):
 def test_explain_page_reports_what_the_explanation_says(tmp_path):
     """benchmarks/explain_report.py: the page's summary and per-rule table are the
     explanation's own, one section per op type that rules built, both paths timed."""
+    from eqsat.core.pipeline import Options, optimize
     from eqsat.demo import build_model
-    from eqsat.pipeline import Options, optimize
 
     mod = _bench("explain_report")
     src = tmp_path / "demo.onnx"

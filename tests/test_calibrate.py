@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 
-from eqsat import calibrate, calibrate_layout
-from eqsat.calibrate import aliased_models, fusion_choices, grouped_query_models
+from eqsat.backends.ort import calibrate, calibrate_layout
+from eqsat.backends.ort.calibrate import aliased_models, fusion_choices, grouped_query_models
 from eqsat.extract.costs.roofline import Hardware
 from eqsat.verification import run, session
 
@@ -54,7 +54,7 @@ def test_a_profile_without_the_keys_merges_nothing_and_fuses_skip_layernorm_and_
 
 
 def test_layout_figures_are_measured_on_models_that_compute_the_nchw_result(tmp_path, blocked):
-    """eqsat calibrate's NCHWc figures (eqsat/calibrate_layout.py): the blocked models it
+    """eqsat calibrate's NCHWc figures (eqsat/backends/ort/calibrate_layout.py): the blocked models it
     times give the NCHW models' outputs (so the figures time the same work), and the figures
     are positive numbers for this machine's block that a profile loads."""
     block = blocked

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto
 
-from eqsat.cli import main
+from eqsat.cli.main import main
 from eqsat.demo import build_model
 
 from .conftest import assert_same_outputs, one_error, run_cli
@@ -40,7 +40,7 @@ def test_optimize_writes_output_and_report(capsys, model_path, tmp_path):
     assert r["saturation"]["stop_reason"] == "saturated"
     assert set(r["times_s"]) >= {"encode", "saturate", "serialize", "extract", "decode"}
     # what chose the program: the profile behind the rules' guards and the costs, the layout
-    from eqsat.target import hardware_profile, nchwc_block
+    from eqsat.backends.ort.target import hardware_profile, nchwc_block
 
     # the layout in effect: nchwc where onnxruntime has the blocked kernels, else nchw
     assert (r["target"], r["hardware"], r["layout"]) == ("ort", hardware_profile("cpu"),
@@ -78,7 +78,7 @@ def test_no_command_is_a_usage_error_saying_so(capsys):
 def test_an_interrupt_after_the_outcome_changes_nothing():
     # Ctrl-C while the interpreter shut down, after the output was written: a traceback from
     # the threads' shutdown with exit 0, or the signal's status instead of the outcome's
-    code = ("import atexit, os, signal, eqsat.cli as c\n"
+    code = ("import atexit, os, signal, eqsat.cli.main as c\n"
             "c.main = lambda: 0\n"
             "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), os.kill(os.getpid(), signal.SIGTERM)))\n"
             "c.run()\n")
@@ -98,7 +98,7 @@ def test_python_dash_m(model_path, tmp_path):
 def test_help_imports_no_heavy_package(args):
     # Help and usage must come at once: egglog, onnx, onnxruntime and numpy are imported by
     # the commands that use them, not by the parser (together about 0.7 s here).
-    code = ("import sys\nfrom eqsat.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+    code = ("import sys\nfrom eqsat.cli.main import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'egglog', 'onnx', 'onnxruntime', 'numpy'})\n"
             "print('HEAVY', heavy)")
     p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
@@ -117,7 +117,7 @@ def test_plan_package_names_load_on_first_use():
 
 _REFAULTS = """
 import resource, sys
-from eqsat.allocator import mapped, reuse_freed_memory
+from eqsat.io.allocator import mapped, reuse_freed_memory
 took = reuse_freed_memory() if sys.argv[1] != "off" else None
 faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 if sys.argv[1] == "mapped":
@@ -164,15 +164,15 @@ def test_the_program_reuses_freed_memory():
 
 
 def test_only_the_program_sets_the_allocator(capsys, monkeypatch):
-    import eqsat.allocator
-    from eqsat import cli
+    import eqsat.io.allocator
+    from eqsat.cli import main as cli
 
-    assert eqsat.allocator.user_tuned({"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0"})
-    assert eqsat.allocator.user_tuned({"EQSAT_REUSE_MEMORY": "0"})
-    assert not eqsat.allocator.user_tuned({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "MALLOC_ARENA_MAX": "2"})
+    assert eqsat.io.allocator.user_tuned({"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0"})
+    assert eqsat.io.allocator.user_tuned({"EQSAT_REUSE_MEMORY": "0"})
+    assert not eqsat.io.allocator.user_tuned({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2", "MALLOC_ARENA_MAX": "2"})
 
     calls = []
-    monkeypatch.setattr(eqsat.allocator, "reuse_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(eqsat.io.allocator, "reuse_freed_memory", lambda: calls.append(1) or True)
     assert run_cli(capsys)[0] == 2  # main(): a library user's process is left alone
     assert calls == []
     monkeypatch.setattr(sys, "argv", ["eqsat"])
@@ -252,7 +252,7 @@ def test_bad_usage(capsys):
 
 
 def test_argtypes_parse_what_they_accept():
-    from eqsat.argtypes import dim, positive_float, positive_int, power_of_two
+    from eqsat.cli.args import dim, positive_float, positive_int, power_of_two
 
     assert dim("batch=8") == ("batch", 8) and dim("seq_len=128") == ("seq_len", 128)
     assert positive_int("3") == 3 and positive_float("0.5") == 0.5
@@ -529,7 +529,7 @@ def test_compare_costs_takes_the_cost_models_and_extractor_named(capsys, model_p
 
 
 def test_tau_interval_is_a_bootstrap_over_the_programs():
-    from eqsat.compare_costs import kendall_p, tau_interval
+    from eqsat.backends.ort.compare_costs import kendall_p, tau_interval
 
     x = list(range(10))
     assert tau_interval(x, [v * 2.0 for v in x]) == (1.0, 1.0)  # every resample ranks them alike
@@ -560,7 +560,7 @@ def test_files_named_like_onnxruntime_format_still_verify(capsys, model_path, tm
 def _terminated(patch: str, model_path: Path, out: Path) -> None:
     """Run `eqsat optimize` in a child after `patch` (Python that sends the child SIGTERM
     somewhere), and check that it ends with 143 and "eqsat: terminated"."""
-    code = (patch + "from eqsat.cli import main\n"
+    code = (patch + "from eqsat.cli.main import main\n"
             f"sys.exit(main(['optimize', {str(model_path)!r}, '-o', {str(out)!r}, '-q']))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 143 and p.stderr.strip() == "eqsat: terminated", p.stderr
@@ -588,7 +588,7 @@ def test_sigterm_during_saturation_is_not_taken_for_an_egglog_failure(model_path
     # egglog's panics are BaseExceptions, so eqsat catches BaseException around egglog
     # calls; a SIGTERM raised there must still end the run with 143, not "egglog failed".
     out = tmp_path / "o.onnx"
-    _terminated("import os, signal, sys, time, eqsat.saturate as s\n"
+    _terminated("import os, signal, sys, time, eqsat.core.saturate as s\n"
                 "real = s.b.EGraph\n"
                 "class Slow:\n"
                 "    calls = 0\n"
@@ -609,7 +609,8 @@ def test_sigterm_during_saturation_is_not_taken_for_an_egglog_failure(model_path
 def test_an_output_folder_that_refuses_files_is_refused_before_the_work(tmp_path, monkeypatch):
     # calibrate measured for 9 s, then failed to write (root ignores permissions, so the
     # folder's answer is simulated)
-    from eqsat import argtypes, atomic
+    from eqsat.cli import args as argtypes
+    from eqsat.io import atomic
 
     monkeypatch.setattr(atomic.os, "access", lambda path, mode: False)
     with pytest.raises(argparse.ArgumentTypeError, match=f"the output folder {tmp_path} is not writable"):

@@ -15,10 +15,10 @@ MAX_LINES = 80
 # entry must still be over the limit (test_not_yet_split_is_not_stale), so that the set
 # shrinks as they are split.
 NOT_YET_SPLIT = {
-    ("eqsat/explain.py", "explain"),
-    ("eqsat/pipeline.py", "saturate"),
-    ("eqsat/cli.py", "build_parser"),
-    ("eqsat/cli.py", "cmd_optimize"),
+    ("eqsat/core/explain.py", "explain"),
+    ("eqsat/core/pipeline.py", "saturate"),
+    ("eqsat/cli/main.py", "build_parser"),
+    ("eqsat/cli/main.py", "cmd_optimize"),
 }
 
 

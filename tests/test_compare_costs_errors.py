@@ -22,12 +22,12 @@ def test_an_input_onnxruntime_cannot_run_is_refused_before_saturation(capsys, tm
     # it was a traceback from onnxruntime's session, after saturating and extracting
     src = tmp_path / "m.onnx"
     onnx.save(custom_op_model(), str(src))
-    import eqsat.compare_costs
+    import eqsat.backends.ort.compare_costs
 
     def no_saturation(*a, **k):
         raise AssertionError("saturated a model that cannot be timed")
 
-    monkeypatch.setattr(eqsat.compare_costs, "saturate", no_saturation)
+    monkeypatch.setattr(eqsat.backends.ort.compare_costs, "saturate", no_saturation)
     rc, out, err = run_cli(capsys, "compare-costs", src, "-q", "--samples", "1", "--runs", "1",
                            "--json", tmp_path / "c.json")
     line = one_error(err)
@@ -43,12 +43,12 @@ def test_a_program_onnxruntime_cannot_run_is_named(capsys, tmp_path, monkeypatch
     onnx.save(parse_model("""<ir_version: 8, opset_import: ["": 17]>
 g (float[2, 8] x) => (float[2, 8] y) { a = Relu(x)
  y = Sigmoid(a) }"""), str(src))
-    import eqsat.latency
+    import eqsat.backends.ort.latency
 
     def refuse(model, **kw):
         raise RuntimeError("[ONNXRuntimeError] : 1 : FAIL : no kernel for it\nsecond line")
 
-    monkeypatch.setattr(eqsat.latency, "session", refuse)  # the programs' sessions, not the input's check
+    monkeypatch.setattr(eqsat.backends.ort.latency, "session", refuse)  # the programs' sessions, not the input's check
     rc, out, err = run_cli(capsys, "compare-costs", src, "-q", "--samples", "1", "--runs", "1",
                            "--cost-model", "node-count", "--json", tmp_path / "c.json")
     line = one_error(err)

@@ -17,8 +17,9 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
 
-from eqsat import conformance_cmd
-from eqsat.conformance import (
+from eqsat.cli import conformance as conformance_cmd
+from eqsat.core.pipeline import Options, optimize
+from eqsat.verification.conformance import (
     FAILED,
     ORT_CANNOT_RUN,
     ORT_DIFFERS,
@@ -29,7 +30,6 @@ from eqsat.conformance import (
     all_cases,
     check_expected,
 )
-from eqsat.pipeline import Options, optimize
 
 from .conftest import assert_same_outputs
 from .test_cli import error_line, run_cli

@@ -1,4 +1,4 @@
-"""Declared shapes and types are not facts (eqsat.shapes.infer_types): a model's graph
+"""Declared shapes and types are not facts (eqsat.core.shapes.infer_types): a model's graph
 outputs and value_info may declare shapes or element types that contradict what its nodes
 compute (onnxruntime only warns about a shape), and rules guarded by `(shape x)` facts
 rewrote by them: Expand(x[1], s) declared float[1] became Identity, right only for s = [1].
@@ -13,8 +13,8 @@ import numpy as np
 import onnx
 import pytest
 
+from eqsat.core.shapes import infer_types
 from eqsat.errors import EqsatError
-from eqsat.shapes import infer_types
 from eqsat.verification import compare, run, verify
 
 from .conftest import optimized, parse_model
@@ -199,7 +199,7 @@ def test_sizes_of_2_and_more_the_original_refuses_are_left_out():
 
 def test_a_long_size_input_keeps_its_draw():
     # 2 or 3 at each of 64 axes of a ConstantOfShape would ask for 2^64 elements
-    from eqsat.feeds import LARGE_SIZES_MAX, Feeds
+    from eqsat.verification.feeds import LARGE_SIZES_MAX, Feeds
 
     m = parse_model(H + """
         g (int64[64] s, int64[2] t) => (float[?] y, float[?, ?] z) {
@@ -326,7 +326,7 @@ def test_the_onnx_wheels_expand_model_declared_to_keep_its_input_shape():
     # float[1, 3, 1] came out as Identity, wrong for shape = [1, 4] ((1, 3, 4) expected)
     import os
 
-    from eqsat.conformance import data_root
+    from eqsat.verification.conformance import data_root
 
     m = onnx.load(os.path.join(data_root(), "simple", "test_expand_shape_model1", "model.onnx"))
     out = optimized(m).model

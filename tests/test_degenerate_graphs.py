@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from eqsat.cli import main
+from eqsat.cli.main import main
 from eqsat.extract import EGraph, check, get_extractor
 from eqsat.extract.costs import make_cost_model
 
@@ -46,8 +46,8 @@ def test_a_model_with_no_outputs_is_refused_up_front(capsys, tmp_path, monkeypat
 
 
 def test_the_python_api_refuses_it_too():
+    from eqsat.core.pipeline import Options, optimize, saturate
     from eqsat.errors import InputError
-    from eqsat.pipeline import Options, optimize, saturate
 
     with pytest.raises(InputError, match="has no outputs"):
         optimize(no_outputs(), Options())

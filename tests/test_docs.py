@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from eqsat.cli import build_parser
+from eqsat.cli.main import build_parser
 from eqsat.errors import EqsatError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,7 +171,7 @@ def commands(doc: Path) -> list[tuple[str, list[str], str | None]]:
 
 
 def parses(argv: list[str]) -> str | None:
-    """None where the `eqsat` parser accepts argv as `eqsat.cli.main` reads it, else why not."""
+    """None where the `eqsat` parser accepts argv as `eqsat.cli.main.main` reads it, else why not."""
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)

@@ -24,7 +24,7 @@ g (float[2, 8] x) => (float[2, 8] y) {
 
 @pytest.fixture
 def src(tmp_path, monkeypatch) -> Path:
-    from eqsat.target import nchwc_block
+    from eqsat.backends.ort.target import nchwc_block
 
     for var in ("EQSAT_NCHWC", "EQSAT_NCHWC_BLOCK", "EQSAT_CACHE", "EQSAT_REUSE_MEMORY", "EQSAT_ILP_DISP"):
         monkeypatch.delenv(var, raising=False)
@@ -93,9 +93,9 @@ def test_the_program_reports_a_bad_reuse_setting_without_a_traceback(tmp_path, s
                        env=env, timeout=300)
     assert p.returncode == 2, p.stderr
     assert one_error(p.stderr).startswith("eqsat: error: EQSAT_REUSE_MEMORY is 'yes'; expected 0 or 1")
-    import eqsat.allocator
+    import eqsat.io.allocator
 
-    assert eqsat.allocator.user_tuned({"EQSAT_REUSE_MEMORY": "yes"})  # glibc's defaults, not ours
+    assert eqsat.io.allocator.user_tuned({"EQSAT_REUSE_MEMORY": "yes"})  # glibc's defaults, not ours
 
 
 def test_a_cache_setting_that_is_not_a_folder_is_refused(capsys, tmp_path, monkeypatch, src):

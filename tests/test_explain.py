@@ -1,5 +1,5 @@
 """`eqsat optimize --explain`: per output node, the rules behind it and the original nodes it
-replaced (eqsat/explain.py, rules instrumented by eqsat/provenance.py)."""
+replaced (eqsat/core/explain.py, rules instrumented by eqsat/core/provenance.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from egglog import bindings as b
 from onnx import TensorProto, helper, numpy_helper
 
-from eqsat.cli import main
-from eqsat.pipeline import Options, optimize
-from eqsat.provenance import PREFIX, Instrumenter
+from eqsat.cli.main import main
+from eqsat.core.pipeline import Options, optimize
+from eqsat.core.provenance import PREFIX, Instrumenter
 
 from .conftest import assert_same_outputs, op_list, parse_model
 from .rules.test_attention import bert_block

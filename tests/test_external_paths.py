@@ -283,14 +283,14 @@ def test_the_output_never_overwrites_a_data_file_a_function_reads(capsys, tree):
 
 
 def test_a_model_with_external_data_eqsat_did_not_bind_is_never_written(tmp_path):
-    # a model read without eqsat.modelio (onnx.load(..., load_external_data=False)) kept its
+    # a model read without eqsat.io.modelio (onnx.load(..., load_external_data=False)) kept its
     # relative locations: written elsewhere, it would read whatever file has that name there
-    from eqsat import modelio
     from eqsat.errors import OptimizeError
+    from eqsat.io import modelio
 
     for holder, label in (("constant", "node 'const_k'"), ("initializer", "tensor 'w'"),
                           ("function constant", "tensor 'w'")):
         with pytest.raises(OptimizeError, match=f"^{label} keeps its data at 'w.bin', relative to no folder: "
-                                                "read the model with eqsat.modelio.load_model before writing it$"):
+                                                "read the model with eqsat.io.modelio.load_model before writing it$"):
             modelio.save_model(_model(holder, "w.bin"), tmp_path / "o.onnx", check=False)
         assert list(tmp_path.iterdir()) == []

@@ -183,8 +183,8 @@ def test_extract_runs_on_a_saved_egraph_without_egglog_or_onnx(tmp_path):
     import subprocess
     import sys
 
+    from eqsat.core.pipeline import Options, optimize
     from eqsat.demo import build_model
-    from eqsat.pipeline import Options, optimize
 
     path = tmp_path / "e.json"
     res = optimize(build_model(), Options(save_egraph=path))
@@ -284,16 +284,16 @@ def test_a_saved_egraph_says_what_made_it_and_measured_needs_its_timings(tmp_pat
     """--save-egraph records the resolved hardware profile, target, layout and rules (its
     facts and ops depend on them); the measured cost model refuses an e-graph saved without
     timings instead of silently pricing it as the roofline does."""
+    from eqsat.backends.ort.target import hardware_profile
+    from eqsat.core.pipeline import Options, saturate
     from eqsat.demo import build_model
     from eqsat.extract.costs import make_cost_model
-    from eqsat.pipeline import Options, saturate
-    from eqsat.target import hardware_profile
 
     path = tmp_path / "g.json"
     saturate(build_model(), Options(save_egraph=path))
     g = EGraph.from_json(path)
     s = g.meta["settings"]
-    from eqsat.target import nchwc_block
+    from eqsat.backends.ort.target import nchwc_block
 
     assert s["hardware"] == hardware_profile("cpu") and s["target"] == "ort"
     assert s["layout"] == ("nchwc" if nchwc_block() else "nchw")  # the layout in effect
@@ -308,9 +308,9 @@ def test_a_saved_egraph_names_a_profile_file_by_its_absolute_path(tmp_path, monk
     whatever folder it ran from."""
     import shutil
 
+    from eqsat.core.pipeline import Options, saturate
     from eqsat.demo import build_model
     from eqsat.extract.costs.roofline import HARDWARE_DIR
-    from eqsat.pipeline import Options, saturate
 
     monkeypatch.chdir(tmp_path)
     shutil.copy(HARDWARE_DIR / "cpu-avx2.json", tmp_path / "my.json")
@@ -319,8 +319,8 @@ def test_a_saved_egraph_names_a_profile_file_by_its_absolute_path(tmp_path, monk
 
 
 def test_an_egraph_from_a_newer_writer_is_refused():
+    from eqsat.core.serialize import FORMAT as WRITTEN
     from eqsat.extract.egraph import FORMAT as READ
-    from eqsat.serialize import FORMAT as WRITTEN
 
     assert WRITTEN == READ  # bump both together
     data = dict(SMALL, eqsat={"format": READ + 1})

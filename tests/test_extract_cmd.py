@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from eqsat.cli import main
+from eqsat.cli.main import main
 from eqsat.demo import build_model
 
 from .conftest import assert_same_outputs, ops, parse_model

@@ -6,8 +6,8 @@ import onnx
 import pytest
 from egglog import bindings as b
 
+from eqsat.core.rulefiles import PRELUDE, Declared, load_rule_file, rules_dir
 from eqsat.lang.ops import BY_CTOR, SPECS, STRUCTURE_CTORS, prelude_disagreements
-from eqsat.rulefiles import PRELUDE, Declared, load_rule_file, rules_dir
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def test_every_op_constructor_has_a_spec(declared):
 
 
 def test_the_prelude_is_checked_against_the_table_as_it_loads(declared):
-    """eqsat.saturate refuses to run on a prelude that disagrees with the op table, naming
+    """eqsat.core.saturate refuses to run on a prelude that disagrees with the op table, naming
     each difference; the shipped pair agrees."""
     assert prelude_disagreements(declared.constructors) == []
     broken = dict(declared.constructors)
@@ -107,7 +107,7 @@ def test_required_ops_are_typed():
 
 
 def test_loading_rules_refuses_a_prelude_the_table_disagrees_with(monkeypatch):
-    from eqsat import saturate
+    from eqsat.core import saturate
     from eqsat.errors import RuleError
 
     monkeypatch.delitem(BY_CTOR, "Relu")

@@ -11,8 +11,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from eqsat.cli import main
-from eqsat.modelio import load_model, save_model
+from eqsat.cli.main import main
+from eqsat.io.modelio import load_model, save_model
 from eqsat.verification import compare, run
 
 ROWS, COLS = 262_144 * 2 + 16, 1024  # 2,147,549,184 bytes of float32: just over 2 GiB
@@ -62,7 +62,7 @@ def test_model_over_2gib_round_trips_with_external_data(tmp_path, capsys):
 def test_external_data_is_kept_when_asked_and_written_atomically(tmp_path, monkeypatch):
     # The same code path at a small size: weights to OUT.data, nothing else left behind.
     m = _add_model(np.arange(4096, dtype=np.float32))
-    monkeypatch.setattr("eqsat.modelio.EXTERNAL_DATA_THRESHOLD", 1000)
+    monkeypatch.setattr("eqsat.io.modelio.EXTERNAL_DATA_THRESHOLD", 1000)
     out = tmp_path / "o.onnx"
     save_model(m, out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx", "o.onnx.data"]
@@ -73,10 +73,10 @@ def test_external_data_is_kept_when_asked_and_written_atomically(tmp_path, monke
 def test_a_staged_model_replaces_the_target_only_when_its_block_succeeds(tmp_path, monkeypatch):
     # staged() yields the written, checked file (with its data file beside it) before the
     # target exists; an error in the block leaves the old target and no temporary folder.
-    from eqsat.modelio import staged
+    from eqsat.io.modelio import staged
 
     m = _add_model(np.arange(4096, dtype=np.float32))
-    monkeypatch.setattr("eqsat.modelio.EXTERNAL_DATA_THRESHOLD", 1000)
+    monkeypatch.setattr("eqsat.io.modelio.EXTERNAL_DATA_THRESHOLD", 1000)
     out = tmp_path / "o.onnx"
     out.write_bytes(b"old")
     with pytest.raises(RuntimeError), staged(m, out) as written:
@@ -179,7 +179,7 @@ def test_weights_the_input_kept_outside_stay_outside(tmp_path):
                                    TensorProto.FLOAT6E2M3, TensorProto.FLOAT6E3M2, TensorProto.UINT8])
 @pytest.mark.parametrize("shape", [(3, 5), (7,), (), (0, 4)])
 def test_content_bytes_is_the_raw_data_length_without_reading_it(dtype, shape):
-    from eqsat.external import content_bytes
+    from eqsat.io.external import content_bytes
 
     vals = np.ones(shape, dtype=np.float32)
     t = helper.make_tensor("t", dtype, shape, vals.flatten().tolist(), raw=False)

@@ -1,4 +1,4 @@
-"""eqsat.latency.compare and eqsat.rounds.round_orders: the side-by-side sampler. No timing
+"""eqsat.backends.ort.latency.compare and eqsat.backends.ort.rounds.round_orders: the side-by-side sampler. No timing
 is asserted, only what each run returns and in which order the sessions ran."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import eqsat.latency as latency
-from eqsat.rounds import round_orders
+import eqsat.backends.ort.latency as latency
+from eqsat.backends.ort.rounds import round_orders
 
 pytest.importorskip("onnxruntime")
 

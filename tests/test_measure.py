@@ -1,4 +1,4 @@
-"""eqsat/measure.py: the measured cost model's op timings. Each op is timed alone as written,
+"""eqsat/backends/ort/measure.py: the measured cost model's op timings. Each op is timed alone as written,
 with onnxruntime's own graph optimizations off (with them on, an NCHW Conv would run as
 onnxruntime's blocked one and a BatchNormalization be fused away, so the alternatives that
 extraction chooses between would time alike), and the timings are cached on disk."""
@@ -11,8 +11,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-import eqsat.measure as measure
-from eqsat.pipeline import Options, saturate
+import eqsat.backends.ort.measure as measure
+from eqsat.core.pipeline import Options, saturate
 
 
 def _conv_bn_relu() -> onnx.ModelProto:

@@ -1,4 +1,4 @@
-"""onnx's shape inference runs in a forked child (eqsat/native.py): where it aborts on a
+"""onnx's shape inference runs in a forked child (eqsat/core/native.py): where it aborts on a
 malformed node, eqsat refuses the model instead of dying with it."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
 
+from eqsat.core.native import ShapeInferenceError, infer_shapes
 from eqsat.errors import InvalidModelError
-from eqsat.native import ShapeInferenceError, infer_shapes
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the child is forked: POSIX only")
 

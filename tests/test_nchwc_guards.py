@@ -10,7 +10,7 @@ import numpy as np
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from eqsat.pipeline import Options, saturate
+from eqsat.core.pipeline import Options, saturate
 
 from .conftest import assert_same_outputs, optimized
 

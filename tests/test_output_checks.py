@@ -19,11 +19,11 @@ from .test_cli import error_line, run_cli
 
 # What each command does first once its outputs are accepted: replaced by a function that
 # fails the test, so that a check that comes after any work is seen.
-WORK = {"optimize": "eqsat.modelio.read_model", "plan": "eqsat.modelio.read_model",
-        "show": "eqsat.modelio.read_model", "diff": "eqsat.modelio.read_model",
-        "compare-costs": "eqsat.modelio.read_model", "calibrate": "eqsat.calibrate.write",
-        "conformance": "eqsat.conformance_cmd.run_conformance", "extract": "eqsat.extract_cmd.load_egraph",
-        "rules": "eqsat.ruletool.cmd._check"}
+WORK = {"optimize": "eqsat.io.modelio.read_model", "plan": "eqsat.io.modelio.read_model",
+        "show": "eqsat.io.modelio.read_model", "diff": "eqsat.io.modelio.read_model",
+        "compare-costs": "eqsat.io.modelio.read_model", "calibrate": "eqsat.backends.ort.calibrate.write",
+        "conformance": "eqsat.cli.conformance.run_conformance", "extract": "eqsat.cli.extract.load_egraph",
+        "rules": "eqsat.cli.rules._check"}
 
 COMMANDS = [["optimize", "{m}", "-o", "{out}"], ["optimize", "{m}", "--report", "{out}"],
             ["optimize", "{m}", "--plan", "{out}"], ["optimize", "{m}", "--save-egraph", "{out}"],

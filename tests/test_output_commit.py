@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
 
-from eqsat import atomic
+from eqsat.io import atomic
 
 from .test_cli import error_line, run_cli
 
@@ -128,7 +128,7 @@ def test_an_interrupt_during_verification_leaves_nothing(capsys, outputs, monkey
 
 
 def test_a_failed_plan_leaves_nothing(capsys, outputs, monkeypatch):
-    from eqsat.plan import cli as plan_cli
+    from eqsat.cli import plan as plan_cli
     from eqsat.plan.errors import PlanError
 
     def failed(*a, **k):

@@ -11,7 +11,7 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper
 
-from eqsat.initializers import fixed_initializers, overridable_inputs
+from eqsat.core.initializers import fixed_initializers, overridable_inputs
 from eqsat.verification import compare, run
 
 from .conftest import optimized

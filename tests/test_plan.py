@@ -12,6 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from eqsat.cli.plan import add_plan_parser, check_plan_dims, plan_to_file
 from eqsat.errors import UsageError
 from eqsat.plan import (
     Graph,
@@ -24,7 +25,6 @@ from eqsat.plan import (
     plan_graph,
     plan_model,
 )
-from eqsat.plan.cli import add_plan_parser, check_plan_dims, plan_to_file
 
 from .conftest import parse_model
 
@@ -439,7 +439,7 @@ def test_execution_catches_a_lifetime_that_is_too_short():
 def test_contrib_ops_sized_by_a_run_and_executed_under_onnxruntime():
     # com.microsoft FusedConv (with Z, the added tensor) and BiasGelu: unknown to ONNX shape
     # inference and to the reference evaluator; FusedConv is sized as the Conv it fuses
-    # (eqsat.shapes._shape_proxy), BiasGelu by the run
+    # (eqsat.core.shapes._shape_proxy), BiasGelu by the run
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["a"], name="conv", pads=[1, 1, 1, 1]),
         helper.make_node("FusedConv", ["x", "w", "b", "a"], ["c"], name="fused", domain="com.microsoft",
@@ -565,7 +565,7 @@ def test_plan_graph_on_an_abstract_graph():
 # ---- CLI functions -------------------------------------------------------------------------
 
 def plan_cli(*argv) -> int:
-    from eqsat.cli import main
+    from eqsat.cli.main import main
 
     return main([str(a) for a in argv])
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto as TP
 from onnx import helper as h
 
-from eqsat.pipeline import Options, optimize
+from eqsat.core.pipeline import Options, optimize
 
 from .conftest import assert_same_outputs
 

@@ -1,11 +1,11 @@
-"""Random ops (eqsat.randomness): two random nodes are two values, whatever they share; a
+"""Random ops (eqsat.core.randomness): two random nodes are two values, whatever they share; a
 random node is never folded; what a model computes around its random ops is verified."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from eqsat.randomness import random_ops
+from eqsat.core.randomness import random_ops
 from eqsat.verification import run
 
 from .conftest import op_list, optimized, parse_model

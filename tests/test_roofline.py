@@ -13,10 +13,10 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from eqsat.backends.ort.target import foreign_block_warning, hardware_profile, nchwc_block
+from eqsat.core.pipeline import Options, saturate
 from eqsat.extract import EGraph
 from eqsat.extract.costs.roofline import HARDWARE_DIR, Hardware, Roofline
-from eqsat.pipeline import Options, saturate
-from eqsat.target import foreign_block_warning, hardware_profile, nchwc_block
 
 
 def _pool_model(c: int, hw: int) -> onnx.ModelProto:

@@ -11,8 +11,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from eqsat.core.pipeline import Options, optimize
 from eqsat.errors import UsageError
-from eqsat.pipeline import Options, optimize
 
 from .conftest import assert_same_outputs, ops, parse_model, roundtrip
 
@@ -349,7 +349,7 @@ def test_garbage_collector_is_paused_while_optimizing_and_restored_after():
 
 
 def test_model_shell_copies_the_header_and_no_graph():
-    from eqsat.modelio import model_shell
+    from eqsat.io.modelio import model_shell
 
     m = parse_model("""
         <ir_version: 8, opset_import: ["" : 18], producer_name: "p", producer_version: "1", domain: "d",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from eqsat.conformance import check_case, data_cases, node_cases
-from eqsat.pipeline import Options, optimize
+from eqsat.core.pipeline import Options, optimize
+from eqsat.verification.conformance import check_case, data_cases, node_cases
 
 from .conftest import sample
 

@@ -5,7 +5,7 @@ that fails in a rule's query only drops that match, one that fails in its action
 whole run (`egglog failed while running the rules`, exit 1). Sizes, attributes and pads
 come from the model, which may hold anything an int64 holds (a zero-size weight of shape
 [0, 2^62] has no data to check), and a symbolic dimension is an id <= -2^40
-(eqsat.shapes.SYM_BASE). So every rule computes in its query, and an action only uses what
+(eqsat.core.shapes.SYM_BASE). So every rule computes in its query, and an action only uses what
 the query bound; a rule that reads a dimension as a size guards that it is one (>= 0),
 as `shape-reshape-regroup` does. Each family is reached by a model that stopped the run
 (or was rewritten wrong) before."""
@@ -18,8 +18,8 @@ from egglog import bindings as b
 from onnx import TensorProto as T
 from onnx import helper
 
-from eqsat.pipeline import Options, saturate
-from eqsat.rulefiles import default_rule_files
+from eqsat.core.pipeline import Options, saturate
+from eqsat.core.rulefiles import default_rule_files
 from eqsat.ruletool.model import read_files
 from eqsat.ruletool.sexp import SList, Sym, show
 

@@ -45,7 +45,7 @@ def test_a_missing_rules_file_is_reported_before_the_model_is_read(capsys, tmp_p
 # ---- names that clash with the default rules
 
 def _default_rule(name: str):
-    from eqsat.rulefiles import default_rule_files
+    from eqsat.core.rulefiles import default_rule_files
     from eqsat.ruletool.model import read_files
 
     return next(r for r in read_files(default_rule_files()).rules if r.name == name)
@@ -122,7 +122,7 @@ def test_rules_check_takes_files_with_rules_as_list_does(capsys, tmp_path):
 
 
 def test_rules_check_of_a_default_rule_file_checks_it_once(capsys):
-    from eqsat.rulefiles import rules_dir
+    from eqsat.core.rulefiles import rules_dir
 
     rc, out, err = run_cli(capsys, "rules", "check", rules_dir() / "cleanup.egg", "--rule", "identity-elim", "-v")
     assert rc == 0, err
@@ -301,7 +301,7 @@ def demo_run(tmp_path_factory):
 
     import onnx
 
-    from eqsat.cli import main
+    from eqsat.cli.main import main
     from eqsat.demo import build_model
 
     d = tmp_path_factory.mktemp("demo")
@@ -312,7 +312,7 @@ def demo_run(tmp_path_factory):
 
 
 def test_the_report_splits_rule_matches_into_rewrites_and_analysis(demo_run):
-    from eqsat.rulefiles import default_rule_files
+    from eqsat.core.rulefiles import default_rule_files
     from eqsat.ruletool.model import read_files
 
     sat = demo_run[3]["saturation"]

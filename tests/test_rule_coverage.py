@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from eqsat.rulefiles import default_rule_files
+from eqsat.core.rulefiles import default_rule_files
 from eqsat.ruletool.check import _has_checks
 from eqsat.ruletool.model import read_files
 

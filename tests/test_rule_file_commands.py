@@ -12,7 +12,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from eqsat.cli import main
+from eqsat.cli.main import main
 
 from .conftest import parse_model
 

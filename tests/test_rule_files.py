@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from egglog import bindings as b
 
+from eqsat.core.rulefiles import Declared, default_rule_files, load_rule_file
+from eqsat.core.saturate import Saturator
 from eqsat.errors import OptimizeError, RuleError
-from eqsat.rulefiles import Declared, default_rule_files, load_rule_file
-from eqsat.saturate import Saturator
 
 ROOT = Path(__file__).resolve().parent.parent
 PASS = sorted((ROOT / "tests/egg/pass").glob("*.egg"))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from eqsat.cli import main
-from eqsat.rulefiles import default_rule_files
+from eqsat.cli.main import main
+from eqsat.core.rulefiles import default_rule_files
 from eqsat.ruletool.model import read_files
 
 from .conftest import check_rewrite, parse_model

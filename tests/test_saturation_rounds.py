@@ -1,13 +1,13 @@
-"""When the oracle runs between saturation rounds (eqsat.saturate.HOOK_EVERY): after a round
+"""When the oracle runs between saturation rounds (eqsat.core.saturate.HOOK_EVERY): after a round
 whose rules changed nothing, after HOOK_EVERY rounds without it, and after the last round a
 limit allows; and the final e-graph is not serialized again when the oracle's last snapshot
 is it. Each test checks the optimized model's numbers under onnxruntime."""
 
 from __future__ import annotations
 
-import eqsat.pipeline as pipeline
-from eqsat.pipeline import Options, optimize
-from eqsat.saturate import HOOK_EVERY, Limits
+import eqsat.core.pipeline as pipeline
+from eqsat.core.pipeline import Options, optimize
+from eqsat.core.saturate import HOOK_EVERY, Limits
 
 from .conftest import assert_same_outputs, ops, parse_model
 

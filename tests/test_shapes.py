@@ -1,4 +1,4 @@
-"""Shape inference (eqsat.shapes): onnxruntime's symbolic inference is installed with the
+"""Shape inference (eqsat.core.shapes): onnxruntime's symbolic inference is installed with the
 project, says so when it is not, and leaves nothing behind in the working directory."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import warnings
 import onnx.parser
 import pytest
 
-from eqsat import shapes
-from eqsat.shapes import infer_types
+from eqsat.core import shapes
+from eqsat.core.shapes import infer_types
 
 # Half a dimension: onnx's inference leaves the Reshape's last size unknown, onnxruntime's
 # symbolic inference knows it is floor(n/2).
@@ -49,7 +49,7 @@ def test_without_sympy_inference_warns_and_says_how_to_install_it():
                     raise ImportError("No module named 'sympy'")
         sys.meta_path.insert(0, Block())
         import onnx.parser
-        from eqsat.shapes import infer_types
+        from eqsat.core.shapes import infer_types
         types, warning = infer_types(onnx.parser.parse_model({HALVED!r}))
         print(warning)
     """)
@@ -105,7 +105,7 @@ def test_shapes_the_two_inferences_disagree_on_are_not_trusted():
     # (found by tests/fuzz)
     import numpy as np
 
-    from eqsat.pipeline import Options, optimize
+    from eqsat.core.pipeline import Options, optimize
     from eqsat.verification import compare, run
 
     m = onnx.parser.parse_model(REVERSED_SLICE)

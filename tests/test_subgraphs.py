@@ -1,4 +1,4 @@
-"""Optimizing inside subgraphs (eqsat/subgraphs.py): If branches on a run-time condition,
+"""Optimizing inside subgraphs (eqsat/core/subgraphs.py): If branches on a run-time condition,
 Loop and Scan bodies and subgraphs nested in them are optimized as models of their own;
 outer-scope references keep working; a body that cannot be optimized is kept exactly, with
 the reason in the report. Every optimized model passes the onnx checker and gives the
@@ -13,11 +13,11 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper
 
-import eqsat.pipeline
-from eqsat.encode import graph_outer_refs
+import eqsat.core.pipeline
+from eqsat.core.encode import graph_outer_refs
+from eqsat.core.pipeline import Options, optimize
+from eqsat.core.saturate import Limits
 from eqsat.errors import OptimizeError
-from eqsat.pipeline import Options, optimize
-from eqsat.saturate import Limits
 
 from .conftest import assert_same_outputs
 
@@ -265,14 +265,14 @@ def test_body_reading_an_outer_value_of_unknown_type_is_kept_with_the_reason():
 
 
 def test_body_whose_optimization_fails_is_kept_with_the_reason(monkeypatch):
-    real = eqsat.pipeline.optimize
+    real = eqsat.core.pipeline.optimize
 
     def failing(model, opts, progress=None):
         if model.graph.name == "then":
             raise OptimizeError("extraction failed: something broke")
         return real(model, opts, progress)
 
-    monkeypatch.setattr(eqsat.pipeline, "optimize", failing)
+    monkeypatch.setattr(eqsat.core.pipeline, "optimize", failing)
     m = _if_model()
     res = real(m, Options())
     the_if = _node(res.model, "If")

@@ -18,10 +18,10 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper
 
+from eqsat.core.pipeline import Options, saturate
+from eqsat.core.shapes import SYM_BASE
 from eqsat.oracle.symbolic import Sym, SymValues, reshape_target
 from eqsat.oracle.view import View
-from eqsat.pipeline import Options, saturate
-from eqsat.shapes import SYM_BASE
 
 from .conftest import assert_same_outputs, optimized, parse_model
 

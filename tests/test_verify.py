@@ -1,4 +1,4 @@
-"""Verification of an optimized model against its original (eqsat/verification.py): the sizes it
+"""Verification of an optimized model against its original (eqsat/verification/__init__.py): the sizes it
 picks for symbolic dimensions, and its tolerance by output type."""
 
 from __future__ import annotations

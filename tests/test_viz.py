@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 import pytest
 
-from eqsat.cli import main
-from eqsat.pipeline import Options, optimize
+from eqsat.cli.main import main
+from eqsat.core.pipeline import Options, optimize
 from eqsat.viz.diffing import match_nodes
 from eqsat.viz.graph import Box, Drawing, layout, render_svg
 

@@ -1,5 +1,5 @@
-"""Models the onnx checker accepts but eqsat cannot read (eqsat/wellformed.py, and external
-data numbers in eqsat/external.py): one line, exit 2, nothing written, in every command.
+"""Models the onnx checker accepts but eqsat cannot read (eqsat/core/wellformed.py, and external
+data numbers in eqsat/io/external.py): one line, exit 2, nothing written, in every command.
 Each case was found by the fuzzer (tests/fuzz) as a traceback, a wrong read or a hang."""
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from eqsat.core.pipeline import Options, optimize, saturate
 from eqsat.extract import EGraph
 from eqsat.extract.schema import EGraphFormatError
-from eqsat.pipeline import Options, optimize, saturate
 
 from .conftest import rule_test_profile
 

@@ -399,7 +399,7 @@ SPECS += [
            op_type="Upsample", domain=_NCHWC, contrib=True),
     # eqsat-internal (schema registered by eqsat.lang.contrib): a filter in a blocked layout.
     # Rules apply it to constant weights only; the folding oracle evaluates it; no model
-    # imports its domain, so extraction never chooses it (eqsat.target.forbidden_constructors).
+    # imports its domain, so extraction never chooses it (eqsat.backends.ort.target.forbidden_constructors).
     OpSpec("ReorderFilter", ("W",), (Attr("block", "int"), Attr("layout", "str")), domain="eqsat.internal"),
     # ... and a filter or bias with zero channels appended along an axis (padded to the block).
     OpSpec("PadChannels", ("X",), (Attr("axis", "int", 0), Attr("channels", "int")), domain="eqsat.internal"),

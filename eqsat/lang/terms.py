@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from egglog import bindings as b
 
-from .dtypes import CODE_TO_CTOR
+from eqsat.lang.dtypes import CODE_TO_CTOR
 
 SPAN = b.PanicSpan()
 Expr = object  # an egglog bindings expression

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from onnx import ModelProto
 
-from ..lang.contrib import INTERNAL_DOMAIN
-from ..lang.ops import SPECS
-from ..shapes import DimTable
-from ..store import ProtoStore, TensorStore
-from .fold import Folder
-from .inline_if import IfInliner
-from .reshape import ReshapeTargets
-from .view import View
+from eqsat.core.shapes import DimTable
+from eqsat.core.store import ProtoStore, TensorStore
+from eqsat.lang.contrib import INTERNAL_DOMAIN
+from eqsat.lang.ops import SPECS
+from eqsat.oracle.fold import Folder
+from eqsat.oracle.inline_if import IfInliner
+from eqsat.oracle.reshape import ReshapeTargets
+from eqsat.oracle.view import View
 
 INTERNAL_CTORS = frozenset(s.ctor for s in SPECS if s.domain == INTERNAL_DOMAIN)
 

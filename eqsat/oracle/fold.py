@@ -40,16 +40,16 @@ from collections.abc import Mapping
 import numpy as np
 from onnx import ModelProto, helper, numpy_helper
 
-from ..decode import LITERALS, Decoder
-from ..encode import constant_term, uniform_facts
-from ..lang import terms as T
-from ..lang.dtypes import CTOR_TO_CODE, np_dtype
-from ..lang.ops import BY_CTOR
-from ..randomness import INSTANCE_ATTR, RANDOM_OPS
-from ..store import ProtoStore, TensorStore
-from .layout import NEW_OPS
-from .symbolic import SymValues
-from .view import View
+from eqsat.core.decode import LITERALS, Decoder
+from eqsat.core.encode import constant_term, uniform_facts
+from eqsat.core.randomness import INSTANCE_ATTR, RANDOM_OPS
+from eqsat.core.store import ProtoStore, TensorStore
+from eqsat.lang import terms as T
+from eqsat.lang.dtypes import CTOR_TO_CODE, np_dtype
+from eqsat.lang.ops import BY_CTOR
+from eqsat.oracle.layout import NEW_OPS
+from eqsat.oracle.symbolic import SymValues
+from eqsat.oracle.view import View
 
 # Ops whose inputs must share one dtype (ONNX type constraint T on all of them).
 SAME_DTYPE = frozenset(
@@ -118,7 +118,7 @@ class Folder:
             attrs = v.nodes_of(n.children[3])
             has_graph = False
             while attrs and attrs[0].op == "ACons":
-                if v.lit(attrs[0].children[0]) == INSTANCE_ATTR:  # eqsat.randomness
+                if v.lit(attrs[0].children[0]) == INSTANCE_ATTR:  # eqsat.core.randomness
                     self._refuse(f"{op_type}: random op", n.eclass)
                     return False
                 has_graph |= v.nodes_of(attrs[0].children[1])[0].op in ("AGraph", "ARaw")
@@ -249,7 +249,7 @@ def _onnxruntime_values(model: ModelProto) -> list[np.ndarray | None]:
     """The fold model's outputs under onnxruntime (graph optimizations off), None for each one
     it was not run for: all of them where the model holds only EXACT_OPS, where onnxruntime
     cannot run it or is not installed; those computed from eqsat's internal ops or a Div or Mod."""
-    from ..lang.contrib import INTERNAL_DOMAIN
+    from eqsat.lang.contrib import INTERNAL_DOMAIN
 
     g = model.graph
     none: list[np.ndarray | None] = [None] * len(g.output)
@@ -276,7 +276,7 @@ def _onnxruntime_values(model: ModelProto) -> list[np.ndarray | None]:
     sub.graph.initializer.extend(t for t in g.initializer if t.name in need)
     sub.graph.output.extend(o for o in g.output if o.name in wanted)
     try:
-        from ..verification import session
+        from eqsat.verification import session
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

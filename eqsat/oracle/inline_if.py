@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 from onnx import ModelProto
 
-from ..encode import Encoder, graph_outer_refs
-from ..lang import terms as T
-from ..shapes import DimTable
-from ..store import ProtoStore, TensorStore
-from .view import View
+from eqsat.core.encode import Encoder, graph_outer_refs
+from eqsat.core.shapes import DimTable
+from eqsat.core.store import ProtoStore, TensorStore
+from eqsat.lang import terms as T
+from eqsat.oracle.view import View
 
 
 class IfInliner:

@@ -9,9 +9,9 @@ target (attention rules read the head count from it).
 
 from __future__ import annotations
 
-from ..lang import terms as T
-from .symbolic import SymValues, reshape_target
-from .view import View
+from eqsat.lang import terms as T
+from eqsat.oracle.symbolic import SymValues, reshape_target
+from eqsat.oracle.view import View
 
 
 class ReshapeTargets:

@@ -1,7 +1,7 @@
 """Symbolic values of shape tensors: what the small integer tensors of shape arithmetic
 hold, where an entry may be a symbolic dimension.
 
-`Shape(x)` holds x's shape, whose dimensions are numbers or symbols (eqsat.shapes); Gather,
+`Shape(x)` holds x's shape, whose dimensions are numbers or symbols (eqsat.core.shapes); Gather,
 Concat, Slice, Reshape, Flatten, Unsqueeze, Squeeze, Identity, Cast and Add/Sub/Mul/Div carry
 such values along. Two uses:
 - a value whose entries are all numbers is a constant: the fold oracle makes it a literal
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..shapes import is_symbol
-from .view import View
+from eqsat.core.shapes import is_symbol
+from eqsat.oracle.view import View
 
 MAX_ELEMENTS = 4096  # larger values are not shape arithmetic: declined
 DTYPES = {"I64": (np.int64, 64), "I32": (np.int32, 32)}
@@ -37,7 +37,7 @@ DTYPES = {"I64": (np.int64, 64), "I32": (np.int32, 32)}
 
 @dataclass(frozen=True)
 class Sym:
-    """A symbolic dimension, by its id in the e-graph (eqsat.shapes.DimTable)."""
+    """A symbolic dimension, by its id in the e-graph (eqsat.core.shapes.DimTable)."""
 
     id: int
 
@@ -163,7 +163,7 @@ class SymValues:
 
     # ---- ops
     def value_shape(self, eclass: str, depth: int = 0) -> list[int] | None:
-        """The e-class's shape (eqsat.shapes: symbolic dims negative), with a symbolic dim
+        """The e-class's shape (eqsat.core.shapes: symbolic dims negative), with a symbolic dim
         made a number where a Pad in the class fixes it: the Pad's input dim (a number) plus
         pads known by now (shape inference leaves them symbolic when the amounts are
         computed: Swin's `(window - H % window) % window`). A number is never changed."""

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 
 from eqsat.extract import EGraph, get_extractor
 from eqsat.extract.costs import NodeCount
-
-from ..lang import terms as T
-from ..lang.literals import parse_float, parse_int, parse_string
+from eqsat.lang import terms as T
+from eqsat.lang.literals import parse_float, parse_int, parse_string
 
 
 @dataclass
@@ -33,7 +32,7 @@ class View:
     @classmethod
     def of(cls, data: dict, prefix: str) -> View:
         v = cls(EGraph.from_json(data, trusted=True), data, prefix)
-        for vid, c in data["eqsat"]["value_class"].items():  # (Value N) handles, by eqsat.serialize
+        for vid, c in data["eqsat"]["value_class"].items():  # (Value N) handles, by eqsat.core.serialize
             v._expr.setdefault(c, T.value(int(vid)))
         return v
 

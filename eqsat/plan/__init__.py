@@ -32,11 +32,11 @@ import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # for static tools; at run time each name loads on first use
-    from .check import check_plan, check_tensors
-    from .errors import PlanError
-    from .execute import Execution, execute_plan
-    from .graph import Graph, Node, TensorInfo, graph_from_model
-    from .planner import Plan, PlannedTensor, plan_graph, plan_model
+    from eqsat.plan.check import check_plan, check_tensors
+    from eqsat.plan.errors import PlanError
+    from eqsat.plan.execute import Execution, execute_plan
+    from eqsat.plan.graph import Graph, Node, TensorInfo, graph_from_model
+    from eqsat.plan.planner import Plan, PlannedTensor, plan_graph, plan_model
 
 # Loaded on first use (PEP 562), so that `eqsat --help` and the plan subcommand's parser do
 # not import numpy and onnx: name -> the submodule that defines it.
@@ -74,7 +74,7 @@ class _CallablePackage(types.ModuleType):
     of its submodules is imported)."""
 
     def __call__(self, model, *, dims=None, alignment: int = 64):
-        from ..api import plan
+        from eqsat.api import plan
 
         return plan(model, dims=dims, alignment=alignment)
 

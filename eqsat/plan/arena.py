@@ -51,7 +51,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .lifetimes import Buffer
+from eqsat.plan.lifetimes import Buffer
 
 
 def _place(seq: list[int], sizes: np.ndarray, starts: np.ndarray, ends: np.ndarray, best_fit: bool) -> np.ndarray:

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import PlanError
-from .graph import Graph
-from .inplace import VIEW_OPS, inplace_inputs
-from .lifetimes import check_order, lifetimes
+from eqsat.plan.errors import PlanError
+from eqsat.plan.graph import Graph
+from eqsat.plan.inplace import VIEW_OPS, inplace_inputs
+from eqsat.plan.lifetimes import check_order, lifetimes
 
 
 def _span(t: dict) -> str:
@@ -153,7 +153,7 @@ def _check_contents(members: list[dict], by_name: dict[str, dict]) -> None:
 
 def check_plan(plan, graph: Graph | None = None) -> None:
     """Check a Plan (or its dict form). Raises PlanError; returns None when the plan holds."""
-    from .planner import Plan
+    from eqsat.plan.planner import Plan
 
     if isinstance(plan, Plan):
         graph = graph if graph is not None else plan.graph

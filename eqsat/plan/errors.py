@@ -4,7 +4,7 @@ usage (an unbound symbolic dimension) is eqsat.errors.UsageError (exit 2)."""
 
 from __future__ import annotations
 
-from ..errors import EqsatError
+from eqsat.errors import EqsatError
 
 
 class PlanError(EqsatError):

@@ -40,10 +40,10 @@ import numpy as np
 import onnx
 from onnx import ModelProto, helper, numpy_helper
 
-from .. import external
-from .errors import PlanError
-from .graph import Graph, graph_from_model
-from .sizes import np_dtype
+from eqsat.io import external
+from eqsat.plan.errors import PlanError
+from eqsat.plan.graph import Graph, graph_from_model
+from eqsat.plan.sizes import np_dtype
 
 ORT_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv", "MaxPool",
                      "AveragePool", "LpPool", "MaxUnpool", "MaxRoiPool", "RoiAlign", "Col2Im",
@@ -101,7 +101,7 @@ def _run_reference(m: ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarr
 
 
 def _run_ort(m: ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    from ..verification import ort
+    from eqsat.verification import ort
 
     rt = ort()
     so = rt.SessionOptions()
@@ -158,7 +158,7 @@ def _buffers(tensors: dict[str, dict]) -> list[tuple[int, int, int]]:
 def _resolve_plan(model: ModelProto, plan,
                   graph: Graph | None) -> tuple[dict, dict, Graph, list[int], dict[str, dict]]:
     """(plan dict, dims, graph, order as node indices, tensors by name); PlanError where the plan misfits the model."""
-    from .planner import Plan
+    from eqsat.plan.planner import Plan
 
     if isinstance(plan, Plan):
         graph = graph if graph is not None else plan.graph
@@ -244,7 +244,7 @@ def _compare_outputs(graph: Graph, feeds: dict[str, np.ndarray], expected: dict,
                      names: list[str], rtol: float | None, atol: float | None, seconds: float, ref_seconds: float,
                      engines: dict[str, int]) -> Execution:
     """`passed` where `actual` matches `expected` within rtol/atol (None: by precision), else `failed`."""
-    from ..verification import compare
+    from eqsat.verification import compare
 
     diffs = {}
     for n in names:
@@ -276,8 +276,8 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
     the whole model, or a node runs alone under neither engine: the detail says which and
     why; onnxruntime's errors never propagate). `rtol`/`atol` None: DEFAULT_TOLERANCE, or
     HALF_TOLERANCE for a model with half-precision tensors."""
-    from ..isolate import probe
-    from ..verification import random_inputs, run
+    from eqsat.verification import random_inputs, run
+    from eqsat.verification.isolate import probe
 
     d, dims, graph, order, tensors = _resolve_plan(model, plan, graph)
     if feeds is None:

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import ModelProto
 
-from ..scopes import implicit_inputs
-from .errors import PlanError
+from eqsat.core.scopes import implicit_inputs
+from eqsat.plan.errors import PlanError
 
 # ops whose output shapes depend on input values, not only on input shapes
 VALUE_SHAPED_OPS = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression", "If", "Loop", "TopK"})
@@ -130,7 +130,7 @@ def value_dependent_sizes(graph: Graph) -> dict[str, str]:
 def graph_from_model(model: ModelProto, dims: dict[str, int] | None = None) -> Graph:
     """The planner's view of `model`: node order, intermediates with sizes (see
     `eqsat.plan.sizes.tensor_types` for how shapes are found and dims are bound)."""
-    from .sizes import tensor_types
+    from eqsat.plan.sizes import tensor_types
 
     types, used_dims = tensor_types(model, dims or {})
     g = model.graph

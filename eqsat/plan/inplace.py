@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .graph import Graph, Node
-from .lifetimes import Buffer, align
+from eqsat.plan.graph import Graph, Node
+from eqsat.plan.lifetimes import Buffer, align
 
 VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
 

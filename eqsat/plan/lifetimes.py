@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import PlanError
-from .graph import Graph
+from eqsat.plan.errors import PlanError
+from eqsat.plan.graph import Graph
 
 
 def align(n: int, alignment: int) -> int:

@@ -24,9 +24,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from .graph import Graph
-from .inplace import VIEW_OPS
-from .lifetimes import align
+from eqsat.plan.graph import Graph
+from eqsat.plan.inplace import VIEW_OPS
+from eqsat.plan.lifetimes import align
 
 
 def _producers(graph: Graph) -> list[set[int]]:

@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import ModelProto, helper
 
-from ..errors import UsageError
-from .arena import HEURISTICS, place, repack
-from .graph import Graph, graph_from_model, value_dependent_sizes
-from .inplace import Alias, aliases, buffers
-from .lifetimes import Buffer, check_order, lifetimes, lower_bound
-from .order import ORDERS, candidate_orders
+from eqsat.errors import UsageError
+from eqsat.plan.arena import HEURISTICS, place, repack
+from eqsat.plan.graph import Graph, graph_from_model, value_dependent_sizes
+from eqsat.plan.inplace import Alias, aliases, buffers
+from eqsat.plan.lifetimes import Buffer, check_order, lifetimes, lower_bound
+from eqsat.plan.order import ORDERS, candidate_orders
 
 FORMAT = "eqsat-memory-plan"
 VERSION = 1

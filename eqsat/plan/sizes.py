@@ -29,9 +29,9 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper
 
-from .. import native
-from ..errors import InvalidModelError, UsageError
-from .errors import PlanError
+from eqsat.core import native
+from eqsat.errors import InvalidModelError, UsageError
+from eqsat.plan.errors import PlanError
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def input_dims(model: ModelProto, dims: dict[str, int]) -> dict[str, int]:
 
 
 def _bind(model: ModelProto, dims: dict[str, int]) -> ModelProto:
-    from ..shapes import _skeleton  # a copy without the data of large initializers
+    from eqsat.core.shapes import _skeleton  # a copy without the data of large initializers
 
     sk = _skeleton(model, declared=True)  # a custom op's output is sized by its declaration alone
     g = sk.graph
@@ -147,7 +147,7 @@ def _make(name: str, elem: int, shape: tuple[int, ...], source: str) -> TensorTy
 
 def _types_from_run(model: ModelProto, names: list[str], dims: dict[str, int]) -> dict[str, tuple[int, tuple[int, ...]]]:
     """Measure the types of `names` by one onnxruntime run (graph optimizations off)."""
-    from ..verification import random_inputs, session
+    from eqsat.verification import random_inputs, session
 
     feeds = random_inputs(model, dims)  # refuses inputs larger than half the machine's memory
     n_out = len(model.graph.output)

@@ -13,11 +13,11 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
-from ..lang.contrib import INTERNAL_DOMAIN
-from ..lang.dtypes import CTOR_TO_CODE, np_dtype
-from ..lang.ops import BY_CTOR, OpSpec
-from ..target import NCHWC_DOMAIN
-from .prims import DV
+from eqsat.backends.ort.target import NCHWC_DOMAIN
+from eqsat.lang.contrib import INTERNAL_DOMAIN
+from eqsat.lang.dtypes import CTOR_TO_CODE, np_dtype
+from eqsat.lang.ops import BY_CTOR, OpSpec
+from eqsat.ruletool.prims import DV
 
 OPSET = 23
 IR_VERSION = 10
@@ -108,7 +108,7 @@ class GraphBuilder:
     def _fold_internal(self, spec: OpSpec, inputs: list[str], attrs: list, hint: str) -> str:
         """An eqsat-internal op (ReorderFilter, PadChannels) on constants, evaluated as the
         folding oracle evaluates it: onnxruntime has no kernel for it."""
-        from ..oracle.layout import pad_channels, reorder_filter
+        from eqsat.oracle.layout import pad_channels, reorder_filter
 
         if not inputs or any(x not in self.consts and self.reads_input(x) for x in inputs):
             raise BuildError(f"{spec.ctor} of a tensor that is not a constant")
@@ -190,8 +190,8 @@ class GraphBuilder:
     def run(self, outputs: list[str]) -> dict[str, np.ndarray]:
         """The named values, computed by onnxruntime in a child process (`runner.py`: a
         kernel that kills its process fails this instance, not the check)."""
-        from .runner import RunError
-        from .runner import run as run_isolated
+        from eqsat.ruletool.runner import RunError
+        from eqsat.ruletool.runner import run as run_isolated
 
         m = self.model(outputs)
         try:

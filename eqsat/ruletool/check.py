@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .build import BuildError
-from .instantiate import Inconsistent, Instance, Reject, Unsupported
-from .model import Program, Rule
-from .prims import NoMatch
-from .unfold import variants
+from eqsat.ruletool.build import BuildError
+from eqsat.ruletool.instantiate import Inconsistent, Instance, Reject, Unsupported
+from eqsat.ruletool.model import Program, Rule
+from eqsat.ruletool.prims import NoMatch
+from eqsat.ruletool.unfold import variants
 
 TRIALS = 24  # random tries per unfolding
 RUNS = 8  # instantiations to run per rule
@@ -181,7 +181,7 @@ def _run_once(inst: Instance) -> tuple[str | None, tuple[str, dict] | None]:
         else:
             from onnx import helper
 
-            from .build import dtype_code
+            from eqsat.ruletool.build import dtype_code
 
             code = helper.np_dtype_to_tensor_dtype(arr.dtype)
             if dtype_code(expected) != code:

@@ -16,15 +16,21 @@ import re
 
 import numpy as np
 
-from ..lang.dtypes import CODE_TO_CTOR, np_dtype
-from ..lang.ops import BY_CTOR
-from ..target import NCHWC_DOMAIN, nchwc_block
-from .build import OPSET, BuildError, GraphBuilder, dtype_code
-from .leafshape import ELEMENTWISE, DimGuards, context_rank, context_shape, elementwise_shape
-from .model import Program
-from .prims import DV, PREDICATES, PRIMS, NoMatch
-from .sexp import SList, Str, Sym, show
-from .unfold import Variant, is_var
+from eqsat.backends.ort.target import NCHWC_DOMAIN, nchwc_block
+from eqsat.lang.dtypes import CODE_TO_CTOR, np_dtype
+from eqsat.lang.ops import BY_CTOR
+from eqsat.ruletool.build import OPSET, BuildError, GraphBuilder, dtype_code
+from eqsat.ruletool.leafshape import (
+    ELEMENTWISE,
+    DimGuards,
+    context_rank,
+    context_shape,
+    elementwise_shape,
+)
+from eqsat.ruletool.model import Program
+from eqsat.ruletool.prims import DV, PREDICATES, PRIMS, NoMatch
+from eqsat.ruletool.sexp import SList, Str, Sym, show
+from eqsat.ruletool.unfold import Variant, is_var
 
 LITERALS = ("Ints", "ScalarF", "ScalarI", "Const", "Input")
 BOOL_OPS = ("Not", "And", "Or", "Xor")  # their inputs are booleans

@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .sexp import SList, show
-from .unfold import is_var
+from eqsat.ruletool.sexp import SList, show
+from eqsat.ruletool.unfold import is_var
 
 # (ctor, input position) -> rank
 _RANKS = {("Conv", 0): 4, ("Conv", 1): 4, ("Conv", 2): 1, ("BatchNormalization", 0): 4,

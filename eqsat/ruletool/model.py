@@ -3,7 +3,7 @@ query and actions) and the declarations the checker needs (constructors, relatio
 functions, facts), read with the s-expression reader in `sexp.py`.
 
 Contract: `read_files(paths)` reads files in order (the prelude first) and returns one
-`Program`; it does not type-check (egglog does that in `eqsat.rulefiles`). A rewrite
+`Program`; it does not type-check (egglog does that in `eqsat.core.rulefiles`). A rewrite
 `(rewrite L R :when (g...))` becomes the query `(= __root L) g...` and the action
 `(union __root R)`, so every rule is a query plus actions.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..rulefiles import display_path
-from .sexp import Comment, SList, Str, Sym, read
+from eqsat.core.rulefiles import display_path
+from eqsat.ruletool.sexp import Comment, SList, Str, Sym, read
 
 ROOT = "__root"
 

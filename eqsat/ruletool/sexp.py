@@ -5,7 +5,7 @@ Contract: `read(text, path)` returns the top-level forms and the comments. A lis
 `.line`, `.col`), a string literal a `Str` (a str with `.line`, `.col`), numbers are int or
 float (egglog's f64 literals have a decimal point or an exponent). Lines and columns count
 from 1. A malformed file raises `SexpError` with `FILE:LINE:COL: message`; rule files are
-type-checked by egglog itself (eqsat/rulefiles.py), this reader only has to see their
+type-checked by egglog itself (eqsat/core/rulefiles.py), this reader only has to see their
 structure.
 """
 

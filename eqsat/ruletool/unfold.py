@@ -16,8 +16,8 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .model import Program, Rule
-from .sexp import SList, Str, Sym
+from eqsat.ruletool.model import Program, Rule
+from eqsat.ruletool.sexp import SList, Str, Sym
 
 MAX_DEPTH = 14  # relation atoms replaced per variant
 MAX_VARIANTS = 64

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto
 
-from ..scopes import subgraphs
-from .graph import Box, Drawing, node_box, reads
-from .histogram import op_name
+from eqsat.core.scopes import subgraphs
+from eqsat.viz.graph import Box, Drawing, node_box, reads
+from eqsat.viz.histogram import op_name
 
 
 def _without_node_names(g: GraphProto) -> GraphProto:

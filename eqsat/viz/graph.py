@@ -20,8 +20,8 @@ from html import escape
 
 from onnx import ModelProto, NodeProto
 
-from ..scopes import implicit_inputs
-from .histogram import op_name
+from eqsat.core.scopes import implicit_inputs
+from eqsat.viz.histogram import op_name
 
 BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 170, 40, 24, 46, 20
 COLORS = {  # state -> (fill, stroke)

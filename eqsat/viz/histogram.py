@@ -20,7 +20,7 @@ def histogram(model: ModelProto) -> Counter:
 def subgraph_histogram(model: ModelProto) -> tuple[Counter, int]:
     """Op name -> number of nodes inside the main graph's subgraphs (If, Loop and Scan
     bodies, nested ones included), and how many bodies there are."""
-    from ..scopes import subgraphs
+    from eqsat.core.scopes import subgraphs
 
     h: Counter = Counter()
     bodies = 0

@@ -1,5 +1,5 @@
 """Measured costs: the time onnxruntime took to run each op alone, as recorded in the
-serialized e-graph by eqsat (metadata `eqsat.measured_us`, see eqsat/measure.py). An op
+serialized e-graph by eqsat (metadata `eqsat.measured_us`, see eqsat/backends/ort/measure.py). An op
 without a measurement (it could not be run alone) gets the roofline estimate; an e-graph
 without the measurements at all (saved from a run with another cost model) is an error,
 not the roofline in disguise."""

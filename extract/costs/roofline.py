@@ -20,7 +20,7 @@ ReorderInput and ReorderOutput are copies (their time is memory only), at
 the layout's `reorder_gbps` where the profile measured it (else `mem_gbps`); a linear Resize
 costs the profile's `interpolation_flops` an output element, its blocked Upsample that over
 the layout's `upsample_speedup`. `eqsat
-calibrate` measures all of these on the machine it runs on (eqsat/calibrate_layout.py). A
+calibrate` measures all of these on the machine it runs on (eqsat/backends/ort/calibrate_layout.py). A
 depthwise convolution (one input channel per group, as many groups as channels) is no
 GEMM: it computes at the profile's `depthwise_gflops` where the profile measured it (an NCHW
 depthwise Conv ran at about 5 GFLOP/s on the development CPU, 30x below its GEMM rate). On a profile without the layout, its ops cost

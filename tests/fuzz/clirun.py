@@ -1,6 +1,6 @@
 """Running the `eqsat` command line and judging how it failed.
 
-`in_process` calls eqsat.cli.main (fast: the default rules load once per process); an
+`in_process` calls eqsat.cli.main.main (fast: the default rules load once per process); an
 exception escaping it is what a user would see as a traceback, and propagates. `isolated`
 runs such a call in a long-lived worker process, so that a native crash (an abort in onnx's
 shape inference, a segfault) or a hang fails one example instead of killing the test run;
@@ -27,7 +27,7 @@ ERROR = "eqsat: error:"
 
 
 def in_process(args: list) -> tuple[int, str, str]:
-    from eqsat.cli import main
+    from eqsat.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -102,10 +102,10 @@ def cli(args: list) -> tuple[int, str, str]:
 
 
 def optimize_bytes(model: bytes, options: dict) -> bytes:
-    """eqsat.pipeline.optimize on a serialized model; the optimized model serialized."""
+    """eqsat.core.pipeline.optimize on a serialized model; the optimized model serialized."""
     import onnx
 
-    from eqsat.pipeline import Options, optimize
+    from eqsat.core.pipeline import Options, optimize
 
     return optimize(onnx.load_from_string(model), Options(**options)).model.SerializeToString()
 

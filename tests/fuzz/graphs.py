@@ -178,7 +178,7 @@ class Case:
     inputs: list[InputSpec]
     overridable: dict[str, list[np.ndarray]]
     seed: int
-    options: dict = field(default_factory=dict)  # eqsat.pipeline.Options fields
+    options: dict = field(default_factory=dict)  # eqsat.core.pipeline.Options fields
     runnable: bool = True  # onnxruntime can run the model itself (no unknown custom op)
     custom_ops: dict = field(default_factory=dict)  # (domain, op) -> FunctionProto defining it for comparison
     feeds_count: int = 4

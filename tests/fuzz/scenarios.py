@@ -255,8 +255,8 @@ def saved(name: str) -> tuple[bytes, dict, dict]:
         import tempfile
         from pathlib import Path
 
+        from eqsat.core.pipeline import Options, optimize
         from eqsat.extract import choice_file
-        from eqsat.pipeline import Options, optimize
 
         m = {"mlp": mlp, "conv": convnet}[name]()
         with tempfile.TemporaryDirectory() as d:

@@ -36,7 +36,7 @@ FAMILIES = {
 
 @st.composite
 def options(draw) -> dict:
-    """eqsat.pipeline.Options fields: target, extractor, cost model, layout, a --dim."""
+    """eqsat.core.pipeline.Options fields: target, extractor, cost model, layout, a --dim."""
     opts = {"extract_time_limit": 20.0}
     if draw(st.booleans()):
         opts["target"] = draw(st.sampled_from(["ort", "onnx"]))

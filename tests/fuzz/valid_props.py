@@ -1,7 +1,7 @@
 """Properties of valid models: eqsat gives a model that computes what the original computes,
 or refuses cleanly (an EqsatError: exit code 1 or 2, a one-line message).
 
-- `optimize_keeps_outputs`: eqsat.pipeline.optimize (no verification), then the fuzzer's own
+- `optimize_keeps_outputs`: eqsat.core.pipeline.optimize (no verification), then the fuzzer's own
   comparison under onnxruntime on four feeds: sizes of N 2, 1, 3, 5; integers over ranges
   with negatives; overridable initializers fed other values from the second feed on.
 - `cli_keeps_outputs`: the real `eqsat optimize` with verification on and extra outputs

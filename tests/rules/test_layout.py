@@ -20,10 +20,10 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from eqsat.backends.ort.target import nchwc_block
+from eqsat.core.pipeline import Options, optimize
 from eqsat.extract.costs.roofline import HARDWARE_DIR
 from eqsat.oracle.layout import pad_channels, reorder_filter
-from eqsat.pipeline import Options, optimize
-from eqsat.target import nchwc_block
 from eqsat.verification import compare, random_inputs, run
 
 from ..conftest import assert_same_outputs, check_rewrite, op_list, optimized, rule_test_profile
@@ -681,9 +681,9 @@ def test_ilp_fixes_the_layouts_and_loses_nothing_here(blocked):
     """The exact extractor decides each value's layout from the greedy answer, then solves
     the rest exactly (extract/ilp.py, fix_layouts); its report says so. On this small
     network the answer costs what the ILP over both layouts costs."""
+    from eqsat.core.pipeline import cost_model, saturate
     from eqsat.extract import check as check_choice
     from eqsat.extract.ilp import ILP
-    from eqsat.pipeline import cost_model, saturate
 
     st = saturate(_resnet_like(2 * blocked), Options())
     cost = cost_model(st.opts)
@@ -742,7 +742,7 @@ def test_onnxruntime_optimized_model_round_trips_with_the_layout_off(monkeypatch
 
 
 def test_cli_layout_is_nchwc_by_default_and_nchw_turns_it_off(monkeypatch, tmp_path, capsys):
-    from eqsat.cli import main
+    from eqsat.cli.main import main
 
     monkeypatch.delenv("EQSAT_NCHWC", raising=False)
     monkeypatch.delenv("EQSAT_NCHWC_BLOCK", raising=False)

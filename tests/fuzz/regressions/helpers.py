@@ -3,7 +3,7 @@ command line in-process and check the one-line error contract."""
 
 from __future__ import annotations
 
-from eqsat.cli import main
+from eqsat.cli.main import main
 
 
 def run(capsys, *args) -> tuple[int, str, str]:

@@ -1,0 +1,1 @@
+"""The command line: one module per command; shared arguments in args.py."""

@@ -1,0 +1,1 @@
+"""The pipeline's stages: load checks, encode, saturate, serialize, extract, decode, explain."""

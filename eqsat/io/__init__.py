@@ -1,0 +1,1 @@
+"""Reading and writing models and files: atomic outputs, external data, quiet native calls."""

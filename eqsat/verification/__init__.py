@@ -1,0 +1,541 @@
+"""Running models under onnxruntime and comparing outputs.
+
+Used by tests (exact equality after a round trip), by verification of optimized models,
+and by benchmarks. onnxruntime is optional at import time: install `eqsat[cpu]` or
+`eqsat[gpu]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import ModelProto
+
+from eqsat.backends.ort.sessions import ort, session  # noqa: F401 - ort is imported from here too (eqsat.plan.execute)
+from eqsat.errors import EqsatError
+from eqsat.verification.feeds import Feeds
+
+
+def run(model: ModelProto | str, feeds: dict[str, np.ndarray], optimize: bool = True) -> dict[str, np.ndarray]:
+    sess = session(model, optimize)
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds), strict=True))
+
+
+def random_inputs(model: ModelProto, dims: dict[str, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random feeds for the graph inputs (overridable ones get their defaults): floats
+    standard normal, integers 0 or 1 (eqsat.verification.feeds, without `wide`). Symbolic or unknown
+    dimensions take their value from `dims` (by name), else 2."""
+    return Feeds(model).draw(dims, seed, wide=False)
+
+
+@dataclass
+class Mismatch:
+    output: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"output '{self.output}': {self.detail}"
+
+
+# Verification's tolerance where the user gives none, by output element type: rewrites
+# reorder arithmetic and so move the last bits, and onnxruntime's CPU provider runs many
+# float16 ops in float32 with casts placed by the graph's structure (a float16 value has
+# about three decimal digits). No bfloat16 entry: onnxruntime cannot hand bfloat16 outputs
+# to numpy, so such a model is "not possible" to verify before any tolerance applies.
+# float64 outputs are held to double precision (reordering moves a double by about 1e-15
+# of its magnitude): with float32's tolerance a rewrite that ran a double computation in
+# float32 passed.
+DEFAULT_TOLERANCE = (1e-3, 1e-4)  # (rtol, atol)
+TOLERANCE = {"float16": (1e-2, 1e-3), "float64": (1e-9, 1e-12)}
+
+
+def tolerance(dtype) -> tuple[float, float]:
+    """(rtol, atol) for outputs of this element type when the user gives none."""
+    return TOLERANCE.get(np.dtype(dtype).name, DEFAULT_TOLERANCE)
+
+
+def _scale(e: np.ndarray) -> float:
+    """The default absolute tolerance's factor for an output: its largest finite magnitude,
+    where that is below 1, but not below the square root of the type's smallest normal
+    (about 1e-19 for float32: smaller outputs are the remains of underflow, which rounding
+    moves by more than their size; a MobileViT with random weights ends near 1e-40). An
+    output whose values are all about 1e-9 (a network with random weights) passed anything
+    within 1e-4 of them: a bias of another layer's passed there."""
+    if e.dtype.kind not in "fc" or e.size == 0:
+        return 1.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        m = np.abs(e[np.isfinite(e)])
+    top = float(m.max()) if m.size else 1.0
+    return min(1.0, max(top, float(np.sqrt(np.finfo(e.dtype).tiny))))
+
+
+def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol: float | None = 0.0,
+            atol: float | None = 0.0, finite_free: bool = False) -> list[Mismatch]:
+    """Differences between two runs: names, dtypes, shapes, then values (exact when
+    rtol = atol = 0, and always for integers and booleans; NaN equals NaN, inf equals inf of
+    its sign and nothing else; None: `tolerance` of each output's element type).
+    `finite_free`: floating-point values need only be finite where the expected ones are, and
+    the same NaN or infinity where they are not."""
+    out: list[Mismatch] = []
+    if list(expected) != list(actual):
+        return [Mismatch(",".join(actual), f"output names differ: expected {list(expected)}")]
+    for name, e in expected.items():
+        out.extend(_compare_value(name, e, actual[name], rtol, atol, finite_free))
+    return out
+
+
+def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: float | None,
+                   finite_free: bool = False) -> list[Mismatch]:
+    """One output: a tensor, a sequence (list) of tensors, a map, or None (optional)."""
+    out: list[Mismatch] = []
+    if e is None or a is None:
+        return [] if e is None and a is None else [Mismatch(name, f"{a!r} vs expected {e!r}")]
+    if isinstance(e, dict) or isinstance(a, dict):
+        if not (isinstance(e, dict) and isinstance(a, dict)) or list(e) != list(a):
+            return [Mismatch(name, "maps differ in their keys")]
+        for k in e:
+            out.extend(_compare_value(f"{name}[{k!r}]", e[k], a[k], rtol, atol, finite_free))
+        return out
+    if isinstance(e, list) or isinstance(a, list):
+        if not (isinstance(e, list) and isinstance(a, list)) or len(e) != len(a):
+            return [Mismatch(name, "sequences differ in length or kind")]
+        for i, (x, y) in enumerate(zip(e, a, strict=True)):
+            out.extend(_compare_value(f"{name}[{i}]", x, y, rtol, atol, finite_free))
+        return out
+    return _compare_tensor(name, np.asarray(e), np.asarray(a), rtol, atol, finite_free)
+
+
+def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None, atol: float | None,
+                    finite_free: bool = False) -> list[Mismatch]:
+    if e.dtype != a.dtype:
+        return [Mismatch(name, f"dtype {a.dtype}, expected {e.dtype}")]
+    if rtol is None or atol is None:
+        r, t = tolerance(e.dtype)
+        rtol, atol = r if rtol is None else rtol, t * _scale(e) if atol is None else atol
+    if e.shape != a.shape:
+        return [Mismatch(name, f"shape {a.shape}, expected {e.shape}")]
+    if e.dtype == object or e.dtype.kind in "SUb":
+        return [] if np.array_equal(e, a) else [Mismatch(name, "values differ")]
+    if e.dtype.kind not in "iufc":  # ml_dtypes (bfloat16, float8, int4, ...): compare as float32
+        try:
+            e, a = e.astype(np.float32), a.astype(np.float32)
+        except (TypeError, ValueError):
+            return [] if e.tobytes() == a.tobytes() else [Mismatch(name, "values differ")]
+    if e.dtype.kind in "iu":
+        ok = a == e  # integers: right or wrong, whatever the tolerance (rtol 1e-3 let 1000999 pass for 1000000)
+    elif finite_free and e.dtype.kind in "fc":
+        ok = (np.isfinite(a) & np.isfinite(e)) | (a == e) | (np.isnan(a) & np.isnan(e))
+    elif rtol or atol:
+        ok = np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+    elif e.dtype.kind in "fc":
+        ok = (a == e) | (np.isnan(a) & np.isnan(e))
+    else:
+        ok = a == e
+    if np.all(ok):
+        return []
+    idx = tuple(int(i) for i in np.argwhere(~ok)[0])
+    worst = ""
+    if e.dtype.kind in "fiu":
+        with np.errstate(invalid="ignore"):  # inf - inf: the values themselves are shown
+            err = np.abs(a.astype(np.float64) - e.astype(np.float64))[~ok]
+        if np.isfinite(err).any():
+            worst = f", max abs diff {float(np.max(err[np.isfinite(err)])):.3g}"
+    return [Mismatch(name, f"{int((~ok).sum())} of {e.size} values differ, first at {idx}: "
+                           f"{_scalar(a[idx])} vs expected {_scalar(e[idx])}{worst}")]
+
+
+def _scalar(v) -> str:
+    """One element as a user reads it: 0.083480641, not np.float32(0.083480641)."""
+    x = v.item() if hasattr(v, "item") else v
+    return f"{x:.8g}" if isinstance(x, float) else repr(x)
+
+
+def onnx_checker_ok(model: ModelProto) -> str | None:
+    """None if the onnx checker accepts the model, else its first line of complaint."""
+    try:
+        onnx.checker.check_model(model)
+        return None
+    except onnx.checker.ValidationError as e:
+        return str(e).strip().splitlines()[0]
+
+
+@dataclass
+class Verification:
+    status: str  # passed | failed | not possible
+    detail: str = ""
+    runs: int = 0
+    inputs: str = ""  # what the integer and overridable inputs were fed (eqsat.verification.feeds)
+    not_verified: str = ""  # what the comparison did not cover (nodes fed stand-in values)
+    edge_cases: str = ""  # the runs on special values and empty sizes (`_edge_runs`), and those the original refused
+
+    def as_dict(self) -> dict:
+        out = {"status": self.status, "detail": self.detail, "runs": self.runs}
+        if self.inputs:
+            out["inputs"] = self.inputs
+        if self.not_verified:
+            out["not_verified"] = self.not_verified
+        if self.edge_cases:
+            out["edge_cases"] = self.edge_cases
+        return out
+
+
+Runner = Callable[[dict[str, np.ndarray], dict[str, int]], dict[str, object]]
+# Set by eqsat.verification.isolate's child (eqsat.verification.isolate_child): `announce` is told each step before it is
+# taken ("load original", "run optimized", "edge B=0": the edge case that follows), so that a
+# crash can be placed;
+# WIDE_INTEGERS False draws every integer 0 or 1; EDGE_CASES False leaves out the runs of
+# `_edge_runs` (the original crashed onnxruntime on them).
+announce: Callable[[str], None] = lambda step: None  # noqa: E731
+WIDE_INTEGERS = True
+EDGE_CASES = True
+
+
+def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: float | None = None,
+           atol: float | None = None, dims: dict[str, int] | None = None,
+           files: tuple[str | os.PathLike | None, str | os.PathLike | None] = (None, None),
+           random_pairs: dict[str, str] | None = None, isolated: bool = False) -> Verification:
+    """Compare the optimized model with the original under onnxruntime on `runs` sets of
+    random inputs (seeds 0, 1, ...), within rtol/atol (None: `tolerance` of each output's
+    element type), plus one set where the model has floating-point overridable inputs, with
+    other values for those (eqsat.verification.feeds). Integers are drawn by how the model uses them; where
+    the original does not run on those, 0 or 1 as before (the result says which). Symbolic
+    dimensions not in `dims` take the first sizes of `verification_dims` the original runs
+    with. Then the edge cases of `_edge_runs`: zeros and large values among the floats, and
+    each free symbolic dimension at size 0, where the original runs on them. A model onnxruntime cannot run whole (ops of domains it does not know, random ops)
+    runs in stages, with the same stand-in values for those nodes in both models
+    (eqsat.verification.standins; `random_pairs` maps the optimized model's random nodes to the
+    original's); `not_verified` then names them. Not possible (never silently passed) when
+    onnxruntime cannot run the original even so, or the inputs cannot be made up; failed on any
+    difference beyond the tolerance, or when onnxruntime cannot run the optimized model.
+    `files` are where the two models are saved, if they are: onnxruntime reads a file
+    faster than it gets a model serialized again (seconds for a 500 MB model). `isolated`
+    runs it all in a child process (eqsat.verification.isolate), so that a crash of onnxruntime is a
+    failed verification, not the end of the caller."""
+    if isolated:
+        from eqsat.verification.isolate import verify_isolated
+
+        return Verification(**verify_isolated(original, optimized, runs, rtol, atol, dims, files, random_pairs))
+    try:
+        feeds = Feeds(original)
+    except EqsatError as e:
+        return Verification("not possible", str(e))
+    setup = _runners(original, optimized, files, random_pairs)
+    if isinstance(setup, Verification):
+        return setup
+    ref, opt, cut = setup
+    not_verified = ""
+    if cut:
+        listed = ", ".join(f"{k} x{v}" for k, v in sorted(cut.items()))
+        not_verified = (f"the nodes onnxruntime cannot run or that are random ({listed}), fed the same stand-in "
+                        "values in both models: what the models compute around them is verified, not those nodes")
+    vary = feeds.floating_overridable()
+    found = _random_runs(original, feeds, ref, opt, runs, vary, dims, rtol, atol, not_verified)
+    if isinstance(found, Verification):
+        return found
+    sizes, wide, dtypes, varied = found
+    drawn = feeds.describe(sizes, wide, varied)
+    edges = _edge_runs(original, feeds, ref, opt, sizes, wide, dims, runs, rtol, atol) if EDGE_CASES else ""
+    if isinstance(edges, Verification):
+        return dataclasses.replace(edges, runs=runs + (1 if varied else 0), inputs=drawn, not_verified=not_verified)
+    return _passed(runs, rtol, atol, dtypes, sizes, drawn, edges, vary, varied, not_verified)
+
+
+def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, runs: int, vary,
+                 dims: dict[str, int] | None, rtol: float | None, atol: float | None, not_verified: str
+                 ) -> Verification | tuple[dict[str, int] | None, bool, set[str], bool]:
+    """(sizes, wide, float dtypes, varied) after the random runs agree, or the Verification that ends `verify`."""
+    sizes: dict[str, int] | None = None  # the symbolic sizes the original ran with
+    wide = True  # integers drawn by their use (else 0 or 1)
+    dtypes: set[str] = set()
+    varied = False
+    for seed in range(runs + (1 if vary else 0)):
+        other = seed == runs  # the extra run: other values for the overridable inputs
+        if sizes is None:
+            found = _first_that_runs(original, feeds, ref, dims, seed)
+            if isinstance(found, Verification):
+                return dataclasses.replace(found, not_verified=not_verified)
+            sizes, wide, f, expected = found
+        else:
+            try:
+                f = feeds.draw(sizes, seed, wide, other)
+                expected = ref(f, sizes)
+            except Exception:  # noqa: BLE001 - retried with integers 0 or 1
+                if other:
+                    break  # the original does not run with other values for those: said below
+                try:
+                    wide = False
+                    f = feeds.draw(sizes, seed, wide, other)
+                    expected = ref(f, sizes)
+                except Exception as e:  # noqa: BLE001
+                    return Verification("not possible", "onnxruntime cannot run the original on random inputs: "
+                                                        f"{_line(e)}", not_verified=not_verified)
+        varied |= other
+        try:
+            got = opt(f, sizes)
+        except Exception as e:  # noqa: BLE001
+            return Verification("failed", f"onnxruntime cannot run the optimized model: {_line(e)}", seed + 1,
+                                feeds.describe(sizes, wide, varied), not_verified)
+        dtypes |= {v.dtype.name for v in expected.values()
+                   if hasattr(v, "dtype") and v.dtype.name.startswith(("float", "bfloat"))}
+        bad = compare(expected, got, rtol, atol)
+        if bad:
+            drawn = feeds.describe(sizes, wide, other)
+            return Verification("failed", "; ".join(map(str, bad[:3])) + f" (random inputs, seed {seed}"
+                                + _sizes(sizes) + (f"; inputs: {drawn}" if drawn else "") + ")", seed + 1,
+                                drawn, not_verified)
+    return sizes, wide, dtypes, varied
+
+
+def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str], sizes: dict[str, int] | None,
+            drawn: str, edges: str, vary, varied: bool, not_verified: str) -> Verification:
+    """The `passed` Verification of `verify`, its detail saying what was run and what was not verified."""
+    detail = f"{runs} run(s) within {_tolerances(rtol, atol, dtypes)}{_sizes(sizes)}"
+    if drawn:
+        detail += f"; inputs: {drawn}"
+    if edges:
+        detail += f"; also {edges}"
+    if vary and not varied:
+        detail += "; the original does not run with other values for its overridable inputs: only their defaults"
+    if not_verified:
+        detail += f"; not verified: {not_verified}"
+    return Verification("passed", detail, runs + (1 if varied else 0), drawn, not_verified, edges)
+
+
+EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)"}
+SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
+ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
+
+
+def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, sizes: dict[str, int] | None,
+               wide: bool, dims: dict[str, int] | None, seed: int, rtol: float | None, atol: float | None
+               ) -> str | Verification:
+    """Runs on inputs where some rewrites are wrong and the random ones are not: floats with
+    zeros and with large magnitudes (eqsat.verification.feeds: Feeds.with_special_values; no inf or NaN,
+    which onnxruntime's own kernels do not agree on), integer size inputs of 2 and 3 where
+    the random ones are 0 or 1 (Feeds.with_large_sizes: an Expand(x[1], s) taken for x is
+    right for s = [1] only), and each symbolic input dimension the
+    user does not bind at size 0 (an empty batch or sequence: a Reshape's -1 beside a 0 is
+    refused, a rule that reads a size from an element count is wrong). They are compared as
+    any run (NaN where NaN, inf where inf of the same sign), but for the large values, where
+    only the places and kinds of non-finite values must agree (an overflow on one side only
+    is what they look for): a large value cancelling against itself along two paths leaves
+    a result whose rounding error is relative to the large terms, not to it. A case the
+    original does not run on (a Conv over 0 pixels, a mask that must be total = past +
+    sequence) is left out: the original's refusal is not the optimizer's fault. Each costs
+    one run of each model, on empty tensors for the sizes of 0. Returns what was checked and
+    left out, as a clause, or the failed Verification."""
+    sizes = dict(sizes or {})
+    cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
+    if feeds.has_sizes():
+        cases.append((SIZES_LABEL, "sizes", sizes))
+    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
+    cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
+    ran, refused = [], []
+    for label, kind, at in cases:
+        try:
+            f = feeds.draw(at, seed, wide)
+            if kind == "sizes":
+                f = feeds.with_large_sizes(f, seed)
+            elif kind != "empty":
+                f = feeds.with_special_values(f, seed, kind)
+        except EqsatError:
+            refused.append(label)
+            continue
+        announce(f"edge {label}")
+        try:
+            expected = ref(f, at)
+        except Exception:  # noqa: BLE001 - the original does not take these: nothing to compare
+            refused.append(label)
+            continue
+        where = f"{label} (symbolic sizes {_listed(at)})" if kind == "empty" else label
+        try:
+            got = opt(f, at)
+        except Exception as e:  # noqa: BLE001
+            return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
+                                          f"the original: {_line(e)}", edge_cases=where)
+        bad = compare(expected, got, rtol, atol, finite_free=kind == "large")
+        if bad:
+            return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where}; seed {seed})",
+                                edge_cases=where)
+        ran.append(label)
+    out = []
+    if ran:
+        out.append("on " + _edge_list(ran))
+    if refused:
+        out.append("not on " + _edge_list(refused) + " (the original does not run on them)")
+    return "; ".join(out)
+
+
+def _edge_list(labels: list[str]) -> str:
+    sizes = [x for x in labels if x.endswith("=0")]
+    rest = [x for x in labels if not x.endswith("=0")]
+    if sizes:
+        rest.append("symbolic size " + ", ".join(sizes))
+    return ", ".join(rest)
+
+
+def _runners(original: ModelProto, optimized: ModelProto, files, random_pairs
+             ) -> tuple[Runner, Runner, Counter] | Verification:
+    """How to run each model: whole under onnxruntime, or in stages with stand-ins where the
+    original has nodes onnxruntime cannot or must not run (eqsat.verification.standins). Both run as
+    written, with onnxruntime's graph optimizations off: they rewrite the original too (its
+    MatMulScaleFusion makes x * 1e20 * 1e20 one alpha of 1e40, an infinity in float32), and
+    a rewrite of eqsat's that made the same mistake passed against a reference that made it
+    too; with them on for the optimized model alone, a model eqsat left as it was could
+    differ from itself."""
+    from eqsat.verification.standins import CutNodes, StagedRunner, StandInError
+
+    cuts = CutNodes(original)
+    if any(cuts.why(n) for n in original.graph.node):
+        try:
+            ref_runner = StagedRunner(original, optimize=False)
+            opt_runner = StagedRunner(optimized, random_pairs, optimize=False)
+        except StandInError as e:
+            return Verification("not possible", str(e))
+        def ref(f, sizes):
+            announce("run original")
+            return ref_runner.run(f, sizes)
+
+        def opt(f, sizes):
+            announce("run optimized")
+            return opt_runner.run(f, sizes)
+
+        return ref, opt, ref_runner.cut_summary()
+    try:
+        announce("load original")
+        ref_sess = session(files[0] or original, optimize=False)
+    except Exception as e:  # noqa: BLE001 - an op onnxruntime lacks, ...
+        return Verification("not possible", f"onnxruntime cannot run the original: {_line(e)}")
+    try:
+        announce("load optimized")
+        opt_sess = session(files[1] or optimized, optimize=False)
+    except Exception as e:  # noqa: BLE001
+        return Verification("failed", f"onnxruntime cannot run the optimized model: {_line(e)}")
+    names = [o.name for o in ref_sess.get_outputs()]
+
+    def run_ref(f, sizes):
+        announce("run original")
+        return dict(zip(names, ref_sess.run(names, f), strict=True))
+
+    def run_opt(f, sizes):
+        announce("run optimized")
+        return dict(zip(names, opt_sess.run(names, f), strict=True))
+
+    return run_ref, run_opt, Counter()
+
+
+def _first_that_runs(original: ModelProto, feeds: Feeds, ref: Runner, dims: dict[str, int] | None, seed: int):
+    """(sizes, wide, feeds, outputs) of the first sizes of `verification_dims` and the first
+    way of drawing integers (by use, then 0 or 1) the original runs with; else a Verification
+    saying it is not possible."""
+    first = None
+    tried = verification_dims(original, dims)
+    for attempt in tried:
+        for wide in (True, False) if feeds.roles and WIDE_INTEGERS else (False,):
+            try:
+                f = feeds.draw(attempt, seed, wide)
+            except EqsatError as e:
+                return Verification("not possible", str(e))
+            try:
+                return attempt, wide, f, ref(f, attempt)
+            except Exception as e:  # noqa: BLE001 - e.g. random ids out of a table's range, a size too small
+                first = first or e
+    shown = "; ".join(_listed(t) for t in tried[:TRIES_SHOWN])
+    if len(tried) > TRIES_SHOWN:
+        shown += f"; and {len(tried) - TRIES_SHOWN} more"
+    hint = (f" (symbolic sizes tried: {shown}; pass --dim NAME=SIZE "
+            "for the sizes the model needs)") if tried != [dict(dims or {})] else ""
+    return Verification("not possible", f"onnxruntime cannot run the original on random inputs: {_line(first)}{hint}")
+
+
+TRIES_SHOWN = 4  # sizes a "not possible" message lists
+PRIMES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
+
+
+def symbolic_input_dims(model: ModelProto) -> list[str]:
+    """The names of the symbolic dimensions of the graph's inputs, in order of appearance."""
+    return list(dict.fromkeys(d.dim_param for vi in model.graph.input for d in vi.type.tensor_type.shape.dim
+                              if d.dim_param))
+
+
+def verification_dims(model: ModelProto, dims: dict[str, int] | None = None) -> list[dict[str, int]]:
+    """Sizes to try, in order, for the symbolic dimensions of the model's inputs that `dims`
+    does not bind: first a different small size for each (2, 3, 5, ... in order of
+    appearance, so that a rewrite confusing batch with sequence shows), then 2 for all, then
+    the first sizes with one dimension the sum of two others (`related_sizes`: a decoder
+    with a KV cache needs total = past + sequence), then the first sizes 16 and 128 times
+    larger for every dimension but a batch (an audio model's sample count or a vision
+    model's height may need hundreds)."""
+    dims = dict(dims or {})
+    every = symbolic_input_dims(model)
+    names = [n for n in every if n not in dims]
+    if not names:
+        return [dims]
+    small = {n: PRIMES[i % len(PRIMES)] for i, n in enumerate(names)}
+    both = {n: dims[n] if n in dims else small[n] for n in every}
+    out = [small, dict.fromkeys(names, 2), *related_sizes(both, names)]
+    for k in (16, 128):
+        out.append({n: v if "batch" in n.lower() else v * k for n, v in small.items()})
+    tries: list[dict[str, int]] = []
+    for d in out:
+        if {**d, **dims} not in tries:
+            tries.append({**d, **dims})
+    return tries
+
+
+RELATED_MAX = 6  # related_sizes looks for sums among at most this many dimensions
+
+
+def related_sizes(sizes: dict[str, int], free: list[str]) -> list[dict[str, int]]:
+    """`sizes` with one dimension c of `free` (those the user did not bind) set to the sum
+    of two others a and b (bound or not), then to their difference a - b where that is
+    positive, for every such choice among the dimensions that are not a batch, in order of
+    appearance. A decoder's step with a KV cache takes past keys [batch, heads, past, d],
+    new tokens [batch, sequence] and an attention mask [batch, total], and runs only where
+    total = past + sequence; no choice of independent sizes satisfies that, and where the
+    user binds total (and past or sequence), the other is a difference. With more than
+    RELATED_MAX such dimensions none is tried (pass --dim)."""
+    names = [n for n in sizes if "batch" not in n.lower()]
+    if len(names) < 3 or len(names) > RELATED_MAX:
+        return []
+    sums, differences = [], []
+    for c in (n for n in names if n in free):
+        rest = [n for n in names if n != c]
+        for i, a in enumerate(rest):
+            for b in rest[i + 1:]:
+                sums.append({**sizes, c: sizes[a] + sizes[b]})
+                if sizes[a] != sizes[b]:
+                    differences.append({**sizes, c: abs(sizes[a] - sizes[b])})
+    return sums + differences
+
+
+def _listed(sizes: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def _sizes(sizes: dict[str, int] | None) -> str:
+    return f"; symbolic sizes {_listed(sizes)}" if sizes else ""
+
+
+def _tolerances(rtol: float | None, atol: float | None, dtypes: set[str]) -> str:
+    """The tolerance a verification used, per output element type where it was the default."""
+    parts = []
+    for dt in sorted(dtypes) or ["float32"]:
+        r, t = tolerance(dt)
+        r, t = r if rtol is None else rtol, t if atol is None else atol
+        parts.append((dt, f"rtol {r:g}, atol {t:g}" + (" x the output's scale below 1" if atol is None else "")))
+    if len({p for _, p in parts}) == 1:
+        return parts[0][1]
+    return "; ".join(f"{p} ({dt})" for dt, p in parts)
+
+
+def _line(e: Exception) -> str:
+    s = " ".join(str(e).split())
+    return s[:240]

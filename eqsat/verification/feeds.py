@@ -1,0 +1,368 @@
+"""Random inputs for running a model: what verification feeds the original and the
+optimized model.
+
+Contract of `Feeds.draw(sizes, seed, wide)`:
+- floating-point inputs: standard normal values; booleans: fair coin flips; strings: "a";
+- with `wide`, integers are drawn by how the model uses them (`Feeds.roles`), so that an
+  unsound integer rewrite shows while every input stays valid:
+  - an index (Gather's, GatherElements', ScatterND's, OneHot's, an embedding's ids, possibly
+    through Cast/Reshape/Unsqueeze/...) stays within its table: [-n, n) for Gather, [0, n)
+    for the others, n the indexed axis's size where it is known, else [0, 2);
+  - a mask (a name holding "mask", or an attention op's mask input) is 0 or 1;
+  - a size (it reaches a Reshape target, Slice bound, axes, repeats, pads, ... through
+    integer arithmetic) is 0 or 1 as before, or its default where it has one;
+  - a divisor (Div's or Mod's second input) is in [-9, 9] without 0;
+  - any other integer is in [-9, 9] (unsigned: [0, 9]);
+- without `wide`, every integer is 0 or 1 (what a model that takes ids, sizes and masks
+  alike always accepts);
+- an overridable input (eqsat.core.initializers) gets its default value; `vary_overridable`
+  scales each floating-point default elementwise by a factor in [0.5, 1.5] (signs, and so
+  a variance's positivity, are kept).
+`with_special_values` puts zeros or large magnitudes among the floats drawn;
+`with_large_sizes` makes every size 2 or 3 (a rewrite right for sizes 0 and 1 only, such as
+an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1).
+`describe()` says what was drawn, for the verification report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from onnx import ModelProto, TensorProto, numpy_helper
+
+from eqsat.core.initializers import overridable_inputs
+from eqsat.core.shapes import type_of
+from eqsat.errors import EqsatError
+from eqsat.io import external
+from eqsat.lang.dtypes import np_dtype
+
+GENERAL = (-9, 10)  # integers drawn in [-9, 9]
+LARGE_SIZES_MAX = 8  # elements of a size input that Feeds.with_large_sizes sets to 2 or 3 (a shape of rank 8)
+
+# (domain, op type) -> {input position: how the indexed axis is found}: "axis" reads the
+# node's axis attribute on input 0, an int names that input's first axis, "min" the smallest
+# axis of input 0 (GatherND's leading dims)
+INDEX_USES: dict[tuple[str, str], dict[int, object]] = {
+    ("", "Gather"): {1: "axis"},
+    ("", "GatherElements"): {1: "axis"},
+    ("", "GatherND"): {1: "min"},
+    ("", "ScatterElements"): {1: "axis"},
+    ("", "Scatter"): {1: "axis"},
+    ("", "ScatterND"): {1: "min"},
+    ("", "OneHot"): {0: None},
+    ("com.microsoft", "EmbedLayerNormalization"): {0: 2, 1: 3},
+    ("com.microsoft", "GatherBlockQuantized"): {1: "axis"},
+}
+MASK_USES: dict[tuple[str, str], set[int]] = {
+    ("com.microsoft", "Attention"): {3},
+    ("com.microsoft", "MultiHeadAttention"): {4},
+    ("com.microsoft", "EmbedLayerNormalization"): {7},
+    ("", "Attention"): {3},
+}
+SIZE_USES: dict[str, set[int]] = {
+    "Reshape": {1}, "Expand": {1}, "Tile": {1}, "ConstantOfShape": {0}, "Slice": {1, 2, 3, 4},
+    "Pad": {1, 3}, "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1}, "TopK": {1}, "Range": {0, 1, 2},
+    "Resize": {2, 3}, "Upsample": {1}, "OneHot": {1}, "CumSum": {1}, "Trilu": {1}, "CenterCropPad": {1},
+    "NonMaxSuppression": {2}, "ReduceSum": {1}, "ReduceMean": {1}, "ReduceMax": {1}, "ReduceMin": {1},
+    "ReduceProd": {1}, "ReduceSumSquare": {1}, "ReduceL1": {1}, "ReduceL2": {1}, "ReduceLogSum": {1},
+    "ReduceLogSumExp": {1}, "SplitToSequence": {1}, "RoiAlign": {2}, "Compress": {1},
+    "Loop": {0}, "ScatterND": {1}, "GatherND": {1}, "Mod": set(),
+}
+DIVISOR_USES = {"Div": {1}, "Mod": {1}}
+# ops whose output keeps the integer type of input 0 (or all inputs): an index or size may
+# pass through them; `through` lists the positions that carry the value
+THROUGH = {"Cast": {0}, "Identity": {0}, "Reshape": {0}, "Unsqueeze": {0}, "Squeeze": {0}, "Flatten": {0},
+           "Expand": {0}, "Transpose": {0}}
+INT_ARITH = {"Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Concat", "Gather", "Slice", "Max", "Min",
+             "Sum", "Tile", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "CumSum", "Where"}
+INT_CODES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8,
+             TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
+
+
+@dataclass(frozen=True)
+class Table:
+    """What an index indexes: the value, its axis ("min": the smallest of its axes), and
+    whether negative indices are allowed (Gather's)."""
+
+    value: str | None  # None: not known (OneHot's depth is computed)
+    axis: int | str = 0
+    signed: bool = False
+
+
+@dataclass(frozen=True)
+class Role:
+    kind: str  # general | index | mask | size | divisor
+    tables: tuple[Table, ...] = ()  # for an index
+
+
+class Feeds:
+    def __init__(self, model: ModelProto) -> None:
+        g = model.graph
+        self.model = model
+        self.free = overridable_inputs(model)
+        self.defaults = {t.name: t for t in g.initializer if t.name in self.free}
+        self.specs: dict[str, tuple[list[int | str | None], int]] = {}
+        for vi in g.input:
+            if vi.name in {t.name for t in g.initializer} and vi.name not in self.free:
+                continue
+            t = type_of(vi.type)
+            if t is None or not t.elem:
+                raise EqsatError(f"input '{vi.name}' is not a tensor of known element type")
+            self.specs[vi.name] = (list(t.dims or ()), t.elem)
+        self.consumers: dict[str, list[tuple[object, int]]] = {}
+        for n in g.node:
+            for k, name in enumerate(n.input):
+                if name:
+                    self.consumers.setdefault(name, []).append((n, k))
+        self.shapes = self._known_shapes()
+        self.roles = {name: self._role(name) for name, (_, elem) in self.specs.items()
+                      if elem in INT_CODES and name not in self.free}
+
+    # ---- how inputs are used
+    def _known_shapes(self) -> dict[str, list[int | str | None]]:
+        g = self.model.graph
+        out: dict[str, list[int | str | None]] = {}
+        for vi in [*g.input, *g.value_info, *g.output]:
+            t = type_of(vi.type)
+            if t is not None and t.dims is not None:
+                out[vi.name] = list(t.dims)
+        for t in g.initializer:
+            out.setdefault(t.name, [int(d) for d in t.dims])
+        for n in g.node:  # a table may be a Constant node's
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output and n.attribute \
+                    and n.attribute[0].name == "value":
+                out.setdefault(n.output[0], [int(d) for d in n.attribute[0].t.dims])
+        return out
+
+    def _role(self, name: str) -> Role:
+        if self._reaches_size(name):
+            return Role("size")
+        index = self._index_use(name)
+        if index is not None:
+            return index
+        if "mask" in name.lower() or self._mask_use(name):
+            return Role("mask")
+        if any(n.op_type in DIVISOR_USES and k in DIVISOR_USES[n.op_type] and n.domain in ("", "ai.onnx")
+               for n, k in self._carried(name)):
+            return Role("divisor")
+        return Role("general")
+
+    def _carried(self, name: str, depth: int = 6) -> list[tuple[object, int]]:
+        """The (node, input position) pairs that read `name`'s values, directly or through
+        ops that only move them (THROUGH)."""
+        out, queue, seen = [], deque([(name, 0)]), {name}
+        while queue:
+            value, d = queue.popleft()
+            for n, k in self.consumers.get(value, ()):
+                out.append((n, k))
+                if d < depth and n.domain in ("", "ai.onnx") and k in THROUGH.get(n.op_type, ()):
+                    for o in n.output:
+                        if o and o not in seen:
+                            seen.add(o)
+                            queue.append((o, d + 1))
+        return out
+
+    def _reaches_size(self, name: str, depth: int = 8) -> bool:
+        queue, seen = deque([(name, 0)]), {name}
+        while queue:
+            value, d = queue.popleft()
+            for n, k in self.consumers.get(value, ()):
+                if n.domain not in ("", "ai.onnx"):
+                    continue
+                if k in SIZE_USES.get(n.op_type, ()):
+                    return True
+                passes = k in THROUGH.get(n.op_type, ()) or n.op_type in INT_ARITH
+                if passes and d < depth:
+                    for o in n.output[:1]:
+                        if o and o not in seen:
+                            seen.add(o)
+                            queue.append((o, d + 1))
+        return False
+
+    def _index_use(self, name: str) -> Role | None:
+        tables: list[Table] = []
+        for n, k in self._carried(name):
+            uses = INDEX_USES.get(("" if n.domain == "ai.onnx" else n.domain, n.op_type))
+            if not uses or k not in uses:
+                continue
+            how = uses[k]
+            axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+            if how == "axis":
+                tables.append(Table(n.input[0], axis, n.op_type == "Gather"))
+            elif how == "min":
+                tables.append(Table(n.input[0], "min"))
+            elif isinstance(how, int) and len(n.input) > how and n.input[how]:
+                tables.append(Table(n.input[how], 0))
+            else:
+                tables.append(Table(None))
+        return Role("index", tuple(tables)) if tables else None
+
+    def _mask_use(self, name: str) -> bool:
+        for n, k in self._carried(name):
+            if k in MASK_USES.get(("" if n.domain == "ai.onnx" else n.domain, n.op_type), ()):
+                return True
+        return False
+
+    # ---- drawing
+    def _dims(self, dims: list[int | str | None], sizes: dict[str, int]) -> list[int]:
+        return [d if isinstance(d, int) else sizes.get(d, 2) if isinstance(d, str) else 2 for d in dims]
+
+    def _index_range(self, role: Role, sizes: dict[str, int]) -> tuple[int, int] | None:
+        """[lo, hi) for an index: within the smallest table it indexes; None where a table's
+        size is not known."""
+        ns = []
+        for t in role.tables:
+            dims = self.shapes.get(t.value) if t.value is not None else None
+            if dims is None:
+                return None
+            dims = self._dims(dims, sizes)
+            if t.axis == "min":
+                ns.append(min(dims) if dims else 0)
+                continue
+            axis = t.axis + len(dims) if t.axis < 0 else t.axis
+            if not 0 <= axis < len(dims):
+                return None
+            ns.append(dims[axis])
+        n = min(ns)
+        if n <= 0:
+            return None
+        return (-n if all(t.signed for t in role.tables) else 0), n
+
+    def draw(self, sizes: dict[str, int] | None = None, seed: int = 0, wide: bool = True,
+             vary_overridable: bool = False) -> dict[str, np.ndarray]:
+        sizes = sizes or {}
+        shapes = {name: (self._dims(dims, sizes), np_dtype(elem)) for name, (dims, elem) in self.specs.items()
+                  if name not in self.free}
+        need = sum(int(np.prod(shape, dtype=object)) * (8 + dt.itemsize) for shape, dt in shapes.values())
+        if need > _memory() // 2:
+            at = f"at these sizes ({', '.join(f'{k}={v}' for k, v in sizes.items())})" if sizes else "of these shapes"
+            raise EqsatError(f"making random inputs {at} takes {need / (1 << 30):,.1f} GiB, more than half of "
+                             "this machine's memory" + (": give smaller --dim values to verify" if sizes else ""))
+        rng = np.random.default_rng(seed)
+        feeds: dict[str, np.ndarray] = {}
+        for name in self.specs:
+            if name in self.free:
+                t = self.defaults[name]
+                value = external.read(t) if external.is_external(t) else numpy_helper.to_array(t)
+                if vary_overridable and np.issubdtype(value.dtype, np.floating):
+                    value = (value * rng.uniform(0.5, 1.5, value.shape)).astype(value.dtype)
+                feeds[name] = value
+                continue
+            shape, dt = shapes[name]
+            if dt == np.bool_:
+                feeds[name] = np.asarray(rng.random(shape) < 0.5)
+            elif np.issubdtype(dt, np.integer):
+                feeds[name] = self._integers(name, shape, dt, rng, sizes, wide)
+            elif np.issubdtype(dt, np.floating):
+                feeds[name] = rng.standard_normal(shape).astype(dt)
+            elif dt == np.object_:
+                feeds[name] = np.array(["a"] * int(np.prod(shape)), dtype=object).reshape(shape)
+            else:
+                feeds[name] = rng.standard_normal(shape).astype(dt)
+        return feeds
+
+    def _integers(self, name: str, shape: list[int], dt: np.dtype, rng, sizes: dict[str, int],
+                  wide: bool) -> np.ndarray:
+        role = self.roles.get(name, Role("general"))
+        unsigned = np.issubdtype(dt, np.unsignedinteger)
+        if not wide or role.kind in ("size", "mask"):
+            return rng.integers(0, 2, size=shape).astype(dt)
+        if role.kind == "index":
+            lo, hi = self._index_range(role, sizes) or (0, 2)
+            return rng.integers(0 if unsigned else lo, hi, size=shape).astype(dt)
+        lo = 0 if unsigned else GENERAL[0]
+        out = rng.integers(lo, GENERAL[1], size=shape)
+        if role.kind == "divisor":
+            out[out == 0] = 1
+        return out.astype(dt)
+
+    def with_special_values(self, feeds: dict[str, np.ndarray], seed: int, kind: str) -> dict[str, np.ndarray]:
+        """`feeds` with special values among the floating-point inputs (not the overridable
+        ones: those are weights), for rewrites that are wrong only on such values:
+        - "zeros": a quarter of the elements 0;
+        - "large": one element +LARGE and one -LARGE, LARGE the type's largest value to the
+          power 0.4 (about 2e15 in float32: its square, and a sum of a thousand squares, stay
+          finite; its product by 1e30 does not); none in float16 or bfloat16 (LARGE would be
+          below 100);
+        The large values go to random positions, one of each, so that they seldom cancel
+        against each other. No inf or NaN: onnxruntime's own kernels disagree on NaN (its NCHW
+        and channel-blocked MaxPool skip or keep a NaN in a window by position, giving other
+        finite maxima), and an inf becomes NaN in the first product with weights of both signs,
+        so no rewrite that changes a kernel could keep what they give (README: what the
+        rewrites do not keep)."""
+        rng = np.random.default_rng(seed)
+        out = {}
+        for name, v in feeds.items():
+            if name in self.free or not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.size == 0:
+                out[name] = v
+                continue
+            v = v.copy()
+            flat = v.reshape(-1)
+            picks: list[float] = []
+            if kind == "zeros":
+                flat[rng.random(flat.size) < 0.25] = 0
+            elif kind == "large" and v.dtype.itemsize >= 4:
+                big = float(np.finfo(v.dtype).max) ** 0.4
+                picks = [big, -big]
+            for pos, val in zip(rng.permutation(flat.size)[:len(picks)], picks, strict=False):
+                flat[pos] = val
+            out[name] = v
+        return out
+
+    def has_sizes(self) -> bool:
+        """Whether an integer input is a size (`with_large_sizes` may change something)."""
+        return any(role.kind == "size" for role in self.roles.values())
+
+    def with_large_sizes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+        """`feeds` with every size input (role "size", not overridable) drawn from {2, 3}
+        instead of {0, 1}: an Expand, Tile, Slice or Reshape that a rule took for a no-op by a
+        shape it assumed computes as much as the original only for sizes it can hold. Sizes
+        the original does not run with (a Reshape target that does not fit, an axis beyond the
+        rank) are the caller's to leave out. An input of more than LARGE_SIZES_MAX elements
+        keeps its draw: as a ConstantOfShape's or Expand's shape, 2 or 3 at each of 64 axes
+        would ask for 2^64 elements."""
+        rng = np.random.default_rng(seed)
+        out = dict(feeds)
+        for name, role in self.roles.items():
+            v = feeds.get(name)
+            if role.kind == "size" and isinstance(v, np.ndarray) and v.size <= LARGE_SIZES_MAX:
+                out[name] = rng.integers(2, 4, size=v.shape).astype(v.dtype)
+        return out
+
+    def describe(self, sizes: dict[str, int] | None = None, wide: bool = True,
+                 vary_overridable: bool = False) -> str:
+        """What `draw` feeds the integer and overridable inputs, as one clause."""
+        parts = []
+        for name, role in self.roles.items():
+            if not wide:
+                parts.append(f"{name} 0 or 1")
+                continue
+            if role.kind == "index":
+                lo, hi = self._index_range(role, sizes or {}) or (0, 2)
+                parts.append(f"{name} an index in [{lo}, {hi})")
+            else:
+                parts.append(f"{name} " + {"general": "in [-9, 9]", "mask": "a mask, 0 or 1",
+                                           "size": "a size, 0 or 1", "divisor": "in [-9, 9] but 0"}[role.kind])
+        for name in self.free:
+            if name in self.specs:
+                floating = self.defaults[name].data_type in _FLOAT_CODES
+                parts.append(f"{name} its default" + (" and scaled by [0.5, 1.5]" if floating and vary_overridable
+                                                       else ""))
+        return "; ".join(parts)
+
+    def floating_overridable(self) -> bool:
+        return any(self.defaults[n].data_type in _FLOAT_CODES for n in self.free if n in self.specs)
+
+
+_FLOAT_CODES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+def _memory() -> int:
+    """Bytes of physical memory (a large number where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 50
