@@ -69,12 +69,12 @@ def __dir__() -> list[str]:
 
 
 class _CallablePackage(types.ModuleType):
-    """`eqsat.plan(model, dims=...)` is eqsat.api.plan: the package is the public function's
+    """`eqsat.plan(model, dims=...)` is eqsat.plan.entry.plan: the package is the public function's
     name too (a function named `plan` in eqsat would be replaced by this package whenever one
     of its submodules is imported)."""
 
     def __call__(self, model, *, dims=None, alignment: int = 64):
-        from eqsat.api import plan
+        from eqsat.plan.entry import plan
 
         return plan(model, dims=dims, alignment=alignment)
 
