@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(frozen=True)
 class Limits:
     """Bounds that are always in force. Defaults suit models up to ~100k nodes."""
 

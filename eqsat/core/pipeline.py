@@ -18,18 +18,15 @@ from pathlib import Path
 from onnx import ModelProto
 
 from eqsat.backends.ort.target import (
-    effective_layout,
     forbidden_constructors,
     foreign_block_warning,
     hardware_facts,
-    hardware_profile,
     opset_facts,
-    profile_id,
 )
 from eqsat.core.decode import Decoder
 from eqsat.core.encode import Encoder
 from eqsat.core.modelcheck import check_model
-from eqsat.core.saturate import Limits, Saturator
+from eqsat.core.saturate import Saturator
 from eqsat.core.serialize import serialize
 from eqsat.core.shapes import DimTable, contradicted_declarations, infer_types
 from eqsat.core.store import ProtoStore, TensorStore
@@ -40,7 +37,6 @@ from eqsat.extract import (
     EGraph,
     Extraction,
     ExtractionError,
-    PluginError,
     check,
     choice_file,
     dag_cost,
@@ -48,14 +44,14 @@ from eqsat.extract import (
     get_extractor,
     tree_cost,
 )
-from eqsat.extract.costs import DEFAULT as COST_MODEL_DEFAULT
-from eqsat.extract.costs import CostModel, HardwareProfileError, Roofline, make_cost_model
+from eqsat.extract.costs import CostModel, Roofline
 from eqsat.extract.work import chosen_nodes, input_nodes, work
 from eqsat.io.atomic import write_text
 from eqsat.lang.ops import spec_for
 from eqsat.oracle import Oracle
+from eqsat.settings import FOLD_LIMIT, Options, Settings, check_extractor, resolve
 
-FOLD_LIMIT = 1 << 20  # bytes: larger folded constants only where no larger than their inputs
+__all__ = ["FOLD_LIMIT", "Options", "Result", "Saturated", "Settings", "cost_model", "optimize", "saturate"]
 
 
 @contextmanager
@@ -72,24 +68,6 @@ def gc_paused():
     finally:
         if was:
             gc.enable()
-
-
-@dataclass
-class Options:
-    rule_files: list[Path] = field(default_factory=list)
-    default_rules: bool = True
-    limits: Limits = field(default_factory=Limits)
-    extractor: str = "ilp"
-    extract_time_limit: float = 60.0  # seconds; the ILP falls back to the greedy answer past it
-    cost_model: str = COST_MODEL_DEFAULT
-    target: str = "ort"
-    hardware: str = "cpu"  # profile for the roofline cost model
-    dims: dict[str, int] = field(default_factory=dict)  # sizes of symbolic dimensions, by name
-    fold_limit: int = FOLD_LIMIT
-    save_egraph: Path | None = None
-    explain: bool = False  # instrumented rules; the report gets an `explain` section (eqsat.core.explain)
-    layout: str = "nchwc"  # also onnxruntime's channel-blocked CPU layout where it has it; nchw: not (eqsat.backends.ort.target)
-    choice: Path | None = None  # a choice file (extract/choice_file.py) decoded instead of extracting
 
 
 @dataclass
@@ -111,7 +89,7 @@ class Saturated:
     and decode as often as wanted (compare-costs extracts with every cost model)."""
 
     model: ModelProto
-    opts: Options
+    settings: Settings
     data: dict  # egraph-serialize JSON with eqsat's metadata
     egraph: EGraph
     tensors: TensorStore
@@ -126,8 +104,8 @@ class Saturated:
     contradicted: set[str] = field(default_factory=set)  # values whose declared type inference contradicts
 
     def extract(self, cost: CostModel | None = None, extractor: str | None = None) -> Extraction:
-        cost = cost or cost_model(self.opts)
-        return run_extractor(self.egraph, extractor or self.opts.extractor, cost, self.opts.extract_time_limit)
+        s = self.settings
+        return run_extractor(self.egraph, extractor or s.extractor, cost or s.cost, s.extract_time_limit)
 
     def choose(self, picked: tuple[dict[str, str], dict], path: Path, cost: CostModel) -> Extraction:
         """The choice a file held (`choice_file.read`), as an extraction (`file_choice`)."""
@@ -171,13 +149,7 @@ class UnpricedChoice(OptimizeError):
         self.reason = reason
 
 
-def extractor_type(name: str) -> type:
-    """The extractor class of that name (registered or an installed plugin's); a name there
-    is none of, or a broken plugin, is a UsageError."""
-    try:
-        return extractor_class(name)
-    except (KeyError, PluginError) as e:
-        raise UsageError(str(e).strip("'\"")) from None
+extractor_type = check_extractor  # the name the pipeline's callers know
 
 
 def run_extractor(egraph: EGraph, name: str, cost: CostModel, time_limit: float | None = None) -> Extraction:
@@ -208,157 +180,181 @@ def read_choice(path: Path) -> tuple[dict[str, str], dict]:
         raise UsageError(str(e)) from None
 
 
-def cost_model(opts: Options) -> CostModel:
-    try:
-        return make_cost_model(opts.cost_model, hardware_profile(opts.hardware), opts.dims)
-    except (FileNotFoundError, KeyError, HardwareProfileError, PluginError) as e:
-        raise UsageError(str(e).strip("'\"")) from None
+def cost_model(opts: Options | Settings) -> CostModel:
+    """The cost model `opts` name, on the profile they resolve to (eqsat.settings.resolve)."""
+    return resolve(opts).cost
 
 
-def check_options(opts: Options) -> None:
-    """Raise UsageError for an unknown extractor, cost model or hardware profile: what
-    needs no model, checked before one is read or saturated."""
-    extractor_type(opts.extractor)
-    cost_model(opts)
+def check_options(opts: Options | Settings) -> Settings:
+    """`opts` resolved (eqsat.settings.resolve): an unknown extractor, cost model, target or
+    hardware profile is a UsageError, raised before a model is read or saturated."""
+    return resolve(opts)
+
+
+class _Clock:
+    """Each phase's seconds (the report's times_s) and the warnings met on the way."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+        self.warnings: list[str] = []
+
+    def phase(self, name: str, t0: float) -> None:
+        self.times[name] = round(time.perf_counter() - t0, 4)
 
 
 @gc_paused()
-def saturate(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None,
+def saturate(model: ModelProto, opts: Options | Settings, progress: Callable[[str], None] | None = None,
              measure: bool = False) -> Saturated:
     """Encode, saturate (rules and oracles), serialize; `measure` also times every op
     configuration for the measured cost model (always when that is the chosen model)."""
+    s = resolve(opts)
     say = progress or (lambda _msg: None)
-    times: dict[str, float] = {}
-    warnings: list[str] = []
-
-    def phase(name: str, t0: float) -> None:
-        times[name] = round(time.perf_counter() - t0, 4)
-
+    clock = _Clock()
     check_environment()
     check_model(model)
-    check_options(opts)
-    hardware = hardware_profile(opts.hardware)
-    if hardware != opts.hardware:
-        say(f"hardware profile {hardware} for {opts.hardware} on this machine")
-    layout = effective_layout(opts.target, opts.layout)  # nchw where nchwc has no kernels or target
-    if w := foreign_block_warning(hardware, layout):
-        warnings.append(w)
-
-    t0 = time.perf_counter()
-    types, warning = infer_types(model)
-    if warning:
-        warnings.append(warning)
-    phase("shape_inference", t0)
-
-    t0 = time.perf_counter()
-    sat = Saturator(opts.rule_files, opts.default_rules, explain=opts.explain)
-    phase("load_rules", t0)
-    say(f"inferred shapes in {times['shape_inference']:.2f} s, loaded the rules in {times['load_rules']:.2f} s")
-
-    t0 = time.perf_counter()
-    tensors, protos, dims = TensorStore(), ProtoStore(), DimTable()
-    try:
-        enc = Encoder(model, types, tensors, protos, dims).encode()
-        sat.run_batch(enc.commands + opset_facts(model, opts.target, opts.layout)
-                      + hardware_facts(hardware))
-    except BaseException:
-        sat.close()
-        raise
-    phase("encode", t0)
-    say(f"encoded {enc.n_nodes} nodes ({sum(enc.opaque.values())} typed ops carried opaque) in {times['encode']:.2f} s")
-
+    if s.profile != s.hardware:
+        say(f"hardware profile {s.profile} for {s.hardware} on this machine")
+    if w := foreign_block_warning(s.profile, s.effective_layout):  # nchw where nchwc has no kernels or target
+        clock.warnings.append(w)
+    types, sat, enc, stores = _encode(model, s, clock, say)
     roots = [enc.value_id[o] for o in enc.outputs]
-    forbidden = forbidden_constructors(model, opts.target)
-
+    forbidden = forbidden_constructors(model, s.target)
     rows: list = []
     last: list[dict] = []  # the oracle's latest snapshot
 
     def snapshot() -> dict:
         data = serialize(sat.eg, roots, enc.outputs, list(sat.declared.constructors), sat.declared.functions,
-                         dims, protos, forbidden)
-        if opts.explain:
+                         stores[2], stores[1], forbidden)
+        if s.explain:
             from eqsat.core.explain import split_rows
 
             rows[:] = split_rows(data)
         last[:] = [data]
         return data
 
-    oracle = Oracle(model, tensors, protos, dims, snapshot, opts.fold_limit)
+    oracle = Oracle(model, stores[0], stores[1], stores[2], snapshot, s.fold_limit)
     try:
-        sat_report = sat.saturate(opts.limits, hooks=[oracle] if opts.default_rules else [], progress=say)
-        times["saturate"] = round(sat_report.time_s, 4)
+        sat_report = sat.saturate(s.limits, hooks=[oracle] if s.default_rules else [], progress=say)
+        clock.times["saturate"] = round(sat_report.time_s, 4)
         say(f"saturation stopped: {sat_report.stop_reason} after {sat_report.iterations} rounds, "
             f"{sat_report.enodes} e-nodes, {sat_report.time_s:.2f} s")
         t0 = time.perf_counter()
         # saturated: the last round's rules changed nothing and the oracle, which ran after them
         # on the e-graph as it now is, added nothing: its snapshot is the final e-graph
         data = last[0] if sat_report.stop_reason == "saturated" and last else snapshot()
-        phase("serialize", t0)
+        clock.phase("serialize", t0)
     finally:
         sat.close()
-    if measure or opts.cost_model == "measured":
-        from eqsat.backends.ort.measure import Measurer
-
-        t0 = time.perf_counter()
-        measurer = Measurer(model, tensors, protos, opts.dims)
-        measurer.annotate(data)
-        phase("measure", t0)
-        say(f"measured {measurer.timed} new op configurations in {times['measure']:.1f} s")
-    # what produced this e-graph (its facts depend on the profile, its ops on target and
-    # layout): a saved e-graph's reader extracts with the same profile (docs/extraction.md)
-    data["eqsat"]["settings"] = {
-        "hardware": profile_id(hardware), "target": opts.target, "layout": layout,
-        "default_rules": opts.default_rules, "rules": [str(f) for f in opts.rule_files], "dims": dict(opts.dims),
-        "fold_limit": opts.fold_limit, "explain": opts.explain, "iter_limit": opts.limits.iter_limit,
-        "node_limit": opts.limits.node_limit, "time_limit": opts.limits.time_limit,
-        "stop_reason": sat_report.stop_reason}  # a time limit's stop is not reproducible
-    value_class = data["eqsat"]["value_class"]
-    egraph = EGraph.from_json(data, trusted=True)  # serialized here, not read from a file
-    # the input program, one e-node per input node: its work bounds the extraction's (extract/work.py)
-    picked = input_nodes(egraph, _input_nodes(model, enc, value_class))
-    data["eqsat"]["input_nodes"] = egraph.meta["input_nodes"] = [n for n in picked if n is not None]
-    # only a whole input program bounds extraction (a node left unmatched would lower the bound)
-    data["eqsat"]["input_complete"] = egraph.meta["input_complete"] = all(n is not None for n in picked)
-    if opts.save_egraph:
-        write_text(opts.save_egraph, json.dumps(data))
-
-    value_names: dict[str, list[str]] = {}
-    for name, vid in enc.value_id.items():
-        c = value_class.get(str(vid))
-        if c is not None:
-            value_names.setdefault(c, []).append(name)
+    if measure or s.cost_model == "measured":
+        _measure(model, data, stores, s, clock, say)
+    egraph = _egraph(model, enc, data, s, sat_report.stop_reason)
     report = {
         "nodes_before": len(model.graph.node),
         "opaque": dict(enc.opaque.most_common()),
-        "target": opts.target,
-        "hardware": profile_id(hardware),  # the profile used: its rules' guards and the cost model's rates
-        "layout": layout,
+        "target": s.target,
+        "hardware": s.profile_id,  # the profile used: its rules' guards and the cost model's rates
+        "layout": s.effective_layout,
         "oracle": oracle.report(),
-        "saturation": {
-            "stop_reason": sat_report.stop_reason,
-            "stop_detail": sat_report.stop_detail,
-            "iterations": sat_report.iterations,
-            "enodes_before": sat_report.enodes_before,
-            "enodes": sat_report.enodes,
-            "eclasses": len(egraph.classes),
-            "rule_matches": dict(sat_report.rule_matches.most_common()),
-            "rewrite_matches": dict(sat_report.rewrite_matches.most_common()),  # rule_matches split in two
-            "analysis_matches": dict(sat_report.analysis_matches.most_common()),
-            "rounds": sat_report.rounds,
-        },
-        "warnings": warnings,
+        "saturation": _saturation_report(sat_report, egraph),
+        "warnings": clock.warnings,
     }
-    return Saturated(model, opts, data, egraph, tensors, protos, value_names, report, times,
-                     rows if opts.explain else None, fact_uses=sat.fact_uses, instances=enc.instances,
+    return Saturated(model, s, data, egraph, stores[0], stores[1], _value_names(enc, data), report, clock.times,
+                     rows if s.explain else None, fact_uses=sat.fact_uses, instances=enc.instances,
                      contradicted=set(contradicted_declarations(model, types)))
 
 
-def work_report(egraph: EGraph, choice: dict[str, str], opts: Options) -> dict:
+def _encode(model: ModelProto, s: Settings, clock: _Clock, say: Callable[[str], None]):
+    """Shape inference, the rules loaded, the model encoded with the target's and the
+    profile's facts: (types, the Saturator, the Encoder, (tensors, protos, dims))."""
+    t0 = time.perf_counter()
+    types, warning = infer_types(model)
+    if warning:
+        clock.warnings.append(warning)
+    clock.phase("shape_inference", t0)
+    t0 = time.perf_counter()
+    sat = Saturator(list(s.rule_files), s.default_rules, explain=s.explain)
+    clock.phase("load_rules", t0)
+    times = clock.times
+    say(f"inferred shapes in {times['shape_inference']:.2f} s, loaded the rules in {times['load_rules']:.2f} s")
+    t0 = time.perf_counter()
+    tensors, protos, dims = TensorStore(), ProtoStore(), DimTable()
+    try:
+        enc = Encoder(model, types, tensors, protos, dims).encode()
+        sat.run_batch(enc.commands + opset_facts(model, s.target, s.layout) + hardware_facts(s.profile))
+    except BaseException:
+        sat.close()
+        raise
+    clock.phase("encode", t0)
+    say(f"encoded {enc.n_nodes} nodes ({sum(enc.opaque.values())} typed ops carried opaque) in {times['encode']:.2f} s")
+    return types, sat, enc, (tensors, protos, dims)
+
+
+def _measure(model: ModelProto, data: dict, stores: tuple, s: Settings, clock: _Clock,
+             say: Callable[[str], None]) -> None:
+    """Time every op configuration of the e-graph for the measured cost model (into `data`)."""
+    from eqsat.backends.ort.measure import Measurer
+
+    t0 = time.perf_counter()
+    measurer = Measurer(model, stores[0], stores[1], s.dims)
+    measurer.annotate(data)
+    clock.phase("measure", t0)
+    say(f"measured {measurer.timed} new op configurations in {clock.times['measure']:.1f} s")
+
+
+def _egraph(model: ModelProto, enc, data: dict, s: Settings, stop_reason: str) -> EGraph:
+    """The serialized e-graph as an EGraph, its metadata completed: the settings that made it
+    and the input program (written to --save-egraph as well)."""
+    # what produced this e-graph (its facts depend on the profile, its ops on target and
+    # layout): a saved e-graph's reader extracts with the same profile (docs/extraction.md)
+    data["eqsat"]["settings"] = {
+        "hardware": s.profile_id, "target": s.target, "layout": s.effective_layout,
+        "default_rules": s.default_rules, "rules": [str(f) for f in s.rule_files], "dims": s.dims,
+        "fold_limit": s.fold_limit, "explain": s.explain, "iter_limit": s.limits.iter_limit,
+        "node_limit": s.limits.node_limit, "time_limit": s.limits.time_limit,
+        "stop_reason": stop_reason}  # a time limit's stop is not reproducible
+    egraph = EGraph.from_json(data, trusted=True)  # serialized here, not read from a file
+    # the input program, one e-node per input node: its work bounds the extraction's (extract/work.py)
+    picked = input_nodes(egraph, _input_nodes(model, enc, data["eqsat"]["value_class"]))
+    data["eqsat"]["input_nodes"] = egraph.meta["input_nodes"] = [n for n in picked if n is not None]
+    # only a whole input program bounds extraction (a node left unmatched would lower the bound)
+    data["eqsat"]["input_complete"] = egraph.meta["input_complete"] = all(n is not None for n in picked)
+    if s.save_egraph:
+        write_text(s.save_egraph, json.dumps(data))
+    return egraph
+
+
+def _value_names(enc, data: dict) -> dict[str, list[str]]:
+    """E-class -> the original value names it holds."""
+    value_class = data["eqsat"]["value_class"]
+    names: dict[str, list[str]] = {}
+    for name, vid in enc.value_id.items():
+        c = value_class.get(str(vid))
+        if c is not None:
+            names.setdefault(c, []).append(name)
+    return names
+
+
+def _saturation_report(sat_report, egraph: EGraph) -> dict:
+    return {
+        "stop_reason": sat_report.stop_reason,
+        "stop_detail": sat_report.stop_detail,
+        "iterations": sat_report.iterations,
+        "enodes_before": sat_report.enodes_before,
+        "enodes": sat_report.enodes,
+        "eclasses": len(egraph.classes),
+        "rule_matches": dict(sat_report.rule_matches.most_common()),
+        "rewrite_matches": dict(sat_report.rewrite_matches.most_common()),  # rule_matches split in two
+        "analysis_matches": dict(sat_report.analysis_matches.most_common()),
+        "rounds": sat_report.rounds,
+    }
+
+
+def work_report(egraph: EGraph, choice: dict[str, str], s: Settings) -> dict:
     """The input program's work beside the output's (extract/work.py: FLOPs, the FLOPs on
     weights a rule padded, bytes moved, contractions, ops of the main graph at the bound
     sizes), and `more`: what the output does more of, if anything: contractions, or FLOPs
     beyond those on padding (padding a rule declares adds FLOPs, never contractions)."""
-    roof = Roofline(hardware_profile(opts.hardware), opts.dims)
+    roof = Roofline(s.profile, s.dims)
     before = work(egraph, egraph.meta.get("input_nodes", []), roof)
     after = work(egraph, chosen_nodes(egraph, choice), roof)
     more = [k for k in ("contractions",) if after[k] > before[k]]
@@ -385,26 +381,45 @@ def _input_nodes(model: ModelProto, enc, value_class: dict) -> list[tuple[str, s
 
 
 @gc_paused()
-def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None) -> Result:
+def optimize(model: ModelProto, opts: Options | Settings, progress: Callable[[str], None] | None = None) -> Result:
+    """Optimize `model` (subgraphs first, each as a model of its own), with `opts` resolved
+    once (eqsat.settings.resolve) and passed on as Settings: the output model, the report
+    (its contents: docs/report.md), and the random nodes' pairs for verification."""
+    s = resolve(opts)
     check_environment()
     check_model(model)
-    picked = read_choice(opts.choice) if opts.choice else None  # a bad file fails before any work
+    picked = read_choice(s.choice) if s.choice else None  # a bad file fails before any work
     t0 = time.perf_counter()
-    model, subgraphs = optimize_subgraphs(model, opts, progress, optimize=optimize)  # each as a model of its own
+    model, subgraphs = optimize_subgraphs(model, s, progress, optimize=optimize)  # each as a model of its own
     t_sub = round(time.perf_counter() - t0, 4)
-    st = saturate(model, opts, progress)
+    st = saturate(model, s, progress)
     if subgraphs:
         st.times["subgraphs"] = t_sub
-    cost = cost_model(opts)
     t0 = time.perf_counter()
-    ex = st.choose(picked, opts.choice, cost) if picked else st.extract(cost)
+    ex = st.choose(picked, s.choice, s.cost) if picked else st.extract(s.cost)
     st.times["extract"] = round(time.perf_counter() - t0, 4)
     t0 = time.perf_counter()
     out = st.decode(ex.choice)
     st.times["decode"] = round(time.perf_counter() - t0, 4)
     if progress:
-        progress(f"extracted with {ex.extractor} ({cost.name}, DAG cost {ex.dag_cost:g}) in {st.times['extract']:.2f} s, "
+        progress(f"extracted with {ex.extractor} ({s.cost.name}, DAG cost {ex.dag_cost:g}) in {st.times['extract']:.2f} s, "
                  f"decoded {len(out.graph.node)} nodes in {st.times['decode']:.2f} s")
+    report = _report(model, out, st, ex, s)
+    if subgraphs:
+        report["subgraphs"] = subgraphs
+    if s.explain:
+        from eqsat.core.explain import explain
+
+        t0 = time.perf_counter()
+        report["explain"] = explain(model, out, st.egraph, ex.choice, st.decoder, st.value_names, st.explain_rows or [],
+                                    st.fact_uses)
+        st.times["explain"] = round(time.perf_counter() - t0, 4)
+    pairs = {name: st.instances[tag] for tag, name in st.decoder.instances.items() if tag in st.instances}
+    return Result(out, report, pairs)
+
+
+def _report(model: ModelProto, out: ModelProto, st: Saturated, ex: Extraction, s: Settings) -> dict:
+    """The report of one optimization, before verification and the plan (docs/report.md)."""
     before, after = op_histogram(model), op_histogram(out)
     report = {
         "nodes_before": len(model.graph.node),
@@ -412,15 +427,16 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
         "ops_before": dict(before.most_common()),
         "ops_after": dict(after.most_common()),
         **{k: v for k, v in st.report.items() if k not in ("nodes_before", "warnings")},
+        "settings": s.as_dict(),
         "extraction": {
             "extractor": ex.extractor,
-            "cost_model": cost.name,
+            "cost_model": s.cost.name,
             "tree_cost": ex.tree_cost,
             "dag_cost": ex.dag_cost,
             "time_s": round(ex.time_s, 4),
             "notes": ex.notes,
         },
-        "work": work_report(st.egraph, ex.choice, opts),
+        "work": work_report(st.egraph, ex.choice, s),
         "times_s": st.times,
         "warnings": st.report["warnings"],
     }
@@ -430,14 +446,4 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
             f"{k} than the input ({w['input'][k]:.4g} -> {w['output'][k]:.4g}"
             + (f", of them {w['output']['padding_flops']:.4g} on padding" if k == "flops" else "") + ")"
             for k in more))
-    if subgraphs:
-        report["subgraphs"] = subgraphs
-    if opts.explain:
-        from eqsat.core.explain import explain
-
-        t0 = time.perf_counter()
-        report["explain"] = explain(model, out, st.egraph, ex.choice, st.decoder, st.value_names, st.explain_rows or [],
-                                    st.fact_uses)
-        st.times["explain"] = round(time.perf_counter() - t0, 4)
-    pairs = {name: st.instances[tag] for tag, name in st.decoder.instances.items() if tag in st.instances}
-    return Result(out, report, pairs)
+    return report

@@ -39,18 +39,19 @@ from eqsat.errors import INTERRUPTS, InvalidModelError, UsageError
 from eqsat.io.modelio import model_shell
 
 if TYPE_CHECKING:
-    from eqsat.core.pipeline import Options, Result
+    from eqsat.core.pipeline import Result
+    from eqsat.settings import Settings
 
 # How a body is optimized: eqsat.core.pipeline.optimize, passed in by it (it calls
 # optimize_subgraphs first, so this module does not import it back).
-Optimizer = Callable[[ModelProto, "Options"], "Result"]
+Optimizer = Callable[[ModelProto, "Settings"], "Result"]
 
 
 def has_subgraphs(model: ModelProto) -> bool:
     return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in model.graph.node for a in n.attribute)
 
 
-def optimize_subgraphs(model: ModelProto, opts: Options, progress: Callable[[str], None] | None = None,
+def optimize_subgraphs(model: ModelProto, opts: Settings, progress: Callable[[str], None] | None = None,
                        *, optimize: Optimizer) -> tuple[ModelProto, list[dict]]:
     """(model with its subgraphs optimized, report rows). Each body is optimized as a model
     of its own by `optimize` (eqsat.core.pipeline.optimize, which optimizes the bodies nested in it
@@ -244,7 +245,7 @@ def _outer_constants(model: ModelProto) -> dict[str, TensorProto]:
 
 
 def _optimize_body(model: ModelProto, g: GraphProto, types: dict[str, TypeProto], consts: dict[str, TensorProto],
-                   opts: Options, optimize: Optimizer, node: NodeProto | None = None
+                   opts: Settings, optimize: Optimizer, node: NodeProto | None = None
                    ) -> tuple[GraphProto | None, dict[str, int], list[dict], str]:
     """(new body or None, opsets it needs beyond the model's, nested report rows, reason
     when None). Outer values that are constants enter the standalone model as initializers,

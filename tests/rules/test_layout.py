@@ -686,7 +686,7 @@ def test_ilp_fixes_the_layouts_and_loses_nothing_here(blocked):
     from eqsat.extract.ilp import ILP
 
     st = saturate(_resnet_like(2 * blocked), Options())
-    cost = cost_model(st.opts)
+    cost = cost_model(st.settings)
     fixed = ILP(60.0).extract(st.egraph, cost)
     free = ILP(60.0, fix_layouts=False).extract(st.egraph, cost)
     check_choice(st.egraph, fixed.choice)
