@@ -10,7 +10,7 @@ Contracts:
   `verify=False`); a failed verification raises `OptimizeError` and returns nothing. A model
   that cannot be verified (onnxruntime cannot run the original) is returned with a warning in
   its report, or refused with `require_verification=True`, as the CLI does.
-- Every default is the CLI's: both read them from `eqsat.core.pipeline.Options` and
+- Every default is the CLI's: both read them from `eqsat.settings.Options` and
   `eqsat.limits.Limits`, so a call with no options and `eqsat optimize` with no flags give
   the same program.
 - Errors are `eqsat.errors.EqsatError` subclasses: `UsageError` (bad option), `InputError`
@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eqsat.core.pipeline import Options
 from eqsat.limits import Limits
+from eqsat.settings import Options, Settings
 
 if TYPE_CHECKING:
     from onnx import ModelProto
 
+    from eqsat.core.pipeline import Result as PipelineResult
     from eqsat.plan import Plan
     from eqsat.ruletool.model import Rule
     from eqsat.verification import Verification
@@ -95,6 +96,29 @@ def _load(model: ModelProto | PathLike) -> tuple[ModelProto, Path | None]:
     return read_model(model, check=True)[0], Path(model)
 
 
+def settings(*, rules: Iterable[PathLike] = (), default_rules: bool = True, target: str = _OPTIONS.target,
+             hardware: str = _OPTIONS.hardware, layout: str = _OPTIONS.layout, cost_model: str = _OPTIONS.cost_model,
+             extractor: str = _OPTIONS.extractor, extract_time_limit: float = _OPTIONS.extract_time_limit,
+             dims: Mapping[str, int] | None = None, iter_limit: int = _LIMITS.iter_limit,
+             node_limit: int = _LIMITS.node_limit, time_limit: float = _LIMITS.time_limit,
+             fold_limit: int = _OPTIONS.fold_limit, explain: bool = False, save_egraph: PathLike | None = None,
+             choice: PathLike | None = None) -> Settings:
+    """The options of one run resolved once (eqsat.settings.resolve), the rule files checked
+    to exist: a bad option or a missing rule file is a UsageError raised here, before any
+    model is read. `optimize` and `eqsat optimize` both start with it."""
+    from eqsat.core.rulefiles import check_rule_files
+    from eqsat.settings import resolve
+
+    s = resolve(Options(rule_files=[Path(p) for p in rules], default_rules=default_rules,
+                        limits=Limits(iter_limit, node_limit, time_limit), extractor=extractor,
+                        extract_time_limit=extract_time_limit, cost_model=cost_model, target=target,
+                        hardware=hardware, dims=dict(dims or {}), fold_limit=fold_limit,
+                        save_egraph=Path(save_egraph) if save_egraph else None, explain=explain, layout=layout,
+                        choice=Path(choice) if choice else None))
+    check_rule_files(list(s.rule_files))
+    return s
+
+
 def optimize(model: ModelProto | PathLike, *, rules: Iterable[PathLike] = (), default_rules: bool = True,
              target: str = _OPTIONS.target, hardware: str = _OPTIONS.hardware, layout: str = _OPTIONS.layout,
              cost_model: str = _OPTIONS.cost_model, extractor: str = _OPTIONS.extractor,
@@ -110,49 +134,75 @@ def optimize(model: ModelProto | PathLike, *, rules: Iterable[PathLike] = (), de
     decode, verify against the original under onnxruntime (`verify_runs` random input sets,
     `rtol`/`atol` or each dtype's tolerance), and with `plan=True` plan its memory. `dims`
     binds symbolic dimensions by name. `progress` receives one line per step."""
-    from eqsat.core.pipeline import check_options
     from eqsat.core.pipeline import optimize as run_pipeline
-    from eqsat.core.rulefiles import check_rule_files
-    from eqsat.errors import OptimizeError
 
-    dims = dict(dims or {})
-    opts = Options(rule_files=[Path(p) for p in rules], default_rules=default_rules,
-                   limits=Limits(iter_limit, node_limit, time_limit), extractor=extractor,
-                   extract_time_limit=extract_time_limit, cost_model=cost_model, target=target,
-                   hardware=hardware, dims=dims, fold_limit=fold_limit,
-                   save_egraph=Path(save_egraph) if save_egraph else None, explain=explain, layout=layout)
-    check_options(opts)  # a bad option fails before the model loads
-    check_rule_files(opts.rule_files)  # and so does a missing rule file
+    s = settings(rules=rules, default_rules=default_rules, target=target, hardware=hardware, layout=layout,
+                 cost_model=cost_model, extractor=extractor, extract_time_limit=extract_time_limit, dims=dims,
+                 iter_limit=iter_limit, node_limit=node_limit, time_limit=time_limit, fold_limit=fold_limit,
+                 explain=explain, save_egraph=save_egraph)
     original, src = _load(model)
     if plan:
-        from eqsat.cli.plan import check_plan_dims
+        from eqsat.plan.entry import check_plan_dims
 
-        check_plan_dims(original, dims)  # an unbound dimension fails now, not after optimizing
-    res = run_pipeline(original, opts, progress)
+        check_plan_dims(original, s.dims)  # an unbound dimension fails now, not after optimizing
+    res = run_pipeline(original, s, progress)
+    checks = Checks(verify, verify_runs, rtol, atol, require_verification)
+    planned = finish(original, res, s.dims, checks, plan=plan, files=(src, None), progress=progress)
+    return Result(res.model, Report.from_dict(res.report), planned)
+
+
+@dataclass(frozen=True)
+class Checks:
+    """How an optimized model is verified (`finish`); `flags` names the options in errors
+    (the CLI's flags or the API's keywords)."""
+
+    verify: bool = True
+    runs: int = 1
+    rtol: float | None = None
+    atol: float | None = None
+    require: bool = False
+    flags: tuple[str, str] = ("verify=False", "require_verification")  # (skip, require)
+
+
+def finish(original: ModelProto, res: PipelineResult, dims: Mapping[str, int], checks: Checks, *,
+           plan: bool = False, files: tuple[Path | None, Path | None] = (None, None), nothing_written: bool = False,
+           progress: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+    """Verify `res.model` against `original` under `checks` and, with `plan`, plan its memory;
+    both go into `res.report` (verification, plan, warnings). `files` are the two models'
+    files, where onnxruntime may run them as written. Contract: returns only after a passed,
+    a skipped, or an allowed "not possible" verification; a failed one, or "not possible"
+    under `checks.require`, raises OptimizeError (", nothing written" with `nothing_written`).
+    Returns the plan (a dict as the plan file holds it) or None."""
+    from eqsat.errors import OptimizeError
+
+    say = progress or (lambda _msg: None)
     report = res.report
-    if verify:
-        v = verify_models(original, res.model, runs=verify_runs, rtol=rtol, atol=atol, dims=dims,
-                          _files=(src, None), _random_pairs=res.random_pairs)
-        report["verification"] = v.as_dict()
-        if v.status == "failed":
-            raise OptimizeError(f"verification failed: {v.detail}")
-        if v.status == "not possible":
-            if require_verification:
-                raise OptimizeError(f"verification not possible (require_verification): {v.detail}")
-            report["warnings"].append(f"verification not possible: {v.detail}")
-        elif v.not_verified:
-            report["warnings"].append(f"not verified: {v.not_verified}")
+    if not checks.verify:
+        report["verification"] = {"status": "skipped", "detail": checks.flags[0], "runs": 0}
     else:
-        report["verification"] = {"status": "skipped", "detail": "verify=False", "runs": 0}
-    planned = None
-    if plan:
-        from eqsat.cli.plan import checked_plan, summary
-        from eqsat.plan.planner import plan_warnings
+        v = verify_models(original, res.model, runs=checks.runs, rtol=checks.rtol, atol=checks.atol, dims=dims,
+                          _files=files, _random_pairs=res.random_pairs)
+        report["verification"] = v.as_dict()
+        written = ", nothing written" if nothing_written else ""
+        if v.status == "failed":
+            raise OptimizeError(f"verification failed{written}: {v.detail}")
+        if v.status == "not possible" and checks.require:
+            raise OptimizeError(f"verification not possible{written} ({checks.flags[1]}): {v.detail}")
+        if v.status == "not possible":
+            report["warnings"].append(f"verification not possible: {v.detail}")
+        else:
+            say(f"verification {v.status}: {v.detail}")
+        if v.not_verified:  # part of the model was fed, not run
+            report["warnings"].append(f"not verified: {v.not_verified}")
+    if not plan:
+        return None
+    from eqsat.plan.entry import checked_plan, summary
+    from eqsat.plan.planner import plan_warnings
 
-        planned = checked_plan(res.model, dims)
-        report["plan"] = summary(planned)
-        report["warnings"] += [f"plan: {w}" for w in plan_warnings(planned)]
-    return Result(res.model, Report.from_dict(report), planned)
+    planned = checked_plan(res.model, dict(dims))  # a failed plan raises: nothing written
+    report["plan"] = summary(planned)
+    report["warnings"] += [f"plan: {w}" for w in plan_warnings(planned)]
+    return planned
 
 
 def verify_models(original: ModelProto | PathLike, optimized: ModelProto | PathLike, *, runs: int = 1,
@@ -176,12 +226,9 @@ def plan(model: ModelProto | PathLike, *, dims: Mapping[str, int] | None = None,
     """The memory plan of `model` (eqsat.plan): every intermediate tensor's offset in one arena,
     checked (no two live tensors overlap, offsets aligned). Symbolic dimensions must be bound
     by `dims`."""
-    from eqsat.plan import check_plan, plan_model
+    from eqsat.plan.entry import plan as checked
 
-    m, _ = _load(model)
-    p = plan_model(m, dict(dims or {}), alignment)
-    check_plan(p)
-    return p
+    return checked(model, dims=dict(dims or {}), alignment=alignment)
 
 
 def load_rules(*paths: PathLike, default_rules: bool = True) -> list[Rule]:

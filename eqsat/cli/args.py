@@ -167,3 +167,45 @@ def refuse_overwrites(inputs: list[tuple[Path, str]], outputs: list[tuple[Path, 
         for other, other_what in outputs[:i]:
             if same_file(out, other):
                 raise UsageError(f"{out}: {other_what} and {what} name the same file; give each its own")
+
+
+# Arguments several commands take, declared once; `help` completes the shared text where a
+# command's use differs.
+DIM_HELP = "size of a symbolic dimension (repeatable), e.g. --dim batch=8"
+
+
+def add_dim(p: argparse.ArgumentParser, more: str = "") -> None:
+    p.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE", help=DIM_HELP + more)
+
+
+def add_rules(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rules", metavar="FILE.egg", action="append", default=[], type=Path,
+                   help="a rule file to load after the default rules (repeatable)")
+
+
+def add_target(p: argparse.ArgumentParser, help: str) -> None:  # noqa: A002 - argparse's name
+    from eqsat.settings import TARGET_DEFAULT
+
+    p.add_argument("--target", default=TARGET_DEFAULT, choices=["ort", "onnx"], help=help)
+
+
+def add_hardware(p: argparse.ArgumentParser, help: str, default: str | None = None) -> None:  # noqa: A002
+    p.add_argument("--hardware", default=default, metavar="PROFILE", help=help)
+
+
+def add_quiet(p: argparse.ArgumentParser, help: str = "no progress on stderr") -> None:  # noqa: A002
+    p.add_argument("-q", "--quiet", action="store_true", help=help)
+
+
+def progress(quiet: bool):
+    """A progress printer for a command: each line on stderr, `eqsat: [SECONDS] MESSAGE` with
+    the seconds since it began; nothing with `quiet`."""
+    import time
+
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if not quiet:
+            print(f"eqsat: [{time.perf_counter() - t0:6.2f}s] {msg}", file=sys.stderr, flush=True)
+
+    return say

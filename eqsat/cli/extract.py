@@ -20,10 +20,11 @@ import json
 import sys
 from pathlib import Path
 
-from eqsat.cli.args import dim, output_file, positive_float, warn_unknown_dims
+from eqsat.cli.args import add_dim, output_file, positive_float, warn_unknown_dims
 from eqsat.errors import UsageError
 from eqsat.extract.costs import DEFAULT as COST_MODEL_DEFAULT
 from eqsat.io.atomic import write_text
+from eqsat.settings import EXTRACTOR_DEFAULT, HARDWARE_DEFAULT
 
 
 def register(subparsers) -> dict:
@@ -43,8 +44,7 @@ def register(subparsers) -> dict:
                         "repeatable: one line for each")
     x.add_argument("--hardware", metavar="PROFILE",
                    help="hardware profile (default: the one the e-graph was saturated with, else cpu)")
-    x.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE",
-                   help="size of a symbolic dimension (repeatable; default: those the e-graph records)")
+    add_dim(x, "; default: those the e-graph records")
     x.add_argument("--check", metavar="CHOICE.json", type=Path,
                    help="check this choice file instead of extracting")
     x.add_argument("-o", "--output", metavar="CHOICE.json", type=output_file, help="write the choice file")
@@ -95,7 +95,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
         raise UsageError("--check reads a choice and -o writes one: give one of them")
     if args.check and (args.extractor or args.extract_time_limit is not None):
         raise UsageError("--check checks a choice made already: --extractor and --extract-time-limit do not apply")
-    extractors = list(dict.fromkeys(args.extractor or ["ilp"]))
+    extractors = list(dict.fromkeys(args.extractor or [EXTRACTOR_DEFAULT]))
     names = list(dict.fromkeys(args.cost_model))
     if args.output and len(extractors) * max(1, len(names)) > 1:
         raise UsageError("-o writes one choice: give one --extractor and one --cost-model with it")
@@ -104,7 +104,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     settings = g.meta.get("settings", {})
     # --check prices at the sizes the choice's costs were computed at, unless told others
     made_at = picked[1].get("dims", {}) if picked else {}  # checked: NAME -> size (choice_file.read)
-    opts = Options(hardware=args.hardware or settings.get("hardware", "cpu"),
+    opts = Options(hardware=args.hardware or settings.get("hardware", HARDWARE_DEFAULT),
                    dims={**settings.get("dims", {}), **made_at, **dict(args.dim)})
     if not names:  # --check prices the choice under the model that made it, where this eqsat has it
         names = [_model_of(picked[1], args.check) if picked else COST_MODEL_DEFAULT]

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eqsat.cli.args import (
-    dim,
+    add_dim,
     nonnegative_float,
     output_file,
     power_of_two,
     warn_unknown_model_dims,
 )
+from eqsat.plan.entry import check_plan_dims, checked_plan, summary  # noqa: F401 - the CLI's names
 
 if TYPE_CHECKING:  # onnx takes 0.2 s to import: not for --help
     from onnx import ModelProto
@@ -47,9 +48,7 @@ def add_plan_parser(subparsers) -> argparse.ArgumentParser:
                     "packing heuristics. Prints the arena, the lower bound for the order, the size without "
                     "reuse and what in-place reuse saves.")
     p.add_argument("input", metavar="MODEL.onnx")
-    p.add_argument("--dim", action="append", default=[], type=dim, metavar="NAME=VALUE",
-                   help="size of a symbolic dimension (repeatable), e.g. --dim batch=8; every symbolic "
-                        "dimension of the inputs must be given")
+    add_dim(p, "; every symbolic dimension of the inputs must be given")
     p.add_argument("-o", "--output", metavar="PLAN.json", type=output_file, help="write the plan as JSON")
     p.add_argument("--alignment", type=power_of_two, default=64, metavar="N",
                    help="offsets are multiples of N bytes, a power of two (default 64)")
@@ -77,27 +76,11 @@ def add_optimize_plan_argument(parser: argparse.ArgumentParser) -> None:
                              "dimensions from --dim)")
 
 
-def check_plan_dims(model: ModelProto, dims: dict[str, int]) -> None:
-    """Raise UsageError now if planning `model` would need a dimension `dims` lacks."""
-    from eqsat.plan.sizes import input_dims
-
-    input_dims(model, dims)
-
-
 def write_json(data: dict, path: str | os.PathLike) -> Path:
     """Write atomically (eqsat.io.atomic)."""
     from eqsat.io.atomic import write_text
 
     return write_text(path, json.dumps(data, indent=1) + "\n")
-
-
-def checked_plan(model: ModelProto, dims: dict[str, int] | None = None, alignment: int = 64) -> dict:
-    """Plan `model` and check the plan; returns the plan's dict."""
-    from eqsat.plan import check_plan, plan_model
-
-    plan = plan_model(model, dims or {}, alignment)
-    check_plan(plan)
-    return plan.to_dict()
 
 
 def plan_to_file(model: ModelProto, path: str | os.PathLike, dims: dict[str, int] | None = None,
@@ -106,13 +89,6 @@ def plan_to_file(model: ModelProto, path: str | os.PathLike, dims: dict[str, int
     d = checked_plan(model, dims, alignment)
     write_json(d, path)
     return d
-
-
-def summary(d: dict) -> dict:
-    """The headline figures of a plan dict (for a report)."""
-    keys = ("arena_bytes", "lower_bound_bytes", "model_order_lower_bound_bytes", "no_reuse_bytes",
-            "inplace_saved_bytes", "heuristic", "order_heuristic", "alignment", "dims")
-    return {k: d[k] for k in keys}
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
