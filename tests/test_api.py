@@ -148,3 +148,5 @@ def test_the_python_api_page_runs_as_written(tmp_path):
     arena, bound = map(int, lines[1].split())
     assert 0 < bound <= arena
     assert len(lines) == 5
+    profile, status, planned = out["$ python steps.py"].split()
+    assert profile.startswith("cpu") and status == "passed" and planned == "True"
