@@ -128,13 +128,13 @@ def test_an_interrupt_during_verification_leaves_nothing(capsys, outputs, monkey
 
 
 def test_a_failed_plan_leaves_nothing(capsys, outputs, monkeypatch):
-    from eqsat.cli import plan as plan_cli
+    from eqsat.plan import entry as plan_entry
     from eqsat.plan.errors import PlanError
 
     def failed(*a, **k):
         raise PlanError("simulated: two live tensors overlap")
 
-    monkeypatch.setattr(plan_cli, "checked_plan", failed)
+    monkeypatch.setattr(plan_entry, "checked_plan", failed)
     rc, _, err = run_cli(capsys, *_args(outputs, _model(outputs)))
     assert rc == 1 and error_line(err) == "eqsat: error: simulated: two live tensors overlap"
     _assert_untouched(outputs)
