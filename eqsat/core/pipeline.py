@@ -54,6 +54,7 @@ from eqsat.extract.work import chosen_nodes, input_nodes, work
 from eqsat.io.atomic import write_text
 from eqsat.lang.ops import spec_for
 from eqsat.oracle import Oracle
+from eqsat.report import REPORT_VERSION
 
 FOLD_LIMIT = 1 << 20  # bytes: larger folded constants only where no larger than their inputs
 
@@ -407,6 +408,7 @@ def optimize(model: ModelProto, opts: Options, progress: Callable[[str], None] |
                  f"decoded {len(out.graph.node)} nodes in {st.times['decode']:.2f} s")
     before, after = op_histogram(model), op_histogram(out)
     report = {
+        "version": REPORT_VERSION,  # eqsat.report: the report's types, docs/report.md
         "nodes_before": len(model.graph.node),
         "nodes_after": len(out.graph.node),
         "ops_before": dict(before.most_common()),
