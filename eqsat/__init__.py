@@ -17,16 +17,17 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from eqsat.api import Report, Result, load_rules, optimize
+    from eqsat.api import Result, load_rules, optimize
     from eqsat.api import verify_models as verify
     from eqsat.errors import EqsatError, InputError, OptimizeError, RuleError, UsageError
+    from eqsat.report import Report
 
 # name -> (module, attribute). `plan` is the eqsat.plan package itself, which is callable
 # (eqsat.plan(model) is eqsat.api.plan): a function of that name would be replaced by the
 # package as soon as any of its submodules is imported.
 _EXPORTS = {
     "optimize": ("api", "optimize"), "verify": ("api", "verify_models"), "load_rules": ("api", "load_rules"),
-    "Result": ("api", "Result"), "Report": ("api", "Report"),
+    "Result": ("api", "Result"), "Report": ("report", "Report"),  # eqsat.api re-exports it
     "EqsatError": ("errors", "EqsatError"), "UsageError": ("errors", "UsageError"),
     "InputError": ("errors", "InputError"), "RuleError": ("errors", "RuleError"),
     "OptimizeError": ("errors", "OptimizeError"),

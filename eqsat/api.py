@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eqsat.limits import Limits
+from eqsat.report import Report
 from eqsat.settings import Options, Settings
 
 if TYPE_CHECKING:
@@ -39,29 +40,6 @@ if TYPE_CHECKING:
 
 PathLike = str | os.PathLike
 _OPTIONS, _LIMITS = Options(), Limits()  # the defaults, defined once (the CLI reads the same)
-
-
-@dataclass(frozen=True)
-class Report:
-    """What an optimization did: the CLI's `--report` JSON, with its headline fields typed.
-    `data` is the whole report (docs/cli.md describes every key)."""
-
-    nodes_before: int
-    nodes_after: int
-    ops_before: dict[str, int]
-    ops_after: dict[str, int]
-    warnings: list[str]
-    verification: dict[str, Any] | None  # status: passed | failed | not possible | skipped
-    data: dict[str, Any] = field(repr=False)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Report:
-        return cls(d["nodes_before"], d["nodes_after"], d["ops_before"], d["ops_after"],
-                   d["warnings"], d.get("verification"), d)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The report as `eqsat optimize --report` writes it (less the file names)."""
-        return self.data
 
 
 @dataclass

@@ -86,14 +86,14 @@ class Settings:
         return profile_id(self.profile)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready: what the report records."""
+        """JSON-ready: what the report records (eqsat.report.RunSettings; `choice` only when given)."""
         return {"rules": [str(f) for f in self.rule_files], "default_rules": self.default_rules,
                 "iter_limit": self.limits.iter_limit, "node_limit": self.limits.node_limit,
                 "time_limit": self.limits.time_limit, "extractor": self.extractor,
                 "extract_time_limit": self.extract_time_limit, "cost_model": self.cost_model,
                 "target": self.target, "hardware": self.profile_id, "layout": self.effective_layout,
                 "dims": self.dims, "fold_limit": self.fold_limit, "explain": self.explain,
-                "choice": str(self.choice) if self.choice else None}
+                **({"choice": str(self.choice)} if self.choice else {})}
 
     def with_cost_model(self, name: str) -> Settings:
         """The same settings with another cost model (compare-costs, eqsat extract)."""

@@ -49,6 +49,7 @@ from eqsat.extract.work import chosen_nodes, input_nodes, work
 from eqsat.io.atomic import write_text
 from eqsat.lang.ops import spec_for
 from eqsat.oracle import Oracle
+from eqsat.report import REPORT_VERSION
 from eqsat.settings import FOLD_LIMIT, Options, Settings, check_extractor, resolve
 
 __all__ = ["FOLD_LIMIT", "Options", "Result", "Saturated", "Settings", "cost_model", "optimize", "saturate"]
@@ -422,6 +423,7 @@ def _report(model: ModelProto, out: ModelProto, st: Saturated, ex: Extraction, s
     """The report of one optimization, before verification and the plan (docs/report.md)."""
     before, after = op_histogram(model), op_histogram(out)
     report = {
+        "version": REPORT_VERSION,  # eqsat.report: the report's types, docs/report.md
         "nodes_before": len(model.graph.node),
         "nodes_after": len(out.graph.node),
         "ops_before": dict(before.most_common()),
