@@ -38,6 +38,7 @@ from eqsat.environment import check_environment
 from eqsat.errors import EqsatError, InputError, OptimizeError, extraction_errors
 from eqsat.extract import dag_cost, get_extractor
 from eqsat.extract.costs import COST_MODELS, CostModel
+from eqsat.extract.registry import DEFAULT as EXTRACTOR_DEFAULT
 from eqsat.verification import random_inputs, run
 from eqsat.verification.isolate import probe
 
@@ -64,7 +65,7 @@ class Record:
     kendall_tau: float | None
     programs: int
     tau_interval: tuple[float, float] | None = None  # 95 %, bootstrap over the programs
-    extractor: str = "ilp"
+    extractor: str = EXTRACTOR_DEFAULT
     p_value: float | None = None  # of tau (scipy.stats.kendalltau, one-sided: agreement)
     unit: str = ""  # the cost model's
 
