@@ -56,7 +56,7 @@ from eqsat.extract import EGraph
 from eqsat.extract.nchwc import REORDERS
 
 from .lang.literals import parse_string
-from .lang.ops import BY_CTOR
+from .lang.ops import BY_CTOR, LITERAL_CTORS
 from .provenance import FACT, LEAVES, PREFIX
 
 FOLDING = "constant-folding"
@@ -300,7 +300,7 @@ def _explain_constants(gr: _Graphs, decoder, choice: dict[str, str], attributed:
     constants = []
     for c, name in decoder.value.items():
         ch = choice.get(c)
-        if not name or ch not in egraph.nodes or egraph.nodes[ch].op not in LEAVES[:4]:
+        if not name or ch not in egraph.nodes or egraph.nodes[ch].op not in LITERAL_CTORS:
             continue
         replaced, reg = gr.region({c})
         replaced = [k for k in replaced if k not in attributed and onodes[k].op_type != "Constant"]

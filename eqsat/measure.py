@@ -39,9 +39,10 @@ from onnx import ModelProto, helper
 from eqsat.extract.costs.base import STRUCTURE
 from eqsat.extract.egraph import EGraph, Node
 
-from .decode import LITERALS, Decoder
+from .decode import Decoder
 from .environment import cache_folder
 from .lang.dtypes import CTOR_TO_CODE, np_dtype
+from .lang.ops import LITERAL_CTORS
 from .shapes import is_symbol
 from .store import ProtoStore, TensorStore
 from .verification import session
@@ -170,7 +171,7 @@ class Measurer:
         rng = np.random.default_rng(0)
         for k in node.children:
             members = [eg.nodes[n] for n in eg.classes.get(k, ())]
-            const = next((n for n in members if n.op in LITERALS or n.op == "Absent"), None)
+            const = next((n for n in members if n.op in LITERAL_CTORS or n.op == "Absent"), None)
             if eg.class_type(k) != "Op" or const is not None:
                 new_children.append(k)
                 if const is not None:
