@@ -189,7 +189,7 @@ def load_rules(*paths: PathLike, default_rules: bool = True) -> list[Rule]:
     language (and the default rules, unless `default_rules=False`). Raises RuleError with
     FILE:LINE:COL on the first problem. With no paths: the default rules."""
     from .rulefiles import display_path
-    from .ruletool.cmd import _program as load_program  # noqa: PLC2701
+    from .ruletool import load_program
 
     prog, _ = load_program([Path(p) for p in paths], default_rules)
     if not paths:
