@@ -213,8 +213,8 @@ def load_rules(*paths: PathLike, default_rules: bool = True) -> list[Rule]:
     """The rules of the given .egg files, after egglog has type-checked them against the op
     language (and the default rules, unless `default_rules=False`). Raises RuleError with
     FILE:LINE:COL on the first problem. With no paths: the default rules."""
-    from eqsat.cli.rules import _program as load_program  # noqa: PLC2701
     from eqsat.core.rulefiles import display_path
+    from eqsat.ruletool import load_program
 
     prog, _ = load_program([Path(p) for p in paths], default_rules)
     if not paths:

@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 
 from eqsat.cli.args import output_file
-from eqsat.errors import RuleError, UsageError
+from eqsat.errors import UsageError
 from eqsat.io.atomic import write_text
+from eqsat.ruletool import load_program
 
 
 def register(subparsers) -> dict:
@@ -75,32 +76,8 @@ def handle(args) -> int:
     raise UsageError("rules needs a subcommand: list or check (eqsat rules --help)")
 
 
-def _program(files: list[Path], default_rules: bool):
-    """Load the files into egglog (type check, FILE:LINE:COL errors), then read them."""
-    from egglog import bindings as b
-
-    from eqsat.core.rulefiles import Declared, default_rule_files, load_rule_file
-    from eqsat.ruletool.model import read_files
-    from eqsat.ruletool.sexp import SexpError
-
-    for f in files:
-        if not Path(f).is_file():
-            raise RuleError(f"{f}: no such rule file")
-    prelude = default_rule_files()
-    base = prelude if default_rules else prelude[:1]
-    loaded = {p.resolve() for p in base}
-    files = [Path(f) for f in files if Path(f).resolve() not in loaded]  # a default file named again: once
-    eg, declared = b.EGraph(), Declared()
-    for f in base + files:
-        load_rule_file(eg, Path(f), declared)
-    try:
-        return read_files(base + files), base
-    except SexpError as e:
-        raise RuleError(str(e)) from None
-
-
 def _list(args) -> int:
-    prog, _ = _program(_files(args), not args.no_default_rules)
+    prog, _ = load_program(_files(args), not args.no_default_rules)
     rules = prog.rules
     if args.json:
         print(json.dumps([{"name": r.name, "ruleset": r.ruleset, "file": r.path, "line": r.line,
@@ -131,7 +108,7 @@ def _check(args) -> int:
     if not files and not args.default:
         raise UsageError("rules check needs rule files (or --default for the default rules)")
     t0 = time.perf_counter()
-    prog, base = _program(files, True)
+    prog, base = load_program(files, True)
     wanted = {display_path(f) for f in files}
     if args.default:
         wanted |= {display_path(f) for f in base}

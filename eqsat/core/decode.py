@@ -32,9 +32,7 @@ from eqsat.extract import EGraph
 from eqsat.io.modelio import model_shell
 from eqsat.lang.dtypes import CTOR_TO_CODE, np_dtype
 from eqsat.lang.literals import parse_bool, parse_float, parse_int, parse_string
-from eqsat.lang.ops import BY_CTOR, Attr, OpSpec
-
-LITERALS = ("Const", "Ints", "ScalarF", "ScalarI")
+from eqsat.lang.ops import BY_CTOR, LITERAL_CTORS, Attr, OpSpec
 
 
 def all_names(g: GraphProto, out: set[str] | None = None) -> set[str]:
@@ -289,7 +287,7 @@ class Decoder:
         """The Op e-classes whose values a node reads as inputs or captures (constants that
         the node takes as attributes are not among them)."""
         n = self.node(eclass)
-        if n.op in LITERALS or n.op in ("Input", "Absent"):
+        if n.op in LITERAL_CTORS or n.op in ("Input", "Absent"):
             return []
         if n.op == "Out":
             return [n.children[0]]
@@ -339,7 +337,7 @@ class Decoder:
             return self.lit(n.children[0])
         if op == "Absent":
             return ""
-        if op in LITERALS:
+        if op in LITERAL_CTORS:
             return self.emit_constant(eclass)
         if op == "Out":
             tup, k = n.children
@@ -486,7 +484,7 @@ class Decoder:
                 li = legacy[name]
                 if self.node(c).op == "Absent":
                     continue
-                if self.node(c).op not in LITERALS:
+                if self.node(c).op not in LITERAL_CTORS:
                     raise OptimizeError(f"{spec.onnx_type} at opset {version} needs a constant {name}")
                 _, t = self.constant_tensor(c)
                 arr = numpy_helper.to_array(t)

@@ -48,6 +48,7 @@ If/Loop/Scan are not looked into.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 
 from onnx import ModelProto, NodeProto
 
@@ -55,7 +56,7 @@ from eqsat.core.provenance import FACT, LEAVES, PREFIX
 from eqsat.extract import EGraph
 from eqsat.extract.nchwc import REORDERS
 from eqsat.lang.literals import parse_string
-from eqsat.lang.ops import BY_CTOR
+from eqsat.lang.ops import BY_CTOR, LITERAL_CTORS
 
 FOLDING = "constant-folding"
 ORACLE = "oracle"  # a rewritten node that no rule built: eqsat/oracle (folded constants and shapes)
@@ -93,16 +94,87 @@ def node_label(node: NodeProto, index: int) -> str:
     return node.name or f"{node.op_type}#{index}"
 
 
+@dataclass
+class _Graphs:
+    """What the steps of `explain` share: the saturated e-graph, the provenance rows by
+    e-node, the original nodes by the e-classes of their values, and the e-classes the
+    output model computes (which stop every region)."""
+
+    egraph: EGraph
+    by_enode: dict[tuple, set[str]]  # (constructor, child e-classes) -> the rules that built it
+    onodes: list[NodeProto]  # the original nodes
+    o_out: list[list[str | None]]  # e-classes of each original node's outputs
+    o_in: list[list[str | None]]  # e-classes of each original node's inputs
+    users: dict[str, list[int]]  # value name -> original nodes reading it
+    by_out_class: dict[str, list[int]]  # e-class -> original nodes with an output in it
+    live: set[str]  # e-classes of the output model's values, in either layout
+    views: dict[str, set[str]]  # e-class -> the same tensor in the other layout
+    kept: set[int] = field(default_factory=set)  # original nodes an output node keeps
+
+    def leafish(self, c: str) -> bool:
+        return any(self.egraph.nodes[i].op in LEAVES for i in self.egraph.classes.get(c, ()))
+
+    def region(self, start: set[str]) -> tuple[list[int], set[str]]:
+        """Step 3: the original nodes replaced by an output node whose outputs lie in the
+        e-classes `start`, and the region's e-classes."""
+        reg = set(start)
+        todo = list(start)
+        replaced: list[int] = []
+        seen: set[int] = set()
+        while todo:
+            c = todo.pop()
+            for k in self.by_out_class.get(c, ()):
+                if k in seen or k in self.kept:
+                    continue
+                seen.add(k)
+                replaced.append(k)
+                for x in self.o_in[k] + self.o_out[k]:
+                    if x is not None and x not in reg and x not in self.live:
+                        reg.add(x)
+                        todo.append(x)
+        # Equal constants share an e-class: keep a Constant node only where a node it feeds is
+        # replaced here (not the same constant of every other layer).
+        keep = set(replaced)
+        onodes, users = self.onodes, self.users
+        replaced = [k for k in replaced if onodes[k].op_type != "Constant"
+                    or any(u in keep and onodes[u].op_type != "Constant" for v in onodes[k].output for u in users[v])]
+        return sorted(replaced), reg
+
+    def facts_of(self, reg: set[str]) -> set[str]:
+        return set().union(*(self.by_enode.get((FACT, (c,)), set()) for c in reg))
+
+    def rules_of(self, reg: set[str], inputs: set[str]) -> set[str]:
+        """Step 4: the rules that built an e-node of the region computing it from `inputs`."""
+        egraph = self.egraph
+        found: set[str] = set()
+        for c in reg:
+            for nid in egraph.classes.get(c, ()):
+                e = egraph.nodes[nid]
+                if nid.startswith("primitive-"):
+                    continue
+                ok = all(k in reg or k in inputs or egraph.class_type(k) != "Op" or self.leafish(k) for k in e.children)
+                if ok:
+                    found |= self.by_enode.get((e.op, e.children), set())
+        return found
+
+
 def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str, str], decoder,
             value_names: dict[str, list[str]], rows: list, fact_uses: dict[str, set[str]] | None = None) -> dict:
     """The `explain` section of the report (see the module docstring). `fact_uses` (rule ->
     the fact rules its query reads, eqsat.core.provenance) narrows a node's facts to those its
     rules depended on; without it every fact about the region is listed."""
-    by_enode: dict[tuple, set[str]] = defaultdict(set)
-    for op, kids, rule in rows:
-        by_enode[(op, kids)].add(rule)
+    out_classes, tuple_of, live, views = _output_classes(decoder, egraph)
+    gr = _original_graph(model, egraph, rows, value_names, live, views)
+    info = _match_output_nodes(out, gr, out_classes)
+    nodes_out, attributed, per_rule, per_fact = _explain_nodes(info, gr, tuple_of, choice, fact_uses)
+    constants = _explain_constants(gr, decoder, choice, attributed)
+    return _report(gr, nodes_out, constants, attributed, per_rule, per_fact)
 
-    orig_class: dict[str, str] = {name: c for c, names in value_names.items() for name in names}
+
+def _output_classes(decoder, egraph: EGraph):
+    """The output model's values by e-class (step 2): output value name -> its e-classes,
+    output value name -> the tuple e-class of its node, the e-classes the output computes
+    (in either layout: `live`), and e-class -> the same tensor in the other layout."""
     out_classes: dict[str, set[str]] = defaultdict(set)  # output value name -> its e-classes
     for c, name in decoder.value.items():
         if name:
@@ -122,13 +194,18 @@ def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str
             views[e.children[0]].add(e.eclass)
             views[e.eclass].add(e.children[0])
     live |= set().union(*(views.get(c, set()) for c in list(live)))
+    return out_classes, tuple_of, live, views
 
-    def leafish(c: str) -> bool:
-        return any(egraph.nodes[i].op in LEAVES for i in egraph.classes.get(c, ()))
 
-    # Original nodes, by the e-classes of their outputs.
-    g = model.graph
-    onodes = list(g.node)
+def _original_graph(model: ModelProto, egraph: EGraph, rows: list, value_names: dict[str, list[str]],
+                    live: set[str], views: dict[str, set[str]]) -> _Graphs:
+    """The provenance rows by e-node (step 1) and the original nodes by the e-classes of
+    their values (step 2)."""
+    by_enode: dict[tuple, set[str]] = defaultdict(set)
+    for op, kids, rule in rows:
+        by_enode[(op, kids)].add(rule)
+    orig_class: dict[str, str] = {name: c for c, names in value_names.items() for name in names}
+    onodes = list(model.graph.node)
     o_out = [[orig_class.get(v) if v else None for v in n.output] for n in onodes]
     o_in = [[orig_class.get(v) if v else None for v in n.input] for n in onodes]
     users: dict[str, list[int]] = defaultdict(list)  # value name -> original nodes reading it
@@ -140,10 +217,14 @@ def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str
         for c in cs:
             if c is not None:
                 by_out_class[c].append(k)
+    return _Graphs(egraph, by_enode, onodes, o_out, o_in, users, by_out_class, live, views)
 
-    # Output nodes: e-classes of outputs and inputs; kept or rewritten.
+
+def _match_output_nodes(out: ModelProto, gr: _Graphs, out_classes: dict[str, set[str]]) -> list[tuple]:
+    """Step 2: for each output node, (node, e-classes of its outputs, e-classes of each input,
+    whether it is an output alias, the original node it keeps or None); the kept original
+    nodes are added to `gr.kept`."""
     outputs = {o.name for o in out.graph.output}
-    kept: set[int] = set()
     info = []
     for n in out.graph.node:
         cls = [_one(out_classes.get(v)) if v else None for v in n.output]
@@ -151,55 +232,25 @@ def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str
         ins = [out_classes.get(v, set()) if v else set() for v in n.input]
         match = None
         if not alias:
-            for k in by_out_class.get(cls[0], ()) if cls and cls[0] else ():
-                o = onodes[k]
+            for k in gr.by_out_class.get(cls[0], ()) if cls and cls[0] else ():
+                o = gr.onodes[k]
                 if (o.op_type == n.op_type and (o.domain or "") in ((n.domain or ""), "ai.onnx")
-                        and len(o.input) == len(n.input) and _same_outputs(o_out[k], cls)
-                        and all((a is None and not b) or a in b for a, b in zip(o_in[k], ins, strict=True))):
+                        and len(o.input) == len(n.input) and _same_outputs(gr.o_out[k], cls)
+                        and all((a is None and not b) or a in b for a, b in zip(gr.o_in[k], ins, strict=True))):
                     match = k
                     break
         if match is not None:
-            kept.add(match)
+            gr.kept.add(match)
         info.append((n, cls, ins, alias, match))
+    return info
 
-    def region(start: set[str], inputs: set[str]) -> tuple[list[int], set[str]]:
-        reg = set(start)
-        todo = list(start)
-        replaced: list[int] = []
-        seen: set[int] = set()
-        while todo:
-            c = todo.pop()
-            for k in by_out_class.get(c, ()):
-                if k in seen or k in kept:
-                    continue
-                seen.add(k)
-                replaced.append(k)
-                for x in o_in[k] + o_out[k]:
-                    if x is not None and x not in reg and x not in live:
-                        reg.add(x)
-                        todo.append(x)
-        # Equal constants share an e-class: keep a Constant node only where a node it feeds is
-        # replaced here (not the same constant of every other layer).
-        keep = set(replaced)
-        replaced = [k for k in replaced if onodes[k].op_type != "Constant"
-                    or any(u in keep and onodes[u].op_type != "Constant" for v in onodes[k].output for u in users[v])]
-        return sorted(replaced), reg
 
-    def facts_of(reg: set[str]) -> set[str]:
-        return set().union(*(by_enode.get((FACT, (c,)), set()) for c in reg))
-
-    def rules_of(reg: set[str], inputs: set[str]) -> set[str]:
-        found: set[str] = set()
-        for c in reg:
-            for nid in egraph.classes.get(c, ()):
-                e = egraph.nodes[nid]
-                if nid.startswith("primitive-"):
-                    continue
-                ok = all(k in reg or k in inputs or egraph.class_type(k) != "Op" or leafish(k) for k in e.children)
-                if ok:
-                    found |= by_enode.get((e.op, e.children), set())
-        return found
-
+def _explain_nodes(info: list[tuple], gr: _Graphs, tuple_of: dict[str, str], choice: dict[str, str],
+                   fact_uses: dict[str, set[str]] | None) -> tuple[list[dict], set[int], Counter, Counter]:
+    """Steps 3 and 4 for every output node: its entry (status, rules, facts, replaced nodes),
+    with the original nodes attributed to some output node and the per-rule and per-fact
+    counts."""
+    egraph = gr.egraph
     attributed: set[int] = set()
     per_rule: Counter = Counter()
     per_fact: Counter = Counter()
@@ -222,11 +273,11 @@ def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str
         if _op(n) in REORDER_OPS:  # a layout conversion replaces no original node
             replaced, reg = [], start
         else:
-            replaced, reg = region(start | set().union(*(views.get(c, set()) for c in start)), inputs)
-        rules = sorted(rules_of(reg, inputs))
+            replaced, reg = gr.region(start | set().union(*(gr.views.get(c, set()) for c in start)))
+        rules = sorted(gr.rules_of(reg, inputs))
         if not rules and replaced and match is None:
             rules = [ORACLE]  # no rule built it: the oracles' unions (folded shapes) did
-        facts = facts_of(reg) - set(rules) if rules else set()
+        facts = gr.facts_of(reg) - set(rules) if rules else set()
         if fact_uses is not None:
             facts &= set().union(*(fact_uses.get(r, set()) for r in rules))
         facts = sorted(facts)
@@ -236,28 +287,40 @@ def explain(model: ModelProto, out: ModelProto, egraph: EGraph, choice: dict[str
         per_rule.update(rules)
         per_fact.update(facts)
         entry.update(status="kept" if match is not None else "rewritten", rules=rules, facts=facts,
-                     replaced=[node_label(onodes[k], k) for k in replaced])
+                     replaced=[node_label(gr.onodes[k], k) for k in replaced])
         nodes_out.append(entry)
+    return nodes_out, attributed, per_rule, per_fact
 
-    # Constants the output gained (folded), and what they replaced.
+
+def _explain_constants(gr: _Graphs, decoder, choice: dict[str, str], attributed: set[int]) -> list[dict]:
+    """Step 5: constants the output gained (folded), and what they replaced; the original
+    nodes folded into them are added to `attributed`."""
+    egraph, onodes = gr.egraph, gr.onodes
     constants = []
     for c, name in decoder.value.items():
         ch = choice.get(c)
-        if not name or ch not in egraph.nodes or egraph.nodes[ch].op not in LEAVES[:4]:
+        if not name or ch not in egraph.nodes or egraph.nodes[ch].op not in LITERAL_CTORS:
             continue
-        replaced, reg = region({c}, set())
+        replaced, reg = gr.region({c})
         replaced = [k for k in replaced if k not in attributed and onodes[k].op_type != "Constant"]
         if not replaced:
             continue
         attributed.update(replaced)
-        rules = sorted(rules_of(reg, set()) | {FOLDING})
+        rules = sorted(gr.rules_of(reg, set()) | {FOLDING})
         constants.append({"name": name, "rules": rules, "replaced": [node_label(onodes[k], k) for k in replaced]})
+    return constants
 
+
+def _report(gr: _Graphs, nodes_out: list[dict], constants: list[dict], attributed: set[int],
+            per_rule: Counter, per_fact: Counter) -> dict:
+    """Step 5's leftovers (original Constant nodes now initializers, removed nodes and the
+    rules that removed them) and the section itself, summary first."""
+    onodes = gr.onodes
     as_initializers = [k for k in range(len(onodes)) if k not in attributed and onodes[k].op_type == "Constant"]
     attributed.update(as_initializers)
     removed_ids = [k for k in range(len(onodes)) if k not in attributed]
     removed = [node_label(onodes[k], k) for k in removed_ids]
-    credit = _removed_by(removed_ids, onodes, o_out, users, egraph, by_enode)
+    credit = _removed_by(removed_ids, onodes, gr.o_out, gr.users, gr.egraph, gr.by_enode)
     per_removing: Counter = Counter(r for rules in credit.values() for r in rules)
     status = Counter(e["status"] for e in nodes_out)
     return {

@@ -30,9 +30,11 @@ from collections import defaultdict
 
 from egglog import bindings as b
 
+from eqsat.lang.ops import LITERAL_CTORS
+
 PREFIX = "eqsat-explain-"
 FACT = "eqsat-fact-explain"  # (FACT e "RULE"): RULE asserted a relation about e-class e
-LEAVES = ("Const", "Ints", "ScalarF", "ScalarI", "Input", "Absent")
+LEAVES = LITERAL_CTORS + ("Input", "Absent")  # the Op constructors with no Op children
 SPAN = b.PanicSpan()
 
 

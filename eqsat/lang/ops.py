@@ -413,10 +413,16 @@ def spec_for(domain: str, op_type: str) -> OpSpec | None:
     return BY_ONNX.get(("" if domain == "ai.onnx" else domain, op_type))
 
 
+# The constant constructors of sort Op in rules/lang.egg: a term that is a tensor's value,
+# with no Op children. (Const key) is a tensor in the store by content key; (Ints v) a 1-D
+# int64 tensor; (ScalarF x dtype shape) and (ScalarI n dtype shape) one-element tensors. The
+# single list of them: decoding, folding, measuring, explaining and the rule checker read it.
+LITERAL_CTORS = ("Const", "Ints", "ScalarF", "ScalarI")
+
 # Constructors of sort Op in rules/lang.egg that are term structure, not ONNX ops: graph
 # inputs, constants and literals, the absent optional input, a multi-output op's k-th
 # output, and an op the language does not model.
-STRUCTURE_CTORS = frozenset({"Input", "Const", "Ints", "ScalarF", "ScalarI", "Absent", "Out", "Opaque"})
+STRUCTURE_CTORS = frozenset({"Input", *LITERAL_CTORS, "Absent", "Out", "Opaque"})
 
 
 def prelude_disagreements(constructors: dict[str, tuple[str, list[str]]]) -> list[str]:

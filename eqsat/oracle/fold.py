@@ -40,13 +40,13 @@ from collections.abc import Mapping
 import numpy as np
 from onnx import ModelProto, helper, numpy_helper
 
-from eqsat.core.decode import LITERALS, Decoder
+from eqsat.core.decode import Decoder
 from eqsat.core.encode import constant_term, uniform_facts
 from eqsat.core.randomness import INSTANCE_ATTR, RANDOM_OPS
 from eqsat.core.store import ProtoStore, TensorStore
 from eqsat.lang import terms as T
 from eqsat.lang.dtypes import CTOR_TO_CODE, np_dtype
-from eqsat.lang.ops import BY_CTOR
+from eqsat.lang.ops import BY_CTOR, LITERAL_CTORS
 from eqsat.oracle.layout import NEW_OPS
 from eqsat.oracle.symbolic import SymValues
 from eqsat.oracle.view import View
@@ -90,7 +90,7 @@ class Folder:
         choice is acyclic)."""
         const: dict[str, str] = {}
         parents = v.egraph.parents()
-        pending = [nid for nid, n in v.egraph.nodes.items() if n.op in LITERALS or n.op in ("Absent", "Nil")]
+        pending = [nid for nid, n in v.egraph.nodes.items() if n.op in LITERAL_CTORS or n.op in ("Absent", "Nil")]
         while pending:
             nxt = []
             for nid in pending:
@@ -103,7 +103,7 @@ class Folder:
         return const
 
     def _foldable(self, v: View, n, const: dict[str, str]) -> bool:
-        if n.op in LITERALS or n.op in ("Absent", "Nil"):
+        if n.op in LITERAL_CTORS or n.op in ("Absent", "Nil"):
             return True
         kids = [k for k in n.children if v.egraph.class_type(k) in ("Op", "OpList")]
         if not all(k in const for k in kids):
@@ -134,7 +134,7 @@ class Folder:
         cmds: list = []
         targets: list[str] = []
         for c, nid in const.items():
-            if v.egraph.class_type(c) != "Op" or any(n.op in LITERALS for n in v.nodes_of(c)):
+            if v.egraph.class_type(c) != "Op" or any(n.op in LITERAL_CTORS for n in v.nodes_of(c)):
                 continue
             node = v.egraph.nodes[nid]
             if node.op == "Absent":

@@ -18,7 +18,7 @@ import numpy as np
 
 from eqsat.backends.ort.target import NCHWC_DOMAIN, nchwc_block
 from eqsat.lang.dtypes import CODE_TO_CTOR, np_dtype
-from eqsat.lang.ops import BY_CTOR
+from eqsat.lang.ops import BY_CTOR, LITERAL_CTORS
 from eqsat.ruletool.build import OPSET, BuildError, GraphBuilder, dtype_code
 from eqsat.ruletool.leafshape import (
     ELEMENTWISE,
@@ -32,7 +32,10 @@ from eqsat.ruletool.prims import DV, PREDICATES, PRIMS, NoMatch
 from eqsat.ruletool.sexp import SList, Str, Sym, show
 from eqsat.ruletool.unfold import Variant, is_var
 
-LITERALS = ("Ints", "ScalarF", "ScalarI", "Const", "Input")
+# The leaves a rule's terms are built from: the literals, and (Input name), a graph input.
+# Input joins them because, like a literal, its arguments are plain values, not Op terms:
+# in a query it becomes a leaf of the test graph, and an action may not create it (nor Const).
+LEAF_CTORS = LITERAL_CTORS + ("Input",)
 BOOL_OPS = ("Not", "And", "Or", "Xor")  # their inputs are booleans
 FLOATS = ("F32", "F16", "F64", "BF16")
 INTS = ("I64", "I32")  # drawn only for a rule that names them (a guard (= (I64) (dtype x)), say)
@@ -766,7 +769,7 @@ class Instance:
             return
         if ctor == "Opaque":
             raise Unsupported("an Opaque op has no ONNX meaning the checker knows")
-        if ctor in LITERALS:
+        if ctor in LEAF_CTORS:
             vals = [self._arg_value(a, s, ctor, i, []) for i, (a, s) in enumerate(zip(args, sorts, strict=True))]
             if ctor == "Input":
                 self._leaf(v, None)
@@ -830,7 +833,7 @@ class Instance:
                 vals.append(items)
             else:
                 vals.append(self.eval(a))
-        if ctor in LITERALS:
+        if ctor in LEAF_CTORS:
             if ctor in ("Const", "Input"):
                 raise Unsupported(f"the action creates ({ctor} ...), a tensor the checker cannot know")
             return self.gb.literal(ctor, vals, "rhs")

@@ -36,13 +36,14 @@ from pathlib import Path
 import numpy as np
 from onnx import ModelProto, helper
 
-from eqsat.core.decode import LITERALS, Decoder
+from eqsat.core.decode import Decoder
 from eqsat.core.shapes import is_symbol
 from eqsat.core.store import ProtoStore, TensorStore
 from eqsat.environment import cache_folder
 from eqsat.extract.costs.base import STRUCTURE
 from eqsat.extract.egraph import EGraph, Node
 from eqsat.lang.dtypes import CTOR_TO_CODE, np_dtype
+from eqsat.lang.ops import LITERAL_CTORS
 from eqsat.verification import session
 
 DEFAULT_DIM = 16
@@ -169,7 +170,7 @@ class Measurer:
         rng = np.random.default_rng(0)
         for k in node.children:
             members = [eg.nodes[n] for n in eg.classes.get(k, ())]
-            const = next((n for n in members if n.op in LITERALS or n.op == "Absent"), None)
+            const = next((n for n in members if n.op in LITERAL_CTORS or n.op == "Absent"), None)
             if eg.class_type(k) != "Op" or const is not None:
                 new_children.append(k)
                 if const is not None:
