@@ -1,6 +1,6 @@
 """Tools for rule authors: listing rules, checking them for soundness by testing.
 
-`load_program` loads rule files and reads them as data; `eqsat rules` (cmd.py) and
+`load_program` loads rule files and reads them as data; `eqsat rules` (eqsat/cli/rules.py) and
 `eqsat.api.load_rules` build on it.
 """
 
@@ -22,14 +22,12 @@ def load_program(files: list[Path], default_rules: bool):
     """
     from egglog import bindings as b
 
-    from eqsat.core.rulefiles import Declared, default_rule_files, load_rule_file
+    from eqsat.core.rulefiles import Declared, check_rule_files, default_rule_files, load_rule_file
     from eqsat.errors import RuleError
     from eqsat.ruletool.model import read_files
     from eqsat.ruletool.sexp import SexpError
 
-    for f in files:
-        if not Path(f).is_file():
-            raise RuleError(f"{f}: no such rule file")
+    check_rule_files(files)
     prelude = default_rule_files()
     base = prelude if default_rules else prelude[:1]
     loaded = {p.resolve() for p in base}
