@@ -170,9 +170,9 @@ def test_usage_errors(capsys, tmp_path, saved):
     raw.write_text(json.dumps({k: v for k, v in json.loads(egraph.read_text()).items() if k != "eqsat"}))
     rc, _, err = run_cli(capsys, "extract", raw, "--cost-model", "roofline")
     assert rc == 2 and err.strip() == (
-        f"eqsat: error: {raw}: an e-graph without eqsat's metadata (the top-level \"eqsat\" object: constructors, "
-        "roots, value classes); `eqsat optimize --save-egraph` writes one, and other egraph-serialize files go to the "
-        "extract package's Python API (docs/extraction.md)")
+        f"eqsat: error: {raw}: an eqsat e-graph without eqsat's metadata (the top-level \"eqsat\" object: "
+        "constructors, roots, value classes): its analysis tables would be read as terms; `eqsat optimize "
+        "--save-egraph` writes the whole file")
     rc, _, err = run_cli(capsys, "extract", egraph, "--check", choice, "-o", tmp_path / "d.json")
     assert rc == 2 and "give one of them" in err
     rc, _, err = run_cli(capsys, "extract", egraph, "--extractor", "ilp", "--extractor", "dag-greedy", "-o",

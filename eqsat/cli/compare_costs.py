@@ -32,7 +32,7 @@ def register(sub) -> dict:
     k.add_argument("--samples", type=positive_int, default=8, help="random extractions to rank (default 8)")
     k.add_argument("--runs", type=positive_int, default=20, help="timed runs per program (default 20)")
     k.add_argument("--cost-model", action="append", default=[], metavar="NAME",
-                   help="a cost model to compare (repeatable; default: every registered one)")
+                   help="a cost model to compare (repeatable; default: every registered one but file-costs)")
     k.add_argument("--extractor", default=EXTRACTOR_DEFAULT,
                    help=f"the extractor each cost model chooses its program with, as for optimize "
                         f"(default {EXTRACTOR_DEFAULT})")

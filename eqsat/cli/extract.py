@@ -3,7 +3,10 @@
     eqsat extract EGRAPH.json [--extractor X]... [--cost-model Y]... [-o CHOICE.json]
     eqsat extract EGRAPH.json --check CHOICE.json [--cost-model Y]...
 
-The e-graph is one `eqsat optimize --save-egraph` wrote; no model is needed. The hardware
+The e-graph is one `eqsat optimize --save-egraph` wrote, or any egraph-serialize file
+without eqsat's metadata (extraction-gym's, Tensat's e-graphs among them): every node is
+then a term, the roots are its `root_eclasses`, and the default cost model is
+`file-costs`, each node's own `cost` (zero allowed). No model is needed. The hardware
 profile and symbolic sizes default to those the e-graph records (its `eqsat.settings`),
 so a cost model prices it as `eqsat optimize` did. stdout: one line per cost model and
 extractor with the extraction's DAG and tree cost (with --check: per cost model, the
@@ -76,14 +79,24 @@ def load_egraph(path: str | Path):
         raise UsageError(f"{path}: {e}") from None
     except ValueError as e:  # a newer format
         raise UsageError(f"{path}: {e}") from None
-    if not g.meta:  # without its constructor list every table row (shape, dtype, ...) looks like a term
-        raise UsageError(f"{path}: an e-graph without eqsat's metadata (the top-level \"eqsat\" object: constructors, "
-                         "roots, value classes); `eqsat optimize --save-egraph` writes one, and other egraph-serialize "
-                         "files go to the extract package's Python API (docs/extraction.md)")
+    if not g.meta and any(n.op == "Value" and g.class_type(n.eclass) == "Op" for n in g.nodes.values()):
+        # egglog's serialization of eqsat's e-graph, its "eqsat" object cut off: without the
+        # constructor list every table row (shape, dtype, a Value handle) would be read as a term
+        raise UsageError(f"{path}: an eqsat e-graph without eqsat's metadata (the top-level \"eqsat\" object: "
+                         "constructors, roots, value classes): its analysis tables would be read as terms; "
+                         "`eqsat optimize --save-egraph` writes the whole file")
     if not g.roots:
         raise UsageError(f"{path}: the e-graph names no roots (the model it was saved from has no outputs); "
                          "`eqsat optimize --save-egraph` writes them")
     return g
+
+
+def default_cost_model(g) -> str:
+    """roofline for eqsat's own e-graphs; a file without eqsat's metadata (extraction-gym's)
+    is priced by its own costs."""
+    from eqsat.extract.costs import FileCosts
+
+    return COST_MODEL_DEFAULT if g.meta else FileCosts.name
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
@@ -107,7 +120,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     opts = Options(hardware=args.hardware or settings.get("hardware", HARDWARE_DEFAULT),
                    dims={**settings.get("dims", {}), **made_at, **dict(args.dim)})
     if not names:  # --check prices the choice under the model that made it, where this eqsat has it
-        names = [_model_of(picked[1], args.check) if picked else COST_MODEL_DEFAULT]
+        names = [_model_of(picked[1], args.check) if picked else default_cost_model(g)]
     models = [cost_model(dataclasses.replace(opts, cost_model=name)) for name in names]  # bad names fail now
     _warn_settings(args, g)
     if picked:

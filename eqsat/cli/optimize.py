@@ -99,7 +99,8 @@ def _extraction(o: argparse.ArgumentParser) -> None:
     o.add_argument("--cost-model", default=COST_MODEL_DEFAULT,
                    help="cost model: roofline (default: each op's FLOPs and bytes at the hardware profile's rates), "
                         "node-count (a research baseline: every op costs 1), measured (each op configuration timed "
-                        "under onnxruntime on this machine), or one an installed package declares "
+                        "under onnxruntime on this machine), file-costs (the costs the e-graph file carries: "
+                        "for `eqsat extract` on another tool's files), or one an installed package declares "
                         "(eqsat.cost_models entry points)")
     add_hardware(o, "hardware profile (which fusions and layouts pay; the roofline's rates): a name, "
                     "or a .json file from `eqsat calibrate`; cpu (default): the shipped profile for "

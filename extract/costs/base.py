@@ -36,6 +36,7 @@ class CostModel(ABC):
 
     name: str = ""
     unit: str = ""  # what a cost counts, for reports: "ops", "us", ...
+    compared_by_default: bool = True  # in compare-costs' default list (file-costs is not: it prices a file's costs)
 
     @abstractmethod
     def node_cost(self, egraph: EGraph, node: Node) -> float: ...

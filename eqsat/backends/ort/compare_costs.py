@@ -78,13 +78,14 @@ class Record:
 
 def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int = 20, progress=None,
                   cost_models: list[str] | None = None) -> tuple[list[Record], dict]:
-    """`cost_models`: the names to compare (default every registered one: the shipped
-    models, any a script added to COST_MODELS, and installed plugins this process already
-    loaded by name); each extracts its program with `opts.extractor`."""
+    """`cost_models`: the names to compare (default every registered one whose class is
+    `compared_by_default`, all but file-costs: the shipped models, any a script added to
+    COST_MODELS, and installed plugins this process already loaded by name); each extracts its program with `opts.extractor`."""
     say = progress or (lambda _m: None)
     check_environment()
     check_model(model)
-    names = list(dict.fromkeys(cost_models or COST_MODELS))
+    # file-costs reads the costs a file carries; a freshly saturated e-graph carries egglog's placeholder 1.0s
+    names = list(dict.fromkeys(cost_models or [n for n, m in COST_MODELS.items() if m.compared_by_default]))
     models = {name: cost_model(dataclasses.replace(opts, cost_model=name)) for name in names}  # bad names fail now
     dims = dict(opts.dims)
     feeds = random_inputs(model, dims)
