@@ -67,7 +67,8 @@ def step_models(past: int):
 
     def model(body, used):
         g = helper.make_graph(body, "step", ins, outs, [numpy_helper.from_array(weights[k], k) for k in used])
-        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18),
+                                                   helper.make_opsetid("com.microsoft", 1)])
 
     rng = np.random.default_rng(0)
     feeds = {vi.name: rng.standard_normal([x.dim_value for x in vi.type.tensor_type.shape.dim]).astype(np.float32)
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3000)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "decode_attention.md")
     args = ap.parse_args(argv)
-    rows = ["| past | onnxruntime optimizations | subgraph ms | MultiHeadAttention ms | ratio | saved per 12 layers, ms |",
+    rows = ["| past | onnxruntime optimizations | subgraph ms | MultiHeadAttention ms | ratio | saved per 12 layers, "
+            "ms |",
             "|---:|---|---:|---:|---:|---:|"]
     for past in (int(p) for p in args.past.split(",")):
         plain, fused, feeds = step_models(past)
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             f"Method: one layer, {HEADS} heads of {HEAD_DIM}, {NEW} new token, batch 1, a zero mask over past + new; "
             "the subgraph as a step runs it after eqsat (Concat of the cache, products, scale, mask, softmax) "
             "against com.microsoft.MultiHeadAttention with past_key/past_value and present outputs; outputs "
-            f"checked equal; medians of {args.runs} alternating runs (eqsat.backends.ort.latency.compare), onnxruntime CPU, "
+            f"checked equal; medians of {args.runs} alternating runs (eqsat.backends.ort.latency.compare), "
+            f"onnxruntime CPU, "
             "1 thread.", "", *rows, ""]
     args.out.write_text("\n".join(text))
     print("\n".join(rows))

@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{p.stem:24s} {len(g.nodes):6d} e-nodes {name:12s} DAG cost {dag:10.3f}  tree {tree:.4g}  "
                   f"{secs:7.3f} s  {'; '.join(ex.notes)}", flush=True)
     if not rows:
-        print(f"no models in {a.models}{' named ' + a.only if keep else ''} (`make corpus` builds them)", file=sys.stderr)
+        print(f"no models in {a.models}{' named ' + a.only if keep else ''} (`make corpus` builds them)",
+              file=sys.stderr)
         return 2
     if a.out:
         lines = [

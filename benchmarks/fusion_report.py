@@ -72,7 +72,8 @@ def report(path: Path, target: str, tmp: Path, hardware: str = "cpu") -> dict:
         "rel_diff": diff,
         "seconds": secs,
         "left": {k: hist[k] for k in LEFT_OVER if hist.get(k)},
-        "fused": {k: v for k, v in hist.items() if "." in k or k in ("LayerNormalization", "RMSNormalization", "Gelu", "Attention")},
+        "fused": {k: v for k, v in hist.items() if "." in k or k in ("LayerNormalization", "RMSNormalization", "Gelu",
+                                                                     "Attention")},
         "hist": dict(hist.most_common()),
         "ort_hist": dict(op_histogram(ortx).most_common()),
         "rules": res.report["saturation"]["rule_matches"],
@@ -98,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         for p in paths:
             r = report(p, a.target, Path(d), a.hardware)
             rows.append(r)
-            print(f"{r['model']:24s} nodes {r['before']:5d} -> eqsat {r['eqsat']:4d} (ORT extended {r['ort_extended']:4d}) "
+            print(f"{r['model']:24s} nodes {r['before']:5d} -> eqsat {r['eqsat']:4d} (ORT extended "
+                  f"{r['ort_extended']:4d}) "
                   f"diff {r['rel_diff']:.1e}  {r['seconds']:.1f}s  fused {r['fused']}  left {r['left']}", flush=True)
             if a.verbose:
                 print("   eqsat:", r["hist"])

@@ -232,18 +232,40 @@ def write_markdown(rows: list[dict], out: Path) -> None:
                 f"{ratios[len(ratios) // 2]:.2f}." if ratios else "")
     text = f"""# Memory plans of the corpus
 
-Command: `python benchmarks/memory.py` (eqsat at commit {commit}, with the working tree's rules) on {platform.machine()}, Python {platform.python_version()}, onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}, numpy {numpy.__version__}. Symbolic dimensions: a name with `batch` -> 1, with `seq` -> 128 (all corpus models use `batch` and `sequence`). Graph `exported`: the file as exported; `optimized`: after `eqsat optimize` (default rules, target ort).
+Command: `python benchmarks/memory.py` (eqsat at commit {commit}, with the working tree's rules) on
+{platform.machine()}, Python {platform.python_version()}, onnx {onnx.__version__}, onnxruntime
+{onnxruntime.__version__}, numpy {numpy.__version__}. Symbolic dimensions: a name with `batch` -> 1, with `seq` ->
+128 (all corpus models use `batch` and `sequence`). Graph `exported`: the file as exported; `optimized`: after `eqsat
+optimize` (default rules, target ort).
 
 Columns (all sizes in MiB of 2^20 bytes; alignment 64 bytes):
 
-- **arena**: the plan's arena: every placement heuristic (greedy-by-size (best fit, Pisarchyk & Lee 2020), greedy-long-lived-first, greedy-by-size-first-fit, greedy-by-breadth, greedy-by-start, greedy-by-conflict), the three smallest improved by `repack` (compaction and local re-placement, eqsat/plan/arena.py); **placement** names the heuristic whose result won, with the bytes repack took off it.
-- **lower bound**: the largest sum of simultaneously live buffers (aligned; in-place reuse and views applied) in the chosen execution **order**; no arena for that order can be smaller. **arena / LB** is the ratio (target: <= 1.05). **model-order LB**: the same bound in the model's own node order.
-- **no reuse**: every intermediate in a buffer of its own. **in-place saved**: the best arena without in-place reuse (views still shared) minus the arena.
-- **ORT peak**: onnxruntime {onnxruntime.__version__} running the same graph in a child process (CPU, 1 thread, graph optimizations off, CPU memory arena off, memory pattern on, `MALLOC_MMAP_THRESHOLD_=65536` so that every allocation of 64 KiB or more is its own mmap and goes back to the system when freed): VmHWM after a run minus VmRSS before it, VmHWM reset through `/proc/self/clear_refs` just before. The 1st run records onnxruntime's allocation pattern; the 2nd allocates one block for its planned tensors. It includes what the arena does not: kernels' scratch buffers (im2col, packed weights, ...), the outputs handed to Python, allocator overhead; and excludes what is under 64 KiB and was already in the heap.
-- **shapes run**: tensors whose static shape ONNX shape inference left unknown (contrib ops, shape computations it cannot follow), measured by one onnxruntime run at the bound dimensions.
-- **proof by execution**: the model run node by node (onnx's reference evaluator; onnxruntime for contrib ops, Conv/pooling, BatchNormalization, LRN and pre-13 Softmax, see eqsat/plan/execute.py) with every intermediate in one numpy arena at its planned offset, dead buffers overwritten with 0xFF; the outputs compared with onnxruntime on the whole graph (optimizations off) at rtol {RTOL:g}, atol {ATOL:g}. **proof s**: the node-by-node run. **plan s**: planning, including shape inference (and, where it leaves shapes unknown, one onnxruntime run to measure them).
+- **arena**: the plan's arena: every placement heuristic (greedy-by-size (best fit, Pisarchyk & Lee 2020),
+  greedy-long-lived-first, greedy-by-size-first-fit, greedy-by-breadth, greedy-by-start, greedy-by-conflict), the
+  three smallest improved by `repack` (compaction and local re-placement, eqsat/plan/arena.py); **placement** names
+  the heuristic whose result won, with the bytes repack took off it.
+- **lower bound**: the largest sum of simultaneously live buffers (aligned; in-place reuse and views applied) in the
+  chosen execution **order**; no arena for that order can be smaller. **arena / LB** is the ratio (target: <= 1.05).
+  **model-order LB**: the same bound in the model's own node order.
+- **no reuse**: every intermediate in a buffer of its own. **in-place saved**: the best arena without in-place reuse
+  (views still shared) minus the arena.
+- **ORT peak**: onnxruntime {onnxruntime.__version__} running the same graph in a child process (CPU, 1 thread, graph
+  optimizations off, CPU memory arena off, memory pattern on, `MALLOC_MMAP_THRESHOLD_=65536` so that every allocation
+  of 64 KiB or more is its own mmap and goes back to the system when freed): VmHWM after a run minus VmRSS before it,
+  VmHWM reset through `/proc/self/clear_refs` just before. The 1st run records onnxruntime's allocation pattern; the
+  2nd allocates one block for its planned tensors. It includes what the arena does not: kernels' scratch buffers
+  (im2col, packed weights, ...), the outputs handed to Python, allocator overhead; and excludes what is under 64 KiB
+  and was already in the heap.
+- **shapes run**: tensors whose static shape ONNX shape inference left unknown (contrib ops, shape computations it
+  cannot follow), measured by one onnxruntime run at the bound dimensions.
+- **proof by execution**: the model run node by node (onnx's reference evaluator; onnxruntime for contrib ops,
+  Conv/pooling, BatchNormalization, LRN and pre-13 Softmax, see eqsat/plan/execute.py) with every intermediate in one
+  numpy arena at its planned offset, dead buffers overwritten with 0xFF; the outputs compared with onnxruntime on the
+  whole graph (optimizations off) at rtol {RTOL:g}, atol {ATOL:g}. **proof s**: the node-by-node run. **plan s**:
+  planning, including shape inference (and, where it leaves shapes unknown, one onnxruntime run to measure them).
 
-Largest arena / lower bound over these models: {worst:.3f}. Proofs by execution passed: {passed} of {len(proofs)}.{ort_line}
+Largest arena / lower bound over these models: {worst:.3f}. Proofs by execution passed: {passed} of
+{len(proofs)}.{ort_line}
 
 {table(rows)}
 """

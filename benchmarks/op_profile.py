@@ -212,12 +212,15 @@ def report(results: dict[str, dict], setting: str, runs: int, peak: float, comma
         "",
         f"Packages: {peers._versions()}.",
         "",
-        f"Method: symbolic dims (by name) {describe()}; onnxruntime CPU, 1 thread, graph optimizations {'on (ORT_ENABLE_ALL)' if setting == 'all' else 'off'}, "
+        f"Method: symbolic dims (by name) {describe()}; onnxruntime CPU, 1 thread, graph optimizations "
+        f"{'on (ORT_ENABLE_ALL)' if setting == 'all' else 'off'}, "
         f"profiler kernel times summed by op type over {runs} runs of each model after 3 warm-up runs, the original "
         "and eqsat's result (`eqsat optimize` defaults) alternating in one process; ms per run. **products**: MatMul, "
-        "FusedMatMul, Gemm, FusedGemm, with their GFLOP per run from the recorded shapes (not those inside MultiHeadAttention). **bound**: eqsat's "
+        "FusedMatMul, Gemm, FusedGemm, with their GFLOP per run from the recorded shapes (not those inside "
+        "MultiHeadAttention). **bound**: eqsat's "
         "products time / the original's total: the best ratio left to a rewrite that keeps the products and makes "
-        f"every other op free. MLAS's best rate on this machine (`peak_gflops`: the fastest of 30 warm runs of three products, 1 thread): {peak:.1f} GFLOP/s.",
+        f"every other op free. MLAS's best rate on this machine (`peak_gflops`: the fastest of 30 warm runs of three "
+        f"products, 1 thread): {peak:.1f} GFLOP/s.",
         "",
         "| model | total ms, original | total ms, eqsat | eqsat / original | products ms (share), eqsat "
         "| GFLOP | GFLOP/s | bound |",

@@ -22,7 +22,8 @@ bound as benchmarks/memory.py does: a name with `batch` -> 1, with `seq` -> 128)
 - latency under onnxruntime CPU, 1 intra-op thread, in two settings: onnxruntime's
   optimizations off (ORT_DISABLE_ALL: what the tool itself did) and fully on
   (ORT_ENABLE_ALL: what remains on top); `--settings off-mt,all-mt` measures the same at
-  onnxruntime's default thread count (one intra-op thread per physical core). The original and every result of the model run
+  onnxruntime's default thread count (one intra-op thread per physical core). The original and every result of the
+  model run
   round-robin in one process (each round in a fresh random order, never starting with the
   session that ended the round before: `round_orders`), after warm-up, in `--children`
   child processes that share the rounds and create the sessions alternately in opposite
@@ -543,7 +544,8 @@ def latency_groups(tools: list[str], per: int) -> list[list[str]]:
 
 def measure_latencies(src: Path, recs: dict[str, dict], dims: dict[str, int], a) -> None:
     """Fill rec["latency"][setting] for the records that ran, grouped so that the sessions of
-    one child fit in `a.mem_budget` GiB (a model's sessions take about 1.6x its file: 650 MiB for BERT-base, measured)."""
+    one child fit in `a.mem_budget` GiB (a model's sessions take about 1.6x its file: 650 MiB for BERT-base,
+    measured)."""
     todo = {t: r for t, r in recs.items() if r.get("ok") and r["equivalence"]["status"] != "error"
             and Path(r["result"]).exists() and any(s not in r.get("latency", {}) for s in a.settings)}
     if not todo:
@@ -652,7 +654,8 @@ def _machine() -> str:
                                                             .splitlines() if ":" in ln))
         flags = set(info.get("flags", "").split())
         vec = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-        cpu = f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}, {vec})"
+        cpu = (f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, "
+               f"model {info.get('model', '?')}, {vec})")
     except OSError:
         pass
     mem = "?"
@@ -661,7 +664,8 @@ def _machine() -> str:
             mem = f"{int(f.readline().split()[1]) / (1 << 20):.0f} GiB"
     except (OSError, ValueError, IndexError):
         pass
-    return f"{platform.machine()}, {cpu}, {os.cpu_count()} logical CPUs, {mem} RAM, {platform.system()} {platform.release()}"
+    return (f"{platform.machine()}, {cpu}, {os.cpu_count()} logical CPUs, {mem} RAM, "
+            f"{platform.system()} {platform.release()}")
 
 
 def _versions() -> str:
@@ -745,7 +749,8 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
     lines = [
         "# eqsat beside the peers",
         "",
-        f"Command: `{command}` (checkout at commit {_git_commit()}; eqsat as each record says below). Written by `benchmarks/peers.py` "
+        f"Command: `{command}` (checkout at commit {_git_commit()}; eqsat as each record says below). Written by "
+        f"`benchmarks/peers.py` "
         "from the records cached in its `--out` folder; the notes at the end are written by hand.",
         "",
         f"Machine: {_machine()}; shared with other work while measuring, so absolute times are noisy "
@@ -806,7 +811,8 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
         others = [(t, lat(m, t)) for t in tools if t not in ("eqsat", "control")]
         others = [(t, v) for t, v in others if v is not None]
         best = min(others, key=lambda x: x[1]) if others else None
-        lines.append(f"| {m} | {f2(e)} | {f2(o)} | {f2(e / o) if e and o else '-'} | {f2(lat(m, 'eqsat', 'p10_ratio'))} "
+        lines.append(f"| {m} | {f2(e)} | {f2(o)} | {f2(e / o) if e and o else '-'} | "
+                     f"{f2(lat(m, 'eqsat', 'p10_ratio'))} "
                      f"| {f2(lat(m, 'ort-all', 'p10_ratio'))} | {f'{best[0]} {best[1]:.2f}' if best else '-'} "
                      f"| {f2(lat(m, 'control'))}{' noisy' if abs((lat(m, 'control') or 1) - 1) > NOISY else ''} |")
     lines.append("")
@@ -824,7 +830,8 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
     for m in models:
         e, o = lat(m, "eqsat"), lat(m, "ort-all")
         pair = _with_ci(e / o if e and o else None, pair_interval(by.get((m, "eqsat")), by.get((m, "ort-all")), "off"))
-        lines.append(f"| {m} | {ci(m, 'eqsat', 'off')} | {pair} | {ci(m, 'eqsat', 'all')} | {ci(m, 'control', 'all')} |")
+        lines.append(f"| {m} | {ci(m, 'eqsat', 'off')} | {pair} | {ci(m, 'eqsat', 'all')} "
+                     f"| {ci(m, 'control', 'all')} |")
     lines.append("")
     lines += ["## Nodes (top-level graph) and optimization time", "",
               "| model | original nodes | " + " | ".join(f"{t} nodes / opt s" for t in tools) + " |",
@@ -867,7 +874,8 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
         lines += ["## Failures", ""]
         lines += [f"- {r['model']} / {r['tool']}: {r['error']}" for r in fails]
         lines += [f"- {r['model']} / {r['tool']}: equivalence {r['equivalence']['status']}: "
-                  f"{r['equivalence'].get('detail') or ''} (rel diff {r['equivalence'].get('rel_diff', float('nan')):.2e})"
+                  f"{r['equivalence'].get('detail') or ''} (rel diff "
+                  f"{r['equivalence'].get('rel_diff', float('nan')):.2e})"
                   for r in bad_eq]
         lines += [f"- {r['model']} / {r['tool']}: latency ({s}): {r['latency'][s]['error']}" for r, s in lat_err]
         lines.append("")
@@ -888,7 +896,8 @@ def write_results(recs: list[dict], path: Path, command: str, plots: list[Path],
             x = r.get("eqsat", {})
             ph = x.get("phases_s", {})
             pl = x.get("plan", {})
-            plan = (f"{pl['arena_bytes'] / (1 << 20):.2f} | {pl['lower_bound_bytes'] / (1 << 20):.2f} | {pl['ratio']:.3f}"
+            plan = (f"{pl['arena_bytes'] / (1 << 20):.2f} | {pl['lower_bound_bytes'] / (1 << 20):.2f} | "
+                    f"{pl['ratio']:.3f}"
                     if "arena_bytes" in pl else f"error: {pl.get('error', '?')} | | ")
             lines.append(f"| {r['model']} | " + " | ".join(f"{ph.get(p, 0):.2f}" for p in phases)
                          + f" | {x.get('stop_reason', '?')} | {x.get('enodes', '?')} | {plan} |")

@@ -198,7 +198,8 @@ def write(rows: list[dict], out: Path, command: str) -> None:
     for r in rows:
         if "error" in r:
             last = "; ".join(r.get("progress") or [])
-            lines.append(f"| {r['nodes']} | {r['layers']} | error: {r['error']}" + (f" (last progress: {last})" if last else "")
+            lines.append(f"| {r['nodes']} | {r['layers']} | error: {r['error']}"
+                         + (f" (last progress: {last})" if last else "")
                          + f" | {r.get('wall_s', 0):.0f} s wall"
                          + (f", {r['cpu_s']:.0f} s CPU" if "cpu_s" in r else "") + " |" + " |" * (len(PHASES) + 9))
             continue

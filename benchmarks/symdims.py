@@ -1,5 +1,6 @@
 """Sizes for the symbolic dimensions of a benchmark model's graph inputs: a name containing
-`batch` -> 1, containing `seq` -> 128, `height` or `width` -> 224 (an image's; shared by peers.py, ab.py, op_profile.py and
+`batch` -> 1, containing `seq` -> 128, `height` or `width` -> 224 (an image's; shared by peers.py, ab.py,
+op_profile.py and
 memory.py). A KV-cache step (corpus.py's `*-kv` models) decodes one new token after 128
 cached: `past` -> 128, `new_tokens` -> 1 (matched before `seq`: `past_sequence` holds it),
 and a `total` dimension is past + new (`kv_total`), after any sizes the user gives."""

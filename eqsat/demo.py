@@ -35,7 +35,8 @@ def build_model(seed: int = 0) -> onnx.ModelProto:
     ]
     nodes = [
         helper.make_node("Conv", ["image", "conv1.w", "conv1.b"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-        helper.make_node("BatchNormalization", ["c1", "bn1.scale", "bn1.bias", "bn1.mean", "bn1.var"], ["b1"], name="bn1"),
+        helper.make_node("BatchNormalization", ["c1", "bn1.scale", "bn1.bias", "bn1.mean", "bn1.var"], ["b1"],
+                         name="bn1"),
         helper.make_node("Relu", ["b1"], ["r1"], name="relu1"),
         helper.make_node("Conv", ["r1", "conv2.w", "conv2.b"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
         helper.make_node("Add", ["c2", "r1"], ["res"], name="residual"),

@@ -60,6 +60,7 @@ class DagGreedy(Extractor):
             if r not in choice:
                 raise ExtractionError(f"root e-class {r} has no finite-cost term")
         choice, switches = reuse_shared(egraph, choice, costs)
-        notes = [f"reuse pass: {switches} e-class(es) switched to a value the program computes anyway"] if switches else []
+        notes = ([f"reuse pass: {switches} e-class(es) switched to a value the program computes anyway"]
+                 if switches else [])
         return Extraction(choice, self.name, tree_cost(egraph, choice, costs), dag_cost(egraph, choice, costs),
                           time.perf_counter() - t0, notes)

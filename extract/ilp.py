@@ -25,7 +25,8 @@ before the program is built (fix_layouts): with both layouts free the LP relaxat
 them and HiGHS does not close the gap on CNNs (ResNet-50: 25 s, other models past the
 limit); with them fixed, and no ReorderInput of a value the greedy answer leaves NCHW and
 unused, the program is as easy as an NCHW one (about 1 s). The answer is then optimal for
-that layout choice, never worse than the greedy answer, and the notes say so; `ILP(fix_layouts=False)` solves over both layouts, and so does the ILP where the layouts
+that layout choice, never worse than the greedy answer, and the notes say so; `ILP(fix_layouts=False)` solves over
+both layouts, and so does the ILP where the layouts
 fixed from the greedy answer leave no program within the work bound below.
 
 Work. Where the e-graph records the input program (eqsat.input_nodes), one more row bounds
@@ -100,7 +101,8 @@ class ILP(Extractor):
 
         full = TreeGreedy().choose_all(egraph, cost)
         if any(r not in full for r in egraph.roots):
-            raise ExtractionError(f"root e-class {next(r for r in egraph.roots if r not in full)} has no finite-cost term")
+            missing = next(r for r in egraph.roots if r not in full)
+            raise ExtractionError(f"root e-class {missing} has no finite-cost term")
         term = {c for c in egraph.classes if egraph.class_type(c) in TERM_SORTS}
         nodes, layout_note = self._candidates(egraph, full, term, costs), ""
         if self.fix_layouts and any(egraph.nodes[n].op in NCHWC_OPS for n in nodes):
@@ -131,7 +133,8 @@ class ILP(Extractor):
             if dag_cost(egraph, choice, costs) >= best.dag_cost:
                 notes.append(f"ILP: stopped at the time limit ({self.time_limit:g} s); greedy answer was better")
                 return self._done(egraph, best.choice, costs, t0, notes, fallback=True)
-            notes.append(f"ILP: stopped at the time limit ({self.time_limit:g} s); best solution found, not proven optimal")
+            notes.append(f"ILP: stopped at the time limit ({self.time_limit:g} s); "
+                         "best solution found, not proven optimal")
         elif layout_note:
             notes.append("ILP: proven optimal for the fixed layouts, not over every layout choice")
         if cuts:

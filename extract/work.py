@@ -6,7 +6,8 @@ The input program is recorded too: for each node of the input model, the e-node 
 encodes it (`eqsat.input_nodes` in the e-graph's metadata, `eqsat.input_complete` where
 every node has one), so the work of the input and of any extraction are counted the same
 way. The ILP extractor bounds a choice's contractions by the input's (`contraction_bound`):
-a program never computes a convolution or a product twice to save other ops. Rules that pad a contraction (rules/contraction.egg,
+a program never computes a convolution or a product twice to save other ops. Rules that pad a contraction
+(rules/contraction.egg,
 rules/layout.egg's blocked channels) add FLOPs but no contraction: the report gives the
 FLOPs beside the input's.
 """
@@ -28,7 +29,8 @@ def contractions(egraph: EGraph, node) -> int:
     """The contractions an e-node computes, as the work bound counts them: 1 for a product or
     a convolution that sums over more than one input, 2 for attention (its scores and its
     weighted sum), 0 otherwise (a MatMul of inner dimension 1 is an outer product; a 1x1
-    convolution of one input channel per group is a per-channel scale: rules/layout.egg runs BatchNormalization, or a per-channel Mul and Add,
+    convolution of one input channel per group is a per-channel scale: rules/layout.egg runs BatchNormalization, or a
+    per-channel Mul and Add,
     as one, in place of ops that are no contraction)."""
     if node.op not in CONTRACTIONS:
         return 0

@@ -420,7 +420,8 @@ def test_never_writes_over_the_input_through_a_symlink(capsys, tmp_path):
     link.symlink_to(src)
     rc, _, err = run_cli(capsys, "optimize", src, "-o", link)
     assert rc == 2
-    assert error_line(err) == f"eqsat: error: {link}: --output would overwrite the input {src}; pass --in-place to allow it"
+    assert error_line(err) == (f"eqsat: error: {link}: --output would overwrite the input {src}; "
+                               "pass --in-place to allow it")
     assert src.read_bytes() == before and link.is_symlink()
 
 
@@ -510,7 +511,8 @@ def test_the_outputs_weights_never_overwrite_the_inputs_data_file(capsys, tmp_pa
 
 
 @pytest.mark.parametrize("command", [["plan", "{m}", "-o", "{m}"], ["show", "{m}", "--html", "{m}"],
-                                     ["diff", "{m}", "{m}", "--html", "{m}"], ["rules", "check", "{m}", "--json", "{m}"]])
+                                     ["diff", "{m}", "{m}", "--html", "{m}"],
+                                     ["rules", "check", "{m}", "--json", "{m}"]])
 def test_other_commands_never_write_over_their_input(capsys, tmp_path, command):
     src = _save(_relu_model(), tmp_path / "m.onnx")  # (a rule file in `rules check`: refused before it is read)
     before = src.read_bytes()

@@ -91,7 +91,8 @@ def test_harness_records(tmp_path):
             assert set(lat) >= {"median_ms", "original_ms", "ratio", "paired_ratio", "runs", "ci95", "samples_ms"}
             assert lat["runs"] == 3 and lat["ratio"] > 0
             assert 0 < lat["ci95"][0] <= lat["ci95"][1]
-            assert [len(c) for c in lat["samples_ms"][tool]] == [2, 1] == [len(c) for c in lat["samples_ms"]["original"]]
+            assert ([len(c) for c in lat["samples_ms"][tool]] == [2, 1]
+                    == [len(c) for c in lat["samples_ms"]["original"]])
             assert set(lat["group"]) == set(TOOLS)  # one round-robin: pairable
         assert not Path(r["result"]).exists()  # the optimized model is deleted once measured
         assert (a.out / "tiny" / f"{tool}.json").exists()

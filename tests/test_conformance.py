@@ -161,7 +161,8 @@ def test_cases_the_full_run_once_failed(name):
 def test_an_empty_sequence_is_not_folded_into_a_tensor():
     """The folding oracle turned SequenceEmpty's value (an empty list) into a double[0]
     initializer, which onnxruntime then refused as SequenceInsert's input."""
-    nodes = [h.make_node("SequenceEmpty", [], ["s0"], dtype=TP.FLOAT), h.make_node("SequenceInsert", ["s0", "x"], ["s1"]),
+    nodes = [h.make_node("SequenceEmpty", [], ["s0"], dtype=TP.FLOAT),
+             h.make_node("SequenceInsert", ["s0", "x"], ["s1"]),
              h.make_node("SequenceAt", ["s1", "zero"], ["y"])]
     g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [2])],
                      [h.make_tensor_value_info("y", TP.FLOAT, [2])], [h.make_tensor("zero", TP.INT64, [], [0])])

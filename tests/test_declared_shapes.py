@@ -311,7 +311,8 @@ def test_onnxruntimes_fused_ops_are_sized_as_the_ops_they_fuse():
              h.make_node("FusedGemm", ["f", "g"], ["e"], domain="com.microsoft", activation="Relu"),
              h.make_node("FusedMatMul", ["e", "k"], ["y"], domain="com.microsoft", alpha=2.0),
              h.make_node("FusedMatMul", ["k", "k"], ["z"], domain="com.microsoft", transA=1)]
-    g = h.make_graph(nodes, "g", [vi("x", TP.FLOAT, [1, 2, 4, 4])], [vi("y", TP.FLOAT, [1, 9]), vi("z", TP.FLOAT, [3, 3])],
+    g = h.make_graph(nodes, "g", [vi("x", TP.FLOAT, [1, 2, 4, 4])],
+                     [vi("y", TP.FLOAT, [1, 9]), vi("z", TP.FLOAT, [3, 3])],
                      inits, value_info=[vi("c", TP.FLOAT, [1, 2, 9, 9])])
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)], ir_version=8)
     types, warning = infer_types(m)

@@ -276,7 +276,8 @@ def test_a_cost_that_breaks_the_contract_is_named(bad):
 
     g = EGraph.from_json(SMALL)
     for name in EXTRACTORS:
-        with pytest.raises(ValueError, match=rf"cost model broken: node m\.1 \(add in e-class m\) costs {re.escape(repr(bad))}"):
+        with pytest.raises(ValueError, match=rf"cost model broken: node m\.1 \(add in e-class m\) costs "
+                                             rf"{re.escape(repr(bad))}"):
             get_extractor(name).extract(g, Broken())
 
 

@@ -123,7 +123,8 @@ def test_every_extractor_under_every_cost_model_one_line_each(capsys, saved):
         ("ilp", "node-count"), ("tree-greedy", "node-count"), ("ilp", "roofline"), ("tree-greedy", "roofline")]
     dag = [float(ln.split("DAG cost ")[1].split()[0]) for ln in lines]
     assert dag[0] <= dag[1] and dag[2] <= dag[3]  # the ILP is never worse than greedy on DAG cost
-    assert all(ln.split("DAG cost ")[1].split()[1] == unit for ln, unit in zip(lines, ["ops,", "ops,", "us,", "us,"], strict=True))
+    assert all(ln.split("DAG cost ")[1].split()[1] == unit for ln,
+               unit in zip(lines, ["ops,", "ops,", "us,", "us,"], strict=True))
 
 
 @pytest.mark.parametrize("content, says", [
@@ -155,7 +156,8 @@ def test_usage_errors(capsys, tmp_path, saved):
     assert rc == 2 and err.strip().endswith(f"{egraph}: not an ONNX model: it is JSON, and eqsat reads binary .onnx "
                                             "files (an e-graph or a choice file goes to `eqsat extract`)")
     rc, _, err = run_cli(capsys, "extract", egraph, "-o", egraph)
-    assert rc == 2 and err.strip() == f"eqsat: error: {egraph}: --output would overwrite the input {egraph}; name another file"
+    assert rc == 2 and err.strip() == (f"eqsat: error: {egraph}: --output would overwrite the input {egraph}; "
+                                       "name another file")
     assert json.loads(egraph.read_text())["eqsat"]["roots"]  # untouched
     choice = tmp_path / "c.json"
     assert run_cli(capsys, "extract", egraph, "-o", choice)[0] == 0
@@ -227,7 +229,8 @@ def test_check_refuses_extractor_options_and_says_when_a_model_cannot_price(caps
                         "(this e-graph has no measured op times (eqsat.measured_us): save it from a run with "
                         "--cost-model measured (or "
                         "compare-costs), or use the roofline model)")
-    assert lines[1].startswith(f"{choice}: valid for {egraph} (every root chosen, closed, acyclic); node-count: DAG cost")
+    assert lines[1].startswith(f"{choice}: valid for {egraph} (every root chosen, closed, acyclic); node-count: DAG "
+                               f"cost")
     # a model this eqsat lacks: priced under the default, with a warning
     data = json.loads(choice.read_text())
     data["cost_model"] = "someone-elses"

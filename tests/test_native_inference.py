@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the child is fo
 def _split4() -> onnx.ModelProto:
     """Split<num_outputs = 3> into four values: onnx's inference indexes past its sizes."""
     g = h.make_graph([h.make_node("Split", ["x"], ["a", "b", "c", "d"], axis=1, num_outputs=3)], "g",
-                     [h.make_tensor_value_info("x", TP.FLOAT, [1, 4])], [h.make_tensor_value_info("d", TP.FLOAT, [1, 1])])
+                     [h.make_tensor_value_info("x", TP.FLOAT, [1, 4])],
+                     [h.make_tensor_value_info("d", TP.FLOAT, [1, 1])])
     return h.make_model(g, opset_imports=[h.make_opsetid("", 20)])
 
 

@@ -235,7 +235,8 @@ g (float[64] x) => (float[1] y) <int64[1] r = {1024}> {
     assert p.lower_bound_bytes < p.model_order_lower_bound_bytes
     assert p.lower_bound_bytes < 2 * big
     assert p.order_heuristic != "model"
-    assert p.order.index("ReduceSum_2") < p.order.index("Tile_1") or p.order.index("ReduceMax_3") < p.order.index("Tile_0")
+    assert (p.order.index("ReduceSum_2") < p.order.index("Tile_1")
+            or p.order.index("ReduceMax_3") < p.order.index("Tile_0"))
     check_plan(p)
     assert execute_plan(m, p).status == "passed"
 
@@ -506,7 +507,8 @@ def test_execute_runs_control_flow_and_float16_as_onnxruntime_does(tmp_path, cap
     # a Loop without its condition input (valid ONNX), which the reference evaluator ran zero
     # times, and float16 ops it computes in float16: both "failed" on correct plans
     v = helper.make_tensor_value_info
-    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c2"]), helper.make_node("Add", ["acc", "u"], ["acc2"])],
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c2"]),
+                              helper.make_node("Add", ["acc", "u"], ["acc2"])],
                              "body", [v("i", TensorProto.INT64, []), v("c", TensorProto.BOOL, []),
                                       v("acc", TensorProto.FLOAT, [2, 4])],
                              [v("c2", TensorProto.BOOL, []), v("acc2", TensorProto.FLOAT, [2, 4])])

@@ -44,7 +44,8 @@ def test_every_placement_passes_the_checker_and_is_bracketed(items, heuristic):
     sizes = [aligned(z) for z, _, _ in items]
     offs, arena = place_intervals(sizes, [s for _, s, _ in items], [e for _, _, e in items], heuristic)
     check_tensors(as_tensors(items, offs), arena, ALIGN)
-    lb = lower_bound([Buffer(str(i), [str(i)], z, s, e) for i, (z, (_, s, e)) in enumerate(zip(sizes, items, strict=True))])
+    lb = lower_bound([Buffer(str(i), [str(i)], z, s, e) for i,
+                      (z, (_, s, e)) in enumerate(zip(sizes, items, strict=True))])
     assert lb <= arena <= sum(sizes)
 
 

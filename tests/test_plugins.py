@@ -150,7 +150,8 @@ def test_an_extractors_own_cost_figures_are_not_taken_on_trust(tmp_path, model_p
     p = eqsat(site, "optimize", model_path, "-o", tmp_path / "o.onnx", "--extractor", "first-node", "--report", rep,
               "-q")
     honest = json.loads(rep.read_text())["extraction"]
-    assert (lying["dag_cost"], lying["tree_cost"]) == (honest["dag_cost"], honest["tree_cost"]) and honest["dag_cost"] > 0
+    assert (lying["dag_cost"], lying["tree_cost"]) == (honest["dag_cost"],
+                                                       honest["tree_cost"]) and honest["dag_cost"] > 0
     assert lying["notes"] == [f"extractor lying-cost reported DAG cost -5 and tree cost 0; the choice's own under "
                               f"roofline: {honest['dag_cost']:g} and {honest['tree_cost']:g} (reported here)"]
     assert honest["notes"] == []

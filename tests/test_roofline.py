@@ -75,7 +75,8 @@ def test_a_linear_resize_costs_interpolation_flops_an_element_and_its_blocked_fo
     hw = dataclasses.replace(_hw(upsample_speedup=4.0), interpolation_flops=8.0)
     linear, nearest = _upsample_costs(blocked, hw, "linear"), _upsample_costs(blocked, hw, "nearest")
     out = 2 * blocked * 28 * 28
-    assert linear["Resize"] == pytest.approx(1.0 + 8.0 * out / (hw.vector_gflops * 1e3))  # 1 us + FLOPs at the vector rate
+    # 1 us + FLOPs at the vector rate
+    assert linear["Resize"] == pytest.approx(1.0 + 8.0 * out / (hw.vector_gflops * 1e3))
     assert linear["NchwcUpsample"] - 1.0 == pytest.approx((linear["Resize"] - 1.0) / 4.0)
     assert nearest["Resize"] - 1.0 == pytest.approx((linear["Resize"] - 1.0) / 8.0)  # a copy: one FLOP an element
     assert nearest["NchwcUpsample"] == pytest.approx(nearest["Resize"])
@@ -202,7 +203,8 @@ def _pixel_conv_costs(block: int, hw: Hardware, pixels: int = 1) -> dict[str, fl
     c = 2 * block
     w = numpy_helper.from_array(np.ones((c, c, 1, 1), np.float32), "w")
     node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 1])
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, pixels, pixels])],
+    g = helper.make_graph([node], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, pixels, pixels])],
                           [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, c, pixels, pixels])], [w])
     st = saturate(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), Options())
     r = Roofline(hw)

@@ -27,7 +27,8 @@ def test_custom_op_keeps_every_attribute_kind():
     g = helper.make_graph(
         [node, helper.make_node("Relu", ["y"], ["r"])], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])],
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("my.domain", 1)])
     out = roundtrip(m)
@@ -170,7 +171,8 @@ def test_symbolic_dimensions_stay_symbolic(tmp_path):
 def test_initializers_that_are_inputs_stay_overridable_and_duplicates_merge():
     m = parse_model("""
         <ir_version: 8, opset_import: ["" : 18]>
-        agraph (float[3] x, float[3] bias) => (float[3] y) <float[3] bias = {1.0, 2.0, 3.0}, float[3] a = {5.0, 6.0, 7.0}, float[3] b = {5.0, 6.0, 7.0}> {
+        agraph (float[3] x, float[3] bias) => (float[3] y) <float[3] bias = {1.0, 2.0, 3.0},
+            float[3] a = {5.0, 6.0, 7.0}, float[3] b = {5.0, 6.0, 7.0}> {
             s = Add(x, a)
             t = Add(s, b)
             y = Add(t, bias)
@@ -245,7 +247,8 @@ def test_scalar_constants_keep_shape_dtype_sign_and_nan():
 
 def test_model_metadata_is_kept():
     m = parse_model("""
-        <ir_version: 8, opset_import: ["" : 18, "local" : 1], producer_name: "me", producer_version: "1.2", model_version: 7, doc_string: "the model">
+        <ir_version: 8, opset_import: ["" : 18, "local" : 1], producer_name: "me", producer_version: "1.2",
+         model_version: 7, doc_string: "the model">
         agraph (float[3] x) => (float[3] y) {
             y = local.Twice(x)
         }

@@ -10,7 +10,8 @@ import pytest
 
 from .conftest import one_error, run_cli
 
-RELU_RELU = '(ruleset mine)\n\n; Relu(Relu(x)) -> Relu(x)\n(rewrite (Relu (Relu x)) (Relu x) :ruleset mine :name "my-relu-relu")\n'
+RELU_RELU = ('(ruleset mine)\n\n; Relu(Relu(x)) -> Relu(x)\n'
+             '(rewrite (Relu (Relu x)) (Relu x) :ruleset mine :name "my-relu-relu")\n')
 
 
 @pytest.fixture
@@ -93,7 +94,8 @@ def test_a_ruleset_named_like_a_default_phase_says_why_and_what_to_do(capsys, tm
 
 def test_rules_may_join_a_default_phase_without_declaring_it(capsys, tmp_path):
     f = tmp_path / "join.egg"
-    f.write_text('; Relu(Relu(x)) -> Relu(x)\n(rewrite (Relu (Relu x)) (Relu x) :ruleset fusion :name "my-relu-relu")\n')
+    f.write_text('; Relu(Relu(x)) -> Relu(x)\n'
+                 '(rewrite (Relu (Relu x)) (Relu x) :ruleset fusion :name "my-relu-relu")\n')
     rc, out, err = run_cli(capsys, "rules", "list", "--rules", f, "--no-default-rules")
     assert rc == 0, err
     assert out.split()[:2] == ["my-relu-relu", "fusion"], out
@@ -183,7 +185,8 @@ def test_a_flag_keyword_does_not_swallow_the_next_keyword(capsys, tmp_path):
     # `:subsume` takes no value: it took `:ruleset` as its value, and the rule was listed in
     # no ruleset (rules/layout.egg's nchwc-conv-plain)
     f = tmp_path / "mine.egg"
-    f.write_text('(ruleset mine)\n; Neg(Neg(x)) -> x\n(rewrite (Neg (Neg x)) x :subsume :ruleset mine :name "my-neg-neg")\n')
+    f.write_text('(ruleset mine)\n; Neg(Neg(x)) -> x\n(rewrite (Neg (Neg x)) x :subsume :ruleset mine :name '
+                 '"my-neg-neg")\n')
     rc, out, err = run_cli(capsys, "rules", "list", f, "--no-default-rules")
     assert rc == 0, err
     assert out.split()[:2] == ["my-neg-neg", "mine"], out

@@ -112,7 +112,8 @@ def test_run_batch_names_are_local_and_value_handles_cross_batches():
         assert sizes.get("Relu") == 1 and sizes.get("Sigmoid") == 1
         assert sizes.get("Value") == 2
         # batch 2's union went through the handle into value 0's class (check raises if not)
-        sat.run_commands(sat.eg.parse_program('(check (= (Value 0) (Relu (Input "x"))) (= (Value 0) (Sigmoid (Input "x"))))'))
+        sat.run_commands(sat.eg.parse_program('(check (= (Value 0) (Relu (Input "x"))) (= (Value 0) (Sigmoid (Input '
+                                              '"x"))))'))
         with pytest.raises(Exception, match='Value 1'):
             sat.run_commands(sat.eg.parse_program('(check (= (Value 1) (Relu (Input "x"))))'))
         assert sat.size() - before == 3  # Input, Relu, Sigmoid: handles are not counted as e-nodes

@@ -101,7 +101,8 @@ def _label(action: argparse.Action) -> str:
     return action.option_strings[-1] if action.option_strings else "the input"
 
 
-def named_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[tuple[Path, str]], list[tuple[Path, str]]]:
+def named_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[tuple[Path, str]],
+                                                                                    list[tuple[Path, str]]]:
     """(inputs, outputs) of a parsed command line, each a list of (path, the argument that
     names it): outputs are the arguments of type `output_file`, inputs every other
     argument's value (or list of values) that names an existing file."""

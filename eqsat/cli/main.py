@@ -28,7 +28,8 @@ class _Parser(argparse.ArgumentParser):
 # {command: handler}; a handler takes the parsed arguments and returns the exit code. The
 # order is `eqsat --help`'s.
 COMMAND_MODULES = ("eqsat.cli.optimize", "eqsat.cli.compare_costs", "eqsat.cli.calibrate", "eqsat.cli.extract",
-                   "eqsat.cli.export_egraph", "eqsat.cli.plan", "eqsat.cli.conformance", "eqsat.cli.rules", "eqsat.cli.viz")
+                   "eqsat.cli.export_egraph", "eqsat.cli.plan", "eqsat.cli.conformance", "eqsat.cli.rules",
+                   "eqsat.cli.viz")
 
 
 def build_parser() -> argparse.ArgumentParser:

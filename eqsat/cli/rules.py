@@ -115,7 +115,8 @@ def _check(args) -> int:
     rules = [r for r in prog.rules if r.path in wanted and (not args.rule or r.name in args.rule)]
     if args.rule and not rules:
         raise UsageError(f"no rule named {', '.join(args.rule)} in these files")
-    print(f"{', '.join(sorted(wanted))}: loaded and type-checked; testing {len(rules)} rule{'' if len(rules) == 1 else 's'}", file=sys.stderr)
+    print(f"{', '.join(sorted(wanted))}: loaded and type-checked; "
+          f"testing {len(rules)} rule{'' if len(rules) == 1 else 's'}", file=sys.stderr)
     results = check_rules(rules, prog, seed=args.seed)
     counts: dict[str, int] = {}
     for res in results:

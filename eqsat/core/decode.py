@@ -82,7 +82,8 @@ def _rename_in_place(g: GraphProto, mapping: dict[str, str]) -> None:
             if name in m:
                 n.input[i] = m[name]
         for a in n.attribute:
-            subs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []
+            subs = ([a.g] if a.type == AttributeProto.GRAPH
+                    else list(a.graphs) if a.type == AttributeProto.GRAPHS else [])
             for sub in subs:
                 _rename_in_place(sub, m)
         for o in n.output:
@@ -440,7 +441,8 @@ class Decoder:
 
         order: list[str] = []
         for a in sorted(attrs, key=lambda a: a.name):
-            subs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []
+            subs = ([a.g] if a.type == AttributeProto.GRAPH
+                    else list(a.graphs) if a.type == AttributeProto.GRAPHS else [])
             for sub in subs:
                 for r in graph_outer_refs(sub):
                     if r not in order:
@@ -489,7 +491,8 @@ class Decoder:
                 _, t = self.constant_tensor(c)
                 arr = numpy_helper.to_array(t)
                 if li.kind == "ints":
-                    attrs.append(helper.make_attribute(li.attr, [int(x) for x in arr.reshape(-1)], attr_type=AttributeProto.INTS))
+                    attrs.append(helper.make_attribute(li.attr, [int(x) for x in arr.reshape(-1)],
+                                                       attr_type=AttributeProto.INTS))
                 else:
                     attrs.append(helper.make_attribute(li.attr, float(arr.reshape(())), attr_type=AttributeProto.FLOAT))
                 continue

@@ -296,7 +296,10 @@ class Encoder:
             return None
 
     def _typed(self, node: NodeProto, spec: OpSpec, used: set[str]) -> None:
-        since = (1 if spec.domain in self.opset or not spec.domain else None) if spec.contrib else self._since_version(node)
+        if spec.contrib:
+            since = 1 if spec.domain in self.opset or not spec.domain else None
+        else:
+            since = self._since_version(node)
         if since is None:
             raise NotTyped("no ONNX schema for this opset")
         if since < spec.min_version:

@@ -114,7 +114,8 @@ def _serve(req: int, ans: int) -> None:
             kwargs = json.loads(_read(req, n_args) or b"{}")
             data = _read(req, n_data) or b""
             try:
-                out = b"\0" + onnx.shape_inference.infer_shapes(ModelProto.FromString(data), **kwargs).SerializeToString()
+                out = b"\0" + onnx.shape_inference.infer_shapes(ModelProto.FromString(data),
+                                                                **kwargs).SerializeToString()
             except Exception as e:  # noqa: BLE001 - sent to the caller, which raises it
                 out = b"\1" + ((str(e).strip().splitlines() or [type(e).__name__])[0]).encode("utf-8", "replace")
             _write(ans, _LEN.pack(len(out)) + out)

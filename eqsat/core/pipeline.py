@@ -59,9 +59,8 @@ __all__ = ["FOLD_LIMIT", "Options", "Result", "Saturated", "Settings", "cost_mod
 def gc_paused():
     """Python's cyclic garbage collector off for the duration, restored after. The pipeline
     builds millions of small objects (the serialized e-graph, terms, extraction choices) and
-    frees them by reference counting; the collector's passes over a heap that keeps growing
-    cost time that grew faster than the model: a 40k-node graph (benchmarks/scaling.py) took
-    91 s of CPU with it and 68 s without, at the same peak memory."""
+    frees them by reference counting; the collector's passes over a heap that only grows cost
+    time that grows faster than the model and free nothing (figures: benchmarks/scaling.py)."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -403,7 +402,8 @@ def optimize(model: ModelProto, opts: Options | Settings, progress: Callable[[st
     out = st.decode(ex.choice)
     st.times["decode"] = round(time.perf_counter() - t0, 4)
     if progress:
-        progress(f"extracted with {ex.extractor} ({s.cost.name}, DAG cost {ex.dag_cost:g}) in {st.times['extract']:.2f} s, "
+        progress(f"extracted with {ex.extractor} ({s.cost.name}, DAG cost {ex.dag_cost:g}) "
+                 f"in {st.times['extract']:.2f} s, "
                  f"decoded {len(out.graph.node)} nodes in {st.times['decode']:.2f} s")
     report = _report(model, out, st, ex, s)
     if subgraphs:

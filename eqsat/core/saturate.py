@@ -313,7 +313,8 @@ def _load(rule_files: list[Path], default_rules: bool, explain: bool = False) ->
     uses = transform.fact_uses() if transform else {}
     # A user's rule written without :ruleset goes to egglog's default ruleset: it runs too.
     user_rulesets = declared.rulesets[n_default:] + ([""] if declared.default_ruleset_files else [])
-    if not default_rules:  # no schedule: the prelude's phases (cleanup, fusion, ...) run where a user's rule joined them
+    # no schedule: the prelude's phases (cleanup, fusion, ...) run where a user's rule joined them
+    if not default_rules:
         prelude = {display_path(f) for f in files}
         user_rulesets = [rs for rs in declared.rulesets[:n_default]
                          if set(declared.rule_files_of.get(rs, [])) - prelude] + user_rulesets

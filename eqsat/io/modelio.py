@@ -147,7 +147,8 @@ def on_disk(model: ModelProto) -> bool:
     return external.has_references(model) or model_bytes(model) > EXTERNAL_DATA_THRESHOLD
 
 
-def save_model(model: ModelProto, path: str | os.PathLike, external_data: bool | None = None, check: bool = True) -> Path:
+def save_model(model: ModelProto, path: str | os.PathLike, external_data: bool | None = None,
+               check: bool = True) -> Path:
     """Write atomically (`stage_model`, then a commit of the model and its data file as a
     unit). `external_data=None` stores weights in `OUT.data` when they are already on disk
     (see eqsat.io.external) or exceed what one protobuf can hold. The written file is checked

@@ -61,7 +61,8 @@ class IfInliner:
                 continue
             env = {name: v.expr(c) for name, c in zip(names, captures, strict=True)}
             branch = self.protos.graphs[then_key if cond else else_key].graph
-            enc = Encoder(self.model, {}, self.tensors, self.protos, self.dims, prefix=f"if{self._round}_{len(self.done)}_")
+            enc = Encoder(self.model, {}, self.tensors, self.protos, self.dims,
+                          prefix=f"if{self._round}_{len(self.done)}_")
             outputs = enc.encode_subgraph(branch, {k: e for k, e in env.items() if k in graph_outer_refs(branch)})
             cmds += enc.cmds
             for k, out_class in outs_of.get(n.eclass, {}).items():

@@ -145,7 +145,8 @@ def _make(name: str, elem: int, shape: tuple[int, ...], source: str) -> TensorTy
     return TensorType(elem, shape, math.prod(shape) * itemsize(elem), source)
 
 
-def _types_from_run(model: ModelProto, names: list[str], dims: dict[str, int]) -> dict[str, tuple[int, tuple[int, ...]]]:
+def _types_from_run(model: ModelProto, names: list[str],
+                    dims: dict[str, int]) -> dict[str, tuple[int, tuple[int, ...]]]:
     """Measure the types of `names` by one onnxruntime run (graph optimizations off)."""
     from eqsat.verification import random_inputs, session
 

@@ -287,13 +287,15 @@ class Instance:
                         self._rank(self.shape_of[str(tgt)], c, op, a is x)
                     elif is_var(tgt) and op == "=":
                         self.len_hint[str(tgt)] = c
-                if isinstance(a, SList) and len(a) == 3 and a[0] == "vec-get" and is_var(a[1]) and isinstance(a[2], int):
+                if (isinstance(a, SList) and len(a) == 3 and a[0] == "vec-get" and is_var(a[1])
+                        and isinstance(a[2], int)):
                     if op == "=":
                         self.elem_hint.setdefault(str(a[1]), {})[a[2]] = c
                 if isinstance(a, SList) and len(a) == 2 and a[0] == "shape" and is_var(a[1]) and op == "=":
                     if isinstance(c, SList):
                         self.rank_hint[str(a[1])] = len(c) - 1
-            if op in ("=",) and is_var(x) and isinstance(y, SList) and y and y[0] == "vec-of" and str(x) in self.shape_of:
+            if (op in ("=",) and is_var(x) and isinstance(y, SList) and y and y[0] == "vec-of"
+                    and str(x) in self.shape_of):
                 self.rank_hint[self.shape_of[str(x)]] = len(y) - 1
 
     def _vec_len(self, x) -> int | None:
@@ -389,7 +391,8 @@ class Instance:
             t = self.gb.types.get(name) or self.gb.type_by_running(name)
             if t is None:
                 raise Reject(f"no static {head} for {ref[1]}")
-            return tuple(t[1]) if head == "shape" else DV(CODE_TO_CTOR.get(t[0], "DTypeCode"), () if t[0] in CODE_TO_CTOR else (t[0],))
+            return tuple(t[1]) if head == "shape" else DV(CODE_TO_CTOR.get(t[0], "DTypeCode"),
+                                                          () if t[0] in CODE_TO_CTOR else (t[0],))
         if head == "opset":
             dom = self.eval(x[1])
             if dom == "":
@@ -481,7 +484,8 @@ class Instance:
         for a in op_args:
             if is_var(a) and a in self.val:
                 name = self.val[a]
-                t = (self.gb.types.get(name) or self.gb.type_by_running(name)) if isinstance(name, str) and name else None
+                t = ((self.gb.types.get(name) or self.gb.type_by_running(name))
+                     if isinstance(name, str) and name else None)
                 if t is not None:
                     return len(t[1])
         return None
@@ -851,7 +855,8 @@ class Instance:
             if head == "let":
                 v = str(a[1])
                 r = self._term(self._sub(a[2]))
-                if isinstance(r, (str, tuple)) and _sorted_ctor(self.prog, a[2][0] if isinstance(a[2], SList) and a[2] else None):
+                head = a[2][0] if isinstance(a[2], SList) and a[2] else None
+                if isinstance(r, (str, tuple)) and _sorted_ctor(self.prog, head):
                     self.val[v] = r
                 else:
                     self.env[v] = r

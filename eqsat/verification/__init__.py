@@ -187,7 +187,8 @@ class Verification:
 
 
 Runner = Callable[[dict[str, np.ndarray], dict[str, int]], dict[str, object]]
-# Set by eqsat.verification.isolate's child (eqsat.verification.isolate_child): `announce` is told each step before it is
+# Set by eqsat.verification.isolate's child (eqsat.verification.isolate_child): `announce` is told each step before
+# it is
 # taken ("load original", "run optimized", "edge B=0": the edge case that follows), so that a
 # crash can be placed;
 # WIDE_INTEGERS False draws every integer 0 or 1; EDGE_CASES False leaves out the runs of
@@ -208,7 +209,8 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     the original does not run on those, 0 or 1 as before (the result says which). Symbolic
     dimensions not in `dims` take the first sizes of `verification_dims` the original runs
     with. Then the edge cases of `_edge_runs`: zeros and large values among the floats, and
-    each free symbolic dimension at size 0, where the original runs on them. A model onnxruntime cannot run whole (ops of domains it does not know, random ops)
+    each free symbolic dimension at size 0, where the original runs on them. A model onnxruntime cannot run whole
+    (ops of domains it does not know, random ops)
     runs in stages, with the same stand-in values for those nodes in both models
     (eqsat.verification.standins; `random_pairs` maps the optimized model's random nodes to the
     original's); `not_verified` then names them. Not possible (never silently passed) when

@@ -7,7 +7,8 @@ integers drawn by their use, verification is run again with integers 0 or 1; if 
 running the optimized model, or the original even so, the answer is "failed: onnxruntime
 crashed (signal N, NAME) running the original/optimized model" (exit 1: the command writes
 nothing). If it died running the original on an edge case (verify._edge_runs: special
-values, empty sizes), verification is run again without them, and a pass says so. The two models are read by the child from files: the caller's, or temporary copies
+values, empty sizes), verification is run again without them, and a pass says so. The two models are read by the
+child from files: the caller's, or temporary copies
 that are removed afterwards.
 
 `verify_isolated` returns that answer as the fields of an eqsat.verification.Verification
@@ -52,7 +53,8 @@ def verify_isolated(original: ModelProto, optimized: ModelProto, runs: int, rtol
             answer, last, code = _child(dict(request, narrow=True))
         crashed = ""
         if answer is None and last == "edge:original":  # on special values or empty sizes: not ours to check
-            crashed = f"; not on special values and empty sizes: onnxruntime crashed ({_signal(code)}) running the original on them"
+            crashed = (f"; not on special values and empty sizes: onnxruntime crashed ({_signal(code)}) "
+                       "running the original on them")
             answer, last, code = _child(dict(request, edges=False))
         if answer is not None:
             if crashed and answer["status"] == "passed":
@@ -87,7 +89,8 @@ def probe(models: list, feeds: dict, names: list[str]) -> str | None:
 
 def _child(request: dict) -> tuple[dict | None, str | None, int]:
     """(the answer, or None if the child died; the model it was running last; its exit code)."""
-    proc = subprocess.Popen([sys.executable, "-m", "eqsat.verification.isolate_child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "eqsat.verification.isolate_child"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=dict(os.environ, PYTHONFAULTHANDLER=""))
     try:
         out, err = proc.communicate(json.dumps(request).encode())

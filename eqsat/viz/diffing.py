@@ -118,13 +118,15 @@ def initializer_diff(before: ModelProto, after: ModelProto) -> InitializerDiff:
     a = {t.name: t for t in after.graph.initializer}
     both = [n for n in b if n in a]
     changed = [n for n in both if _content(b[n]) != _content(a[n])]
-    return InitializerDiff(len(both) - len(changed), changed, [n for n in b if n not in a], [n for n in a if n not in b])
+    return InitializerDiff(len(both) - len(changed), changed, [n for n in b if n not in a],
+                           [n for n in a if n not in b])
 
 
 def diff_drawing(before: ModelProto, after: ModelProto, nd: NodeDiff, context: int | None = 1) -> Drawing:
     """Both models in one drawing: unchanged nodes once, changed nodes once (as `after` has
     them), removed nodes (from `before`) and added nodes (from `after`) coloured. An edge
-    into a node of one model comes from that model's producer of the value. `context`: keep only changed nodes and what lies within
+    into a node of one model comes from that model's producer of the value. `context`: keep only changed nodes and
+    what lies within
     that many edges of them (None: everything)."""
     d = Drawing()
     gb, ga = before.graph, after.graph

@@ -37,4 +37,5 @@ def make_cost_model(name: str, hardware: str = "cpu", dims: dict[str, int] | Non
                                   "nothing") from None
 
 
-__all__ = ["COST_MODELS", "DEFAULT", "CostModel", "CostModelError", "FileCosts", "Hardware", "HardwareProfileError", "Measured", "NodeCount", "Roofline", "make_cost_model", "profiles"]
+__all__ = ["COST_MODELS", "DEFAULT", "CostModel", "CostModelError", "FileCosts", "Hardware", "HardwareProfileError",
+           "Measured", "NodeCount", "Roofline", "make_cost_model", "profiles"]

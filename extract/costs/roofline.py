@@ -23,7 +23,7 @@ the layout's `upsample_speedup`. `eqsat
 calibrate` measures all of these on the machine it runs on (eqsat/backends/ort/calibrate_layout.py). A
 depthwise convolution (one input channel per group, as many groups as channels) is no
 GEMM: it computes at the profile's `depthwise_gflops` where the profile measured it (an NCHW
-depthwise Conv ran at about 5 GFLOP/s on the development CPU, 30x below its GEMM rate). On a profile without the layout, its ops cost
+depthwise Conv runs far below the GEMM rate). On a profile without the layout, its ops cost
 NO_LAYOUT_US (a second): never chosen where an NCHW alternative exists, yet finite, so that
 an input model's own NCHWc ops (an onnxruntime-optimized model) can still be extracted.
 """
@@ -135,7 +135,8 @@ class Hardware:
             raise HardwareProfileError(f"{p}: not a readable JSON hardware profile ({e})") from None
         if not isinstance(d, dict):
             raise HardwareProfileError(f"{p}: a hardware profile is a JSON object, not {type(d).__name__}")
-        rates = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING and f.name != "name"]
+        rates = [f.name for f in fields(cls)
+                 if f.default is MISSING and f.default_factory is MISSING and f.name != "name"]
         missing = [k for k in rates if k not in d]
         if missing or "name" not in d:
             raise HardwareProfileError(f"{p}: the profile lacks {', '.join(missing or ['name'])}; "

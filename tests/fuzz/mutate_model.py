@@ -171,7 +171,8 @@ def _mutate(draw, m: onnx.ModelProto) -> str:
             elif new == "ints":
                 n.attribute.append(onnx.helper.make_attribute(name, [1, -1, 2**40]))
             elif new == "tensor":
-                n.attribute.append(onnx.helper.make_attribute(name, onnx.numpy_helper.from_array(np.zeros(2, np.float32))))
+                zeros = onnx.numpy_helper.from_array(np.zeros(2, np.float32))
+                n.attribute.append(onnx.helper.make_attribute(name, zeros))
             else:
                 n.attribute.append(AttributeProto(name=name))
             return f"attribute {name} of {n.op_type} made {new}"

@@ -75,7 +75,8 @@ def convnet() -> onnx.ModelProto:
              numpy_helper.from_array((np.abs(rng.standard_normal(c)) + 0.5).astype(np.float32), "var")]
     nodes = [h.make_node("Conv", ["x", "w", "b"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
              h.make_node("BatchNormalization", ["a", "s", "beta", "mean", "var"], ["n"]),
-             h.make_node("Relu", ["n"], ["r"]), h.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+             h.make_node("Relu", ["n"], ["r"]),
+             h.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
     g = h.make_graph(nodes, "conv", [h.make_tensor_value_info("x", TP.FLOAT, [1, c, 6, 6])],
                      [h.make_tensor_value_info("y", TP.FLOAT, [1, c, 3, 3])], inits)
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
@@ -351,7 +352,8 @@ def egraph_files(draw) -> Scenario:
 # ---- environment variables
 
 ENV_VALUES = {
-    "EQSAT_NCHWC_BLOCK": ["abc", "-1", "0", "1", "3", "8", "16", "1e9", "", " 16 ", "99999999999999999999", "٣", "16\n"],
+    "EQSAT_NCHWC_BLOCK": ["abc", "-1", "0", "1", "3", "8", "16", "1e9", "", " 16 ", "99999999999999999999", "٣",
+                          "16\n"],
     "EQSAT_NCHWC": ["0", "1", "no", "", "false", "2", " 1", "yes"],
     "EQSAT_REUSE_MEMORY": ["0", "1", "abc", "", "2"],
     "EQSAT_ILP_DISP": ["0", "1", "abc", ""],

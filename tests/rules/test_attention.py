@@ -282,7 +282,8 @@ def test_llama_block_rotated_query_and_repeated_kv_heads():
     # splits (Reshape, Transpose) and repeats (Unsqueeze, Expand, Reshape); the Expand target
     kv = ["Reshape", "Transpose", "Unsqueeze", "Expand", "Reshape"]
     check_rewrite(m, [MHA, "Mul"] + 2 * ["Reshape", "Transpose"] + 2 * kv + ["Shape", "Slice", "Concat"],
-                  feeds=feeds(m, mask_fn=padding_mask), fired=["attention-mha", "attention-mha-bias-4d"], not_fired=["attention-mha-kv-3d"])
+                  feeds=feeds(m, mask_fn=padding_mask), fired=["attention-mha", "attention-mha-bias-4d"],
+                  not_fired=["attention-mha-kv-3d"])
 
 
 def test_merging_heads_that_were_transposed_or_regrouped_stays():

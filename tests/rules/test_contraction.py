@@ -158,7 +158,8 @@ def test_a_gated_mlp_pads_both_branches():
             g = Mul(a, u)
             y = MatMul(g, w2)
         }}""", w1=w["w1"], w3=w["w3"], w2=w["w2"])
-    res = check_rewrite(m, ["MatMul"] * 3 + [MS + "QuickGelu", "Mul"], fired=["pad-contraction-gate", "pad-contraction"])
+    res = check_rewrite(m, ["MatMul"] * 3 + [MS + "QuickGelu", "Mul"],
+                        fired=["pad-contraction-gate", "pad-contraction"])
     init = {i.name: list(i.dims) for i in res.model.graph.initializer}
     assert sorted(init.values()) == [[D, 1040], [D, 1040], [1040, N]]
 

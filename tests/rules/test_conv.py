@@ -614,9 +614,12 @@ def test_resnet_bottleneck_becomes_three_fused_convs():
             {const("w1", rand(4, 8, 1, 1))}
             {const("w2", rand(4, 4, 3, 3))}
             {const("w3", rand(8, 4, 1, 1))}
-            {const("s1", RNG.uniform(0.5, 2, 4))} {const("b1", rand(4))} {const("m1", rand(4))} {const("v1", RNG.uniform(0.5, 2, 4))}
-            {const("s2", RNG.uniform(0.5, 2, 4))} {const("b2", rand(4))} {const("m2", rand(4))} {const("v2", RNG.uniform(0.5, 2, 4))}
-            {const("s3", RNG.uniform(0.5, 2, 8))} {const("b3", rand(8))} {const("m3", rand(8))} {const("v3", RNG.uniform(0.5, 2, 8))}
+            {const("s1", RNG.uniform(0.5, 2, 4))} {const("b1", rand(4))} {const("m1", rand(4))}
+            {const("v1", RNG.uniform(0.5, 2, 4))}
+            {const("s2", RNG.uniform(0.5, 2, 4))} {const("b2", rand(4))} {const("m2", rand(4))}
+            {const("v2", RNG.uniform(0.5, 2, 4))}
+            {const("s3", RNG.uniform(0.5, 2, 8))} {const("b3", rand(8))} {const("m3", rand(8))}
+            {const("v3", RNG.uniform(0.5, 2, 8))}
             c1 = Conv(x, w1)
             n1 = BatchNormalization(c1, s1, b1, m1, v1)
             r1 = Relu(n1)

@@ -7,8 +7,8 @@ oracle; onnxruntime (its own optimizations off) gives the original's outputs. Th
 on by default for target ort. Channels that are not multiples of the block, target onnx,
 the layout turned off (`--layout nchw`, EQSAT_NCHWC=0), and a hardware profile without the
 layout leave the model in NCHW, except that a conv whose output channels are not whole
-blocks may compute them padded to the block (as onnxruntime does), cropped by ReorderOutput. The exact extractor fixes the layouts from the greedy
-answer before solving (extract/ilp.py, fix_layouts)."""
+blocks may compute them padded to the block (as onnxruntime does), cropped by ReorderOutput. The
+exact extractor fixes the layouts from the greedy answer before solving (extract/ilp.py, fix_layouts)."""
 
 from __future__ import annotations
 
@@ -97,7 +97,8 @@ class G:
 
     def model(self, *outs: str, opset: int = 13) -> onnx.ModelProto:
         g = helper.make_graph(
-            self.nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, self.cin, self.hw, self.hw])],
+            self.nodes, "g",
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, self.cin, self.hw, self.hw])],
             [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in outs], self.inits)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
         m.ir_version = 8
@@ -128,10 +129,12 @@ def model_with(g: G, *outs: str, inputs=(), domains=(), shape=None, value_info=(
     names = {n for n, _ in inputs}
     ins = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, g.cin, g.hw, g.hw])]
     ins += [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, sh) for n, sh in inputs]
-    gr = helper.make_graph(g.nodes, "g", ins, [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, shape) for o in outs],
+    gr = helper.make_graph(g.nodes, "g", ins,
+                           [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, shape) for o in outs],
                            [i for i in g.inits if i.name not in names])
     gr.value_info.extend(helper.make_tensor_value_info(v, onnx.TensorProto.FLOAT, shape) for v in value_info)
-    m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 13)] + [helper.make_opsetid(d, 1) for d in domains])
+    opsets = [helper.make_opsetid("", 13)] + [helper.make_opsetid(d, 1) for d in domains]
+    m = helper.make_model(gr, opset_imports=opsets)
     m.ir_version = 8
     return onnx.shape_inference.infer_shapes(m)
 
@@ -194,7 +197,8 @@ def test_filters_are_folded_into_onnxruntimes_layout(blocked):
     filters = [inits[n.input[1]] for n in res.model.graph.node if n.op_type == "Conv"]
     assert len(filters) == 4 and res.report["oracle"]["folded"] >= 4
     for f in filters:
-        match = [w for w in orig.values() if w.shape == f.shape and np.array_equal(np.sort(w.ravel()), np.sort(f.ravel()))]
+        match = [w for w in orig.values()
+                 if w.shape == f.shape and np.array_equal(np.sort(w.ravel()), np.sort(f.ravel()))]
         assert match, f"filter of shape {f.shape} is no reordering of an original"
         layout = "OIHWBo" if f.shape[1] in (1, 3) else "OIHWBiBo"
         assert np.array_equal(f, reorder_filter(match[0], blocked, layout))
@@ -273,7 +277,8 @@ def test_a_concat_with_an_input_of_partial_blocks_stays_nchw(blocked):
     five inputs' suffix of the list is blocked."""
     c = 2 * blocked
     g = G(c, 14)
-    ins = [g.op("Relu", g.conv("x", c, c - blocked // 2, k=1))] + [g.op("Relu", g.conv("x", c, c, k=1)) for _ in range(5)]
+    ins = ([g.op("Relu", g.conv("x", c, c - blocked // 2, k=1))]
+           + [g.op("Relu", g.conv("x", c, c, k=1)) for _ in range(5)])
     cat = g.op("Concat", *ins, axis=1)
     m = g.model(g.conv(cat, 6 * c - blocked // 2, c))
     res = optimized(m)
@@ -472,7 +477,8 @@ def test_concat_along_the_image_stays_nchw(blocked):
 def test_channels_not_a_multiple_of_the_block_stay_nchw_unless_padded(blocked):
     """1.5 blocks of channels: convolutions that read such a value and window pooling stay
     NCHW; the depthwise conv runs blocked with its channels padded to 2 blocks (as onnxruntime
-    pads them), and so does the global pooling after it, ReorderOutput cropping them; the image conv's padded form is offered too,
+    pads them), and so does the global pooling after it, ReorderOutput cropping them; the image
+    conv's padded form is offered too,
     and the cost model keeps it NCHW at block 16 (its 24 channels go on to NCHW ops)."""
     c = blocked + blocked // 2  # not a multiple, and not fewer than the block (the image path)
     res = check(_resnet_like(c), at_profile_block(
@@ -613,8 +619,10 @@ def test_batchnorm_relu_runs_blocked_as_a_depthwise_conv(blocked, scaled):
     after the pooling."""
     res = check(_dense_block(blocked, scaled),
                 [f"{NCHWC}.Conv"] * 5 + ["Concat"] * 2 + [f"{NCHWC}.GlobalAveragePool", f"{NCHWC}.ReorderOutput"],
-                fired=["nchwc-affine-bn", "nchwc-bn-relu"] + (["nchwc-affine-mul", "nchwc-affine-add"] if scaled else []))
-    dw = [n for n in res.model.graph.node if n.op_type == "Conv" and next((a.i for a in n.attribute if a.name == "group"), 1) > 1]
+                fired=["nchwc-affine-bn", "nchwc-bn-relu"]
+                + (["nchwc-affine-mul", "nchwc-affine-add"] if scaled else []))
+    dw = [n for n in res.model.graph.node
+          if n.op_type == "Conv" and next((a.i for a in n.attribute if a.name == "group"), 1) > 1]
     assert len(dw) == 2
     assert all([a.s for a in n.attribute if a.name == "activation"] == [b"Relu"] for n in dw)
 
@@ -797,7 +805,8 @@ def test_scalar_arithmetic_runs_blocked_and_a_division_by_zero_does_not(blocked)
     a = g.op("Relu", g.conv("x", c, c))
     s = g.op("Mul", g.const(np.float32(0.5)), g.op("Add", g.const(np.float32(3.0)), a))
     check(g.model(g.conv(s, c, c)), [f"{NCHWC}.Conv", f"{NCHWC}.Conv", "Add", "Mul", f"{NCHWC}.ReorderInput",
-                                     f"{NCHWC}.ReorderOutput"], fired=["nchwc-add-scalar-left", "nchwc-mul-scalar-left"])
+                                     f"{NCHWC}.ReorderOutput"],
+          fired=["nchwc-add-scalar-left", "nchwc-mul-scalar-left"])
     g = G(c, 14)
     z = g.conv(g.op("Div", g.op("Relu", g.conv("x", c, c)), g.const(np.float32(0.0))), c, c)
     res = optimize(g.model(z), Options())
@@ -892,7 +901,8 @@ def test_a_residual_add_that_broadcasts_is_no_sum(blocked):
     a = g.op("Relu", g.conv("x", c, c))
     y = g.op("Add", g.conv(a, c, c), g.op("GlobalAveragePool", a))
     res = check(g.model(y), ["Add", f"{NCHWC}.Conv", f"{NCHWC}.Conv", f"{NCHWC}.GlobalAveragePool",
-                             f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput", f"{NCHWC}.ReorderOutput"], not_fired=["nchwc-candidate-conv-add", "nchwc-candidate-conv-add-left"])
+                             f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput", f"{NCHWC}.ReorderOutput"],
+                not_fired=["nchwc-candidate-conv-add", "nchwc-candidate-conv-add-left"])
     assert "Add" in [n.op_type for n in res.model.graph.node]
 
 
@@ -902,7 +912,8 @@ def test_a_residual_read_in_nchw_is_reordered_into_the_sum(blocked):
     g = G(c, 14)
     y = g.op("Add", g.conv("x", c, c), "x")
     # one ReorderInput(x), read by the conv and as its Sum input
-    check(g.model(y), [f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"], fired=["nchwc-candidate-conv-add"], not_fired=["nchwc-conv-plain-blocked-sum"])
+    check(g.model(y), [f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
+          fired=["nchwc-candidate-conv-add"], not_fired=["nchwc-conv-plain-blocked-sum"])
 
 
 def test_a_fused_residual_read_in_nchw_is_reordered_into_the_sum(blocked):
@@ -1019,7 +1030,8 @@ def test_a_channel_scale_before_a_conv_moves_into_its_filter(blocked, left):
     c = 2 * blocked
     res = check(_squeeze_excite(c, 56, c, left),
                 at_profile_block(blocked, [f"{NCHWC}.ReorderInput", f"{NCHWC}.Conv", f"{NCHWC}.GlobalAveragePool",
-                                           f"{NCHWC}.ReorderOutput", "com.microsoft.FusedConv", "com.microsoft.FusedConv",
+                                           f"{NCHWC}.ReorderOutput",
+                                           "com.microsoft.FusedConv", "com.microsoft.FusedConv",
                                            *SCALED, f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput"],
                                  SE_REDUCE_BLOCKED),
                 fired=["nchwc-scaled-left" if left else "nchwc-scaled", "nchwc-conv-scaled-input"])
@@ -1041,8 +1053,9 @@ def test_a_channel_scale_moves_into_a_filter_with_padded_output_channels(blocked
 @pytest.mark.parametrize("left", [False, True])
 def test_a_channel_scale_of_a_padded_value_is_padded_with_zeros(blocked, left):
     """An inverted-residual block of 1.5 blocks of channels (MobileNetV3's 72 and 120 with a
-    block of 16), its depthwise conv blocked: the blocked activation holds 2 blocks, so the scale gets zeros appended (Concat with a folded zero
-    tensor) to match the projection's filter, whose padded input channels are zero."""
+    block of 16), its depthwise conv blocked: the blocked activation holds 2 blocks, so the scale
+    gets zeros appended (Concat with a folded zero tensor) to match the projection's filter,
+    whose padded input channels are zero."""
     c = blocked + blocked // 2
     res = check(_squeeze_excite(c, 56, 2 * blocked, left, cin=2 * blocked, depthwise=True),
                 ["com.microsoft.FusedConv", f"{NCHWC}.ReorderInput", f"{NCHWC}.Conv", f"{NCHWC}.GlobalAveragePool",

@@ -138,7 +138,8 @@ def test_matmul_also_used_elsewhere_keeps_its_add():
 def test_integer_matmul_add_stays():
     # no integer Gemm kernel in onnxruntime
     m = parse_model(H + f"""
-        agraph (int64[3, 4] x) => (int64[3, 5] y) {inits(init("w", 4, 5, dtype=np.int64), init("b", 5, dtype=np.int64))} {{
+        agraph (int64[3, 4] x) =>
+              (int64[3, 5] y) {inits(init("w", 4, 5, dtype=np.int64), init("b", 5, dtype=np.int64))} {{
             p = MatMul(x, w)
             y = Add(p, b)
         }}""")
@@ -189,7 +190,8 @@ def test_conv1d_with_a_literal_target_and_trans_b_or_no_bias():
     # bytes as the model's)
     check_rewrite(trans_b, ["MatMul", "Add"], fired=["gemm-flat-matmul-t-add"], cost_model="node-count")
     check_rewrite(trans_b, ["MatMul", "Add"], target="onnx", cost_model="node-count")
-    check_rewrite(parse_model(conv1d(literal, bias="", **static)), ["MatMul"], fired=["gemm-flat-matmul"], cost_model="node-count")
+    check_rewrite(parse_model(conv1d(literal, bias="", **static)), ["MatMul"], fired=["gemm-flat-matmul"],
+                  cost_model="node-count")
     # MatMul(x, Transpose(w)) without a bias: the constant weight's transpose is folded
     check_rewrite(parse_model(conv1d(literal, "Gemm <transB = 1>", w="5, 4", bias="", **static)), ["MatMul"],
                   fired=["gemm-flat-matmul-t"], cost_model="node-count")
@@ -417,7 +419,8 @@ def test_scaled_inputs_multiply_into_alpha():
             ks = Mul(k, s2)
             y = MatMul(qs, ks)
         }""")
-    res = check_rewrite(m, ["com.microsoft.FusedMatMul"], fired=["fused-matmul-scaled-a", "fused-matmul-scaled-b-fused"])
+    res = check_rewrite(m, ["com.microsoft.FusedMatMul"],
+                        fired=["fused-matmul-scaled-a", "fused-matmul-scaled-b-fused"])
     assert attr(res.model, "FusedMatMul", "alpha") == 0.125
 
 
@@ -656,14 +659,16 @@ def test_gemm_with_flags_and_relu_keeps_the_flags():
 def test_gemm_and_activation_stay_on_the_onnx_target_and_for_double():
     m = parse_model(H + f"""
         agraph (float[3, 4] x, double[3, 4] d) => (float[3, 5] y, double[3, 5] e)
-              {inits(init("w", 4, 5), init("b", 5), init("wd", 4, 5, dtype=np.float64), init("bd", 5, dtype=np.float64))} {{
+              {inits(init("w", 4, 5), init("b", 5),
+                     init("wd", 4, 5, dtype=np.float64), init("bd", 5, dtype=np.float64))} {{
             h = Gemm(d, wd, bd)
             e = Relu(h)
             k = Gemm(x, w, b)
             y = Tanh(k)
         }}""")
     # double: onnxruntime has no FusedGemm kernel for it
-    check_rewrite(m, ["Gemm", "Relu", "com.microsoft.FusedGemm"], fired=["fused-gemm-tanh"], not_fired=["fused-gemm-relu"])
+    check_rewrite(m, ["Gemm", "Relu", "com.microsoft.FusedGemm"], fired=["fused-gemm-tanh"],
+                  not_fired=["fused-gemm-relu"])
     check_rewrite(m, ["Gemm", "Relu", "Gemm", "Tanh"], not_fired=["fused-gemm-tanh"], target="onnx")
 
 
@@ -724,7 +729,8 @@ def test_three_projections_become_one_matmul_and_split(opset):
     res = check_rewrite(m, ["MatMul", "Split"], fired=["matmul-merge-3"], **MERGE)
     split = [n for n in res.model.graph.node if n.op_type == "Split"][0]
     assert len(split.output) == 3
-    assert (len(split.input), sorted(a.name for a in split.attribute)) == ((1, ["axis", "split"]) if opset == 11 else (2, ["axis"]))
+    expected = (1, ["axis", "split"]) if opset == 11 else (2, ["axis"])
+    assert (len(split.input), sorted(a.name for a in split.attribute)) == expected
 
 
 def test_three_projections_with_bias_become_matmul_add_split():
@@ -764,7 +770,8 @@ def test_each_group_is_merged_once(bias):
 
 def test_matmuls_on_different_inputs_or_runtime_weights_stay():
     m = parse_model(H + f"""
-        agraph (float[2, 4] x, float[2, 4] z, float[4, 3] r, float[4, 3] u) => (float[2, 3] a, float[2, 3] b, float[2, 3] c, float[2, 3] d)
+        agraph (float[2, 4] x, float[2, 4] z, float[4, 3] r, float[4, 3] u) =>
+              (float[2, 3] a, float[2, 3] b, float[2, 3] c, float[2, 3] d)
               {inits(init("w0", 4, 3), init("w1", 4, 3))} {{
             a = MatMul(x, w0)
             b = MatMul(z, w1)
@@ -819,7 +826,8 @@ def test_merged_weights_that_do_not_fold_are_never_a_runtime_concat():
 
 def test_projections_with_weights_over_the_fold_limit_merge_into_a_constant_weight():
     # 3 x 1 MiB weights: the merged weight must be folded to one initializer
-    check_rewrite(big_projections(bias=False), ["MatMul", "Split"], fired=["matmul-merge-3"], rtol=1e-3, atol=1e-4, **MERGE)
+    check_rewrite(big_projections(bias=False), ["MatMul", "Split"], fired=["matmul-merge-3"], rtol=1e-3, atol=1e-4,
+                  **MERGE)
 
 
 @pytest.mark.parametrize("bias", [False, True])

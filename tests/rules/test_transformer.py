@@ -270,7 +270,8 @@ def test_rmsnorm_cast_to_another_type_than_the_input_stays():
 
 def test_rmsnorm_to_rmsnormalization_at_opset_23():
     m = parse_model(header(23) + RMSNORM)
-    check_rewrite(m, ["RMSNormalization"], target="onnx", fired=["rmsnorm-fuse-left"], not_fired=["rmsnorm-fuse-ort-left"])
+    check_rewrite(m, ["RMSNormalization"], target="onnx", fired=["rmsnorm-fuse-left"],
+                  not_fired=["rmsnorm-fuse-ort-left"])
 
 
 def test_rmsnorm_with_the_weight_last_to_rmsnormalization_at_opset_23():
@@ -425,7 +426,8 @@ GELU_TANH_OPS = ["Mul", "Pow", "Mul", "Add", "Mul", "Tanh", "Add", "Mul"]
 
 def test_gelu_tanh_to_fast_gelu():
     m = parse_model(header(17) + GELU_TANH)
-    check_rewrite(m, [MS + "FastGelu"], fired=["tf-cube-pow", "tf-gelu-tanh", "tf-gelu-half-of-x", "gelu-tanh-fuse-ort"])
+    check_rewrite(m, [MS + "FastGelu"],
+                  fired=["tf-cube-pow", "tf-gelu-tanh", "tf-gelu-half-of-x", "gelu-tanh-fuse-ort"])
 
 
 def test_gelu_tanh_with_cube_as_products_to_onnx_gelu_at_opset_20():
@@ -490,7 +492,8 @@ BIAS = "b = Constant <value = float[16] {" + ", ".join(f"{0.1 * (i - 8):.1f}" fo
 def with_bias(body: str, bias_first: bool = True) -> str:
     """The Gelu graph with its input x = z + b (b a 1-D constant of the last dimension)."""
     add = "x = Add(b, z)" if bias_first else "x = Add(z, b)"
-    return body.replace("(float[2, 3, 16] x) =>", "(float[2, 3, 16] z) =>").replace("{\n", "{\n" + BIAS + "\n" + add + "\n", 1)
+    return body.replace("(float[2, 3, 16] x) =>",
+                        "(float[2, 3, 16] z) =>").replace("{\n", "{\n" + BIAS + "\n" + add + "\n", 1)
 
 
 def test_bias_gelu():
@@ -848,7 +851,8 @@ def test_skip_layernorm_for_target_onnx_stays():
 
 def llama_residual(opset: int = 18) -> str:
     body = RMSNORM.replace("(float[2, 5, 8] x) => (float[2, 5, 8] y)",
-                           "(float[2, 5, 8] ra, float[2, 5, 8] rb, float[2, 5, 8] z) => (float[2, 5, 8] y, float[2, 5, 8] nxt)")
+                           "(float[2, 5, 8] ra, float[2, 5, 8] rb, float[2, 5, 8] z) => (float[2, 5, 8] y, float[2, "
+                           "5, 8] nxt)")
     body = body.replace("{\n", "{\nx = Add(ra, rb)\nnxt = Add(x, z)\n", 1)
     return header(opset) + body
 

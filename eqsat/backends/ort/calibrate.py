@@ -35,7 +35,8 @@ side by side (eqsat.backends.ort.latency.compare), and hold only where the fused
 - interpolation_flops: a linear Resize's time an output element (eqsat/backends/ort/calibrate_layout.py,
   resize_ns) at the vector rate above: the FLOPs the roofline charges it.
 - depthwise_gflops and layouts.nchwc (block, conv_speedup, depthwise_gflops, pool_speedup,
-  global_pool_speedup, pixel_conv_speedup, reorder_gbps, upsample_speedup): the channel-blocked layout's figures, where onnxruntime has
+  global_pool_speedup, pixel_conv_speedup, reorder_gbps, upsample_speedup): the channel-blocked layout's figures,
+  where onnxruntime has
   those kernels on this machine (eqsat/backends/ort/calibrate_layout.py); a profile without them never
   chooses the layout.
 
@@ -119,7 +120,8 @@ def fusion_choices(threads: int = 1, runs: int = 100) -> dict:
     ln = {"g": rng.standard_normal(k).astype(np.float32), "b": rng.standard_normal(k).astype(np.float32)}
     ins = [_vi("x", shape), _vi("r", shape)]
     skip = _weights_model([helper.make_node("SkipLayerNormalization", ["x", "r", "g", "b"], ["y"],
-                                            domain="com.microsoft", epsilon=1e-12)], ins, [_vi("y", shape)], ln, ms=True)
+                                            domain="com.microsoft", epsilon=1e-12)], ins, [_vi("y", shape)], ln,
+                          ms=True)
     plain = _weights_model([helper.make_node("Add", ["x", "r"], ["s"]),
                             helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], epsilon=1e-12)],
                            ins, [_vi("y", shape)], ln)
@@ -190,7 +192,8 @@ def grouped_query_models(rng, b: int = 1, n: int = 8, nk: int = 2, s: int = 128,
                         helper.make_node("Softmax", ["sm"], ["p"], axis=-1), *reshape("p", "group", "pg"),
                         helper.make_node("MatMul", ["p" + g, v], ["o" + g]), *reshape("og", "back", "o")]
 
-    repeated = _weights_model(core(False), ins, out, {**consts, "two": np.array([2], np.int64), "heads": np.array([0, n, -1, d], np.int64),
+    repeated = _weights_model(core(False), ins, out,
+                              {**consts, "two": np.array([2], np.int64), "heads": np.array([0, n, -1, d], np.int64),
                                                       "rep": np.array([1, 1, n // nk, 1, 1], np.int64)})
     grouped = _weights_model(core(True), ins, out, {**consts, "group": np.array([0, nk, -1, 0], np.int64),
                                                     "back": np.array([0, n, -1, 0], np.int64)})
@@ -274,7 +277,8 @@ def vector_chain(rng, k: int, muls: int):
 def measure(threads: int = 1, runs: int = 15) -> dict:
     rng = np.random.default_rng(0)
     n = 512
-    mm = _model([helper.make_node("MatMul", ["a", "b"], ["c"])], [_vi("a", [n, n]), _vi("b", [n, n])], [_vi("c", [n, n])])
+    mm = _model([helper.make_node("MatMul", ["a", "b"], ["c"])], [_vi("a", [n, n]), _vi("b", [n, n])],
+                [_vi("c", [n, n])])
     t = _timed(mm, {"a": rng.random((n, n), np.float32), "b": rng.random((n, n), np.float32)}, runs, threads)
     matmul = 2 * n**3 / t / 1e9
 

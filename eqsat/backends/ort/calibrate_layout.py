@@ -53,7 +53,8 @@ FLOOR = 0.05  # the blocked op's time is at least this share of B (B - R is a di
 def _model(nodes, shape, weights: dict):
     vi = [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)]
     out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)]
-    g = helper.make_graph(nodes, "calibrate-layout", vi, out, [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    g = helper.make_graph(nodes, "calibrate-layout", vi, out,
+                          [numpy_helper.from_array(v, k) for k, v in weights.items()])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(NCHWC_DOMAIN, 1)])
 
 
@@ -145,7 +146,8 @@ def pixel_conv_models(c: int, o: int, copies: int, block: int) -> tuple:
                  for i, y in enumerate(outs)]
         inits = [numpy_helper.from_array(w if not domain else reorder_filter(w, block, "OIHWBiBo"), f"w{i}")
                  for i, w in enumerate(ws)]
-        g = helper.make_graph(nodes, "pixel-conv", vi, [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, o, 1, 1])
+        g = helper.make_graph(nodes, "pixel-conv", vi,
+                              [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, o, 1, 1])
                                                          for y in outs], inits)
         return helper.make_model(g, opset_imports=opsets)
 
@@ -273,11 +275,13 @@ def measure(threads: int = 1, runs: int = 40) -> dict | None:
             "pixel_conv_speedup": pixel,
             "reorder_gbps": round(_geomean(reorders), 2),
             "upsample_speedup": round(_geomean(ups), 3),
-            "source": f"measured by `eqsat calibrate` (eqsat/backends/ort/calibrate_layout.py): block {block}; geometric means "
+            "source": f"measured by `eqsat calibrate` (eqsat/backends/ort/calibrate_layout.py): block {block}; "
+                      "geometric means "
                       f"over {len(DENSE)} dense convolutions (blocked/NCHW {min(dense):.2f} to {max(dense):.2f}), "
                       f"{len(DEPTHWISE)} depthwise 3x3 (NCHW {min(dw_nchw):.1f} to {max(dw_nchw):.1f} GFLOP/s, "
                       f"blocked {min(dw_blocked):.1f} to {max(dw_blocked):.1f}), {len(POOLS)} 3x3 pools "
-                      f"({min(pools):.2f} to {max(pools):.2f}) and their reorders, {len(GLOBAL_POOLS)} global average pools "
+                      f"({min(pools):.2f} to {max(pools):.2f}) and their reorders, {len(GLOBAL_POOLS)} "
+                      "global average pools "
                       f"({min(gp):.2f} to {max(gp):.2f}), {len(PIXEL_CONVS)} one-pixel 1x1 convolutions "
                       f"({min(px):.2f} to {max(px):.2f}), {len(UPSAMPLES)} linear upsamplings "
                       f"({min(ups):.2f} to {max(ups):.2f}); medians of {runs} rounds "

@@ -6,10 +6,11 @@ valid programs comes from the same e-graph (DAG greedy under randomly perturbed 
 costs). Every distinct program is decoded and timed under onnxruntime (CPU, one thread, its
 own graph optimizations off, medians): in child processes of a few programs each beside the
 first cost model's own, in random round orders, and scaled through it
-(eqsat.backends.ort.latency.compare_to_first), since fifty sessions in one process evict each other's
-weights between runs and ranked a program 5 % slower than another as 7 % faster. Per cost model: the predicted cost of its own program, that program's measured
-latency, and Kendall's tau between the model's predictions and the measured latencies over
-all the programs (1: it ranks them as the hardware does; 0: no better than chance), with
+(eqsat.backends.ort.latency.compare_to_first), since many sessions in one process evict each
+other's weights between runs and can rank a slower program as faster. Per cost model: the
+predicted cost of its own program, that program's measured latency, and Kendall's tau
+between the model's predictions and the measured latencies over all the programs (1: it
+ranks them as the hardware does; 0: no better than chance), with
 its one-sided p-value (how often chance alone ranks as well) and, from MIN_INTERVAL programs
 on, a 95 % percentile bootstrap interval over the programs (resampled with replacement; with
 fewer it says nothing: a perfectly ranked sample resamples to [1, 1] at any size). With ten
@@ -80,7 +81,8 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
                   cost_models: list[str] | None = None) -> tuple[list[Record], dict]:
     """`cost_models`: the names to compare (default every registered one whose class is
     `compared_by_default`, all but file-costs: the shipped models, any a script added to
-    COST_MODELS, and installed plugins this process already loaded by name); each extracts its program with `opts.extractor`."""
+    COST_MODELS, and installed plugins this process already loaded by name); each extracts its program with
+    `opts.extractor`."""
     say = progress or (lambda _m: None)
     check_environment()
     check_model(model)

@@ -83,7 +83,8 @@ def compare_to_first(models: Sequence[ModelProto | str], feeds: dict, runs: int 
             order = [0, *chunk] if k % 2 == 0 else [*chunk[::-1], 0]
             request = {"models": [paths[i] for i in order], "feeds": str(Path(scratch) / "feeds.npz"),
                        "runs": runs, "threads": threads}
-            proc = subprocess.run([sys.executable, "-m", "eqsat.backends.ort.latency"], input=json.dumps(request), text=True,
+            proc = subprocess.run([sys.executable, "-m", "eqsat.backends.ort.latency"], input=json.dumps(request),
+                                  text=True,
                                   capture_output=True, env=dict(os.environ, **CHILD_ENV))
             if proc.returncode != 0:
                 lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]

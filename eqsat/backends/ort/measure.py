@@ -138,7 +138,8 @@ class Measurer:
             if built is None:
                 continue
             model, feeds = built
-            key = hashlib.sha256(KEY_SALT + machine_salt() + model.SerializeToString(deterministic=True)).hexdigest()[:24]
+            data = KEY_SALT + machine_salt() + model.SerializeToString(deterministic=True)
+            key = hashlib.sha256(data).hexdigest()[:24]
             if key not in self.cache:
                 self.cache[key] = self._time(model, feeds)
                 self.timed += 1
@@ -190,7 +191,8 @@ class Measurer:
             new_children.append(cid)
             code = CTOR_TO_CODE[dt]
             inputs.append(helper.make_tensor_value_info(name, code, shape))
-            arr = rng.standard_normal(shape) if np.issubdtype(np_dtype(code), np.floating) else rng.integers(0, 2, shape)
+            arr = rng.standard_normal(shape) if np.issubdtype(np_dtype(code),
+                                                              np.floating) else rng.integers(0, 2, shape)
             feeds[name] = np.asarray(arr).astype(np_dtype(code))
         if any(eg.class_type(k) == "OpList" for k in node.children):
             return None  # variadic ops (Concat, Sum): not measured alone

@@ -12,11 +12,10 @@ from collections.abc import Iterator
 
 def round_orders(n: int, rounds: int, seed: int = 0) -> Iterator[list[int]]:
     """`rounds` permutations of range(n), each shuffled, none starting with the index the one
-    before ended with. A fixed order biases by position: reversing it every other round (as
-    benchmarks/peers.py once did) runs the first and last sessions twice in a row at each turn
-    and those in the middle never, and a BERT-base control measured 1.01 against its identical
-    original that way, with onnxruntime's optimizations on; a plain cycle (A B C A B C) runs
-    each session always right after the same one."""
+    before ended with. A fixed order biases by position: reversing it every other round runs
+    the first and last sessions twice in a row at each turn and those in the middle never (an
+    identical control then measures away from 1); a plain cycle (A B C A B C) runs each
+    session always right after the same one."""
     rng = random.Random(seed)
     last = None
     for _ in range(rounds):

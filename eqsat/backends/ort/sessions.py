@@ -31,7 +31,8 @@ def ort():
     return onnxruntime
 
 
-def session(model: ModelProto | str | os.PathLike, optimize: bool = True, threads: int = 1, providers: list[str] | None = None):
+def session(model: ModelProto | str | os.PathLike, optimize: bool = True, threads: int = 1,
+            providers: list[str] | None = None):
     """An onnxruntime InferenceSession of `model` (a ModelProto or an ONNX file, whatever its
     name), with onnxruntime's graph optimizations unless `optimize` is False."""
     rt = ort()

@@ -181,7 +181,8 @@ def hardware_facts(hardware) -> list:
 
 def forbidden_constructors(model: ModelProto, target: str) -> list[str]:
     """Typed ops an extraction must not choose: contrib ops for target onnx (unless the
-    input model holds them: NCHWc ops of its domain, the others by op), eqsat's internal ops always, and standard ops that
+    input model holds them: NCHWc ops of its domain, the others by op), eqsat's internal ops always, and standard ops
+    that
     do not exist at the model's opset (LayerNormalization before 17, ...)."""
     ops = model_opsets(model)
     present = {("" if n.domain == "ai.onnx" else n.domain, n.op_type) for n in model.graph.node}
@@ -204,7 +205,8 @@ def forbidden_constructors(model: ModelProto, target: str) -> list[str]:
             continue
         version = ops.get(spec.domain)
         try:
-            ok = version is not None and onnx.defs.get_schema(spec.onnx_type, version, spec.domain).since_version >= spec.min_version
+            ok = version is not None and onnx.defs.get_schema(spec.onnx_type, version,
+                                                              spec.domain).since_version >= spec.min_version
         except Exception:  # noqa: BLE001 - no schema at this opset
             ok = False
         if not ok:

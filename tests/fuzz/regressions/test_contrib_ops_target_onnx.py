@@ -22,7 +22,8 @@ from .helpers import run
 def test_target_onnx_names_the_contrib_op_it_cannot_keep(capsys, tmp_path):
     w = numpy_helper.from_array(np.ones((3, 4), np.float32), "w")
     g = h.make_graph([h.make_node("FusedMatMul", ["x", "w"], ["y"], domain="com.microsoft", alpha=0.5)], "g",
-                     [h.make_tensor_value_info("x", TP.FLOAT, [2, 3])], [h.make_tensor_value_info("y", TP.FLOAT, [2, 4])],
+                     [h.make_tensor_value_info("x", TP.FLOAT, [2, 3])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [2, 4])],
                      [w])
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)])
     m.ir_version = 8
