@@ -855,8 +855,8 @@ class Instance:
             if head == "let":
                 v = str(a[1])
                 r = self._term(self._sub(a[2]))
-                head = a[2][0] if isinstance(a[2], SList) and a[2] else None
-                if isinstance(r, (str, tuple)) and _sorted_ctor(self.prog, head):
+                ctor = a[2][0] if isinstance(a[2], SList) and a[2] else None
+                if isinstance(r, (str, tuple)) and _sorted_ctor(self.prog, ctor):
                     self.val[v] = r
                 else:
                     self.env[v] = r

@@ -138,8 +138,8 @@ class Measurer:
             if built is None:
                 continue
             model, feeds = built
-            data = KEY_SALT + machine_salt() + model.SerializeToString(deterministic=True)
-            key = hashlib.sha256(data).hexdigest()[:24]
+            salted = KEY_SALT + machine_salt() + model.SerializeToString(deterministic=True)
+            key = hashlib.sha256(salted).hexdigest()[:24]
             if key not in self.cache:
                 self.cache[key] = self._time(model, feeds)
                 self.timed += 1
