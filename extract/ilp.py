@@ -101,7 +101,8 @@ class ILP(Extractor):
 
         full = TreeGreedy().choose_all(egraph, cost)
         if any(r not in full for r in egraph.roots):
-            raise ExtractionError(f"root e-class {next(r for r in egraph.roots if r not in full)} has no finite-cost term")
+            raise ExtractionError(f"root e-class {next(r for r in egraph.roots if r not in full)} has no finite-cost "
+                                  "acyclic term (every term is infinite or holds a cycle)")
         term = {c for c in egraph.classes if egraph.class_type(c) in TERM_SORTS}
         nodes, layout_note = self._candidates(egraph, full, term, costs), ""
         if self.fix_layouts and any(egraph.nodes[n].op in NCHWC_OPS for n in nodes):
@@ -125,6 +126,8 @@ class ILP(Extractor):
             return ex
         if cuts:
             notes.append(f"ILP: {len(cuts)} cycle cuts")
+        if prog.lower_bound is None:  # no solve finished: the LP relaxation's optimum, which is fast
+            prog.note_bound(prog.solve(list(cuts.items()), max(1.0, 0.1 * self.time_limit), integral=False))
         if res is None or res.x is None or self._cycles(egraph, prog.chosen(res.x), prog.index):
             why = "no solution" if res is None or res.x is None else "cycles remained"
             notes.append(f"ILP: {why} within {self.time_limit:g} s; greedy answer used")
@@ -370,6 +373,7 @@ class _Program:
         lo = np.array(self.lo + [-np.inf] * len(cuts))
         hi = np.array(self.hi + [rhs for _, rhs in cuts])
         a = coo_matrix((vals, (rows, cols)), shape=(len(lo), self.n_x)).tocsr()
+        self.integral_solve = integral
         return milp(self.c_vec, constraints=LinearConstraint(a, lo, hi),
                     integrality=self.integral if integral else np.zeros(self.n_x),
                     bounds=Bounds(np.zeros(self.n_x), self.upper),
@@ -406,7 +410,7 @@ class _Program:
     def note_bound(self, res) -> None:
         """Keep the solve's dual bound (HiGHS's, or its optimum where scipy gives none) where it
         beats the best so far: every solve relaxes the acyclic program, so each is a bound."""
-        dual = getattr(res, "mip_dual_bound", None)
+        dual = getattr(res, "mip_dual_bound", None) if self.integral_solve else None
         if (dual is None or not math.isfinite(dual)) and res.status == 0:
             dual = res.fun
         if dual is not None and math.isfinite(dual):
