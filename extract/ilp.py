@@ -165,8 +165,6 @@ class ILP(Extractor):
         at all, it is dropped and the notes say so."""
         cuts: dict[tuple[int, ...], float] = {tuple(i): r for i, r in prog.short_cycles(egraph)}
         res, rounds, start = None, 0, time.perf_counter()
-        if os.environ.get("EQSAT_ILP_ORDER_FIRST"):
-            prog.add_order()
         while (remaining := deadline - time.perf_counter()) > 0:
             rounds += 1
             if not prog.ordered and (rounds > self.lazy_rounds or time.perf_counter() - start > remaining / 3):
