@@ -14,9 +14,10 @@ cost (gym's dag_cost), and whether every check passed.
 `tensat`: `eqsat extract` on gym's own files (Tensat's e-graphs: data/tensat/*.json of
 extraction-gym, given by path; nothing is downloaded), priced by their `cost`s (file-costs),
 with the ILP under --extract-time-limit: its status (optimal: proven; optimal for its fixed
-layouts: proven once the NCHWc layouts were fixed from the greedy answer; limit: stopped at the
-time limit with a solution, not proven; fallback: the greedy answer was used, the note says
-why), DAG cost and time, beside the ported bottom-up's and greedy-dag's DAG costs.
+layouts: proven once the NCHWc layouts were fixed from the greedy answer; gap: stopped at the
+time limit with a solution of its own, not proven; fallback: the greedy answer was used, the
+note says why), DAG cost, proven lower bound and gap, and time, beside the ported bottom-up's
+and greedy-dag's DAG costs.
 """
 
 from __future__ import annotations
@@ -65,10 +66,11 @@ def ilp(path: Path, time_limit: float) -> tuple[str, float, float, str]:
     notes = "; ".join(ex.notes)
     # extract/ilp.py's notes: "greedy answer used" / "greedy answer was better" when it fell back
     fell_back = "greedy answer used" in notes or "greedy answer was better" in notes
-    status = "fallback" if fell_back else "limit" if "stopped at the time limit" in notes else "optimal"
+    status = ex.status or ("fallback" if fell_back else "limit" if "stopped at the time limit" in notes else "optimal")
     if status == "optimal" and "optimal for the fixed layouts" in notes:
         status = "optimal for its fixed layouts"
-    return status, ex.dag_cost, seconds, notes
+    bound = "" if ex.lower_bound is None else f"{ex.lower_bound:.6g} | {ex.gap:.2%}"
+    return status, ex.dag_cost, seconds, notes + (f" [bound: {bound}]" if bound else "")
 
 
 def export_rows(models: list[Path], cost_model: str, work: Path, time_limit: float) -> int:
@@ -101,9 +103,9 @@ def export_rows(models: list[Path], cost_model: str, work: Path, time_limit: flo
 
 
 def tensat_rows(files: list[Path], time_limit: float) -> int:
-    print(f"| e-graph | e-classes | nodes | ILP status | ILP DAG | ILP time (s) | bottom-up DAG | greedy-dag DAG |"
-          f"  (ILP limit {time_limit:g} s)")
-    print("|---|---:|---:|---|---:|---:|---:|---:|")
+    print(f"| e-graph | e-classes | nodes | ILP status | ILP DAG | lower bound | gap | ILP time (s) | bottom-up DAG | "
+          f"greedy-dag DAG |  (ILP limit {time_limit:g} s)")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for f in files:
         data = json.loads(f.read_text())
         classes = len({n["eclass"] for n in data["nodes"].values()})
@@ -112,7 +114,8 @@ def tensat_rows(files: list[Path], time_limit: float) -> int:
             status, dag, seconds, notes = ilp(f, time_limit)
         except Exception as e:  # noqa: BLE001 - reported, the other files still run
             status, dag, seconds, notes = f"error: {type(e).__name__}", float("nan"), float("nan"), str(e)
-        print(f"| {f.name} | {classes} | {len(data['nodes'])} | {status} | {dag:.6g} | {seconds:.1f} | "
+        bound = notes.rsplit(" [bound: ", 1)[1].rstrip("]") if " [bound: " in notes else "- | -"
+        print(f"| {f.name} | {classes} | {len(data['nodes'])} | {status} | {dag:.6g} | {bound} | {seconds:.1f} | "
               f"{costs['bottom-up']:.6g} | {costs['greedy-dag']:.6g} |")
         if notes:
             print(f"  {f.name}: {notes}", file=sys.stderr)

@@ -116,6 +116,13 @@ class Extraction(Section):
     dag_cost: float = field(metadata=_doc("the choice's cost counting each node once"))
     time_s: float = field(metadata=_doc("seconds the extractor took"))
     notes: list[str] = field(metadata=_doc("the extractor's remarks (time limits, fallbacks)"))
+    status: Literal["optimal", "gap", "fallback"] | None = field(default=None, metadata=_doc(
+        "an exact extractor's (the ILP's): optimal: proven; gap: its own answer, not proven optimal by the "
+        "time limit; fallback: a greedy answer it fell back to"))
+    lower_bound: float | None = field(default=None, metadata=_doc(
+        "a proven lower bound on the optimum DAG cost of the problem the extractor solved (with its fixed "
+        "layouts and work bound, where the notes name them); absent for extractors that prove none"))
+    gap: float | None = field(default=None, metadata=_doc("(dag_cost - lower_bound) / dag_cost, at least 0"))
 
 
 @dataclass(frozen=True)

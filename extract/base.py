@@ -19,6 +19,21 @@ class Extraction:
     dag_cost: float = 0.0
     time_s: float = 0.0
     notes: list[str] = field(default_factory=list)  # e.g. "ILP time limit: greedy answer"
+    # An exact extractor's proof (the ILP): a proven lower bound on the optimum DAG cost of the
+    # problem it solved, and whether the answer is proven optimal ("optimal"), an answer of its
+    # own with a gap to the bound ("gap"), or a greedy answer it fell back to ("fallback").
+    # None for extractors that prove nothing.
+    lower_bound: float | None = None
+    status: str | None = None
+
+    @property
+    def gap(self) -> float | None:
+        """(DAG cost - lower bound) / DAG cost, at least 0; None without a bound."""
+        if self.lower_bound is None:
+            return None
+        if self.dag_cost <= 0:
+            return 0.0
+        return max(0.0, (self.dag_cost - self.lower_bound) / self.dag_cost)
 
 
 class Extractor(ABC):

@@ -3,31 +3,38 @@
 Variables: x_n in {0, 1} per e-node (chosen or not). Constraints: each root class chooses
 one node; a class chooses at most one; a chosen node's child classes choose one each.
 Objective: the sum of the chosen nodes' costs, i.e. the DAG cost, each node paid once
-however many parents share it. Acyclicity is added lazily: the program is solved, each
-cycle among the chosen nodes becomes a cut (not all of its nodes may be chosen), and it is
-solved again, until the solution is acyclic. (Order variables with big-M constraints, the
-textbook encoding, made HiGHS crawl on e-graphs full of cycles, such as those of
-commutativity rules: 737 e-nodes not proven optimal in 20 s; the cuts prove it in well
-under a second.)
+however many parents share it.
+
+Acyclicity. Cuts first: each cycle among the chosen nodes of a solution becomes a cut over
+the e-classes on it (not all of them may choose a node that leads around the cycle), short
+cycles (a node whose child class holds a node back to it) are cut before the first solve,
+and the program is solved again until the solution is acyclic. Order variables with big-M
+constraints, the textbook encoding, are slow on e-graphs dense with commutativity cycles,
+so they are added only to the strongly connected components where `lazy_rounds` rounds of
+cuts did not converge. Nodes that are their own child, and nodes dominated by a cheaper
+node of the same class with a subset of its children, are dropped before the program is
+built; neither changes the optimum.
 
 Only term classes (sort Op and OpList) are decisions: value classes (integers, vectors,
 dtypes, attributes) have a single node each, filled in afterwards; each is a variable only so
 that the objective pays its cost once when some chosen node needs it (the DAG cost counts
-every node of the choice). A node that is its own child cannot be in an acyclic choice and is dropped.
-With a time limit (default 60 s) over all rounds; when the optimum is not proven in time,
-the best acyclic solution found is used if it beats the greedy answers (tree and DAG, DAG
-only up to DAG_GREEDY_MAX_NODES e-nodes; computed only when needed), else the better greedy
-answer, and the extraction says so in its notes.
+every node of the choice).
+
+Result. Every extraction carries a status and a lower bound: `optimal` (proven),
+`gap` (the time limit, default 60 s over all rounds, stopped HiGHS with a solution of its
+own, better than the greedy answers; the lower bound is HiGHS's dual bound) or `fallback`
+(no acyclic solution in time, or none better than the greedy answers, tree and DAG, the DAG
+one only up to DAG_GREEDY_MAX_NODES e-nodes; the bound is the best one proven, the LP
+relaxation's where no solve finished). The notes say which.
 
 Layouts. Where the e-graph holds a value both in NCHW and in onnxruntime's channel-blocked
 layout (rules/layout.egg), the layout of each such value is fixed from the greedy answer
-before the program is built (fix_layouts): with both layouts free the LP relaxation mixes
-them and HiGHS does not close the gap on CNNs (ResNet-50: 25 s, other models past the
-limit); with them fixed, and no ReorderInput of a value the greedy answer leaves NCHW and
-unused, the program is as easy as an NCHW one (about 1 s). The answer is then optimal for
-that layout choice, never worse than the greedy answer, and the notes say so; `ILP(fix_layouts=False)` solves over
-both layouts, and so does the ILP where the layouts
-fixed from the greedy answer leave no program within the work bound below.
+before the program is built (fix_layouts), because with both layouts free the LP relaxation
+mixes them and HiGHS closes the gap slowly on CNNs, often not within the time limit. With
+them fixed, and no ReorderInput of a value the greedy answer leaves NCHW and unused, the
+answer is optimal for that layout choice, never worse than the greedy answer, and the notes
+say so; `ILP(fix_layouts=False)` solves over both layouts, and so does the ILP where the
+layouts fixed from the greedy answer leave no program within the work bound below.
 
 Work. Where the e-graph records the input program (eqsat.input_nodes), one more row bounds
 the chosen contractions (convolutions, products, attention) by the input's
@@ -77,6 +84,7 @@ class ILP(Extractor):
         self.time_limit = time_limit
         self.bound_work = bound_work  # no more contractions than the input program, where the e-graph records it
         self.fix_layouts = fix_layouts  # decide NCHW / NCHWc per e-class before solving (fix_layouts())
+        self.lazy_rounds = 20  # rounds of lazy cycle cuts before order variables on the cyclic part
 
     def extract(self, egraph: EGraph, cost: CostModel) -> Extraction:
         t0 = time.perf_counter()
@@ -102,7 +110,8 @@ class ILP(Extractor):
         full = TreeGreedy().choose_all(egraph, cost)
         if any(r not in full for r in egraph.roots):
             missing = next(r for r in egraph.roots if r not in full)
-            raise ExtractionError(f"root e-class {missing} has no finite-cost term")
+            raise ExtractionError(f"root e-class {missing} has no finite-cost acyclic term "
+                                  "(every term is infinite or holds a cycle)")
         term = {c for c in egraph.classes if egraph.class_type(c) in TERM_SORTS}
         nodes, layout_note = self._candidates(egraph, full, term, costs), ""
         if self.fix_layouts and any(egraph.nodes[n].op in NCHWC_OPS for n in nodes):
@@ -110,8 +119,10 @@ class ILP(Extractor):
             if fixed is not None:
                 nodes, layout_note = fixed
                 notes.append(layout_note)
-        prog = _Program(egraph, self._prune(egraph, nodes, term), term, full, costs,
-                        contraction_bound(egraph) if self.bound_work else None)
+        nodes = reduce_nodes(egraph, self._prune(egraph, nodes, term), term, costs, self.bound_work)
+        if any(r not in {egraph.nodes[n].eclass for n in nodes} for r in egraph.roots):
+            raise ExtractionError("no acyclic choice: every term of a root e-class holds a cycle")
+        prog = _Program(egraph, nodes, term, full, costs, contraction_bound(egraph) if self.bound_work else None)
         prog.fixed_layouts = bool(layout_note)
         deadline = t0 + self.time_limit
         res, cuts = self._solve(egraph, prog, deadline, notes)
@@ -122,24 +133,27 @@ class ILP(Extractor):
                             "contractions; layouts chosen by the ILP"]
             ex.time_s = time.perf_counter() - t0
             return ex
+        if cuts:
+            notes.append(f"ILP: {len(cuts)} cycle cuts")
+        if prog.lower_bound is None:  # no solve finished: the LP relaxation's optimum, which is fast
+            prog.note_bound(prog.solve(list(cuts.items()), max(1.0, 0.1 * self.time_limit), integral=False))
         if res is None or res.x is None or self._cycles(egraph, prog.chosen(res.x), prog.index):
             why = "no solution" if res is None or res.x is None else "cycles remained"
             notes.append(f"ILP: {why} within {self.time_limit:g} s; greedy answer used")
-            return self._done(egraph, greedy().choice, costs, t0, notes, fallback=True)
+            return self._done(egraph, greedy().choice, costs, t0, notes, "fallback", prog.lower_bound)
         choice = {**full, **prog.chosen(res.x)}
         choice = {c: choice[c] for c in reachable(egraph, choice)}
+        status = "optimal"
         if res.status != 0:
-            best = greedy()
+            best, status = greedy(), "gap"
             if dag_cost(egraph, choice, costs) >= best.dag_cost:
                 notes.append(f"ILP: stopped at the time limit ({self.time_limit:g} s); greedy answer was better")
-                return self._done(egraph, best.choice, costs, t0, notes, fallback=True)
+                return self._done(egraph, best.choice, costs, t0, notes, "fallback", prog.lower_bound)
             notes.append(f"ILP: stopped at the time limit ({self.time_limit:g} s); "
                          "best solution found, not proven optimal")
         elif layout_note:
             notes.append("ILP: proven optimal for the fixed layouts, not over every layout choice")
-        if cuts:
-            notes.append(f"ILP: {len(cuts)} cycle cuts")
-        return self._done(egraph, choice, costs, t0, notes)
+        return self._done(egraph, choice, costs, t0, notes, status, prog.lower_bound)
 
     def _candidates(self, egraph: EGraph, full: dict[str, str], term: set[str], costs: dict[str, float]) -> list[str]:
         """The finite-cost nodes of the term classes the roots reach, in a fixed order (ties
@@ -149,34 +163,48 @@ class ILP(Extractor):
                 if not math.isinf(costs[n]) and egraph.nodes[n].eclass not in set(egraph.nodes[n].children)]
 
     def _solve(self, egraph: EGraph, prog: _Program, deadline: float, notes: list[str]):
-        """HiGHS on `prog` with lazy acyclicity: solve without it, then forbid each cycle the
-        solution holds (the chosen nodes of a cycle cannot all be chosen) and solve again;
-        usually a few rounds, where big-M order constraints would weaken the relaxation for
-        every class. Returns (scipy's result or None, the cuts), or ("layouts", cuts) where
-        the layouts fixed before solving leave no program within the work bound. Where the
-        bound cannot hold at all, it is dropped and the notes say so."""
-        cuts: list[list[int]] = []
-        res = None
+        """HiGHS on `prog` with lazy acyclicity: solve with the cuts of the short cycles
+        among classes (prog.short_cycles), then forbid each cycle the solution holds and
+        solve again, until the solution is acyclic. A cut forbids a cycle of classes, not
+        only of the nodes chosen: of the nodes of each class of the cycle that lead to the
+        next class, at most one class fewer than the cycle's length is chosen, so one cut
+        forbids every way round. Each solve's dual bound is a lower bound on the acyclic
+        optimum (it has fewer constraints): prog.lower_bound keeps the best. Returns
+        (scipy's result or None, the cuts), or ("layouts", cuts) where the layouts fixed
+        before solving leave no program within the work bound. Where the bound cannot hold
+        at all, it is dropped and the notes say so."""
+        cuts: dict[tuple[int, ...], float] = {tuple(i): r for i, r in prog.short_cycles(egraph)}
+        res, rounds, start = None, 0, time.perf_counter()
         while (remaining := deadline - time.perf_counter()) > 0:
-            res = prog.solve(cuts, remaining)
+            rounds += 1
+            if not prog.ordered and (rounds > self.lazy_rounds or time.perf_counter() - start > remaining / 3):
+                notes.append(f"ILP: order variables on {prog.add_order()} e-classes in cycles "
+                             f"(lazy cuts did not converge in {rounds - 1} rounds)")
+            res = prog.solve(list(cuts.items()), remaining)
             if res.x is None and res.status == 2 and prog.guard is not None and prog.fixed_layouts:
                 return "layouts", cuts
             if res.x is None and res.status == 2 and prog.guard is not None:  # infeasible: the bound cannot hold
                 prog.drop_bound()
                 notes.append(f"ILP: no program within the input's {prog.bound} contractions; solved without the bound")
                 continue
+            if res.x is None and res.status == 2:
+                raise ExtractionError("no acyclic choice: every choice for the roots holds a cycle")
+            prog.note_bound(res)
             if res.x is None:
                 break
             found = self._cycles(egraph, prog.chosen(res.x), prog.index)
             if not found:
                 break
-            cuts.extend(found)
+            for cyc in found:
+                idx, rhs = prog.cycle_cut(egraph, cyc)
+                cuts[tuple(idx)] = min(rhs, cuts.get(tuple(idx), rhs))
         return res, cuts
 
     @staticmethod
-    def _cycles(egraph: EGraph, chosen: dict[str, str], index: dict[str, int]) -> list[list[int]]:
-        """Cycles among the chosen nodes reachable from the roots, as node indices."""
-        out: list[list[int]] = []
+    def _cycles(egraph: EGraph, chosen: dict[str, str], index: dict[str, int]) -> list[list[str]]:
+        """Cycles among the chosen nodes reachable from the roots, as lists of e-classes (each
+        class's chosen node has the next class as a child, the last the first)."""
+        out: list[list[str]] = []
         state: dict[str, int] = {}
         for r in egraph.roots:
             if r in state or r not in chosen:
@@ -192,8 +220,7 @@ class ILP(Extractor):
                     stack.append((c, i + 1))
                     k = kids[i]
                     if state.get(k) == 1:
-                        cyc = path[path.index(k):]
-                        out.append([index[chosen[x]] for x in cyc])
+                        out.append(path[path.index(k):])
                     elif k not in state:
                         state[k] = 1
                         path.append(k)
@@ -203,10 +230,20 @@ class ILP(Extractor):
                     path.pop()
         return out
 
-    def _done(self, egraph, choice, costs, t0, notes, fallback: bool = False) -> Extraction:
-        return Extraction(choice, self.name + (" (greedy fallback)" if fallback else ""),
-                          tree_cost(egraph, choice, costs), dag_cost(egraph, choice, costs),
-                          time.perf_counter() - t0, notes)
+    def _done(self, egraph, choice, costs, t0, notes, status: str = "optimal",
+              bound: float | None = None) -> Extraction:
+        """The extraction, with the proven lower bound (for the problem solved: fixed layouts and
+        the work bound included) and its gap in the notes."""
+        dag = dag_cost(egraph, choice, costs)
+        if status == "optimal" and bound is None:
+            bound = dag  # nothing to choose (no roots)
+        ex = Extraction(choice, self.name + (" (greedy fallback)" if status == "fallback" else ""),
+                        tree_cost(egraph, choice, costs), dag, time.perf_counter() - t0, notes,
+                        lower_bound=None if bound is None else min(bound, dag), status=status)
+        if status != "optimal":
+            notes.append(f"ILP: lower bound {bound:.6g}, gap {ex.gap:.2%}" if bound is not None
+                         else "ILP: no lower bound (no relaxation solved in time)")
+        return ex
 
     @staticmethod
     def _needed(egraph: EGraph, full: dict[str, str], term: set[str]) -> set[str]:
@@ -261,6 +298,9 @@ class _Program:
 
         self.nodes, self.index = nodes, {n: i for i, n in enumerate(nodes)}
         self.fixed_layouts = False
+        self.lower_bound: float | None = None  # the best dual bound of a solve so far
+        self.kids = [set(egraph.nodes[n].children) & term for n in nodes]
+        self.nodes_class = [egraph.nodes[n].eclass for n in nodes]
         self.by_class: dict[str, list[int]] = {}
         for n in nodes:
             self.by_class.setdefault(egraph.nodes[n].eclass, []).append(self.index[n])
@@ -309,6 +349,9 @@ class _Program:
                      -np.inf, float(bound))
         self.n_x = len(nodes) + len(values)
         self.c_vec = np.array([costs[n] for n in nodes] + [costs[full[c]] for c in values])
+        self.upper = np.ones(self.n_x)
+        self.integral = np.ones(self.n_x)
+        self.ordered = 0  # classes given an order variable (add_order)
 
     def row(self, entries: list[tuple[int, float]], low: float, high: float) -> None:
         r = len(self.lo)
@@ -325,27 +368,179 @@ class _Program:
         self.hi[self.guard] = np.inf
         self.guard = None
 
-    def solve(self, cuts: list[list[int]], time_limit: float, integral: bool = True):
-        """scipy's milp on the rows and one row per cut (not all of a cycle's nodes)."""
+    def solve(self, cuts: list[tuple[tuple[int, ...], float]], time_limit: float, integral: bool = True):
+        """scipy's milp on the rows and one row per cut (at most rhs of its nodes chosen)."""
         import numpy as np  # here: `eqsat --help` imports this module and no numpy
         from scipy.optimize import Bounds, LinearConstraint, milp
         from scipy.sparse import coo_matrix
 
         n = len(self.lo)
-        rows = self.rows + [n + k for k, cyc in enumerate(cuts) for _ in cyc]
-        cols = self.cols + [i for cyc in cuts for i in cyc]
-        vals = self.vals + [1.0] * sum(len(c) for c in cuts)
+        rows = self.rows + [n + k for k, (idx, _) in enumerate(cuts) for _ in idx]
+        cols = self.cols + [i for idx, _ in cuts for i in idx]
+        vals = self.vals + [1.0] * (len(rows) - len(self.rows))
         lo = np.array(self.lo + [-np.inf] * len(cuts))
-        hi = np.array(self.hi + [len(c) - 1.0 for c in cuts])
+        hi = np.array(self.hi + [rhs for _, rhs in cuts])
         a = coo_matrix((vals, (rows, cols)), shape=(len(lo), self.n_x)).tocsr()
+        self.integral_solve = integral
         return milp(self.c_vec, constraints=LinearConstraint(a, lo, hi),
-                    integrality=np.ones(self.n_x) if integral else np.zeros(self.n_x),
-                    bounds=Bounds(np.zeros(self.n_x), np.ones(self.n_x)),
+                    integrality=self.integral if integral else np.zeros(self.n_x),
+                    bounds=Bounds(np.zeros(self.n_x), self.upper),
                     options={"time_limit": time_limit, "disp": solver_log()})
+
+    def add_order(self) -> int:
+        """Acyclicity in full on the cyclic part, where lazy cuts do not converge (long cycles
+        of zero-cost nodes, as in Tensat's e-graphs): an order variable t_c in [0, |S| - 1]
+        per class c of each strongly connected component S of the class graph (of more than
+        one class), and per edge c -> k inside S, t_k - t_c + |S| * (the nodes of c with
+        child k) <= |S| - 1: a chosen edge puts k below c. Classes outside every cycle get no
+        variable. Returns the number of order variables."""
+        import numpy as np
+
+        edges: dict[str, set[str]] = {c: set() for c in self.classes}
+        for j, ks in enumerate(self.kids):
+            edges[self.nodes_class[j]].update(k for k in ks if k in edges)
+        comps = [comp for comp in _sccs(edges) if len(comp) > 1]
+        col = {c: self.n_x + i for i, c in enumerate(c for comp in comps for c in comp)}
+        for comp in comps:
+            size, members = float(len(comp)), set(comp)
+            for c in comp:
+                for k in sorted(edges[c] & members):
+                    via = [j for j in self.by_class[c] if k in self.kids[j]]
+                    self.row([(col[k], 1.0), (col[c], -1.0)] + [(j, size) for j in via], -np.inf, size - 1.0)
+        upper = [float(len(comp) - 1) for comp in comps for _ in comp]
+        self.n_x += len(col)
+        self.c_vec = np.concatenate([self.c_vec, np.zeros(len(col))])
+        self.upper = np.concatenate([self.upper, np.array(upper)])
+        self.integral = np.concatenate([self.integral, np.zeros(len(col))])
+        self.ordered = len(col)
+        return len(col)
+
+    def note_bound(self, res) -> None:
+        """Keep the solve's dual bound (HiGHS's, or its optimum where scipy gives none) where it
+        beats the best so far: every solve relaxes the acyclic program, so each is a bound."""
+        dual = getattr(res, "mip_dual_bound", None) if self.integral_solve else None
+        if (dual is None or not math.isfinite(dual)) and res.status == 0:
+            dual = res.fun
+        if dual is not None and math.isfinite(dual):
+            self.lower_bound = dual if self.lower_bound is None else max(self.lower_bound, dual)
+
+    def cycle_cut(self, egraph: EGraph, cycle: list[str]) -> tuple[list[int], float]:
+        """The cut of a cycle of classes c0 -> c1 -> ... -> c0: of the nodes of each c_i with
+        c_i+1 as a child, at most len(cycle) - 1 chosen (each class chooses one node at most,
+        and all of them round the cycle is the cycle)."""
+        idx = {j for i, c in enumerate(cycle) for j in self.by_class.get(c, ())
+               if cycle[(i + 1) % len(cycle)] in self.kids[j]}
+        return sorted(idx), len(cycle) - 1.0
+
+    def short_cycles(self, egraph: EGraph, max_len: int = 4, cap: int = 20_000) -> list[tuple[list[int], float]]:
+        """The cuts of the cycles among classes of at most max_len classes (at most cap of
+        them), added before the first solve: equal forms make many short cycles (a value is
+        Split0 of the Split of a Concat of itself), and each would otherwise cost a round.
+        Each cycle is found once, from its first class in sorted order."""
+        edges: dict[str, set[str]] = {}
+        for j, ks in enumerate(self.kids):
+            edges.setdefault(self.nodes_class[j], set()).update(ks)
+        out: list[tuple[list[int], float]] = []
+        for s in sorted(edges):
+            stack = [[s]]
+            while stack and len(out) < cap:
+                path = stack.pop()
+                for w in sorted(edges.get(path[-1], ())):
+                    if w == s:
+                        out.append(self.cycle_cut(egraph, path))
+                    elif w > s and w not in path and len(path) < max_len:
+                        stack.append(path + [w])
+        return out
 
     def chosen(self, x) -> dict[str, str]:
         """e-class -> its node chosen in the solution x."""
         return {c: self.nodes[i] for c in self.classes for i in self.by_class[c] if x[i] > 0.5}
+
+
+def _sccs(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of a graph (Tarjan's, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for s in edges:
+        if s in index:
+            continue
+        index[s] = low[s] = len(index)
+        stack.append(s)
+        on.add(s)
+        work = [(s, iter(sorted(edges[s])))]
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    out.append(comp)
+    return out
+
+
+def reduce_nodes(egraph: EGraph, nodes: list[str], term: set[str], costs: dict[str, float],
+                 bound_work: bool = True) -> list[str]:
+    """The candidates less those no optimal acyclic choice needs, to a fixpoint:
+
+    - dominated: another node of its class needs no child class it does not need, costs no
+      more (and computes no more contractions, where the work bound applies); of equals, the
+      first is kept. Swapping it in keeps a choice complete and acyclic, at no higher cost;
+    - forced into a cycle: a node of class c with a child class every node of which has c as a
+      child (the node and any choice for that child make a 2-cycle);
+    - then those with a child class left without nodes (ILP._prune)."""
+    alive = list(nodes)
+    while True:
+        by_class: dict[str, list[str]] = {}
+        for n in alive:
+            by_class.setdefault(egraph.nodes[n].eclass, []).append(n)
+        drop = _dominated(egraph, by_class, costs, bound_work)
+        for n in alive:
+            c = egraph.nodes[n].eclass
+            if any(k in by_class and all(c in egraph.nodes[m].children for m in by_class[k])
+                   for k in set(egraph.nodes[n].children) if k != c):
+                drop.add(n)
+        if not drop:
+            return alive
+        alive = ILP._prune(egraph, [n for n in alive if n not in drop], term)
+
+
+def _dominated(egraph: EGraph, by_class: dict[str, list[str]], costs: dict[str, float], bound_work: bool,
+               max_class: int = 64) -> set[str]:
+    """The nodes another node of their class dominates (reduce_nodes); classes of more than
+    max_class nodes are left alone (pairs of nodes: quadratic)."""
+    drop: set[str] = set()
+    for members in by_class.values():
+        if len(members) < 2 or len(members) > max_class:
+            continue
+        info = [(set(egraph.nodes[n].children), costs[n],
+                 contractions(egraph, egraph.nodes[n]) if bound_work else 0) for n in members]
+        for i, (kids, cost, work) in enumerate(info):
+            for j, (k2, c2, w2) in enumerate(info):
+                if i != j and members[j] not in drop and k2 <= kids and c2 <= cost and w2 <= work \
+                        and (k2 != kids or c2 != cost or w2 != work or j < i):
+                    drop.add(members[i])
+                    break
+    return drop
 
 
 def fix_layouts(egraph: EGraph, nodes: list[str], choice: dict[str, str]) -> tuple[list[str], str] | None:

@@ -180,10 +180,18 @@ def _extract(args: argparse.Namespace, g, models: list, extractors: list[str], d
             n = len(ex.choice)
             print(f"{args.egraph}: {ex.extractor}{' (optimal)' if cls.optimal and not ex.notes else ''} under "
                   f"{cost.name}: {n} e-class{'' if n == 1 else 'es'} chosen, "
-                  f"{_costs(ex.dag_cost, ex.tree_cost, cost)}, {ex.time_s:.2f} s{notes}")
+                  f"{_costs(ex.dag_cost, ex.tree_cost, cost)}, {ex.time_s:.2f} s{_proof(ex)}{notes}")
             if args.output:
                 write_text(args.output, json.dumps(as_json(ex, g, cost.name, dims), indent=1))
     return 0
+
+
+def _proof(ex) -> str:
+    """An exact extractor's status and proven lower bound (extract.base.Extraction), or nothing."""
+    if ex.status is None:
+        return ""
+    bound = f", lower bound {ex.lower_bound:.6g}, gap {ex.gap:.2%}" if ex.lower_bound is not None else ", no bound"
+    return f", {ex.status}{bound}"
 
 
 def _costs(dag: float, tree: float, cost) -> str:

@@ -437,6 +437,8 @@ def _report(model: ModelProto, out: ModelProto, st: Saturated, ex: Extraction, s
             "dag_cost": ex.dag_cost,
             "time_s": round(ex.time_s, 4),
             "notes": ex.notes,
+            **({"status": ex.status} if ex.status else {}),
+            **({"lower_bound": ex.lower_bound, "gap": ex.gap} if ex.lower_bound is not None else {}),
         },
         "work": work_report(st.egraph, ex.choice, s),
         "times_s": st.times,
