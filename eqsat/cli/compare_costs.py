@@ -43,7 +43,8 @@ def register(sub) -> dict:
     k.add_argument("--no-time", action="store_true",
                    help="with --programs: score the cost models against the set's stored samples, timing nothing")
     k.add_argument("--cost-model", action="append", default=[], metavar="NAME",
-                   help="a cost model to compare (repeatable; default: every registered one but file-costs)")
+                   help="a cost model to compare (repeatable; default: every registered or installed one "
+                        "compared by default, all but file-costs)")
     k.add_argument("--extractor", default=EXTRACTOR_DEFAULT,
                    help=f"the extractor each cost model chooses its program with, as for optimize "
                         f"(default {EXTRACTOR_DEFAULT})")
