@@ -13,6 +13,7 @@ from eqsat.cli.args import (
     add_quiet,
     add_rules,
     add_target,
+    nonnegative_int,
     output_file,
     positive_int,
     progress,
@@ -25,14 +26,25 @@ from eqsat.settings import EXTRACTOR_DEFAULT, HARDWARE_DEFAULT
 def register(sub) -> dict:
     k = sub.add_parser("compare-costs", help="compare cost models' predictions with measured latency",
                        description="Extract with every cost model and a sample of other valid programs from one "
-                                   "saturated e-graph, time them under onnxruntime, and report per cost model the "
-                                   "predicted cost, the measured latency and Kendall's tau.")
+                                   "saturated e-graph (uniform random extractions, random walks from the models' "
+                                   "optima, mutations, perturbed roofline), time them under onnxruntime, and report "
+                                   "per cost model the predicted cost, the measured latency, Kendall's tau, top-1 and "
+                                   "top-5 regret and the error of predicted time.")
     k.add_argument("input", metavar="MODEL.onnx")
     k.add_argument("--json", metavar="FILE", type=output_file, help="also write the table as JSON records")
-    k.add_argument("--samples", type=positive_int, default=8, help="random extractions to rank (default 8)")
-    k.add_argument("--runs", type=positive_int, default=20, help="timed runs per program (default 20)")
+    k.add_argument("--samples", type=positive_int, default=8,
+                   help="distinct programs to sample beside the cost models' own (default 8)")
+    k.add_argument("--runs", type=positive_int, default=30, help="timed runs per program, interleaved (default 30)")
+    k.add_argument("--seed", type=nonnegative_int, default=0, help="the sampler's random seed (default 0)")
+    k.add_argument("--save-programs", metavar="FILE", type=output_file,
+                   help="write the programs (their choices, the e-graph's digest, every sample) to reuse later")
+    k.add_argument("--programs", metavar="FILE", type=Path,
+                   help="time the programs of a set --save-programs wrote (on the same e-graph) instead of sampling")
+    k.add_argument("--no-time", action="store_true",
+                   help="with --programs: score the cost models against the set's stored samples, timing nothing")
     k.add_argument("--cost-model", action="append", default=[], metavar="NAME",
-                   help="a cost model to compare (repeatable; default: every registered one but file-costs)")
+                   help="a cost model to compare (repeatable; default: every registered or installed one "
+                        "compared by default, all but file-costs)")
     k.add_argument("--extractor", default=EXTRACTOR_DEFAULT,
                    help=f"the extractor each cost model chooses its program with, as for optimize "
                         f"(default {EXTRACTOR_DEFAULT})")
@@ -45,13 +57,17 @@ def register(sub) -> dict:
 
 
 def cmd_compare_costs(args: argparse.Namespace) -> int:
-    from eqsat.backends.ort.compare_costs import as_json, compare_costs, table
+    from eqsat.backends.ort import program_set
+    from eqsat.backends.ort.compare_costs import as_json, compare_costs, default_names, program_set_json, run_record
     from eqsat.core.rulefiles import check_rule_files
     from eqsat.io.atomic import write_text
     from eqsat.io.modelio import read_model
     from eqsat.settings import Options
 
     check_rule_files(args.rules)  # before the model loads
+    if args.no_time and not args.programs:
+        raise UsageError("--no-time scores the cost models against stored timings: give them with --programs FILE")
+    stored = program_set.read(args.programs) if args.programs else None
     src = Path(args.input)
     model = read_model(src, check=True)[0]
     warn_unknown_model_dims(model, args.dim)
@@ -66,12 +82,29 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
                          f"give {' '.join(f'--dim {n}=N' for n in unbound)}")
     opts = Options(rule_files=list(args.rules), target=args.target, hardware=args.hardware, dims=given,
                    extractor=args.extractor)
+    names = default_names(args.cost_model)
     records, info = compare_costs(model, opts, samples=args.samples, runs=args.runs, progress=progress(args.quiet),
-                                  cost_models=args.cost_model)
-    n = info["programs"]
-    print(f"{src}: {n} distinct program{'' if n == 1 else 's'} from one e-graph, each cost model's own chosen by "
-          f"{args.extractor}" + (" (Kendall's tau needs two or more)" if n < 2 else ""))
-    print(table(records))
+                                  cost_models=names, seed=args.seed, program_set=stored, timed=not args.no_time,
+                                  program_set_path=str(args.programs or ""))
+    run = run_record(opts, names, args.samples, args.runs, args.seed, not args.no_time, str(args.programs or ""))
+    _print(src, args, records, info)
     if args.json:
-        write_text(args.json, json.dumps(as_json(records, info), indent=2))
+        write_text(args.json, json.dumps(as_json(records, info, run), indent=2))
+    if args.save_programs:
+        write_text(args.save_programs, json.dumps(program_set_json(info, run), indent=1))
     return 0
+
+
+def _print(src: Path, args: argparse.Namespace, records: list, info: dict) -> None:
+    from eqsat.backends.ort.compare_costs import noise_line, table
+
+    n = info["programs"]
+    where = f"from {args.programs}" if args.programs else "from one e-graph"
+    timed = ", scored against their stored timings" if args.no_time else ""
+    print(f"{src}: {n} distinct program{'' if n == 1 else 's'} {where}{timed}, each cost model's own chosen by "
+          f"{args.extractor}" + (" (Kendall's tau needs two or more)" if n < 2 else ""))
+    if info.get("note"):
+        print(f"note: {info['note']}")
+    print(table(records))
+    if line := noise_line(info):
+        print(line)

@@ -4,7 +4,7 @@
 round by round, each round every session once in a fresh random order that never starts with
 the session that ended the round before (`eqsat.backends.ort.rounds.round_orders`), so that a noisy
 machine slows all of them alike and none always runs right after the same one, and returns
-each model's median time in milliseconds.
+each model's median time in milliseconds (`compare_samples`: every run's).
 
 On Linux, run the process with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1`: on the project's
 virtual machines, without transparent huge pages, sessions of the same model in one process
@@ -35,6 +35,12 @@ def compare(models: Sequence[ModelProto | str], feeds: dict | Sequence[dict], ru
     """Median milliseconds of each model over `runs` rounds (`round_orders`). `feeds`: one
     dict for all models, or one a model. `optimize` turns onnxruntime's own graph
     optimizations on (off by default: what the model is, is what runs)."""
+    return [statistics.median(t) for t in compare_samples(models, feeds, runs, warmup, optimize, threads)]
+
+
+def compare_samples(models: Sequence[ModelProto | str], feeds: dict | Sequence[dict], runs: int = 30,
+                    warmup: int = 3, optimize: bool = False, threads: int = 1) -> list[list[float]]:
+    """Every run's milliseconds of each model, in the order run (`compare`, which takes medians)."""
     sessions = [session(m, optimize=optimize, threads=threads) for m in models]
     each = [feeds] * len(sessions) if isinstance(feeds, dict) else list(feeds)
     if len(each) != len(sessions):
@@ -47,8 +53,8 @@ def compare(models: Sequence[ModelProto | str], feeds: dict | Sequence[dict], ru
         for i in perm:
             t0 = time.perf_counter()
             sessions[i].run(None, each[i])
-            times[i].append(time.perf_counter() - t0)
-    return [statistics.median(t) * 1e3 for t in times]
+            times[i].append((time.perf_counter() - t0) * 1e3)
+    return times
 
 
 # glibc's malloc asked for huge pages in the timing children (see the module's docstring)
@@ -57,8 +63,28 @@ CHILD_ENV = {"GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES") or "glibc.malloc
 
 def compare_to_first(models: Sequence[ModelProto | str], feeds: dict, runs: int = 30, group: int = 4,
                      threads: int = 1) -> list[float]:
-    """Each model's median milliseconds, measured against the first: the others go in groups
-    of `group` - 1, each group beside the first in a child process of its own (huge pages,
+    """Each model's median milliseconds, measured against the first (`compare_to_first_samples`)."""
+    firsts, scaled = _to_first(models, feeds, runs, group, threads)
+    base = statistics.median(statistics.median(f) for f in firsts)
+    return [base] + [statistics.median(t) / statistics.median(firsts[k]) * base for k, t in scaled[1:]]
+
+
+def compare_to_first_samples(models: Sequence[ModelProto | str], feeds: dict, runs: int = 30, group: int = 4,
+                             threads: int = 1) -> list[list[float]]:
+    """Every run of each model (`compare_to_first`), in milliseconds, scaled as its median is:
+    a model's runs times the first's median over every child over the first's median in its
+    own child. The first's are its runs in every child, each child's scaled alike."""
+    firsts, scaled = _to_first(models, feeds, runs, group, threads)
+    base = statistics.median(statistics.median(f) for f in firsts)
+    out = [[x * base / statistics.median(f) for f in firsts for x in f]]
+    return out + [[x * base / statistics.median(firsts[k]) for x in t] for k, t in scaled[1:]]
+
+
+def _to_first(models: Sequence[ModelProto | str], feeds: dict, runs: int, group: int,
+              threads: int) -> tuple[list[list[float]], list[tuple[int, list[float]]]]:
+    """For compare_to_first: (the first's runs in each child, (that child, its runs) for each
+    model; the first's entry is empty). The others go in groups of `group` - 1, each group
+    beside the first in a child process of its own (huge pages,
     CHILD_ENV; sessions created in the group's order, reversed every other group), and a
     model's figure is its median over the first's in its child, times the first's median
     over every child. Many sessions in one process evict each other's weights from the caches
@@ -69,7 +95,7 @@ def compare_to_first(models: Sequence[ModelProto | str], feeds: dict, runs: int 
     from eqsat.io.modelio import save_model
 
     if len(models) < 2:
-        return compare(models, feeds, runs=runs, threads=threads)
+        return compare_samples(models, feeds, runs=runs, threads=threads), [(0, [])]
     with tempfile.TemporaryDirectory(prefix="eqsat-latency-") as scratch:
         paths = [str(m) if isinstance(m, str | os.PathLike) else str(save_model(m, Path(scratch) / f"m{k}.onnx",
                                                                                  check=False))
@@ -77,12 +103,12 @@ def compare_to_first(models: Sequence[ModelProto | str], feeds: dict, runs: int 
         np.savez(Path(scratch) / "feeds.npz", **{k: np.asarray(v) for k, v in feeds.items()})
         rest = list(range(1, len(paths)))
         chunks = [rest[i:i + max(1, group - 1)] for i in range(0, len(rest), max(1, group - 1))]
-        out: list[float | None] = [None] * len(paths)
+        out: list = [(0, [])] * len(paths)
         firsts = []
         for k, chunk in enumerate(chunks):
             order = [0, *chunk] if k % 2 == 0 else [*chunk[::-1], 0]
             request = {"models": [paths[i] for i in order], "feeds": str(Path(scratch) / "feeds.npz"),
-                       "runs": runs, "threads": threads}
+                       "runs": runs, "threads": threads, "samples": True}
             proc = subprocess.run([sys.executable, "-m", "eqsat.backends.ort.latency"], input=json.dumps(request),
                                   text=True,
                                   capture_output=True, env=dict(os.environ, **CHILD_ENV))
@@ -92,10 +118,8 @@ def compare_to_first(models: Sequence[ModelProto | str], feeds: dict, runs: int 
             times = dict(zip(order, json.loads(proc.stdout.strip().splitlines()[-1]), strict=True))
             firsts.append(times[0])
             for i in chunk:
-                out[i] = times[i] / times[0]
-    base = statistics.median(firsts)
-    out[0] = 1.0
-    return [r * base for r in out]
+                out[i] = (k, times[i])
+    return firsts, out
 
 
 def _main() -> int:
@@ -104,7 +128,9 @@ def _main() -> int:
     req = json.loads(sys.stdin.read())
     with np.load(req["feeds"], allow_pickle=False) as npz:
         feeds = {k: npz[k] for k in npz.files}
-    print(json.dumps(compare(req["models"], feeds, runs=req["runs"], threads=req["threads"])), flush=True)
+    each = compare_samples(req["models"], feeds, runs=req["runs"], threads=req["threads"])
+    out = each if req.get("samples") else [statistics.median(t) for t in each]
+    print(json.dumps(out), flush=True)
     return 0
 
 
