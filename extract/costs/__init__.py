@@ -7,12 +7,13 @@ import inspect
 from .. import plugins
 from .base import CostModel, CostModelError
 from .file_costs import FileCosts
+from .learned import Learned
 from .measured import Measured
 from .node_count import NodeCount
 from .roofline import Hardware, HardwareProfileError, Roofline, profiles
 
 # the shipped ones; installed packages add theirs under eqsat.cost_models (extract/plugins.py)
-COST_MODELS: dict[str, type[CostModel]] = {m.name: m for m in (Roofline, NodeCount, Measured, FileCosts)}
+COST_MODELS: dict[str, type[CostModel]] = {m.name: m for m in (Roofline, NodeCount, Measured, FileCosts, Learned)}
 DEFAULT = Roofline.name  # prices work (FLOPs, bytes, kernel overhead): never pays a Conv twice to save an Add
 
 
@@ -38,4 +39,4 @@ def make_cost_model(name: str, hardware: str = "cpu", dims: dict[str, int] | Non
 
 
 __all__ = ["COST_MODELS", "DEFAULT", "CostModel", "CostModelError", "FileCosts", "Hardware", "HardwareProfileError",
-           "Measured", "NodeCount", "Roofline", "make_cost_model", "profiles"]
+           "Learned", "Measured", "NodeCount", "Roofline", "make_cost_model", "profiles"]

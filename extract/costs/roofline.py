@@ -113,6 +113,9 @@ class Hardware:
     # together share L1 cache sets (rules/contraction.egg pads a transformer's MLP where this
     # is at least PAYS; 1.0: not measured, or no slower)
     contraction_alias_slowdown: float = 1.0
+    # the learned cost model's weights (extract/costs/learned.py), fitted by `eqsat calibrate
+    # --learn`: {"features": [...], "weights_us": [...], "trained_on": [...], ...}; None: not fitted
+    learned: dict | None = None
 
     def pads_contraction(self) -> bool:
         """Whether padding an aliased contraction pays here (hardware-pays "pad-contraction")."""
@@ -176,6 +179,8 @@ def _check_profile(p: Path, d: dict, cls) -> None:
                 and not (positive(v) or (k not in ("transcendental_flops", "interpolation_flops", "cache_mib")
                                          and v is None)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number > 0")
+    if d.get("learned") is not None and not isinstance(d["learned"], dict):
+        raise HardwareProfileError(f"{p}: learned = {d['learned']!r}: must be an object (eqsat calibrate --learn)")
     layouts = d.get("layouts", {})
     if not isinstance(layouts, dict):
         raise HardwareProfileError(f"{p}: layouts = {layouts!r}: must be an object of layouts")

@@ -3,9 +3,14 @@ new cost model against old measurements (`compare-costs --save-programs` / `--pr
 
     {"format": 1, "what": "eqsat compare-costs program set", "egraph_digest": "...",
      "settings": {...the e-graph's eqsat.settings...}, "run": {...seed, runs, machine, software...},
+     "feature_names": [...extract.features.FEATURE_NAMES...],
      "programs": [{"kind": "uniform", "choice": {"<e-class>": "<node id>", ...}, "nodes": 12,
-                   "samples_ms": [0.081, ...]}, ...],
+                   "samples_ms": [0.081, ...], "features": [...]}, ...],
      "noise_floor": {...}}
+
+`features`: the sum over the program's operator nodes of extract.features.vector (at the run's
+`--dim` sizes, `roofline_us` on the profile of the e-graph's settings), what `eqsat calibrate
+--learn` fits a learned cost model to; absent in sets written before eqsat stored them.
 
 `egraph_digest` (extract's EGraph.digest) says which e-graph the node ids belong to: a set
 made on another e-graph is refused (extract.choice_file.same_egraph says why).
@@ -27,10 +32,19 @@ WHAT = "eqsat compare-costs program set"
 
 def as_json(eg: EGraph, programs: list[dict[str, str]], kinds: list[str], samples: list[list[float]],
             nodes: list[int], run: dict, noise_floor: dict | None) -> dict:
+    from eqsat.extract.features import FEATURE_NAMES, features, program_vector
+
+    feats = features(eg, run.get("settings", {}).get("dims") or {}, profile_of(eg))
     return {"format": FORMAT, "what": WHAT, "egraph_digest": eg.digest(), "settings": eg.meta.get("settings", {}),
-            "run": run, "noise_floor": noise_floor,
-            "programs": [{"kind": k, "choice": p, "nodes": n, "samples_ms": s}
+            "run": run, "noise_floor": noise_floor, "feature_names": list(FEATURE_NAMES),
+            "programs": [{"kind": k, "choice": p, "nodes": n, "samples_ms": s,
+                          "features": program_vector(eg, p, feats)}
                          for p, k, s, n in zip(programs, kinds, samples, nodes, strict=True)]}
+
+
+def profile_of(eg: EGraph) -> str:
+    """The hardware profile the e-graph was saturated for (its settings), `cpu` if unrecorded."""
+    return str(eg.meta.get("settings", {}).get("hardware") or "cpu")
 
 
 def read(path: str | Path) -> dict:
