@@ -85,6 +85,14 @@ bench-cnn: $(BENCH_STAMP)
 		--settings off,all,off-mt,all-mt --results benchmarks/results/peers-cnn.md --plots benchmarks/results/cnn $(BENCH_ARGS)
 	$(PY) benchmarks/cnn_report.py
 
+# Every corpus model's saturated e-graph, in eqsat's format and extraction-gym's, indexed
+# (docs/egraph-dataset.md) in build/egraph-dataset; DATASET_ARGS=--programs 100 also measures
+# program sets (hours on two cores).
+.PHONY: egraph-dataset
+egraph-dataset: $(BENCH_STAMP)
+	@test -f benchmarks/models/tv_resnet18.onnx -a -f benchmarks/models/resnet50.dynamo.onnx || $(MAKE) corpus
+	$(PY) benchmarks/egraph_dataset.py $(DATASET_ARGS)
+
 roundtrip-corpus: $(STAMP)
 	$(PY) benchmarks/roundtrip.py
 
