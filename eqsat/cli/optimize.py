@@ -100,7 +100,8 @@ def _extraction(o: argparse.ArgumentParser) -> None:
                    help="cost model: roofline (default: each op's FLOPs and bytes at the hardware profile's rates), "
                         "node-count (a research baseline: every op costs 1), measured (each op configuration timed "
                         "under onnxruntime on this machine), file-costs (the costs the e-graph file carries: "
-                        "for `eqsat extract` on another tool's files), or one an installed package declares "
+                        "for `eqsat extract` on another tool's files), learned (weights fitted by `eqsat calibrate "
+                        "--learn`, in the --hardware profile), or one an installed package declares "
                         "(eqsat.cost_models entry points)")
     add_hardware(o, "hardware profile (which fusions and layouts pay; the roofline's rates): a name, "
                     "or a .json file from `eqsat calibrate`; cpu (default): the shipped profile for "

@@ -222,7 +222,9 @@ def test_activations_of_a_product_that_is_not_padded_stay():
             {chr(10).join(outs)}
         }}""", **{f"v{i}": weights(1024)["w2"] for i in range(5)})
     # g1 and g2 are one value (the erf Gelu), g3 the tanh Gelu (opset 20 has both)
-    check_rewrite(m, ["MatMul"] * 6 + ["Relu", "Gelu", "Gelu", MS + "QuickGelu"],
+    # (node-count ties the erf Gelu as onnx's Gelu and as com.microsoft's: either is right)
+    check_rewrite(m, (["MatMul"] * 6 + ["Relu", "Gelu", "Gelu", MS + "QuickGelu"],
+                      ["MatMul"] * 6 + ["Relu", "Gelu", MS + "Gelu", MS + "QuickGelu"]),
                   not_fired=["pad-contraction-source", "pad-contraction-relu", "pad-contraction-gelu",
                              "pad-contraction-gelu-ms", "pad-contraction-fast-gelu",
                              "pad-contraction-quick-gelu"], cost_model="node-count")
