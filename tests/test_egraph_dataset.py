@@ -1,6 +1,7 @@
 """benchmarks/egraph_dataset.py on two small models: both written in eqsat's and gym's
 format, indexed with checksums and splits, the gym file loadable by eqsat's gym reader, a
-second run keeping what exists, and a partial run (--split) keeping the other models' entries."""
+second run keeping what exists, a partial run (--split) keeping the other models' entries, and
+--programs adding a program set beside e-graph files it keeps."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ def _run(models: Path, out: Path, *more: str) -> subprocess.CompletedProcess:
 
 
 def test_dataset_of_two_models(tmp_path):
+    from eqsat.backends.ort import program_set
     from eqsat.extract import EGraph
     from eqsat.extract.check import check
     from eqsat.extract.costs import FileCosts
@@ -77,3 +79,14 @@ def test_dataset_of_two_models(tmp_path):
     assert again["mlp"] == by["mlp"]  # outside the run: its entry kept as it was
     assert again["tv_mnasnet0_5"]["skipped"] and again["tv_mnasnet0_5"]["seconds"] == by["tv_mnasnet0_5"]["seconds"]
     assert again["tv_mnasnet0_5"]["files"] == by["tv_mnasnet0_5"]["files"]
+
+    # --programs on a model already there: its program set added, its e-graph files kept
+    r = _run(models, out, "--only", "mlp", "--programs", "3", "--runs", "2")
+    assert r.returncode == 0, r.stderr
+    assert stamp == {p.name: p.stat().st_mtime_ns for p in out.glob("*.json")
+                     if p.name != "index.json" and not p.name.endswith(".programs.json")}
+    mlp = {e["name"]: e for e in json.loads((out / "index.json").read_text())["models"]}["mlp"]
+    f = mlp["files"]["programs"]
+    assert hashlib.sha256((out / f["path"]).read_bytes()).hexdigest() == f["sha256"]
+    ps = program_set.read(out / f["path"])
+    assert len(ps["programs"]) >= 1 and all(p["samples_ms"] and p["choice"] for p in ps["programs"])
