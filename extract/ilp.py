@@ -55,7 +55,7 @@ from .check import ExtractionError, dag_cost, reachable, tree_cost
 from .costs import CostModel
 from .dag_greedy import DagGreedy
 from .egraph import EGraph
-from .nchwc import NCHWC_OPS
+from .nchwc import NCHWC_OPS, REORDER_INPUT
 from .tree_greedy import TreeGreedy
 from .work import contraction_bound, contractions
 
@@ -153,7 +153,19 @@ class ILP(Extractor):
                          "best solution found, not proven optimal")
         elif layout_note:
             notes.append("ILP: proven optimal for the fixed layouts, not over every layout choice")
+        if memo and memo[0].dag_cost < dag_cost(egraph, choice, costs):
+            notes.append(self._why_greedy_cheaper(egraph, memo[0], prog.bound))
         return self._done(egraph, choice, costs, t0, notes, status, prog.lower_bound)
+
+    @staticmethod
+    def _why_greedy_cheaper(egraph: EGraph, best: Extraction, bound: int | None) -> str:
+        """Why a greedy answer costs less than the ILP's: the work bound excludes it (more
+        contractions than the input), or else the layouts fixed before solving do."""
+        done = sum(contractions(egraph, egraph.nodes[best.choice[c]]) for c in reachable(egraph, best.choice))
+        if bound is not None and done > bound:
+            return (f"ILP: the greedy answer costs less ({best.dag_cost:.6g}) but computes {done} contractions, "
+                    f"more than the input's {bound} (the work bound)")
+        return f"ILP: the greedy answer costs less ({best.dag_cost:.6g}) under layouts the fixed ones exclude"
 
     def _candidates(self, egraph: EGraph, full: dict[str, str], term: set[str], costs: dict[str, float]) -> list[str]:
         """The finite-cost nodes of the term classes the roots reach, in a fixed order (ties
@@ -582,7 +594,7 @@ def fix_layouts(egraph: EGraph, nodes: list[str], choice: dict[str, str]) -> tup
     # A ReorderInput of a value the greedy answer does not compute is a layout change it did
     # not make: kept, it doubles every blocked reader's alternatives (the same convolution on
     # the reordered NCHW value), and the LP relaxation spreads over them layer by layer.
-    drop.update(n for n in nodes if egraph.nodes[n].op == "NchwcReorderInput"
+    drop.update(n for n in nodes if egraph.nodes[n].op == REORDER_INPUT
                 and any(k not in choice for k in egraph.nodes[n].children if k in by_class))
     note = f"ILP: layouts fixed from the greedy answer before solving ({blocked} e-classes NCHWc, {plain} NCHW)"
     return [n for n in nodes if n not in drop], note

@@ -4,7 +4,8 @@ it: the e-graph's names for its ops (rules/layout.egg declares them). The only m
 
 from __future__ import annotations
 
-REORDERS = frozenset({"NchwcReorderInput", "NchwcReorderOutput"})  # copies between the layouts
+REORDER_INPUT, REORDER_OUTPUT = "NchwcReorderInput", "NchwcReorderOutput"
+REORDERS = frozenset({REORDER_INPUT, REORDER_OUTPUT})  # copies between the layouts
 BLOCKED_CONVS = frozenset({"NchwcConv", "NchwcConvPlain"})
 UPSAMPLE = "NchwcUpsample"  # Resize by integer factors (linear or nearest)
 BLOCKED_POOLS = frozenset({"NchwcMaxPool", "NchwcAveragePool", "NchwcGlobalAveragePool", "NchwcGlobalMaxPool",

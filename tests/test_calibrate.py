@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from eqsat.backends.ort import calibrate, calibrate_layout
 from eqsat.backends.ort.calibrate import aliased_models, fusion_choices, grouped_query_models
@@ -104,3 +105,21 @@ def test_the_vector_chain_stays_in_normal_floats():
     expect = feeds["x0"] * feeds["b"].astype(np.float64) ** calibrate.VECTOR_MULS
     np.testing.assert_allclose(out, expect, rtol=1e-4)
     assert np.abs(out).min() >= np.finfo(np.float32).tiny and np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("op", calibrate.TRANSCENDENTALS)
+def test_the_transcendental_chains_compute_their_op_in_normal_floats(op):
+    """Each transcendental chain applies its op VECTOR_MULS times to the vector chain's x0, and
+    its values stay normal floats (a chain decaying into denormals would time the denormal path)."""
+    import math
+
+    _, feeds = calibrate.vector_chain(np.random.default_rng(0), 64, calibrate.VECTOR_MULS)
+    (out,) = session(calibrate.unary_chain(op, 64, calibrate.VECTOR_MULS)).run(None, feeds)
+    f = {"Sigmoid": lambda v: 1 / (1 + math.exp(-v)), "Tanh": math.tanh, "Erf": math.erf}[op]
+    expect = []
+    for v in feeds["x0"].astype(np.float64):
+        for _ in range(calibrate.VECTOR_MULS):
+            v = f(v)
+        expect.append(v)
+    np.testing.assert_allclose(out, expect, rtol=1e-4)
+    assert np.abs(out).min() >= np.finfo(np.float32).tiny

@@ -121,3 +121,23 @@ def test_flops_on_padded_channels_are_declared_and_not_more_work(blocked):
     assert w["output"]["flops"] - pad == pytest.approx(w["input"]["flops"] - relus)
     assert w["input"]["padding_flops"] == 0 and w["more"] == []
     assert not any("more flops" in x for x in res.report["warnings"])
+
+
+def test_the_ilp_says_when_a_cheaper_greedy_answer_breaks_the_work_bound():
+    """Where a greedy answer costs less than the ILP's, the notes say why: here it computes the
+    product twice (2 contractions against the input's 1), which the work bound refuses."""
+    from eqsat.extract import EGraph
+    from eqsat.extract.base import Extraction
+    from eqsat.extract.ilp import ILP
+
+    nodes = {"r": {"op": "Add", "cost": 1.0, "eclass": "R", "children": ["a", "b"]},
+             "a": {"op": "MatMul", "cost": 10.0, "eclass": "A", "children": ["x", "x"]},
+             "b": {"op": "MatMul", "cost": 10.0, "eclass": "B", "children": ["x", "x"]},
+             "b2": {"op": "Relu", "cost": 30.0, "eclass": "B", "children": ["a"]},
+             "x": {"op": "Input", "cost": 1.0, "eclass": "X", "children": []}}
+    g = EGraph.from_json({"nodes": nodes, "root_eclasses": ["R"]})
+    g.meta.update(input_nodes=["r", "a", "b2", "x"], input_complete=True)
+    greedy = Extraction({"R": "r", "A": "a", "B": "b", "X": "x"}, "dag-greedy", 22.0, 22.0, 0.0, [])
+    note = ILP._why_greedy_cheaper(g, greedy, 1)
+    assert "computes 2 contractions, more than the input's 1" in note
+    assert "layouts" in ILP._why_greedy_cheaper(g, greedy, 2)

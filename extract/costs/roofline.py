@@ -36,7 +36,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from ..egraph import EGraph, Node
-from ..nchwc import BLOCKED_CONVS, GLOBAL_AVERAGE_POOL, NCHWC_OPS, REORDERS, UPSAMPLE, WINDOW_POOLS
+from ..nchwc import BLOCKED_CONVS, BLOCKED_POOLS, GLOBAL_AVERAGE_POOL, NCHWC_OPS, REORDERS, UPSAMPLE, WINDOW_POOLS
 from .base import DTYPE_BYTES, LEAF_COST, STRUCTURE, CostModel, positive
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "hardware"
@@ -45,14 +45,13 @@ SYM_BASE = -(1 << 40)
 
 MATMUL = {"MatMul", "FusedMatMul"}
 GEMM = {"Gemm", "FusedGemm"}
-CONV = {"Conv", "FusedConv", "NchwcConv", "NchwcConvPlain"}
+CONV = {"Conv", "FusedConv"} | BLOCKED_CONVS
 NO_LAYOUT_US = 1e6
 STEM_K = 64  # an NCHW convolution with fewer inputs per output runs at conv_gflops / stem_conv_slowdown
 PAYS = 1.03  # a measured speed-up below 3 % is within the noise: the rewrite is not taken
 ALIAS_BYTES = 4096  # rows this many bytes apart share L1 cache sets (64 sets of 64-byte lines)
 ALIAS_MIN_ROWS = 16  # fewer rows than this: measured no slower (a kernel reads few rows at once)
-POOL = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "NchwcMaxPool", "NchwcAveragePool",
-        "NchwcGlobalAveragePool", "NchwcGlobalMaxPool"}
+POOL = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"} | (BLOCKED_POOLS - {UPSAMPLE})
 ATTENTION = {"MultiHeadAttention", "Attention"}
 TRANSCENDENTAL = {"Erf", "Tanh", "Exp", "Log", "Sigmoid", "Gelu", "GeluMs", "FastGelu", "BiasGelu", "QuickGelu",
                   "Softmax", "LogSoftmax", "Sqrt", "Reciprocal", "Pow", "Softplus", "Sin", "Cos",

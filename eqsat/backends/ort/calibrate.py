@@ -32,6 +32,10 @@ The five booleans run with onnxruntime's graph optimizations off (the model as e
 side by side (eqsat.backends.ort.latency.compare), and hold only where the fused form is at least 3% faster.
 - stem_conv_slowdown: how much slower than the dense convolutions an image's first 3x3
   convolution (3 input channels) runs in NCHW (eqsat/backends/ort/calibrate_layout.py).
+- transcendental_flops: the FLOPs the roofline charges an element of Erf, Tanh, Sigmoid, ...:
+  the median over Sigmoid, Tanh and Erf of a chain of each on the vector rate's vectors,
+  against the chain of Muls side by side, each op less kernel_overhead_us (a Mul is one FLOP
+  an element at the vector rate);
 - interpolation_flops: a linear Resize's time an output element (eqsat/backends/ort/calibrate_layout.py,
   resize_ns) at the vector rate above: the FLOPs the roofline charges it.
 - depthwise_gflops and layouts.nchwc (block, conv_speedup, depthwise_gflops, pool_speedup,
@@ -274,6 +278,30 @@ def vector_chain(rng, k: int, muls: int):
     return model, {"x0": rng.random(k, np.float32) + 0.5, "b": rng.random(k, np.float32) * 0.2 + 0.9}
 
 
+TRANSCENDENTALS = ("Sigmoid", "Tanh", "Erf")
+
+
+def unary_chain(op: str, k: int, length: int):
+    """x_{i+1} = op(x_i), `length` times on `k` floats (fed the vector chain's x0: Sigmoid,
+    Tanh and Erf keep values in [0.5, 1.5) inside (0, 1], never denormal)."""
+    nodes = [helper.make_node(op, [f"x{i}"], [f"x{i + 1}"]) for i in range(length)]
+    return _model(nodes, [_vi("x0", [k]), _vi("b", [k])], [_vi(f"x{length}", [k])])
+
+
+def transcendental_flops(overhead_us: float, threads: int = 1, runs: int = 60) -> float:
+    """The FLOPs a transcendental element costs at the vector rate: median over
+    TRANSCENDENTALS of (op's time - overhead) / (Mul's time - overhead), each op's chain
+    timed side by side with the Mul chain (both on VECTOR_K floats, VECTOR_MULS long)."""
+    mul, feeds = vector_chain(np.random.default_rng(0), VECTOR_K, VECTOR_MULS)
+    ratios = []
+    for op in TRANSCENDENTALS:
+        t_mul, t_op = compare([mul, unary_chain(op, VECTOR_K, VECTOR_MULS)], feeds, runs=runs, threads=threads)
+        per = [t * 1e3 / VECTOR_MULS for t in (t_mul, t_op)]  # us an op (compare gives ms)
+        base = max(per[0] - overhead_us, 0.1 * per[0])
+        ratios.append(max(per[1] - overhead_us, 0.1 * per[1]) / base)
+    return round(statistics.median(ratios), 2)
+
+
 def measure(threads: int = 1, runs: int = 15) -> dict:
     rng = np.random.default_rng(0)
     n = 512
@@ -311,7 +339,7 @@ def measure(threads: int = 1, runs: int = 15) -> dict:
         "conv_gflops": calibrate_layout.conv_gflops(threads),
         "stem_conv_slowdown": calibrate_layout.stem_conv_slowdown(threads),
         "kernel_overhead_us": round(overhead, 3),
-        "transcendental_flops": 10.0,
+        "transcendental_flops": transcendental_flops(overhead, threads),
         "interpolation_flops": round(calibrate_layout.resize_ns(threads) * vector, 2),
         **fusion_choices(threads),
         **(calibrate_layout.measure(threads) or {}),
