@@ -34,7 +34,7 @@ def serialize(eg: b.EGraph, root_ids: list[int], output_names: list[str], constr
               forbidden: list[str] = ()) -> dict:
     """`root_ids`: the value numbers (eqsat.core.encode) of the graph outputs, in order."""
     ser = eg.serialize([T.value(v) for v in dict.fromkeys(root_ids)])
-    data = json.loads(ser.to_json())
+    data = _canonical_primitives(json.loads(ser.to_json()))
     nodes = data["nodes"]
     value_class: dict[str, str] = {}  # value number -> e-class, from the (Value N) handles
     for n in nodes.values():
@@ -88,6 +88,36 @@ def serialize(eg: b.EGraph, root_ids: list[int], output_names: list[str], constr
         "forbidden": sorted(forbidden),
         "node_weight": weights,
     }
+    return data
+
+
+def _canonical_primitives(data: dict) -> dict:
+    """egglog numbers a primitive leaf (a String, an i64, ...) and its e-class by an id
+    interned per process, so the same model saturated second in a process got other ids than
+    in a fresh one, and another digest (a choice file or program set made in one was refused
+    in the other). Each leaf is renamed by its sort and value, which fix it: ids, e-class
+    names, children and class_data follow."""
+    import hashlib
+
+    nodes = data["nodes"]
+    rename: dict[str, str] = {}
+    classes: dict[str, str] = {}
+    for nid, n in nodes.items():
+        if nid.startswith("primitive-") and not n["children"]:
+            sort = n["eclass"].rsplit("-", 1)[0]
+            key = hashlib.sha256(f"{sort}\0{n['op']}".encode()).hexdigest()[:16]
+            rename[nid] = f"primitive-{sort}-{key}"
+            classes[n["eclass"]] = f"{sort}-{key}"
+    if len(set(rename.values())) != len(rename) or len(set(classes.values())) != len(classes):
+        return data  # two leaves of one sort and value: egglog's own ids kept
+    out = {}
+    for nid, n in nodes.items():
+        out[rename.get(nid, nid)] = {**n, "eclass": classes.get(n["eclass"], n["eclass"]),
+                                     "children": [rename.get(c, c) for c in n["children"]]}
+    data["nodes"] = out
+    if "class_data" in data:
+        data["class_data"] = {classes.get(c, c): v for c, v in data["class_data"].items()}
+    data["root_eclasses"] = [classes.get(c, c) for c in data.get("root_eclasses", [])]
     return data
 
 
