@@ -167,3 +167,42 @@ def test_a_program_set_from_another_egraph_is_refused(capsys, model_file, tmp_pa
                            "another e-graph"), line
     rc, _, err = _run(capsys, model_file, "--no-time")
     assert rc == 2 and "--no-time scores the cost models against stored timings" in err
+
+
+def test_a_saved_e_graph_scores_a_program_set_as_the_model_does(capsys, model_file, tmp_path, fake_timer):
+    """compare-costs SAVED.json --programs SET --no-time: the same scores as on the model, with
+    nothing saturated or timed (the researcher's loop: a new cost model on old measurements)."""
+    saved, graph, first, again = (tmp_path / n for n in ("p.json", "g.json", "a.json", "b.json"))
+    rc, _, err = _run(capsys, model_file, "--samples", "5", "--save-programs", saved, "--save-egraph", graph,
+                      "--json", first)
+    assert rc == 0, err
+
+    import eqsat.backends.ort.compare_costs as cc
+    import eqsat.backends.ort.latency as latency
+
+    def forbidden(*a, **k):
+        raise AssertionError("saturated or timed from a saved e-graph")
+
+    latency.compare_to_first_samples = forbidden  # restored by fake_timer's monkeypatch
+    saturate, cc.saturate = cc.saturate, forbidden
+    try:
+        rc, text, err = _run(capsys, graph, "--programs", saved, "--no-time", "--json", again)
+    finally:
+        cc.saturate = saturate
+    assert rc == 0, err
+    a, b = json.loads(first.read_text()), json.loads(again.read_text())
+    assert [r["cost_model"] for r in b["cost_models"]] == [r["cost_model"] for r in a["cost_models"]]
+    for ra, rb in zip(a["cost_models"], b["cost_models"], strict=True):
+        keys = ("predicted", "kendall_tau", "kendall_tau_95", "top1_regret", "top5_regret")
+        assert [rb[k] for k in keys] == [ra[k] for k in keys], rb["cost_model"]
+    assert "scored against their stored timings" in text
+
+
+def test_a_saved_e_graph_without_stored_timings_is_refused(capsys, model_file, tmp_path, fake_timer):
+    graph = tmp_path / "g.json"
+    rc, _, err = _run(capsys, model_file, "--samples", "2", "--save-egraph", graph)
+    assert rc == 0, err
+    rc, out, err = _run(capsys, graph)
+    line = one_error(err)
+    assert rc == 2 and out == ""
+    assert "a saved e-graph holds no weights, so its programs cannot be timed: give --programs SET --no-time" in line

@@ -30,7 +30,13 @@ def register(sub) -> dict:
                                    "optima, mutations, perturbed roofline), time them under onnxruntime, and report "
                                    "per cost model the predicted cost, the measured latency, Kendall's tau, top-1 and "
                                    "top-5 regret and the error of predicted time.")
-    k.add_argument("input", metavar="MODEL.onnx")
+    k.add_argument("input", metavar="MODEL.onnx|SAVED.json",
+                   help="a model, or an e-graph saved by --save-egraph (of optimize or compare-costs), which "
+                        "holds no weights: with it, --programs SET --no-time scores the cost models against the "
+                        "set's stored timings without saturating or timing anything")
+    k.add_argument("--save-egraph", metavar="FILE", type=output_file,
+                   help="write the saturated e-graph (with the op times the measured model reads), so that later "
+                        "runs can score cost models on it without the model")
     k.add_argument("--json", metavar="FILE", type=output_file, help="also write the table as JSON records")
     k.add_argument("--samples", type=positive_int, default=8,
                    help="distinct programs to sample beside the cost models' own (default 8)")
@@ -67,8 +73,10 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
     check_rule_files(args.rules)  # before the model loads
     if args.no_time and not args.programs:
         raise UsageError("--no-time scores the cost models against stored timings: give them with --programs FILE")
-    stored = program_set.read(args.programs) if args.programs else None
     src = Path(args.input)
+    if src.suffix == ".json":
+        return _saved(src, args)
+    stored = program_set.read(args.programs) if args.programs else None
     model = read_model(src, check=True)[0]
     warn_unknown_model_dims(model, args.dim)
     # the programs are timed at the sizes the cost models predict for: each must be given (the
@@ -92,6 +100,37 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
         write_text(args.json, json.dumps(as_json(records, info, run), indent=2))
     if args.save_programs:
         write_text(args.save_programs, json.dumps(program_set_json(info, run), indent=1))
+    if args.save_egraph:
+        write_text(args.save_egraph, json.dumps(info["egraph_json"]))
+    return 0
+
+
+def _saved(src: Path, args: argparse.Namespace) -> int:
+    """compare-costs SAVED.json --programs SET --no-time: the cost models scored on a saved
+    e-graph against the set's stored timings, at the e-graph's own profile and sizes."""
+    from eqsat.backends.ort import program_set
+    from eqsat.backends.ort.compare_costs import as_json, run_record, score_saved
+    from eqsat.cli.extract import load_egraph
+    from eqsat.io.atomic import write_text
+    from eqsat.settings import Options
+
+    if not (args.programs and args.no_time):
+        raise UsageError(f"{src}: a saved e-graph holds no weights, so its programs cannot be timed: give "
+                         "--programs SET --no-time to score the cost models against the set's stored timings, "
+                         "or the model itself")
+    if args.save_programs or args.save_egraph or args.rules:
+        raise UsageError(f"{src}: --save-programs, --save-egraph and --rules need the model, not a saved e-graph")
+    stored = program_set.read(args.programs)
+    g = load_egraph(src)
+    saved = g.meta.get("settings", {})
+    opts = Options(hardware=saved.get("hardware", args.hardware), dims={**saved.get("dims", {}), **dict(args.dim)},
+                   extractor=args.extractor, target=args.target)
+    names = args.cost_model or None
+    records, info = score_saved(g, opts, names, stored, str(args.programs))
+    run = run_record(opts, [r.cost_model for r in records], args.samples, args.runs, args.seed, False, str(args.programs))
+    _print(src, args, records, info)
+    if args.json:
+        write_text(args.json, json.dumps(as_json(records, info, run), indent=2))
     return 0
 
 

@@ -112,15 +112,62 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
             programs, kinds = program_sets.programs_of(program_set, eg, program_set_path)
     own = _own(eg, programs, kinds, own_choice, add=timed)
     say(f"{len(programs)} distinct programs" + ("; timing them" if timed else ""))
-    if timed:
-        times, nodes, noise = _time(st, programs, feeds, runs, own)
+    if not timed:
+        records, info = _stored_scores(eg, models, costs, own_choice, programs, kinds, own, program_set,
+                                       program_set_path, opts.extractor, note)
     else:
-        times = [list(p.get("samples_ms") or []) for p in program_set["programs"]]
-        nodes, noise = [p.get("nodes") for p in program_set["programs"]], program_set.get("noise_floor")
-        if not all(times):
-            raise InputError(f"{program_set_path}: --no-time scores against stored samples: some programs have none")
+        times, nodes, noise = _time(st, programs, feeds, runs, own)
+        records, info = _records(eg, models, costs, own_choice, programs, kinds, own, times, nodes, noise, note,
+                                 opts.extractor)
+    info["egraph_json"] = st.data  # what --save-egraph writes
+    return records, info
+
+
+def score_saved(eg, opts: Options, cost_models: list[str] | None, program_set: dict,
+                program_set_path: str = "") -> tuple[list[Record], dict]:
+    """compare-costs on a saved e-graph (`--save-egraph` of optimize or compare-costs): each
+    cost model prices the set's programs and chooses its own with `opts.extractor`, scored
+    against the set's stored samples. Nothing is decoded or timed: a saved e-graph holds no
+    weights. A default-listed model that cannot price this e-graph (measured, where it was
+    saved without op times) is left out and named in the note; a named one is an error."""
+    from eqsat.core.pipeline import run_extractor
+    from eqsat.extract.costs import CostModelError
+
+    check_environment()
+    names, skipped = default_names(cost_models), []
+    models = {name: cost_model(dataclasses.replace(opts, cost_model=name)) for name in names}
+    costs = {}
+    with extraction_errors("compare-costs", *models.values()):
+        for name, m in list(models.items()):
+            try:
+                costs[name] = m.costs(eg)
+            except CostModelError:
+                if cost_models:
+                    raise
+                skipped.append(name)
+                del models[name]
+        own_choice = {name: run_extractor(eg, opts.extractor, m).choice for name, m in models.items()}
+    programs, kinds = program_sets.programs_of(program_set, eg, program_set_path)
+    own = _own(eg, programs, kinds, own_choice, add=False)
+    note = f"left out (they cannot price this saved e-graph): {', '.join(skipped)}" if skipped else ""
+    return _stored_scores(eg, models, costs, own_choice, programs, kinds, own, program_set, program_set_path,
+                          opts.extractor, note)
+
+
+def _stored_scores(eg, models, costs, own_choice, programs, kinds, own, program_set: dict, path: str,
+                   extractor: str, note: str) -> tuple[list[Record], dict]:
+    """The records against a program set's stored samples (--no-time)."""
+    times = [list(p.get("samples_ms") or []) for p in program_set["programs"]]
+    nodes, noise = [p.get("nodes") for p in program_set["programs"]], program_set.get("noise_floor")
+    if not all(times):
+        raise InputError(f"{path}: --no-time scores against stored samples: some programs have none")
+    return _records(eg, models, costs, own_choice, programs, kinds, own, times, nodes, noise, note, extractor)
+
+
+def _records(eg, models, costs, own_choice, programs, kinds, own, times, nodes, noise, note,
+             extractor: str) -> tuple[list[Record], dict]:
     measured = [statistics.median(t) for t in times]
-    records, predictions = _score(eg, models, costs, own_choice, programs, measured, own, opts.extractor)
+    records, predictions = _score(eg, models, costs, own_choice, programs, measured, own, extractor)
     info = {"programs": len(programs), "measured_ms": measured, "nodes": nodes, "predicted": predictions,
             "chosen_by": own, "samples_ms": times, "kinds": kinds, "choices": programs, "noise_floor": noise,
             "note": note, "egraph": eg}
