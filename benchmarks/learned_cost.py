@@ -30,7 +30,6 @@ TRAIN = ["squeezenet1_1", "mobilenet_v3_small", "shufflenet_v2_x1_0", "mnasnet1_
 HELD = ["mnasnet0_5", "shufflenet_v2_x0_5", "resnet18", "squeezenet1_0", "regnet_x_400mf", "mnasnet0_75",
         "shufflenet_v2_x1_5", "mnasnet1_3", "regnet_x_800mf", "regnet_y_800mf", "resnet34"]
 MODELS = ("roofline", "learned", "node-count", "measured")
-NEAR = 1.10  # tau among the programs within 10 % of the fastest measured
 
 
 def eqsat(*args) -> subprocess.CompletedProcess:
@@ -82,14 +81,13 @@ def main() -> None:
         data = json.loads(js.read_text())
         rows = {row["cost_model"]: row for row in data["cost_models"]}
         progs = data["programs"]
-        best = min(p["measured_ms"] for p in progs)
-        near = [p for p in progs if p["measured_ms"] <= NEAR * best]
+        near = rows[MODELS[0]]["near_programs"]  # compare-costs' tau near: within 10 % of the fastest
         cells = []
         for x in MODELS:
-            tn = _tau([p["predicted"][x] for p in near], [p["measured_ms"] for p in near])
+            tn = rows[x].get("kendall_tau_near")
             per[x].append((rows[x].get("kendall_tau"), tn, rows[x].get("top1_regret")))
             cells.append(f"{_f(rows[x].get('kendall_tau'))} | {_f(tn)} | {_pct(rows[x].get('top1_regret'))}")
-        print(f"| {m} | {len(progs)} | {len(near)} | {' | '.join(cells)} |")
+        print(f"| {m} | {len(progs)} | {near} | {' | '.join(cells)} |")
     for label, agg in (("median", statistics.median), ("mean", statistics.fmean)):
         cells = []
         for x in MODELS:
@@ -97,14 +95,6 @@ def main() -> None:
             cells.append(" | ".join(_f(agg([v for v in c if v is not None])) if k < 2
                                     else _pct(agg([v for v in c if v is not None])) for k, c in enumerate(cols)))
         print(f"| {label} | | | {' | '.join(cells)} |")
-
-
-def _tau(pred: list, meas: list) -> float | None:
-    from scipy.stats import kendalltau
-
-    if len(meas) < 2 or len(set(pred)) < 2:
-        return None
-    return float(kendalltau(pred, meas).statistic)
 
 
 def _f(x) -> str:

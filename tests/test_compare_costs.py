@@ -102,6 +102,24 @@ def test_regret_on_a_hand_made_table():
     assert median_interval([1.0, 2.0, 3.0]) is None
 
 
+def test_near_best_programs_are_those_within_ten_percent_of_the_fastest(capsys, model_file, tmp_path, fake_timer):
+    from eqsat.backends.ort.compare_stats import near_best
+
+    assert near_best([1.0, 1.1, 1.11, 0.95, 2.0]) == [0, 3]  # within 1.045 of 0.95
+    assert near_best([2.0, 2.2, 2.3]) == [0, 1] and near_best([]) == []
+    out = tmp_path / "c.json"
+    rc, text, err = _run(capsys, model_file, "--samples", "6", "--json", out)
+    assert rc == 0, err
+    data = json.loads(out.read_text())
+    measured = [p["measured_ms"] for p in data["programs"]]
+    near = near_best(measured)
+    for row in data["cost_models"]:
+        assert row["near_programs"] == len(near)
+        if len(near) < 2:
+            assert row["kendall_tau_near"] is None
+    assert "tau near" in text.splitlines()[1]
+
+
 def _run(capsys, model_file, *more):
     return run_cli(capsys, "compare-costs", model_file, "-q", "--runs", "3", "--cost-model", "roofline",
                    "--cost-model", "node-count", *more)

@@ -35,7 +35,13 @@ from onnx import ModelProto
 
 from eqsat.backends.ort import latency, program_sample, provenance
 from eqsat.backends.ort import program_set as program_sets
-from eqsat.backends.ort.compare_stats import mean_abs_error, median_interval, ratio_interval, top_k_regret
+from eqsat.backends.ort.compare_stats import (
+    mean_abs_error,
+    median_interval,
+    near_best,
+    ratio_interval,
+    top_k_regret,
+)
 from eqsat.core.modelcheck import check_model
 from eqsat.core.pipeline import Options, cost_model, saturate
 from eqsat.environment import check_environment
@@ -75,13 +81,15 @@ class Record:
     top1_regret: float | None = None  # its lowest-predicted program's latency / the fastest's - 1
     top5_regret: float | None = None  # the fastest of its 5 lowest-predicted / the fastest - 1
     mae_ms: float | None = None  # mean |predicted - measured| over the programs, models that predict time
+    near_tau: float | None = None  # Kendall's tau among the programs within NEAR_BEST of the fastest
+    near_programs: int = 0  # how many those are
 
     def as_dict(self) -> dict:
         return {"cost_model": self.cost_model, "extractor": self.extractor, "predicted": self.predicted,
                 "unit": self.unit, "measured_ms": self.measured_ms, "kendall_tau": self.kendall_tau,
                 "kendall_tau_95": list(self.tau_interval) if self.tau_interval else None, "kendall_p": self.p_value,
                 "top1_regret": self.top1_regret, "top5_regret": self.top5_regret, "mae_ms": self.mae_ms,
-                "programs": self.programs}
+                "programs": self.programs, "kendall_tau_near": self.near_tau, "near_programs": self.near_programs}
 
 
 def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int = 30, progress=None,
@@ -256,6 +264,7 @@ def _time(st, programs: list[dict[str, str]], feeds: dict, runs: int,
 def _score(eg, models: dict, costs: dict, own_choice: dict, programs: list[dict[str, str]], measured: list[float],
            own: dict[str, int], extractor: str) -> tuple[list[Record], dict[str, list[float]]]:
     records, predictions = [], {}
+    near = near_best(measured)
     for name, m in models.items():
         predicted = predictions[name] = [dag_cost(eg, p, costs[name]) for p in programs]
         i = own.get(name)
@@ -263,7 +272,8 @@ def _score(eg, models: dict, costs: dict, own_choice: dict, programs: list[dict[
                               kendall_tau(predicted, measured), len(programs), tau_interval(predicted, measured),
                               extractor, kendall_p(predicted, measured), m.unit,
                               top_k_regret(predicted, measured, 1), top_k_regret(predicted, measured, 5),
-                              mean_abs_error(predicted, measured, m.unit)))
+                              mean_abs_error(predicted, measured, m.unit),
+                              kendall_tau([predicted[i] for i in near], [measured[i] for i in near]), len(near)))
     return records, predictions
 
 
@@ -373,11 +383,12 @@ def table(records: list[Record]) -> str:
     """One row per cost model: its predicted cost of its own choice (in its own unit), that
     choice's measured latency (n/a: not among stored programs), Kendall's tau over every
     program timed (n/a: fewer than two distinct programs, or all predicted alike) with its
-    95 % interval (from MIN_INTERVAL programs on) and p-value, its top-1 and top-5 regret,
+    95 % interval (from MIN_INTERVAL programs on) and p-value, its tau among the programs
+    measured within 10 % of the fastest (compare_stats.near_best), its top-1 and top-5 regret,
     and the mean absolute error of its predicted time (blank for models that do not predict
     time)."""
     lines = [f"{'cost model':12s} {'predicted':>16s} {'measured ms':>12s} {'Kendall tau [95 %]':>22s} {'p':>7s} "
-             f"{'top-1':>7s} {'top-5':>7s} {'MAE ms':>9s}"]
+             f"{'tau near':>9s} {'top-1':>7s} {'top-5':>7s} {'MAE ms':>9s}"]
     for r in records:
         tau = "n/a" if r.kendall_tau is None else f"{r.kendall_tau:.3f}"
         if r.tau_interval:
@@ -387,7 +398,9 @@ def table(records: list[Record]) -> str:
         ms = "n/a" if r.measured_ms is None else f"{r.measured_ms:.3f}"
         top1, top5 = (("" if x is None else f"{100 * x:.1f}%") for x in (r.top1_regret, r.top5_regret))
         mae = "" if r.mae_ms is None else f"{r.mae_ms:.3f}"
-        lines.append(f"{r.cost_model:12s} {pred:>16s} {ms:>12s} {tau:>22s} {p:>7s} {top1:>7s} {top5:>7s} {mae:>9s}")
+        near = "n/a" if r.near_tau is None else f"{r.near_tau:.3f}"
+        lines.append(f"{r.cost_model:12s} {pred:>16s} {ms:>12s} {tau:>22s} {p:>7s} {near:>9s} {top1:>7s} {top5:>7s} "
+                     f"{mae:>9s}")
     return "\n".join(lines)
 
 

@@ -72,3 +72,15 @@ def mean_abs_error(predicted: Sequence[float], measured_ms: Sequence[float], uni
     if scale is None or not predicted:
         return None
     return statistics.fmean(abs(p * scale - m) for p, m in zip(predicted, measured_ms, strict=True))
+
+
+NEAR_BEST = 0.10  # "near the best": measured within this fraction of the fastest program
+
+
+def near_best(measured: Sequence[float], within: float = NEAR_BEST) -> list[int]:
+    """The programs measured within `within` of the fastest (the ones a good cost model must
+    still order: TpuGraphs' and issue 29's "tau among near-best programs")."""
+    if not measured:
+        return []
+    best = min(measured)
+    return [i for i, m in enumerate(measured) if m <= (1 + within) * best]
