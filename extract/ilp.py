@@ -28,20 +28,23 @@ one only up to DAG_GREEDY_MAX_NODES e-nodes; the bound is the best one proven, t
 relaxation's where no solve finished). The notes say which.
 
 Layouts. Where the e-graph holds a value both in NCHW and in onnxruntime's channel-blocked
-layout (rules/layout.egg), the layout of each such value is fixed from the greedy answer
-before the program is built (fix_layouts), because with both layouts free the LP relaxation
-mixes them and HiGHS closes the gap slowly on CNNs, often not within the time limit. With
-them fixed, and no ReorderInput of a value the greedy answer leaves NCHW and unused, the
-answer is optimal for that layout choice, never worse than the greedy answer, and the notes
-say so; `ILP(fix_layouts=False)` solves over both layouts, and so does the ILP where the
-layouts fixed from the greedy answer leave no program within the work bound below.
+layout (rules/layout.egg), the ILP chooses each value's layout with everything else
+(_joint): it first solves the program with each layout fixed from the greedy answer
+(fix_layouts: fast, and never worse than the greedy answer), then the program over every
+layout in the time left, and returns the latter's answer where it is proven optimal, else
+the better of the two with the latter's lower bound and gap. What makes the program over
+every layout solvable is its "need" rows (_need_rows): where every node of a class needs a
+value in one layout or another, the value's classes choose at least as much as the class;
+without them the LP relaxation mixed the layouts layer by layer and its bound fell to a
+few percent of the optimum. `ILP(fix_layouts=True)` solves only the program with the
+layouts fixed, and says so in its notes.
 
 Work. Where the e-graph records the input program (eqsat.input_nodes), one more row bounds
 the chosen contractions (convolutions, products, attention) by the input's
 (extract/work.py): no program computes a shared convolution twice to save an Add, whatever
-the cost model prices. Where no program meets the bound (a layout fixed from the greedy
-answer can exclude it), it is solved without, and the notes say so; `ILP(bound_work=False)`
-never adds it.
+the cost model prices. Where the layouts fixed from the greedy answer leave no program
+within the bound, the fixed stage solves over every layout; where no program at all meets
+it, it is solved without, and the notes say so; `ILP(bound_work=False)` never adds it.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from .check import ExtractionError, dag_cost, reachable, tree_cost
 from .costs import CostModel
 from .dag_greedy import DagGreedy
 from .egraph import EGraph
-from .nchwc import NCHWC_OPS, REORDER_INPUT
+from .nchwc import NCHWC_OPS, REORDER_INPUT, REORDERS
 from .tree_greedy import TreeGreedy
 from .work import contraction_bound, contractions
 
@@ -80,13 +83,50 @@ class ILP(Extractor):
     name = "ilp"
     optimal = True
 
-    def __init__(self, time_limit: float = 60.0, fix_layouts: bool = True, bound_work: bool = True) -> None:
+    def __init__(self, time_limit: float = 60.0, fix_layouts: bool = False, bound_work: bool = True) -> None:
         self.time_limit = time_limit
         self.bound_work = bound_work  # no more contractions than the input program, where the e-graph records it
-        self.fix_layouts = fix_layouts  # decide NCHW / NCHWc per e-class before solving (fix_layouts())
+        # True: decide NCHW / NCHWc per e-class from the greedy answer and solve only that
+        # (fix_layouts()); False: that first, then the program over every layout (_joint)
+        self.fix_layouts = fix_layouts
         self.lazy_rounds = 20  # rounds of lazy cycle cuts before order variables on the cyclic part
+        self._stage = ""  # "" (public), "fixed" or "joint": the two solves of _joint
 
     def extract(self, egraph: EGraph, cost: CostModel) -> Extraction:
+        if not self.fix_layouts and not self._stage and any(n.op in NCHWC_OPS for n in egraph.nodes.values()):
+            return self._joint(egraph, cost)
+        return self._extract(egraph, cost)
+
+    def _joint(self, egraph: EGraph, cost: CostModel) -> Extraction:
+        """Layouts chosen with everything else. The program with each value's layout fixed
+        from the greedy answer is solved first (fast: its LP relaxation is tight), then the
+        program over every layout in the time left. The answer is the joint program's where
+        it is proven; else the better of the two, with the joint program's lower bound (a
+        bound over every layout choice) and its gap."""
+        t0 = time.perf_counter()
+        first = ILP(self.time_limit, fix_layouts=True, bound_work=self.bound_work)
+        first._stage = "fixed"
+        fixed = first.extract(egraph, cost)
+        second = ILP(max(self.time_limit - (time.perf_counter() - t0), 1.0), bound_work=self.bound_work)
+        second._stage = "joint"
+        joint = second.extract(egraph, cost)
+        elapsed = time.perf_counter() - t0
+        if joint.status == "optimal":
+            joint.time_s = elapsed
+            joint.notes.append("ILP: layouts chosen with the rest, proven optimal over every layout choice")
+            return joint
+        best = joint if joint.status == "gap" and joint.dag_cost < fixed.dag_cost else fixed
+        bound = joint.lower_bound if joint.lower_bound is not None else None
+        notes = [n for n in best.notes if not n.startswith("ILP: lower bound")]
+        notes.append(f"ILP: the program over every layout choice not proven within {self.time_limit:g} s; "
+                     f"answer {'its own' if best is joint else 'with the layouts fixed from the greedy answer'}")
+        ex = Extraction(best.choice, self.name, best.tree_cost, best.dag_cost, elapsed, notes,
+                        lower_bound=None if bound is None else min(bound, best.dag_cost), status="gap")
+        notes.append(f"ILP: lower bound {ex.lower_bound:.6g}, gap {ex.gap:.2%}" if bound is not None
+                     else "ILP: no lower bound over every layout choice (no relaxation solved in time)")
+        return ex
+
+    def _extract(self, egraph: EGraph, cost: CostModel) -> Extraction:
         t0 = time.perf_counter()
         costs = cost.costs(egraph)
         notes: list[str] = []
@@ -114,7 +154,7 @@ class ILP(Extractor):
                                   "(every term is infinite or holds a cycle)")
         term = {c for c in egraph.classes if egraph.class_type(c) in TERM_SORTS}
         nodes, layout_note = self._candidates(egraph, full, term, costs), ""
-        if self.fix_layouts and any(egraph.nodes[n].op in NCHWC_OPS for n in nodes):
+        if (self.fix_layouts or self._stage == "fixed") and any(egraph.nodes[n].op in NCHWC_OPS for n in nodes):
             fixed = fix_layouts(egraph, nodes, greedy().choice)
             if fixed is not None:
                 nodes, layout_note = fixed
@@ -127,7 +167,8 @@ class ILP(Extractor):
         deadline = t0 + self.time_limit
         res, cuts = self._solve(egraph, prog, deadline, notes)
         if res == "layouts":  # the fixed layouts exclude every program within the bound
-            joint = ILP(time_limit=max(deadline - time.perf_counter(), 1.0), fix_layouts=False)
+            joint = ILP(time_limit=max(deadline - time.perf_counter(), 1.0), bound_work=self.bound_work)
+            joint._stage = "joint"
             ex = joint.extract(egraph, cost)
             ex.notes[:0] = [f"ILP: the layouts fixed from the greedy answer need more than the input's {prog.bound} "
                             "contractions; layouts chosen by the ILP"]
@@ -313,6 +354,7 @@ class _Program:
         self.lower_bound: float | None = None  # the best dual bound of a solve so far
         self.kids = [set(egraph.nodes[n].children) & term for n in nodes]
         self.nodes_class = [egraph.nodes[n].eclass for n in nodes]
+        self.ops = [egraph.nodes[n].op for n in nodes]
         self.by_class: dict[str, list[int]] = {}
         for n in nodes:
             self.by_class.setdefault(egraph.nodes[n].eclass, []).append(self.index[n])
@@ -339,6 +381,7 @@ class _Program:
                     needs.setdefault((egraph.nodes[n].eclass, k), []).append(self.index[n])
         for (_c, k), parents in sorted(needs.items()):
             self.row([(i, 1.0) for i in parents] + [(j, -1.0) for j in self.by_class[k]], -np.inf, 0.0)
+        self._need_rows(egraph)
         # Value classes (integers, vectors, attributes) hold one node each: y_c = 1 when some
         # chosen node needs c. They are not decisions, but the DAG cost pays each once, so
         # they are in the objective (a model may charge them, as the CostModel contract allows).
@@ -364,6 +407,73 @@ class _Program:
         self.upper = np.ones(self.n_x)
         self.integral = np.ones(self.n_x)
         self.ordered = 0  # classes given an order variable (add_order)
+
+    def _need_rows(self, egraph: EGraph) -> None:
+        """Rows a chosen class must pay for its whole subtree: where every node of class c
+        needs, directly or through its descendants, one class of a group g (a value and its
+        reordered twins: classes joined by a layout reorder; else the class alone), the
+        classes of g choose at least as much as c does. Valid for every acyclic answer (by
+        induction along it: a chosen node's child classes are chosen, and each of them needs
+        what it needs). Without them the LP relaxation spread each value over alternatives
+        with different children (its layouts, a fused and an unfused form) and paid each
+        layer's subtree at a fraction of the layer above's share, layer by layer. Only the
+        nearest groups are rows: those no other needed group needs (the rest follow), and
+        none that the child-class rows already give."""
+        import numpy as np
+
+        group = _layout_groups(egraph, self.classes)
+        gid = {g: i for i, g in enumerate(sorted(set(group.values())))}
+        members: dict[int, list[str]] = {}
+        for c in self.classes:
+            members.setdefault(gid[group[c]], []).append(c)
+        bit = {c: 1 << gid[group[c]] for c in self.classes}
+        full = (1 << len(gid)) - 1
+        need = {c: full for c in self.classes}
+        parents: dict[str, set[str]] = {}
+        for j, ks in enumerate(self.kids):
+            for k in ks:
+                parents.setdefault(k, set()).add(self.nodes_class[j])
+        work = list(self.classes)
+        queued = set(work)
+        while work:  # the greatest fixpoint of need(c) = AND over c's nodes of OR over their children
+            c = work.pop()
+            queued.discard(c)
+            new = full
+            for j in self.by_class[c]:
+                got = 0
+                for k in self.kids[j]:
+                    got |= bit.get(k, 0) | need.get(k, 0)
+                new &= got
+            if new != need[c]:
+                need[c] = new
+                for p in parents.get(c, ()):
+                    if p not in queued:
+                        queued.add(p)
+                        work.append(p)
+        group_need = {}  # what every class of a group needs
+        for g, cls in members.items():
+            m = full
+            for k in cls:
+                m &= need[k]
+            group_need[g] = m
+        for c in self.classes:
+            own = bit[c]
+            implied = 0
+            for h in _bits(need[c] & ~own):
+                if len(members[h]) == 1:  # y_h >= y_c by its own row, and h's rows follow
+                    implied |= group_need[h]
+            for g in _bits(need[c] & ~own & ~implied):
+                cls = members[g]
+                if len(cls) == 1 and all(cls[0] in self.kids[j] for j in self.by_class[c]):
+                    continue  # the child-class row says it
+                # a reorder from inside the group computes nothing new: some class of the group
+                # chooses a node that is not one, else the group's choice is a cycle
+                made = [i for k in cls for i in self.by_class[k] if not self._moves(i, group, group[k])]
+                self.row([(i, 1.0) for i in made] + [(i, -1.0) for i in self.by_class[c]], 0.0, np.inf)
+
+    def _moves(self, i: int, group: dict[str, str], own: str) -> bool:
+        """Whether candidate i is a reorder of a value of its own group (a layout change)."""
+        return self.ops[i] in REORDERS and any(group.get(k) == own for k in self.kids[i])
 
     def row(self, entries: list[tuple[int, float]], low: float, high: float) -> None:
         r = len(self.lo)
@@ -467,6 +577,35 @@ class _Program:
     def chosen(self, x) -> dict[str, str]:
         """e-class -> its node chosen in the solution x."""
         return {c: self.nodes[i] for c in self.classes for i in self.by_class[c] if x[i] > 0.5}
+
+
+def _bits(mask: int):
+    """The positions of the set bits of mask."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def _layout_groups(egraph: EGraph, classes: list[str]) -> dict[str, str]:
+    """Each class -> its group's representative: classes joined by a reorder node (a value
+    in one layout and the same value in another) share one; any other class is its own."""
+    rep = {c: c for c in classes}
+
+    def find(c: str) -> str:
+        while rep[c] != c:
+            rep[c] = rep[rep[c]]
+            c = rep[c]
+        return c
+
+    for c in classes:
+        for nid in egraph.classes.get(c, ()):
+            n = egraph.nodes[nid]
+            if n.op in REORDERS and n.children and n.children[0] in rep:
+                a, b = find(c), find(n.children[0])
+                if a != b:
+                    rep[max(a, b)] = min(a, b)
+    return {c: find(c) for c in classes}
 
 
 def _sccs(edges: dict[str, set[str]]) -> list[list[str]]:
