@@ -115,3 +115,39 @@ def test_a_run_stopped_at_once_reports_a_bound():
     assert ex.lower_bound is not None and ex.lower_bound <= brute_force(classes, ["r0"]) + 1e-9
     assert ex.gap is not None and 0.0 <= ex.gap <= 1.0
     assert any("lower bound" in n for n in ex.notes)
+
+
+def layered_egraph(rng: random.Random) -> tuple[dict, dict[str, list[str]], list[str]]:
+    """Values v0..vk, each in two layouts (class xi and its blocked twin bi, joined by reorder
+    nodes both ways, as rules/layout.egg makes them), each layout computed from lower values in
+    either layout; the root is xk. Costs in a gym table, ops named so that the ILP sees layouts."""
+    k = rng.randint(2, 3)
+    classes: dict[str, list[tuple[float, list[str]]]] = {}
+    ops: dict[str, list[str]] = {}
+    for i in range(k + 1):
+        lower = [f"{t}{j}" for j in range(i) for t in "xb"]
+        for me, twin, reorder, op in ((f"x{i}", f"b{i}", "NchwcReorderOutput", "Conv"),
+                                      (f"b{i}", f"x{i}", "NchwcReorderInput", "NchwcConv")):
+            nodes = [(rng.choice([0.5, 1.0, 2.0]), [twin])]
+            names = [reorder]
+            for _ in range(rng.randint(1, 2)):
+                nodes.append((rng.choice([1.0, 2.0, 3.0, 5.0]), rng.sample(lower, min(len(lower), rng.randint(1, 2)))))
+                names.append(op)
+            classes[me], ops[me] = nodes, names
+    return classes, ops, [f"x{k}"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_layouts_chosen_with_the_rest_match_brute_force(seed):
+    """The default ILP (the need rows, the fixed-layout stage, then the program over every
+    layout) proves the same optimum as brute force over every acyclic choice."""
+    classes, ops, roots = layered_egraph(random.Random(seed))
+    nodes = {f"{c}.{i}": {"op": ops[c][i], "cost": cost, "eclass": c, "children": [f"{k}.0" for k in kids]}
+             for c, ns in classes.items() for i, (cost, kids) in enumerate(ns)}
+    g = EGraph.from_json({"nodes": nodes, "root_eclasses": roots})
+    best = brute_force(classes, roots)
+    ex = ILP(time_limit=30).extract(g, FileCosts())
+    check(g, ex.choice)
+    assert ex.status == "optimal", ex.notes
+    assert any("over every layout choice" in n for n in ex.notes), ex.notes
+    assert ex.dag_cost == pytest.approx(best, abs=1e-6)
