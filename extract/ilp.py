@@ -91,6 +91,7 @@ class ILP(Extractor):
         self.fix_layouts = fix_layouts
         self.lazy_rounds = 20  # rounds of lazy cycle cuts before order variables on the cyclic part
         self._stage = ""  # "" (public), "fixed" or "joint": the two solves of _joint
+        self._incumbent: Extraction | None = None  # the joint stage's: the fixed stage's answer, in place of greedy's
 
     def extract(self, egraph: EGraph, cost: CostModel) -> Extraction:
         if not self.fix_layouts and not self._stage and any(n.op in NCHWC_OPS for n in egraph.nodes.values()):
@@ -108,13 +109,14 @@ class ILP(Extractor):
         first._stage = "fixed"
         fixed = first.extract(egraph, cost)
         second = ILP(max(self.time_limit - (time.perf_counter() - t0), 1.0), bound_work=self.bound_work)
-        second._stage = "joint"
+        second._stage, second._incumbent = "joint", fixed
         joint = second.extract(egraph, cost)
         elapsed = time.perf_counter() - t0
         if joint.status == "optimal":
             joint.time_s = elapsed
             joint.notes.append("ILP: layouts chosen with the rest, proven optimal over every layout choice")
             return joint
+        # the joint stage's fallback is the fixed answer (its incumbent), not a greedy one
         best = joint if joint.status == "gap" and joint.dag_cost < fixed.dag_cost else fixed
         bound = joint.lower_bound if joint.lower_bound is not None else None
         notes = [n for n in best.notes if not n.startswith("ILP: lower bound")]
@@ -132,7 +134,7 @@ class ILP(Extractor):
         notes: list[str] = []
         if not egraph.roots:  # nothing to compute: the empty choice (and no program for HiGHS)
             return self._done(egraph, {}, costs, t0, notes)
-        memo: list[Extraction] = []
+        memo: list[Extraction] = [self._incumbent] if self._incumbent is not None else []
 
         def greedy() -> Extraction:
             """The better of the two greedy answers (DAG greedy pays shared values once, but
