@@ -28,16 +28,16 @@ one only up to DAG_GREEDY_MAX_NODES e-nodes; the bound is the best one proven, t
 relaxation's where no solve finished). The notes say which.
 
 Layouts. Where the e-graph holds a value both in NCHW and in onnxruntime's channel-blocked
-layout (rules/layout.egg), the ILP chooses each value's layout with everything else
-(_joint): it first solves the program with each layout fixed from the greedy answer
-(fix_layouts: fast, and never worse than the greedy answer), then the program over every
-layout in the time left, and returns the latter's answer where it is proven optimal, else
-the better of the two with the latter's lower bound and gap. What makes the program over
-every layout solvable is its "need" rows (_need_rows): where every node of a class needs a
-value in one layout or another, the value's classes choose at least as much as the class;
-without them the LP relaxation mixed the layouts layer by layer and its bound fell to a
-few percent of the optimum. `ILP(fix_layouts=True)` solves only the program with the
-layouts fixed, and says so in its notes.
+layout (rules/layout.egg), the ILP fixes each value's layout from the greedy answer before
+the program is built (fix_layouts: fast, never worse than the greedy answer, optimal for
+that layout choice, and the notes say so). `ILP(fix_layouts=False)` (the extractor
+ilp-layouts, extract/ilp_layouts.py) chooses the layouts with everything else (_joint):
+that program first, then the program over every layout in the time left, returning the
+latter's answer where it is proven optimal, else the better of the two with the latter's
+lower bound and gap. What makes the program over every layout solvable is its "need" rows
+(_need_rows): where every node of a class needs a value in one layout or another, the
+value's classes choose at least as much as the class; without them the LP relaxation
+mixed the layouts layer by layer and its bound fell to a few percent of the optimum.
 
 Work. Where the e-graph records the input program (eqsat.input_nodes), one more row bounds
 the chosen contractions (convolutions, products, attention) by the input's
@@ -83,11 +83,12 @@ class ILP(Extractor):
     name = "ilp"
     optimal = True
 
-    def __init__(self, time_limit: float = 60.0, fix_layouts: bool = False, bound_work: bool = True) -> None:
+    def __init__(self, time_limit: float = 60.0, fix_layouts: bool = True, bound_work: bool = True) -> None:
         self.time_limit = time_limit
         self.bound_work = bound_work  # no more contractions than the input program, where the e-graph records it
         # True: decide NCHW / NCHWc per e-class from the greedy answer and solve only that
-        # (fix_layouts()); False: that first, then the program over every layout (_joint)
+        # (fix_layouts()); False: that first, then the program over every layout (_joint;
+        # the extractor ilp-layouts)
         self.fix_layouts = fix_layouts
         self.lazy_rounds = 20  # rounds of lazy cycle cuts before order variables on the cyclic part
         self._stage = ""  # "" (public), "fixed" or "joint": the two solves of _joint
@@ -108,12 +109,13 @@ class ILP(Extractor):
         first = ILP(self.time_limit, fix_layouts=True, bound_work=self.bound_work)
         first._stage = "fixed"
         fixed = first.extract(egraph, cost)
-        second = ILP(max(self.time_limit - (time.perf_counter() - t0), 1.0), bound_work=self.bound_work)
+        second = ILP(max(self.time_limit - (time.perf_counter() - t0), 1.0), fix_layouts=False,
+                     bound_work=self.bound_work)
         second._stage, second._incumbent = "joint", fixed
         joint = second.extract(egraph, cost)
         elapsed = time.perf_counter() - t0
         if joint.status == "optimal":
-            joint.time_s = elapsed
+            joint.time_s, joint.extractor = elapsed, self.name
             joint.notes.append("ILP: layouts chosen with the rest, proven optimal over every layout choice")
             return joint
         # the joint stage's fallback is the fixed answer (its incumbent), not a greedy one
@@ -164,12 +166,14 @@ class ILP(Extractor):
         nodes = reduce_nodes(egraph, self._prune(egraph, nodes, term), term, costs, self.bound_work)
         if any(r not in {egraph.nodes[n].eclass for n in nodes} for r in egraph.roots):
             raise ExtractionError("no acyclic choice: every term of a root e-class holds a cycle")
-        prog = _Program(egraph, nodes, term, full, costs, contraction_bound(egraph) if self.bound_work else None)
+        prog = _Program(egraph, nodes, term, full, costs, contraction_bound(egraph) if self.bound_work else None,
+                        need_rows=not layout_note)
         prog.fixed_layouts = bool(layout_note)
         deadline = t0 + self.time_limit
         res, cuts = self._solve(egraph, prog, deadline, notes)
         if res == "layouts":  # the fixed layouts exclude every program within the bound
-            joint = ILP(time_limit=max(deadline - time.perf_counter(), 1.0), bound_work=self.bound_work)
+            joint = ILP(time_limit=max(deadline - time.perf_counter(), 1.0), fix_layouts=False,
+                        bound_work=self.bound_work)
             joint._stage = "joint"
             ex = joint.extract(egraph, cost)
             ex.notes[:0] = [f"ILP: the layouts fixed from the greedy answer need more than the input's {prog.bound} "
@@ -348,7 +352,7 @@ class _Program:
     than the input's (extract/work.py)."""
 
     def __init__(self, egraph: EGraph, nodes: list[str], term: set[str], full: dict[str, str],
-                 costs: dict[str, float], bound: int | None) -> None:
+                 costs: dict[str, float], bound: int | None, need_rows: bool = True) -> None:
         import numpy as np
 
         self.nodes, self.index = nodes, {n: i for i, n in enumerate(nodes)}
@@ -383,7 +387,8 @@ class _Program:
                     needs.setdefault((egraph.nodes[n].eclass, k), []).append(self.index[n])
         for (_c, k), parents in sorted(needs.items()):
             self.row([(i, 1.0) for i in parents] + [(j, -1.0) for j in self.by_class[k]], -np.inf, 0.0)
-        self._need_rows(egraph)
+        if need_rows:  # with the layouts fixed the relaxation is tight without them
+            self._need_rows(egraph)
         # Value classes (integers, vectors, attributes) hold one node each: y_c = 1 when some
         # chosen node needs c. They are not decisions, but the DAG cost pays each once, so
         # they are in the objective (a model may charge them, as the CostModel contract allows).

@@ -8,10 +8,11 @@ from . import plugins
 from .base import Extractor
 from .dag_greedy import DagGreedy
 from .ilp import ILP
+from .ilp_layouts import ILPLayouts
 from .tree_greedy import TreeGreedy
 
 # the shipped ones; installed packages add theirs under eqsat.extractors (extract/plugins.py)
-EXTRACTORS: dict[str, type[Extractor]] = {cls.name: cls for cls in (TreeGreedy, DagGreedy, ILP)}
+EXTRACTORS: dict[str, type[Extractor]] = {cls.name: cls for cls in (TreeGreedy, DagGreedy, ILP, ILPLayouts)}
 DEFAULT = ILP.name
 
 

@@ -127,7 +127,8 @@ def _saved(src: Path, args: argparse.Namespace) -> int:
                    extractor=args.extractor, target=args.target)
     names = args.cost_model or None
     records, info = score_saved(g, opts, names, stored, str(args.programs))
-    run = run_record(opts, [r.cost_model for r in records], args.samples, args.runs, args.seed, False, str(args.programs))
+    run = run_record(opts, [r.cost_model for r in records], args.samples, args.runs, args.seed, False,
+                     str(args.programs))
     _print(src, args, records, info)
     if args.json:
         write_text(args.json, json.dumps(as_json(records, info, run), indent=2))

@@ -8,7 +8,8 @@ on by default for target ort. Channels that are not multiples of the block, targ
 the layout turned off (`--layout nchw`, EQSAT_NCHWC=0), and a hardware profile without the
 layout leave the model in NCHW, except that a conv whose output channels are not whole
 blocks may compute them padded to the block (as onnxruntime does), cropped by ReorderOutput. The
-exact extractor chooses the layouts with everything else (extract/ilp.py, _joint)."""
+exact extractor fixes the layouts from the greedy answer before solving (extract/ilp.py, fix_layouts);
+ilp-layouts chooses them with everything else."""
 
 from __future__ import annotations
 
@@ -686,22 +687,23 @@ def test_environment_turns_it_off(monkeypatch):
 
 
 def test_ilp_fixes_the_layouts_and_loses_nothing_here(blocked):
-    """ILP(fix_layouts=True) decides each value's layout from the greedy answer, then solves
-    the rest exactly (extract/ilp.py, fix_layouts); its report says so. On this small
-    network the answer costs what the default ILP over every layout proves optimal."""
+    """The default ILP decides each value's layout from the greedy answer, then solves the
+    rest exactly (extract/ilp.py, fix_layouts); its report says so. On this small network
+    the answer costs what ilp-layouts proves optimal over every layout choice."""
     from eqsat.core.pipeline import cost_model, saturate
     from eqsat.extract import check as check_choice
     from eqsat.extract.ilp import ILP
+    from eqsat.extract.ilp_layouts import ILPLayouts
 
     st = saturate(_resnet_like(2 * blocked), Options())
     cost = cost_model(st.settings)
-    fixed = ILP(60.0, fix_layouts=True).extract(st.egraph, cost)
-    free = ILP(60.0).extract(st.egraph, cost)
+    fixed = ILP(60.0).extract(st.egraph, cost)
+    free = ILPLayouts(60.0).extract(st.egraph, cost)
     check_choice(st.egraph, fixed.choice)
     assert any("layouts fixed" in n for n in fixed.notes), fixed.notes
     assert not any("layouts fixed" in n for n in free.notes)
     assert free.status == "optimal" and any("over every layout choice" in n for n in free.notes), free.notes
-    assert fixed.extractor == free.extractor == "ilp"
+    assert (fixed.extractor, free.extractor) == ("ilp", "ilp-layouts")
     assert fixed.dag_cost == pytest.approx(free.dag_cost, rel=1e-12)
     assert any(st.egraph.nodes[n].op == "NchwcConv" for n in fixed.choice.values())
 
@@ -982,12 +984,8 @@ def test_a_conv_reading_an_nchw_value_of_a_fraction_of_blocks_reorders_it_padded
     b = 2 * blocked
     y = g.conv(g.conv(g.conv(s, c, b, k=1), b, b), b, b)
     z = g.conv(g.conv(g.conv(s, c, c, k=1), c, b), b, b)
-    # or, as the ILP over every layout may choose (cost-decided): the first conv blocked too
-    # and the squeeze-excite scale moved into the two projections' filters (rules/layout.egg)
-    scaled = (["Concat", "MatMul", "Mul", "Mul", "Sigmoid", f"{NCHWC}.GlobalAveragePool"] + ["Reshape"] * 4
-              + [f"{NCHWC}.Conv"] * 7 + [f"{NCHWC}.ReorderInput"] + [f"{NCHWC}.ReorderOutput"] * 3)
-    check(g.model(y, z), (["com.microsoft.FusedConv", "GlobalAveragePool", "Mul", "Sigmoid"] + [f"{NCHWC}.Conv"] * 6
-                          + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput", f"{NCHWC}.ReorderOutput"], scaled),
+    check(g.model(y, z), ["com.microsoft.FusedConv", "GlobalAveragePool", "Mul", "Sigmoid"] + [f"{NCHWC}.Conv"] * 6
+          + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput", f"{NCHWC}.ReorderOutput"],
           fired=["nchwc-conv-reordered-padded-input", "nchwc-conv-reordered-padded-input-padded-output"])
 
 

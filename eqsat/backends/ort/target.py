@@ -16,9 +16,10 @@ both. Where onnxruntime lacks the kernels (no onnxruntime, a CPU without AVX2) t
 says 0 and the model stays NCHW. A model that holds NCHWc ops and blocked filters runs
 correctly only where onnxruntime has the same block size, on its CPU execution provider
 (as onnxruntime's own saved ORT_ENABLE_ALL models): use `--layout nchw` for a model meant
-for another machine or provider. The exact (ILP) extractor chooses each value's layout with
-everything else and proves the optimum over every layout choice or reports the gap
-(extract/ilp.py). `EQSAT_NCHWC_BLOCK=N` forces a block size (tests).
+for another machine or provider. The exact (ILP) extractor fixes each value's layout from
+the greedy answer before solving (extract/ilp.py, fix_layouts): its optimum is then one for
+that layout choice; `--extractor ilp-layouts` chooses the layouts too. `EQSAT_NCHWC_BLOCK=N`
+forces a block size (tests).
 eqsat's internal ops (domain eqsat.internal) are always forbidden: they exist to be folded.
 """
 
