@@ -373,6 +373,8 @@ SPECS += [
         contrib=True,  # registered by onnxruntime in the ai.onnx domain
     ),
     OpSpec("BiasGelu", ("A", "B"), domain=_MS, contrib=True),
+    OpSpec("QLinearAdd", ("A", "A_scale", "A_zero_point?", "B", "B_scale", "B_zero_point?", "C_scale",
+                          "C_zero_point?"), domain=_MS, contrib=True),
     OpSpec("FastGelu", ("X", "bias?"), domain=_MS, contrib=True),
     OpSpec("GeluMs", ("X",), op_type="Gelu", domain=_MS, contrib=True),
     OpSpec("QuickGelu", ("X",), (Attr("alpha", "float", 1.702),), domain=_MS, contrib=True),

@@ -200,6 +200,107 @@ def test_matmul_with_per_column_weights_does_not_fuse():
                       "DequantizeLinear"], not_fired=["qdq-matmul-fuse"])
 
 
+# ---- DQ -> Add -> Q (com.microsoft.QLinearAdd, target ort)
+
+def add_model(a_type="int8", b_type="int8") -> onnx.ModelProto:
+    """a, b -> Q -> DQ -> Add (b broadcast along the rows) -> Q -> DQ."""
+    zp = {"int8": -3, "uint8": 128}
+    return model(f"""
+        agraph (float[2, 3, 4] x, float[4] y) => (float[2, 3, 4] z) {{
+            sa = Constant <value = float {{0.03}}> ()
+            za = Constant <value = {a_type} {{{zp[a_type]}}}> ()
+            sb = Constant <value = float {{0.07}}> ()
+            zb = Constant <value = {b_type} {{{zp[b_type] + 2}}}> ()
+            sc = Constant <value = float {{0.05}}> ()
+            zc = Constant <value = {a_type} {{{zp[a_type] - 1}}}> ()
+            xq = QuantizeLinear (x, sa, za)
+            xd = DequantizeLinear (xq, sa, za)
+            yq = QuantizeLinear (y, sb, zb)
+            yd = DequantizeLinear (yq, sb, zb)
+            c = Add (xd, yd)
+            cq = QuantizeLinear (c, sc, zc)
+            z = DequantizeLinear (cq, sc, zc)
+        }}""")
+
+
+QUANTIZED_INPUTS = ["QuantizeLinear", "QuantizeLinear", "DequantizeLinear"]
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_add_fuses_into_qlinearadd(dtype):
+    check_rewrite(add_model(dtype, dtype), QUANTIZED_INPUTS + ["com.microsoft.QLinearAdd"],
+                  fired=["qdq-add-fuse"], rtol=0.0, atol=0.05 * 1.001, ort_optimize=False)
+
+
+def test_add_of_int8_and_uint8_does_not_fuse():
+    check_rewrite(add_model("int8", "uint8"), QUANTIZED_INPUTS + ["DequantizeLinear"] * 2 + ["Add", "QuantizeLinear"],
+                  not_fired=["qdq-add-fuse"], ort_optimize=False)
+
+
+def test_add_is_not_fused_for_target_onnx():
+    check_rewrite(add_model(), QUANTIZED_INPUTS + ["DequantizeLinear"] * 2 + ["Add", "QuantizeLinear"],
+                  not_fired=["qdq-add-fuse"], target="onnx", ort_optimize=False)
+
+
+# ---- DequantizeLinear moved past Transpose, Reshape and MaxPool
+
+MOVES = ["qdq-dq-past-transpose", "qdq-dq-past-reshape", "qdq-dq-past-maxpool"]
+
+
+def data_movement_model(scale="float {0.05}", zero_point="int8 {3}", per_channel=False) -> onnx.ModelProto:
+    """x -> Q -> DQ, then MaxPool, Reshape and Transpose, each followed by the same Q -> DQ
+    (per_channel: `scale` along axis 1 for the first pair, 0.05 and 3 per tensor after)."""
+    text = f"""
+        agraph (float[1, 4, 6, 6] x) => (float[1, 4, 3, 3] z, float[4, 36] r, float[1, 6, 6, 4] tt) {{
+            s = Constant <value = {scale}> ()
+            zp = Constant <value = {zero_point}> ()
+            sh = Constant <value = int64[2] {{4, 36}}> ()
+            xq = QuantizeLinear <axis = 1> (x, s, zp)
+            xd = DequantizeLinear <axis = 1> (xq, s, zp)
+            p = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (xd)
+            pq = QuantizeLinear (p, s, zp)
+            z = DequantizeLinear (pq, s, zp)
+            rr = Reshape (xd, sh)
+            rq = QuantizeLinear (rr, s, zp)
+            r = DequantizeLinear (rq, s, zp)
+            t = Transpose <perm = [0, 2, 3, 1]> (xd)
+            tq = QuantizeLinear (t, s, zp)
+            tt = DequantizeLinear (tq, s, zp)
+        }}"""
+    if per_channel:
+        head, tail = text.split("p = MaxPool", 1)
+        tail = tail.replace("s, zp)", "so, zo)")
+        text = head + """so = Constant <value = float {0.05}> ()
+            zo = Constant <value = int8 {3}> ()
+            p = MaxPool""" + tail
+    return model(text)
+
+
+UNMOVED = ["QuantizeLinear", "DequantizeLinear", "MaxPool", "Reshape", "Transpose"] + \
+    ["QuantizeLinear", "DequantizeLinear"] * 3
+
+
+def test_dq_moves_past_transpose_reshape_and_maxpool_and_the_pairs_after_them_cancel():
+    # each output DQ(Q(op(DQ(xq)))) is op(DQ(xq)) exactly: the op's result is on the grid already
+    check_rewrite(data_movement_model(), ["QuantizeLinear", "DequantizeLinear", "MaxPool", "Reshape", "Transpose"],
+                  fired=MOVES + ["qdq-dq-q-cancel"], rtol=0.0, atol=0.0, ort_optimize=False)
+
+
+def test_per_channel_dq_does_not_move():
+    # a per-channel DQ along axis 1: a Transpose or Reshape moves the channels elsewhere
+    m = data_movement_model("float[4] {0.05, 0.1, 0.02, 0.07}", "int8[4] {3, 0, 1, 2}", per_channel=True)
+    check_rewrite(m, UNMOVED, not_fired=MOVES, rtol=0.0, atol=0.0, ort_optimize=False)
+
+
+def test_dq_with_a_negative_scale_does_not_move_past_maxpool():
+    # a negative scale reverses the order: the max of the integers is the min of the floats
+    res = check_rewrite(data_movement_model("float {-0.05}"), (
+        ["QuantizeLinear", "DequantizeLinear", "MaxPool", "Reshape", "Transpose"] + ["QuantizeLinear", "DequantizeLinear"],
+        UNMOVED), fired=["qdq-dq-past-transpose"], not_fired=["qdq-dq-past-maxpool"],
+        rtol=0.0, atol=0.0, ort_optimize=False)
+    assert "MaxPool" in op_list(res.model)
+
+
 # ---- DQ -> Q pairs
 
 def pair_model(q_zero_point: int = 3, q_axis: int = 1, per_channel: bool = False) -> onnx.ModelProto:
@@ -301,7 +402,7 @@ def _quant_types():
     (True, "QUInt8", True),
     (True, "QInt8", False),    # int8 activations, full-range int8 weights
 ])
-def test_quantized_cnn_gets_qlinearconv_and_outputs_no_farther_than_onnxruntimes_own(
+def test_quantized_cnn_fuses_whole_and_is_no_farther_from_the_qdq_model_than_onnxruntimes_own(
         tmp_path, per_channel, activations, reduce_range):
     import eqsat  # noqa: PLC0415
     from eqsat.verification import run  # noqa: PLC0415
@@ -311,7 +412,8 @@ def test_quantized_cnn_gets_qlinearconv_and_outputs_no_farther_than_onnxruntimes
                          activation_type=getattr(qt, activations), weight_type=qt.QInt8)
     qdq = onnx.load(path)
     res = eqsat.optimize(path)  # verified against the QDQ model as written (raises if not)
-    assert op_list(res.model).count("QLinearConv") == 2, op_list(res.model)
+    assert sorted(op_list(res.model)) == sorted(["QuantizeLinear", "QLinearConv", "QLinearConv",
+                                                 "com.microsoft.QLinearAdd", "DequantizeLinear"]), op_list(res.model)
     onnx.checker.check_model(res.model)
     y_scale = float(numpy_helper.to_array(next(t for t in qdq.graph.initializer if t.name == "y_scale")))
     for seed in range(3):
