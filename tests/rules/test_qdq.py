@@ -1,14 +1,18 @@
-"""rules/qdq.egg: quantized (QDQ) models. DequantizeLinear -> Conv / MatMul -> QuantizeLinear
-into QLinearConv / QLinearMatMul, and DequantizeLinear -> QuantizeLinear pairs that give their
-input back. Each rule fires on a minimal model, and does not fire where it must not (a zero
-point that differs between the two halves of a pair, a per-channel axis on the wrong
-dimension, a bias whose scale is not x_scale * w_scale).
+"""rules/qdq.egg: quantized (QDQ) models. DequantizeLinear -> Conv / MatMul / Add ->
+QuantizeLinear into QLinearConv / QLinearMatMul / com.microsoft.QLinearAdd, a per-tensor
+DequantizeLinear moved past Transpose, Reshape and MaxPool, and DequantizeLinear ->
+QuantizeLinear pairs that give their input back. Each rule fires on a minimal model, and
+does not fire where it must not (a zero point that differs between the two halves of a pair,
+a per-channel axis on the wrong dimension, a bias whose scale is not x_scale * w_scale,
+uint8 activations with full-range int8 weights, a negative scale before a MaxPool). At the
+end, a float CNN quantized by onnxruntime.quantization.quantize_static, optimized whole.
 
-Tolerance: QLinearConv and QLinearMatMul requantize the exact integer sum once, where the
-float form rounds the float sum, so a fused output may differ from the original by one
-quantization step. The models end in a DequantizeLinear (float outputs) and the fused ones
-are compared within one step of the output scale (atol = y_scale), both run with
-onnxruntime's graph optimizations off; the pair removal is exact."""
+Tolerance: QLinearConv, QLinearMatMul and QLinearAdd requantize once from the integers,
+where the float form rounds a float result, so a fused output may differ from the original
+by one quantization step. The models end in a DequantizeLinear (float outputs) and the fused
+ones are compared within one step of the output scale (atol = y_scale), both run with
+onnxruntime's graph optimizations off (none moved in these tests); the pair removal and the
+moves are exact."""
 
 from __future__ import annotations
 
@@ -17,8 +21,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from ..conftest import check_rewrite as check_any_layout
 from ..conftest import assert_same_outputs, op_list, parse_model, roundtrip
+from ..conftest import check_rewrite as check_any_layout
 
 RNG = np.random.default_rng(0)
 X_SCALE, W_SCALE, Y_SCALE = 0.05, 0.02, 0.1
@@ -62,14 +66,16 @@ def conv_model(w_scale=W_SCALE, w_axis=0, bias_scale=None, bias=True, cin=2, cou
     w = RNG.integers(-w_max, w_max + 1, (cout, cin, 3, 3))
     ws = np.asarray(w_scale, np.float32)
     w_attr = f"<axis = {w_axis}> " if ws.ndim else ""
-    inits = [f"int8[{dims(w.shape)}] w = {{{ints(w)}}}", f"float{f'[{len(ws)}]' if ws.ndim else ''} ws = {{{floats(ws)}}}",
-             f"int8{f'[{len(ws)}]' if ws.ndim else ''} wz = {{{ints(np.zeros(ws.shape))}}}"]
+    per = f"[{len(ws)}]" if ws.ndim else ""
+    inits = [f"int8[{dims(w.shape)}] w = {{{ints(w)}}}", f"float{per} ws = {{{floats(ws)}}}",
+             f"int8{per} wz = {{{ints(np.zeros(ws.shape))}}}"]
     body = f"wd = DequantizeLinear {w_attr}(w, ws, wz)\n"
     conv_in = "xd, wd"
     if bias:
         bs = np.float32(X_SCALE) * ws if bias_scale is None else np.asarray(bias_scale, np.float32)
         bs = np.broadcast_to(bs, (cout,))
-        inits += [f"int32[{cout}] b = {{{ints(RNG.integers(-300, 300, cout))}}}", f"float[{cout}] bs = {{{floats(bs)}}}"]
+        inits += [f"int32[{cout}] b = {{{ints(RNG.integers(-300, 300, cout))}}}",
+                  f"float[{cout}] bs = {{{floats(bs)}}}"]
         body += "bd = DequantizeLinear <axis = 0> (b, bs)\n"
         conv_in += ", bd"
     return model(f"""
@@ -166,9 +172,10 @@ def matmul_model(b_scale=W_SCALE, b_axis=1, b_max=64) -> onnx.ModelProto:
     bsc = np.asarray(b_scale, np.float32)
     shp = f"[{len(bsc)}]" if bsc.ndim else ""
     attr = f"<axis = {b_axis}> " if bsc.ndim else ""
+    zeros = ints(np.zeros(bsc.shape))
     return model(f"""
         agraph (float[3, 8] x) => (float[3, 5] z)
-            <int8[8, 5] b = {{{ints(b)}}}, float{shp} bs = {{{floats(bsc)}}}, int8{shp} bz = {{{ints(np.zeros(bsc.shape))}}}> {{
+            <int8[8, 5] b = {{{ints(b)}}}, float{shp} bs = {{{floats(bsc)}}}, int8{shp} bz = {{{zeros}}}> {{
             xs = Constant <value = float {{{X_SCALE}}}> ()
             xz = Constant <value = uint8 {{128}}> ()
             ys = Constant <value = float {{{Y_SCALE}}}> ()
@@ -294,10 +301,11 @@ def test_per_channel_dq_does_not_move():
 
 def test_dq_with_a_negative_scale_does_not_move_past_maxpool():
     # a negative scale reverses the order: the max of the integers is the min of the floats
-    res = check_rewrite(data_movement_model("float {-0.05}"), (
-        ["QuantizeLinear", "DequantizeLinear", "MaxPool", "Reshape", "Transpose"] + ["QuantizeLinear", "DequantizeLinear"],
-        UNMOVED), fired=["qdq-dq-past-transpose"], not_fired=["qdq-dq-past-maxpool"],
-        rtol=0.0, atol=0.0, ort_optimize=False)
+    moved_but_maxpool = ["QuantizeLinear", "DequantizeLinear", "MaxPool", "Reshape", "Transpose",
+                         "QuantizeLinear", "DequantizeLinear"]
+    res = check_rewrite(data_movement_model("float {-0.05}"), (moved_but_maxpool, UNMOVED),
+                        fired=["qdq-dq-past-transpose"], not_fired=["qdq-dq-past-maxpool"],
+                        rtol=0.0, atol=0.0, ort_optimize=False)
     assert "MaxPool" in op_list(res.model)
 
 
