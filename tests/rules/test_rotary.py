@@ -142,3 +142,86 @@ def test_target_onnx_stays():
     m = parse_model(rope_model())
     check_rewrite(m, PRIMITIVE_OPS, feeds=feeds(), target="onnx", fired=["rope-rotate-half"],
                   not_fired=["rope-half-fuse", "rope-half-fuse-left"])
+
+
+# ---------------------------------------------------------------------------------------
+# The interleaved form: rotate_every_two (GPT-J)
+# ---------------------------------------------------------------------------------------
+
+def pair_caches(positions: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin caches [positions, d] with each frequency twice in a row (c0, c0, c1, c1, ...)."""
+    c, s = caches(positions, d)
+    return np.repeat(c[:, : d // 2], 2, -1), np.repeat(s[:, : d // 2], 2, -1)
+
+
+def pairs_model(d: int = 8, positions: int = 16, cos=None, sin=None, rotation: str = "Concat <axis = -1> (u1, u2)",
+                first: str = "Mul(q, cu)", second: str = "Mul(r, su)", total: str = "Add(a, b)") -> str:
+    """q [2, 2, 5, d] rotated pairwise as GPT-J's rotate_every_two exports:
+    r = flatten(stack(-q[..., 1::2], q[..., 0::2]), -2)."""
+    c, s = pair_caches(positions, d)
+    cos = c if cos is None else cos
+    sin = s if sin is None else sin
+    return f'''<ir_version: 8, opset_import: ["" : 18]>
+    agraph (float[2, 2, 5, {d}] q, int64[2, 5] pos) => (float[2, 2, 5, {d}] y) {{
+        cc = Constant <value = float[{positions}, {d}] {_floats(cos)}> ()
+        sc = Constant <value = float[{positions}, {d}] {_floats(sin)}> ()
+        one = Constant <value = int64[1] {{1}}> ()
+        cg = Gather(cc, pos)
+        cu = Unsqueeze(cg, one)
+        sg = Gather(sc, pos)
+        su = Unsqueeze(sg, one)
+        zero = Constant <value = int64[1] {{0}}> ()
+        two = Constant <value = int64[1] {{2}}> ()
+        big = Constant <value = int64[1] {{9223372036854775807}}> ()
+        ax = Constant <value = int64[1] {{-1}}> ()
+        x0 = Slice(q, zero, big, ax, two)
+        x1 = Slice(q, one, big, ax, two)
+        n = Neg(x1)
+        u1 = Unsqueeze(n, ax)
+        u2 = Unsqueeze(x0, ax)
+        st = {rotation}
+        shape = Constant <value = int64[4] {{2, 2, 5, {d}}}> ()
+        r = Reshape(st, shape)
+        a = {first}
+        b = {second}
+        y = {total}
+    }}'''
+
+
+PAIR_OPS = ["Gather", "Unsqueeze", "Gather", "Unsqueeze", "Slice", "Slice", "Neg", "Unsqueeze", "Unsqueeze", "Concat",
+            "Reshape", "Mul", "Mul", "Add"]
+NO_PAIRS = ["rope-pairs-fuse", "rope-pairs-fuse-left"]
+
+
+def test_pair_rotation_to_interleaved_rotary_embedding():
+    res = check_rewrite(parse_model(pairs_model()), FUSED_OPS, feeds=feeds(),
+                        fired=["rope-even", "rope-odd", "rope-rotate-pairs", "rope-cache-pairs", "rope-cache-pairs-sin",
+                               "rope-pairs-fuse"])
+    (node,) = [n for n in res.model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert {a.name: a.i for a in node.attribute} == {"interleaved": 1}
+    init = {t.name: t for t in res.model.graph.initializer}
+    c, _ = pair_caches(16, 8)
+    assert np.array_equal(np.frombuffer(init[node.input[2]].raw_data, np.float32).reshape(16, 4), c[:, ::2])
+
+
+def test_pair_rotation_with_the_sum_the_other_way_round():
+    check_rewrite(parse_model(pairs_model(first="Mul(cu, q)", second="Mul(su, r)", total="Add(b, a)")), FUSED_OPS,
+                  feeds=feeds(), fired=["rope-pairs-fuse-left"])
+
+
+def test_pairs_in_the_wrong_order_stay():
+    # stack(x[..., 0::2], -x[..., 1::2]): the sign on the other element of each pair
+    m = parse_model(pairs_model(rotation="Concat <axis = -1> (u2, u1)"))
+    check_rewrite(m, PAIR_OPS, feeds=feeds(), not_fired=["rope-rotate-pairs", *NO_PAIRS])
+
+
+def test_pair_caches_of_the_half_form_stay():
+    # caches [c, c] (the half form's) where the pair form needs (c0, c0, c1, c1, ...)
+    c, s = caches(16, 8)
+    m = parse_model(pairs_model(cos=c, sin=s))
+    check_rewrite(m, PAIR_OPS, feeds=feeds(), fired=["rope-rotate-pairs", "rope-cache-pairs"], not_fired=NO_PAIRS)
+
+
+def test_pair_rotation_for_target_onnx_stays():
+    check_rewrite(parse_model(pairs_model()), PAIR_OPS, feeds=feeds(), target="onnx", fired=["rope-rotate-pairs"],
+                  not_fired=NO_PAIRS)
