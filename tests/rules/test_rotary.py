@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..conftest import check_rewrite, parse_model
+from ..conftest import check_rewrite, op_list, optimized, parse_model
 
 ROPE = "com.microsoft.RotaryEmbedding"
 # the op, and the position ids wrapped as Gather reads them: Where(p < 0, p + M, p)
@@ -83,6 +83,18 @@ def test_half_rotation_to_rotary_embedding():
     assert attrs == {"interleaved": 0}
     init = {t.name: t for t in res.model.graph.initializer}
     assert [list(init[n].dims) for n in node.input[2:]] == [[16, 4], [16, 4]]  # the caches' first halves
+
+
+def test_an_optimized_model_loads_again_with_the_ops_output_typed():
+    # neither onnx's inference nor onnxruntime's symbolic one knows the op: eqsat infers its
+    # output as the input's (eqsat/core/shapes.py), so rules see the shape when it is optimized again
+    from eqsat.core.shapes import infer_types
+
+    once = optimized(parse_model(rope_model())).model
+    (y,) = [n.output[0] for n in once.graph.node if n.op_type == "RotaryEmbedding"]
+    assert infer_types(once)[0][y].dims == (2, 2, 5, 8)
+    twice = optimized(once)
+    assert sorted(op_list(twice.model)) == sorted(FUSED_OPS) and not twice.report["opaque"]
 
 
 def test_operand_orders_and_last_axis_as_minus_one():
