@@ -184,7 +184,7 @@ def test_usage_errors(capsys, tmp_path, saved):
                          tmp_path / "d.json")
     assert rc == 2 and "-o writes one choice" in err and not (tmp_path / "d.json").exists()
     rc, _, err = run_cli(capsys, "extract", egraph, "--extractor", "nope")
-    assert rc == 2 and "unknown extractor 'nope'; choose one of tree-greedy, dag-greedy, ilp" in err
+    assert rc == 2 and "unknown extractor 'nope'; choose one of tree-greedy, dag-greedy, ilp, ilp-layouts" in err
 
 
 def test_a_choice_file_is_read_before_any_work(capsys, tmp_path, saved):

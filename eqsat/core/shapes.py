@@ -124,7 +124,10 @@ def _skeleton(model: ModelProto, declared: bool = False) -> ModelProto:
 # onnxruntime's symbolic one knows them, and their declared types are no facts
 _PROXIES = {"FusedConv": ("Conv", 3, {"activation", "activation_params"}),
             "FusedGemm": ("Gemm", 3, {"activation", "activation_alpha", "activation_beta", "activation_gamma"}),
-            "FusedMatMul": ("MatMul", 2, {"alpha"})}
+            "FusedMatMul": ("MatMul", 2, {"alpha"}),
+            # a rotation of each position's pairs: the input's shape and type
+            "RotaryEmbedding": ("Identity", 1, {"interleaved", "is_packed_batching", "num_heads",
+                                                "rotary_embedding_dim", "scale"})}
 
 
 def _shape_proxy(n: onnx.NodeProto) -> onnx.NodeProto | None:

@@ -12,6 +12,28 @@ from onnx import AttributeProto, GraphProto, TensorProto, numpy_helper
 
 from eqsat.io import external
 
+# element types whose raw_data is the little-endian array of numpy's dtype, element by element
+_RAW_LAYOUT = {
+    TensorProto.FLOAT: "<f4", TensorProto.DOUBLE: "<f8", TensorProto.FLOAT16: "<f2",
+    TensorProto.INT8: "i1", TensorProto.UINT8: "u1", TensorProto.INT16: "<i2", TensorProto.UINT16: "<u2",
+    TensorProto.INT32: "<i4", TensorProto.UINT32: "<u4", TensorProto.INT64: "<i8", TensorProto.UINT64: "<u8",
+    TensorProto.BOOL: "?",
+}
+
+
+def _as_raw(t: TensorProto) -> bytes | None:
+    """The bytes raw_data would hold for a tensor written in float_data, int64_data, ... (a
+    Constant node in ONNX text, some exporters), so that it gets the key of the same values
+    written as raw_data (a folded constant: numpy_helper writes raw_data); None for other
+    element types and for a tensor whose fields do not hold its dims' values."""
+    layout = _RAW_LAYOUT.get(t.data_type)
+    if layout is None:
+        return None
+    try:
+        return np.ascontiguousarray(numpy_helper.to_array(t), layout).tobytes()
+    except Exception:  # noqa: BLE001 - a malformed tensor: keyed by its serialization
+        return None
+
 
 def tensor_key(t: TensorProto) -> str:
     """Equal content, equal key. A tensor whose data stays in an external file is keyed by
@@ -22,6 +44,8 @@ def tensor_key(t: TensorProto) -> str:
         h.update(repr(sorted(external.external_info(t).items())).encode())
     elif raw := t.raw_data:  # read once: each read of raw_data copies the bytes
         h.update(raw)
+    elif (data := _as_raw(t)) is not None:
+        h.update(data)
     else:
         c = TensorProto()
         c.CopyFrom(t)

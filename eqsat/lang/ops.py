@@ -393,6 +393,23 @@ SPECS += [
         domain=_MS,
         contrib=True,
     ),
+    # onnxruntime's RotaryEmbedding (rules/rotary.egg); the ctor is not the op's name: ai.onnx
+    # has its own RotaryEmbedding since opset 23, with other inputs. onnxruntime's schema gives
+    # no attribute a default (its kernel reads 0, and scale 1.0): all are optional here.
+    OpSpec(
+        "RotaryEmbeddingMs",
+        ("input", "position_ids", "cos_cache", "sin_cache"),
+        (
+            Attr("interleaved", "int?"),
+            Attr("is_packed_batching", "int?"),
+            Attr("num_heads", "int?"),
+            Attr("rotary_embedding_dim", "int?"),
+            Attr("scale", "float?"),
+        ),
+        op_type="RotaryEmbedding",
+        domain=_MS,
+        contrib=True,
+    ),
 ]
 
 # onnxruntime's NCHWc layout ops (rules/layout.egg): CPU kernels on channel-blocked tensors.
