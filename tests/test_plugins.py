@@ -162,7 +162,8 @@ def test_an_unknown_name_lists_the_installed_plugins_too(tmp_path, model_path):
     install(site, "mine", PLUGIN, "[eqsat.extractors]\nfirst-node = mine:FirstNode\n")
     p = eqsat(site, "optimize", model_path, "--extractor", "fist-node")
     assert p.returncode == 2
-    assert "unknown extractor 'fist-node'; choose one of tree-greedy, dag-greedy, ilp, ilp-layouts, first-node" in p.stderr
+    assert ("unknown extractor 'fist-node'; choose one of tree-greedy, dag-greedy, ilp, ilp-layouts, "
+            "first-node") in p.stderr
 
 
 @pytest.mark.parametrize("entry, says", [
