@@ -200,7 +200,15 @@ import importlib.util
 assert importlib.util.find_spec("extract") is None, "a top-level package named extract is installed"
 print(len(g.roots), len(ex.choice), round(ex.dag_cost, 3))
 """
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    # a checkout's root on PYTHONPATH (running a worktree's tests) makes its extract/ folder
+    # importable as a top-level package: not an installed one, so left out here
+    import os
+    from pathlib import Path
+
+    keep = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if e and not ((Path(e) / "extract").is_dir() and (Path(e) / "eqsat").is_dir())]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(keep)}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert p.returncode == 0, p.stderr
     roots, chosen, cost = p.stdout.split()
     # leaves cost ~0, and so do NCHWc reorders (extract/costs/node_count.py: not ops)
