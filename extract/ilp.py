@@ -91,11 +91,9 @@ class ILP(Extractor):
         # the extractor ilp-layouts)
         self.fix_layouts = fix_layouts
         self.lazy_rounds = 20  # rounds of lazy cycle cuts before order variables on the cyclic part
-        self._stage = ""  # "" (public), "fixed" or "joint": the two solves of _joint
-        self._incumbent: Extraction | None = None  # the joint stage's: the fixed stage's answer, in place of greedy's
 
     def extract(self, egraph: EGraph, cost: CostModel) -> Extraction:
-        if not self.fix_layouts and not self._stage and any(n.op in NCHWC_OPS for n in egraph.nodes.values()):
+        if not self.fix_layouts and any(n.op in NCHWC_OPS for n in egraph.nodes.values()):
             return self._joint(egraph, cost)
         return self._extract(egraph, cost)
 
@@ -106,13 +104,10 @@ class ILP(Extractor):
         it is proven; else the better of the two, with the joint program's lower bound (a
         bound over every layout choice) and its gap."""
         t0 = time.perf_counter()
-        first = ILP(self.time_limit, fix_layouts=True, bound_work=self.bound_work)
-        first._stage = "fixed"
-        fixed = first.extract(egraph, cost)
+        fixed = ILP(self.time_limit, fix_layouts=True, bound_work=self.bound_work)._extract(egraph, cost)
         second = ILP(max(self.time_limit - (time.perf_counter() - t0), 1.0), fix_layouts=False,
                      bound_work=self.bound_work)
-        second._stage, second._incumbent = "joint", fixed
-        joint = second.extract(egraph, cost)
+        joint = second._extract(egraph, cost, incumbent=fixed)
         elapsed = time.perf_counter() - t0
         if joint.status == "optimal":
             joint.time_s, joint.extractor = elapsed, self.name
@@ -120,7 +115,7 @@ class ILP(Extractor):
             return joint
         # the joint stage's fallback is the fixed answer (its incumbent), not a greedy one
         best = joint if joint.status == "gap" and joint.dag_cost < fixed.dag_cost else fixed
-        bound = joint.lower_bound if joint.lower_bound is not None else None
+        bound = joint.lower_bound
         notes = [n for n in best.notes if not n.startswith("ILP: lower bound")]
         notes.append(f"ILP: the program over every layout choice not proven within {self.time_limit:g} s; "
                      f"answer {'its own' if best is joint else 'with the layouts fixed from the greedy answer'}")
@@ -130,13 +125,16 @@ class ILP(Extractor):
                      else "ILP: no lower bound over every layout choice (no relaxation solved in time)")
         return ex
 
-    def _extract(self, egraph: EGraph, cost: CostModel) -> Extraction:
+    def _extract(self, egraph: EGraph, cost: CostModel, incumbent: Extraction | None = None) -> Extraction:
+        """One solve: with the layouts fixed from the greedy answer (fix_layouts) or over
+        every layout. `incumbent` (the fixed solve's answer, for the solve over every layout)
+        stands in for the greedy answers where one is needed."""
         t0 = time.perf_counter()
         costs = cost.costs(egraph)
         notes: list[str] = []
         if not egraph.roots:  # nothing to compute: the empty choice (and no program for HiGHS)
             return self._done(egraph, {}, costs, t0, notes)
-        memo: list[Extraction] = [self._incumbent] if self._incumbent is not None else []
+        memo: list[Extraction] = [incumbent] if incumbent is not None else []
 
         def greedy() -> Extraction:
             """The better of the two greedy answers (DAG greedy pays shared values once, but
@@ -158,7 +156,7 @@ class ILP(Extractor):
                                   "(every term is infinite or holds a cycle)")
         term = {c for c in egraph.classes if egraph.class_type(c) in TERM_SORTS}
         nodes, layout_note = self._candidates(egraph, full, term, costs), ""
-        if (self.fix_layouts or self._stage == "fixed") and any(egraph.nodes[n].op in NCHWC_OPS for n in nodes):
+        if self.fix_layouts and any(egraph.nodes[n].op in NCHWC_OPS for n in nodes):
             fixed = fix_layouts(egraph, nodes, greedy().choice)
             if fixed is not None:
                 nodes, layout_note = fixed
@@ -166,16 +164,17 @@ class ILP(Extractor):
         nodes = reduce_nodes(egraph, self._prune(egraph, nodes, term), term, costs, self.bound_work)
         if any(r not in {egraph.nodes[n].eclass for n in nodes} for r in egraph.roots):
             raise ExtractionError("no acyclic choice: every term of a root e-class holds a cycle")
+        # the need rows make the program over every layout solvable; with the layouts fixed
+        # (or none to choose) the relaxation is tight without them, and they cost time
         prog = _Program(egraph, nodes, term, full, costs, contraction_bound(egraph) if self.bound_work else None,
-                        need_rows=not layout_note)
+                        need_rows=not self.fix_layouts)
         prog.fixed_layouts = bool(layout_note)
         deadline = t0 + self.time_limit
         res, cuts = self._solve(egraph, prog, deadline, notes)
         if res == "layouts":  # the fixed layouts exclude every program within the bound
             joint = ILP(time_limit=max(deadline - time.perf_counter(), 1.0), fix_layouts=False,
                         bound_work=self.bound_work)
-            joint._stage = "joint"
-            ex = joint.extract(egraph, cost)
+            ex = joint._extract(egraph, cost)
             ex.notes[:0] = [f"ILP: the layouts fixed from the greedy answer need more than the input's {prog.bound} "
                             "contractions; layouts chosen by the ILP"]
             ex.time_s = time.perf_counter() - t0
@@ -387,7 +386,7 @@ class _Program:
                     needs.setdefault((egraph.nodes[n].eclass, k), []).append(self.index[n])
         for (_c, k), parents in sorted(needs.items()):
             self.row([(i, 1.0) for i in parents] + [(j, -1.0) for j in self.by_class[k]], -np.inf, 0.0)
-        if need_rows:  # with the layouts fixed the relaxation is tight without them
+        if need_rows:
             self._need_rows(egraph)
         # Value classes (integers, vectors, attributes) hold one node each: y_c = 1 when some
         # chosen node needs c. They are not decisions, but the DAG cost pays each once, so

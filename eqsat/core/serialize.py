@@ -16,6 +16,7 @@ This is the file `--save-egraph` writes and the input of everything in `extract/
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -97,8 +98,6 @@ def _canonical_primitives(data: dict) -> dict:
     in a fresh one, and another digest (a choice file or program set made in one was refused
     in the other). Each leaf is renamed by its sort and value, which fix it: ids, e-class
     names, children and class_data follow."""
-    import hashlib
-
     nodes = data["nodes"]
     rename: dict[str, str] = {}
     classes: dict[str, str] = {}

@@ -31,6 +31,18 @@ def _floats(a: np.ndarray) -> str:
     return "{" + ", ".join(f"{v:.9g}" for v in a.ravel()) + "}"
 
 
+def _cache_rows(positions: int, d: int, cos: np.ndarray, sin: np.ndarray) -> str:
+    """The graph lines that gather the caches' rows at the position ids and unsqueeze them
+    over the heads: cu (cos) and su (sin), with the constant `one`."""
+    return f'''        cc = Constant <value = float[{positions}, {d}] {_floats(cos)}> ()
+        sc = Constant <value = float[{positions}, {d}] {_floats(sin)}> ()
+        one = Constant <value = int64[1] {{1}}> ()
+        cg = Gather(cc, pos)
+        cu = Unsqueeze(cg, one)
+        sg = Gather(sc, pos)
+        su = Unsqueeze(sg, one)'''
+
+
 def rope_model(d: int = 8, positions: int = 16, batch: int = 2, pos_batch: int | None = None, cos=None, sin=None,
                rotation: str = "Concat <axis = -1> (n, x1)", first: str = "Mul(q, cu)", second: str = "Mul(r, su)",
                total: str = "Add(a, b)", half: int | None = None, axis: int = 3) -> str:
@@ -44,13 +56,7 @@ def rope_model(d: int = 8, positions: int = 16, batch: int = 2, pos_batch: int |
     pos_batch = batch if pos_batch is None else pos_batch
     return f'''<ir_version: 8, opset_import: ["" : 18]>
     agraph (float[{batch}, 2, 5, {d}] q, int64[{pos_batch}, 5] pos) => (float[{batch}, 2, 5, {d}] y) {{
-        cc = Constant <value = float[{positions}, {d}] {_floats(cos)}> ()
-        sc = Constant <value = float[{positions}, {d}] {_floats(sin)}> ()
-        one = Constant <value = int64[1] {{1}}> ()
-        cg = Gather(cc, pos)
-        cu = Unsqueeze(cg, one)
-        sg = Gather(sc, pos)
-        su = Unsqueeze(sg, one)
+{_cache_rows(positions, d, cos, sin)}
         zero = Constant <value = int64[1] {{0}}> ()
         h = Constant <value = int64[1] {{{half}}}> ()
         big = Constant <value = int64[1] {{9223372036854775807}}> ()
@@ -175,13 +181,7 @@ def pairs_model(d: int = 8, positions: int = 16, cos=None, sin=None, rotation: s
     sin = s if sin is None else sin
     return f'''<ir_version: 8, opset_import: ["" : 18]>
     agraph (float[2, 2, 5, {d}] q, int64[2, 5] pos) => (float[2, 2, 5, {d}] y) {{
-        cc = Constant <value = float[{positions}, {d}] {_floats(cos)}> ()
-        sc = Constant <value = float[{positions}, {d}] {_floats(sin)}> ()
-        one = Constant <value = int64[1] {{1}}> ()
-        cg = Gather(cc, pos)
-        cu = Unsqueeze(cg, one)
-        sg = Gather(sc, pos)
-        su = Unsqueeze(sg, one)
+{_cache_rows(positions, d, cos, sin)}
         zero = Constant <value = int64[1] {{0}}> ()
         two = Constant <value = int64[1] {{2}}> ()
         big = Constant <value = int64[1] {{9223372036854775807}}> ()
