@@ -224,3 +224,23 @@ def test_a_saved_e_graph_without_stored_timings_is_refused(capsys, model_file, t
     line = one_error(err)
     assert rc == 2 and out == ""
     assert "a saved e-graph holds no weights, so its programs cannot be timed: give --programs SET --no-time" in line
+
+
+def test_a_saved_e_graph_is_priced_at_a_named_profile(capsys, model_file, tmp_path, fake_timer):
+    """--hardware given with a saved e-graph prices it at that profile (a learned or
+    calibrated one, say), not the one it was saturated for; the run's record says which."""
+    saved, graph, out = tmp_path / "p.json", tmp_path / "g.json", tmp_path / "c.json"
+    rc, _, err = _run(capsys, model_file, "--samples", "3", "--save-programs", saved, "--save-egraph", graph)
+    assert rc == 0, err
+    prof = tmp_path / "slow.json"
+    prof.write_text(json.dumps({"name": "slow", "matmul_gflops": 0.5, "vector_gflops": 0.1, "mem_gbps": 0.2,
+                                "kernel_overhead_us": 50.0}))
+    rc, _, err = _run(capsys, graph, "--programs", saved, "--no-time", "--hardware", prof, "--json", out)
+    assert rc == 0, err
+    data = json.loads(out.read_text())
+    assert data["settings"]["hardware"] == str(prof)
+    rc, _, err = _run(capsys, graph, "--programs", saved, "--no-time", "--json", tmp_path / "d.json")
+    assert rc == 0, err
+    roof = {r["cost_model"]: r["predicted"] for r in json.loads((tmp_path / "d.json").read_text())["cost_models"]}
+    slow = {r["cost_model"]: r["predicted"] for r in data["cost_models"]}
+    assert slow["roofline"] > roof["roofline"]

@@ -54,7 +54,8 @@ def register(sub) -> dict:
     k.add_argument("--extractor", default=EXTRACTOR_DEFAULT,
                    help=f"the extractor each cost model chooses its program with, as for optimize "
                         f"(default {EXTRACTOR_DEFAULT})")
-    add_hardware(k, f"hardware profile, as for optimize (default {HARDWARE_DEFAULT})", default=HARDWARE_DEFAULT)
+    add_hardware(k, f"hardware profile, as for optimize (default {HARDWARE_DEFAULT}; for a saved e-graph, the "
+                    "profile it was saturated for)")
     add_dim(k)
     add_rules(k)
     add_target(k, "as for optimize (default ort)")
@@ -88,8 +89,8 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
     if unbound := [n for n in symbolic_input_dims(model) if n not in given]:
         raise UsageError(f"{src}: compare-costs times the programs at the sizes its cost models predict for: "
                          f"give {' '.join(f'--dim {n}=N' for n in unbound)}")
-    opts = Options(rule_files=list(args.rules), target=args.target, hardware=args.hardware, dims=given,
-                   extractor=args.extractor)
+    opts = Options(rule_files=list(args.rules), target=args.target, hardware=args.hardware or HARDWARE_DEFAULT,
+                   dims=given, extractor=args.extractor)
     names = default_names(args.cost_model)
     records, info = compare_costs(model, opts, samples=args.samples, runs=args.runs, progress=progress(args.quiet),
                                   cost_models=names, seed=args.seed, program_set=stored, timed=not args.no_time,
@@ -123,7 +124,8 @@ def _saved(src: Path, args: argparse.Namespace) -> int:
     stored = program_set.read(args.programs)
     g = load_egraph(src)
     saved = g.meta.get("settings", {})
-    opts = Options(hardware=saved.get("hardware", args.hardware), dims={**saved.get("dims", {}), **dict(args.dim)},
+    opts = Options(hardware=args.hardware or saved.get("hardware", HARDWARE_DEFAULT),
+                   dims={**saved.get("dims", {}), **dict(args.dim)},
                    extractor=args.extractor, target=args.target)
     names = args.cost_model or None
     records, info = score_saved(g, opts, names, stored, str(args.programs))
