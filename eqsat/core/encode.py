@@ -85,11 +85,14 @@ UNIFORM_CHECK_MAX = 1 << 24  # elements: larger constants are not checked for on
 def uniform_facts(t: TensorProto, term) -> list:
     """Facts that a stored constant is uniform, for rules that simplify with it (rules/lang.egg):
     (splat-f term x) for a float tensor whose elements all equal the finite x, (all-true term)
-    for a bool tensor of trues. Empty for other tensors, empty ones and larger than
+    for a bool tensor of trues, (int-range term lo hi) for an 8- to 32-bit integer tensor
+    (its smallest and largest element). Empty for other tensors, empty ones and larger than
     UNIFORM_CHECK_MAX elements."""
     numel = int(np.prod(t.dims, dtype=np.int64)) if t.dims else 1
     if numel == 0 or numel > UNIFORM_CHECK_MAX or t.data_location == TensorProto.EXTERNAL:
         return []
+    if t.data_type in SMALL_INT_CODES:
+        return _int_range_facts(t, term)
     if t.data_type != TensorProto.BOOL and t.data_type not in FLOAT_CODES:
         return []
     if t.HasField("raw_data") and t.data_type in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
@@ -107,6 +110,18 @@ def uniform_facts(t: TensorProto, term) -> list:
     if not (T.is_finite(v) and plain_float(v)):
         return []
     return [T.fact("splat-f", term, T.f64(v))]
+
+
+# Integer types whose stored constants get (int-range term lo hi): the 8- to 32-bit ones that
+# quantized models hold (weights, zero points, biases; rules/qdq.egg).
+SMALL_INT_CODES = frozenset({TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16,
+                             TensorProto.INT32})
+
+
+def _int_range_facts(t: TensorProto, term) -> list:
+    """(int-range term lo hi): the smallest and largest element of an integer tensor."""
+    a = numpy_helper.to_array(t)
+    return [T.fact("int-range", term, T.i64(int(a.min())), T.i64(int(a.max())))]
 
 
 def constant_node_tensor(node: NodeProto) -> TensorProto | None:

@@ -194,6 +194,40 @@ SPECS: list[OpSpec] = [
     _reduce("ReduceSum", 13),
     _reduce("ReduceMax", 18),
     _reduce("ReduceMin", 18),
+    # Quantization (rules/qdq.egg). Attributes of later opsets default to what earlier ones
+    # did (axis 1, no blocks, the output type from the zero point, saturate): the decoder
+    # leaves defaults out, so an opset-10 model gets opset-10 nodes back.
+    OpSpec(
+        "QuantizeLinear",
+        ("x", "y_scale", "y_zero_point?"),
+        (Attr("axis", "int", 1), Attr("block_size", "int", 0), Attr("output_dtype", "int", 0),
+         Attr("precision", "int", 0), Attr("saturate", "int", 1)),
+        min_version=10,
+    ),
+    OpSpec(
+        "DequantizeLinear",
+        ("x", "x_scale", "x_zero_point?"),
+        (Attr("axis", "int", 1), Attr("block_size", "int", 0), Attr("output_dtype", "int", 0)),
+        min_version=10,
+    ),
+    OpSpec(
+        "QLinearConv",
+        ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale", "y_zero_point", "B?"),
+        (
+            Attr("auto_pad", "str", "NOTSET"),
+            Attr("dilations", "ints"),
+            Attr("group", "int", 1),
+            Attr("kernel_shape", "ints"),
+            Attr("pads", "ints"),
+            Attr("strides", "ints"),
+        ),
+        min_version=10,
+    ),
+    OpSpec(
+        "QLinearMatMul",
+        ("a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y_scale", "y_zero_point"),
+        min_version=10,
+    ),
     OpSpec("Transpose", ("data",), (Attr("perm", "ints"),)),
     OpSpec("Reshape", ("data", "shape"), (Attr("allowzero", "int", 0),), min_version=5),
     OpSpec("Flatten", ("input",), (Attr("axis", "int", 1),)),
@@ -339,6 +373,8 @@ SPECS += [
         contrib=True,  # registered by onnxruntime in the ai.onnx domain
     ),
     OpSpec("BiasGelu", ("A", "B"), domain=_MS, contrib=True),
+    OpSpec("QLinearAdd", ("A", "A_scale", "A_zero_point?", "B", "B_scale", "B_zero_point?", "C_scale",
+                          "C_zero_point?"), domain=_MS, contrib=True),
     OpSpec("FastGelu", ("X", "bias?"), domain=_MS, contrib=True),
     OpSpec("GeluMs", ("X",), op_type="Gelu", domain=_MS, contrib=True),
     OpSpec("QuickGelu", ("X",), (Attr("alpha", "float", 1.702),), domain=_MS, contrib=True),

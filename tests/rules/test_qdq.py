@@ -1,0 +1,447 @@
+"""rules/qdq.egg: quantized (QDQ) models. DequantizeLinear -> Conv / MatMul / Add ->
+QuantizeLinear into QLinearConv / QLinearMatMul / com.microsoft.QLinearAdd, a per-tensor
+DequantizeLinear moved past Transpose, Reshape and MaxPool, and DequantizeLinear ->
+QuantizeLinear pairs that give their input back. Each rule fires on a minimal model, and
+does not fire where it must not (a zero point that differs between the two halves of a pair,
+a per-channel axis on the wrong dimension, a bias whose scale is not x_scale * w_scale,
+uint8 activations with full-range int8 weights, a negative scale before a MaxPool). At the
+end, a float CNN quantized by onnxruntime.quantization.quantize_static, optimized whole.
+
+Tolerance: QLinearConv, QLinearMatMul and QLinearAdd requantize once from the integers,
+where the float form rounds a float result, so a fused output may differ from the original
+by one quantization step. The models end in a DequantizeLinear (float outputs) and the fused
+ones are compared within one step of the output scale (atol = y_scale), both run with
+onnxruntime's graph optimizations off (none moved in these tests); the pair removal and the
+moves are exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from ..conftest import assert_same_outputs, op_list, parse_model, roundtrip
+from ..conftest import check_rewrite as check_any_layout
+
+RNG = np.random.default_rng(0)
+X_SCALE, W_SCALE, Y_SCALE = 0.05, 0.02, 0.1
+
+
+def check_rewrite(model, expect_ops, *args, **opts):
+    """conftest.check_rewrite in the NCHW layout (the blocked layout is tested in test_layout.py)."""
+    opts.setdefault("layout", "nchw")
+    return check_any_layout(model, expect_ops, *args, **opts)
+
+
+def ints(a) -> str:
+    return ", ".join(str(int(v)) for v in np.ravel(a))
+
+
+def floats(a) -> str:
+    return ", ".join(repr(float(v)) for v in np.ravel(a))
+
+
+def dims(shape) -> str:
+    return ", ".join(str(d) for d in shape)
+
+
+def model(text: str, opset: int = 17) -> onnx.ModelProto:
+    """A model from ONNX text, its initializers stored as raw bytes as quantizers write them
+    (the text form stores them as typed lists, and the tensor store keys the two forms
+    apart, so a folded x_scale * w_scale would not meet the bias scale written in text)."""
+    m = parse_model(f'<ir_version: 8, opset_import: ["" : {opset}]>\n' + text)
+    for t in m.graph.initializer:
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t), t.name))
+    onnx.checker.check_model(m)
+    return m
+
+
+def conv_model(w_scale=W_SCALE, w_axis=0, bias_scale=None, bias=True, cin=2, cout=4, x_type="int8",
+               w_max=127) -> onnx.ModelProto:
+    """x -> Q -> DQ -> Conv(DQ(w), DQ(b)) -> Q -> DQ: a quantize_static-shaped Conv. `w_scale`
+    a float (per tensor) or one per channel of `w_axis`; the bias scale is x_scale * w_scale
+    in float32 unless `bias_scale` is given; activations of `x_type`, int8 weights in
+    [-w_max, w_max]."""
+    w = RNG.integers(-w_max, w_max + 1, (cout, cin, 3, 3))
+    ws = np.asarray(w_scale, np.float32)
+    w_attr = f"<axis = {w_axis}> " if ws.ndim else ""
+    per = f"[{len(ws)}]" if ws.ndim else ""
+    inits = [f"int8[{dims(w.shape)}] w = {{{ints(w)}}}", f"float{per} ws = {{{floats(ws)}}}",
+             f"int8{per} wz = {{{ints(np.zeros(ws.shape))}}}"]
+    body = f"wd = DequantizeLinear {w_attr}(w, ws, wz)\n"
+    conv_in = "xd, wd"
+    if bias:
+        bs = np.float32(X_SCALE) * ws if bias_scale is None else np.asarray(bias_scale, np.float32)
+        bs = np.broadcast_to(bs, (cout,))
+        inits += [f"int32[{cout}] b = {{{ints(RNG.integers(-300, 300, cout))}}}",
+                  f"float[{cout}] bs = {{{floats(bs)}}}"]
+        body += "bd = DequantizeLinear <axis = 0> (b, bs)\n"
+        conv_in += ", bd"
+    return model(f"""
+        agraph (float[1, {cin}, 6, 6] x) => (float[1, {cout}, 6, 6] z) <{", ".join(inits)}> {{
+            xs = Constant <value = float {{{X_SCALE}}}> ()
+            xz = Constant <value = {x_type} {{{3 if x_type == "int8" else 130}}}> ()
+            ys = Constant <value = float {{{Y_SCALE}}}> ()
+            yz = Constant <value = {x_type} {{{-2 if x_type == "int8" else 125}}}> ()
+            xq = QuantizeLinear (x, xs, xz)
+            xd = DequantizeLinear (xq, xs, xz)
+            {body}
+            c = Conv <pads = [1, 1, 1, 1]> ({conv_in})
+            yq = QuantizeLinear (c, ys, yz)
+            z = DequantizeLinear (yq, ys, yz)
+        }}""")
+
+
+# One quantization step of the output; both models run as written (onnxruntime's own QDQ
+# fusion of the original, with its graph optimizations on, moves some outputs by many steps:
+# its int8 kernels on AVX2 saturate 16-bit intermediate sums of full-range weights).
+ONE_STEP = {"rtol": 0.0, "atol": Y_SCALE * 1.001, "ort_optimize": False}
+UNFUSED_CONV = ["QuantizeLinear", "DequantizeLinear", "DequantizeLinear", "Conv", "QuantizeLinear",
+                "DequantizeLinear"]
+
+
+# ---- the op language: QuantizeLinear and DequantizeLinear are typed ops and come back as written
+
+def test_qdq_ops_round_trip_at_opset_10_and_with_per_channel_axes():
+    old = model("""
+        agraph (float[2, 4] x) => (float[2, 4] y) <float s = {0.1}, uint8 z = {7}> {
+            q = QuantizeLinear (x, s, z)
+            y = DequantizeLinear (q, s, z)
+        }""", opset=10)
+    new = model("""
+        agraph (float[4, 3] x) => (float[4, 3] y) <float[4] s = {0.1, 0.2, 0.3, 0.4}, int8[4] z = {0, 1, 2, 3}> {
+            q = QuantizeLinear <axis = 0> (x, s, z)
+            y = DequantizeLinear <axis = 0> (q, s)
+        }""", opset=21)
+    for m in (old, new):
+        rt = roundtrip(m)
+        assert [(n.op_type, [(a.name, a.i) for a in n.attribute], len(n.input)) for n in rt.graph.node] == \
+            [(n.op_type, [(a.name, a.i) for a in n.attribute], len(n.input)) for n in m.graph.node]
+        assert_same_outputs(m, rt, ort_optimize=False)
+
+
+# ---- DQ -> Conv -> Q
+
+def test_conv_without_bias_fuses_into_qlinearconv():
+    res = check_rewrite(conv_model(bias=False), ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
+                        fired=["qdq-conv-fuse"], **ONE_STEP)
+    (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConv"]
+    assert [a.name for a in node.attribute] == ["pads"] and len(node.input) == 8
+
+
+def test_conv_with_bias_and_per_channel_weights_fuses_into_qlinearconv():
+    m = conv_model(w_scale=[0.01, 0.02, 0.015, 0.03])
+    res = check_rewrite(m, ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
+                        fired=["qdq-bias-scale-product", "qdq-conv-bias-fuse"], **ONE_STEP)
+    (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConv"]
+    assert len(node.input) == 9  # the int32 bias, unchanged
+
+
+def test_conv_with_uint8_activations_fuses_with_7_bit_weights():
+    # what quantize_static writes with reduce_range: int8 weights in [-64, 64]
+    check_rewrite(conv_model(x_type="uint8", w_max=64), ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
+                  fired=["qdq-exact-kernel-u8s7", "qdq-conv-bias-fuse"], **ONE_STEP)
+
+
+def test_conv_with_uint8_activations_and_full_range_int8_weights_does_not_fuse():
+    # onnxruntime's uint8 x int8 kernel on AVX2 saturates pairs of products in 16 bits: the
+    # fused op would not compute what the model says
+    check_rewrite(conv_model(x_type="uint8"), UNFUSED_CONV + ["DequantizeLinear"],
+                  not_fired=["qdq-exact-kernel-u8s7", "qdq-conv-bias-fuse"])
+
+
+def test_conv_bias_with_another_scale_does_not_fuse():
+    # the bias is quantized with 2 * x_scale * w_scale: QLinearConv would add it at half its value
+    m = conv_model(bias_scale=2 * np.float32(X_SCALE) * np.float32(W_SCALE))
+    check_rewrite(m, UNFUSED_CONV + ["DequantizeLinear"], not_fired=["qdq-conv-bias-fuse", "qdq-conv-fuse"])
+
+
+def test_conv_weight_per_channel_on_the_input_axis_does_not_fuse():
+    # scales along axis 1 (input channels): QLinearConv takes one scale per output channel
+    m = conv_model(w_scale=[0.01, 0.02, 0.015, 0.03], w_axis=1, cin=4, cout=4)
+    check_rewrite(m, UNFUSED_CONV + ["DequantizeLinear"],
+                  not_fired=["qdq-conv-fuse", "qdq-bias-scale-product", "qdq-conv-bias-fuse"])
+
+
+# ---- DQ -> MatMul -> Q
+
+def matmul_model(b_scale=W_SCALE, b_axis=1, b_max=64) -> onnx.ModelProto:
+    """uint8 activations times int8 weights in [-b_max, b_max]."""
+    b = RNG.integers(-b_max, b_max + 1, (8, 5))
+    bsc = np.asarray(b_scale, np.float32)
+    shp = f"[{len(bsc)}]" if bsc.ndim else ""
+    attr = f"<axis = {b_axis}> " if bsc.ndim else ""
+    zeros = ints(np.zeros(bsc.shape))
+    return model(f"""
+        agraph (float[3, 8] x) => (float[3, 5] z)
+            <int8[8, 5] b = {{{ints(b)}}}, float{shp} bs = {{{floats(bsc)}}}, int8{shp} bz = {{{zeros}}}> {{
+            xs = Constant <value = float {{{X_SCALE}}}> ()
+            xz = Constant <value = uint8 {{128}}> ()
+            ys = Constant <value = float {{{Y_SCALE}}}> ()
+            yz = Constant <value = uint8 {{120}}> ()
+            xq = QuantizeLinear (x, xs, xz)
+            xd = DequantizeLinear (xq, xs, xz)
+            bd = DequantizeLinear {attr}(b, bs, bz)
+            c = MatMul (xd, bd)
+            yq = QuantizeLinear (c, ys, yz)
+            z = DequantizeLinear (yq, ys, yz)
+        }}""")
+
+
+def test_matmul_fuses_into_qlinearmatmul():
+    check_rewrite(matmul_model(), ["QuantizeLinear", "QLinearMatMul", "DequantizeLinear"],
+                  fired=["qdq-matmul-fuse"], **ONE_STEP)
+
+
+def test_matmul_with_full_range_int8_weights_does_not_fuse():
+    m = matmul_model(b_max=127)
+    check_rewrite(m, ["QuantizeLinear", "DequantizeLinear", "DequantizeLinear", "MatMul", "QuantizeLinear",
+                      "DequantizeLinear"], not_fired=["qdq-matmul-fuse"])
+
+
+def test_matmul_with_per_column_weights_does_not_fuse():
+    # QLinearMatMul is fused per tensor only (as onnxruntime's selector does)
+    m = matmul_model(b_scale=RNG.uniform(0.01, 0.03, 5))
+    check_rewrite(m, ["QuantizeLinear", "DequantizeLinear", "DequantizeLinear", "MatMul", "QuantizeLinear",
+                      "DequantizeLinear"], not_fired=["qdq-matmul-fuse"])
+
+
+# ---- DQ -> Add -> Q (com.microsoft.QLinearAdd, target ort)
+
+def add_model(a_type="int8", b_type="int8") -> onnx.ModelProto:
+    """a, b -> Q -> DQ -> Add (b broadcast along the rows) -> Q -> DQ."""
+    zp = {"int8": -3, "uint8": 128}
+    return model(f"""
+        agraph (float[2, 3, 4] x, float[4] y) => (float[2, 3, 4] z) {{
+            sa = Constant <value = float {{0.03}}> ()
+            za = Constant <value = {a_type} {{{zp[a_type]}}}> ()
+            sb = Constant <value = float {{0.07}}> ()
+            zb = Constant <value = {b_type} {{{zp[b_type] + 2}}}> ()
+            sc = Constant <value = float {{0.05}}> ()
+            zc = Constant <value = {a_type} {{{zp[a_type] - 1}}}> ()
+            xq = QuantizeLinear (x, sa, za)
+            xd = DequantizeLinear (xq, sa, za)
+            yq = QuantizeLinear (y, sb, zb)
+            yd = DequantizeLinear (yq, sb, zb)
+            c = Add (xd, yd)
+            cq = QuantizeLinear (c, sc, zc)
+            z = DequantizeLinear (cq, sc, zc)
+        }}""")
+
+
+QUANTIZED_INPUTS = ["QuantizeLinear", "QuantizeLinear", "DequantizeLinear"]
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_add_fuses_into_qlinearadd(dtype):
+    check_rewrite(add_model(dtype, dtype), QUANTIZED_INPUTS + ["com.microsoft.QLinearAdd"],
+                  fired=["qdq-add-fuse"], rtol=0.0, atol=0.05 * 1.001, ort_optimize=False)
+
+
+def test_add_of_int8_and_uint8_does_not_fuse():
+    check_rewrite(add_model("int8", "uint8"), QUANTIZED_INPUTS + ["DequantizeLinear"] * 2 + ["Add", "QuantizeLinear"],
+                  not_fired=["qdq-add-fuse"], ort_optimize=False)
+
+
+def test_add_is_not_fused_for_target_onnx():
+    check_rewrite(add_model(), QUANTIZED_INPUTS + ["DequantizeLinear"] * 2 + ["Add", "QuantizeLinear"],
+                  not_fired=["qdq-add-fuse"], target="onnx", ort_optimize=False)
+
+
+# ---- DequantizeLinear moved past Transpose, Reshape and MaxPool
+
+MOVES = ["qdq-dq-past-transpose", "qdq-dq-past-reshape", "qdq-dq-past-maxpool"]
+
+
+def data_movement_model(scale="float {0.05}", zero_point="int8 {3}", per_channel=False) -> onnx.ModelProto:
+    """x -> Q -> DQ, then MaxPool, Reshape and Transpose, each followed by the same Q -> DQ
+    (per_channel: `scale` along axis 1 for the first pair, 0.05 and 3 per tensor after)."""
+    text = f"""
+        agraph (float[1, 4, 6, 6] x) => (float[1, 4, 3, 3] z, float[4, 36] r, float[1, 6, 6, 4] tt) {{
+            s = Constant <value = {scale}> ()
+            zp = Constant <value = {zero_point}> ()
+            sh = Constant <value = int64[2] {{4, 36}}> ()
+            xq = QuantizeLinear <axis = 1> (x, s, zp)
+            xd = DequantizeLinear <axis = 1> (xq, s, zp)
+            p = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (xd)
+            pq = QuantizeLinear (p, s, zp)
+            z = DequantizeLinear (pq, s, zp)
+            rr = Reshape (xd, sh)
+            rq = QuantizeLinear (rr, s, zp)
+            r = DequantizeLinear (rq, s, zp)
+            t = Transpose <perm = [0, 2, 3, 1]> (xd)
+            tq = QuantizeLinear (t, s, zp)
+            tt = DequantizeLinear (tq, s, zp)
+        }}"""
+    if per_channel:
+        head, tail = text.split("p = MaxPool", 1)
+        tail = tail.replace("s, zp)", "so, zo)")
+        text = head + """so = Constant <value = float {0.05}> ()
+            zo = Constant <value = int8 {3}> ()
+            p = MaxPool""" + tail
+    return model(text)
+
+
+UNMOVED = ["QuantizeLinear", "DequantizeLinear", "MaxPool", "Reshape", "Transpose"] + \
+    ["QuantizeLinear", "DequantizeLinear"] * 3
+
+
+def test_dq_moves_past_transpose_reshape_and_maxpool_and_the_pairs_after_them_cancel():
+    # each output DQ(Q(op(DQ(xq)))) is op(DQ(xq)) exactly: the op's result is on the grid already
+    check_rewrite(data_movement_model(), ["QuantizeLinear", "DequantizeLinear", "MaxPool", "Reshape", "Transpose"],
+                  fired=MOVES + ["qdq-dq-q-cancel"], rtol=0.0, atol=0.0, ort_optimize=False)
+
+
+def test_per_channel_dq_does_not_move():
+    # a per-channel DQ along axis 1: a Transpose or Reshape moves the channels elsewhere
+    m = data_movement_model("float[4] {0.05, 0.1, 0.02, 0.07}", "int8[4] {3, 0, 1, 2}", per_channel=True)
+    check_rewrite(m, UNMOVED, not_fired=MOVES, rtol=0.0, atol=0.0, ort_optimize=False)
+
+
+def test_dq_with_a_negative_scale_does_not_move_past_maxpool():
+    # a negative scale reverses the order: the max of the integers is the min of the floats
+    moved_but_maxpool = ["QuantizeLinear", "DequantizeLinear", "MaxPool", "Reshape", "Transpose",
+                         "QuantizeLinear", "DequantizeLinear"]
+    res = check_rewrite(data_movement_model("float {-0.05}"), (moved_but_maxpool, UNMOVED),
+                        fired=["qdq-dq-past-transpose"], not_fired=["qdq-dq-past-maxpool"],
+                        rtol=0.0, atol=0.0, ort_optimize=False)
+    assert "MaxPool" in op_list(res.model)
+
+
+# ---- DQ -> Q pairs
+
+def pair_model(q_zero_point: int = 3, q_axis: int = 1, per_channel: bool = False) -> onnx.ModelProto:
+    """y (int8) -> DQ(s, 3) -> Q(s, q_zero_point) -> DQ(0.5, 0): the pair cancels only where
+    the Q's zero point and axis are the DQ's."""
+    if per_channel:
+        sc = "float[4] s = {0.1, 0.2, 0.3, 0.4}, int8[4] z = {3, 3, 3, 3}, "
+        qz = f"int8[4] qz = {{{ints([q_zero_point] * 4)}}}"
+    else:
+        sc = "float s = {0.1}, int8 z = {3}, "
+        qz = f"int8 qz = {{{q_zero_point}}}"
+    q_attr = f"<axis = {q_axis}> " if per_channel else ""
+    return model(f"""
+        agraph (int8[4, 4, 3] y) => (float[4, 4, 3] out) <{sc}{qz}, float s2 = {{0.5}}> {{
+            d = DequantizeLinear <axis = 1> (y, s, z)
+            q = QuantizeLinear {q_attr}(d, s, qz)
+            out = DequantizeLinear (q, s2)
+        }}""")
+
+
+def wide_int8_feeds(m: onnx.ModelProto) -> dict:
+    return {"y": RNG.integers(-128, 128, (4, 4, 3)).astype(np.int8)}
+
+
+def test_dq_q_pair_with_the_same_parameters_cancels():
+    m = pair_model()
+    check_rewrite(m, ["DequantizeLinear"], fired=["qdq-dq-q-cancel"], feeds=wide_int8_feeds(m), rtol=0, atol=0)
+
+
+def test_per_channel_dq_q_pair_on_the_same_axis_cancels():
+    m = pair_model(per_channel=True)
+    check_rewrite(m, ["DequantizeLinear"], fired=["qdq-dq-q-cancel"], feeds=wide_int8_feeds(m), rtol=0, atol=0)
+
+
+def test_dq_q_pair_with_another_zero_point_stays():
+    m = pair_model(q_zero_point=4)
+    check_rewrite(m, ["DequantizeLinear", "QuantizeLinear", "DequantizeLinear"], not_fired=["qdq-dq-q-cancel"],
+                  feeds=wide_int8_feeds(m), rtol=0, atol=0)
+
+
+def test_per_channel_dq_q_pair_on_another_axis_stays():
+    m = pair_model(per_channel=True, q_axis=0)  # DQ scales rows of axis 1, Q of axis 0
+    check_rewrite(m, ["DequantizeLinear", "QuantizeLinear", "DequantizeLinear"], not_fired=["qdq-dq-q-cancel"],
+                  feeds=wide_int8_feeds(m), rtol=0, atol=0)
+
+
+# ---- end to end: a float CNN quantized by onnxruntime, then optimized by eqsat
+
+def float_cnn() -> onnx.ModelProto:
+    """Conv -> Relu -> Conv -> Add (a residual block) with seeded random weights."""
+    from onnx import TensorProto, helper  # noqa: PLC0415
+
+    rng = np.random.default_rng(1)
+
+    def init(name, *shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "r1"], ["y"])]
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+                          [init("w1", 8, 3, 3, 3), init("b1", 8), init("w2", 8, 8, 3, 3, scale=0.1), init("b2", 8)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def quantized_cnn(tmp_path, **quant_options) -> str:
+    """float_cnn() quantized by onnxruntime.quantization.quantize_static in QDQ form, calibrated
+    on eight seeded random inputs; returns the path."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static  # noqa: PLC0415
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(2)
+            self.feeds = iter([{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    onnx.save(float_cnn(), tmp_path / "float.onnx")
+    quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "qdq.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, **quant_options)
+    return str(tmp_path / "qdq.onnx")
+
+
+def _quant_types():
+    from onnxruntime.quantization import QuantType  # noqa: PLC0415
+
+    return QuantType
+
+
+@pytest.mark.parametrize("per_channel, activations, reduce_range", [
+    (False, "QInt8", False),   # quantize_static's defaults (onnxruntime 1.32)
+    (False, "QUInt8", True),   # uint8 activations, 7-bit int8 weights (onnxruntime's advice on AVX2)
+    (True, "QUInt8", True),
+    (True, "QInt8", False),    # int8 activations, full-range int8 weights
+])
+def test_quantized_cnn_fuses_whole_and_is_no_farther_from_the_qdq_model_than_onnxruntimes_own(
+        tmp_path, per_channel, activations, reduce_range):
+    import eqsat  # noqa: PLC0415
+    from eqsat.verification import run  # noqa: PLC0415
+
+    qt = _quant_types()
+    path = quantized_cnn(tmp_path, per_channel=per_channel, reduce_range=reduce_range,
+                         activation_type=getattr(qt, activations), weight_type=qt.QInt8)
+    qdq = onnx.load(path)
+    res = eqsat.optimize(path)  # verified against the QDQ model as written (raises if not)
+    assert sorted(op_list(res.model)) == sorted(["QuantizeLinear", "QLinearConv", "QLinearConv",
+                                                 "com.microsoft.QLinearAdd", "DequantizeLinear"]), op_list(res.model)
+    onnx.checker.check_model(res.model)
+    y_scale = float(numpy_helper.to_array(next(t for t in qdq.graph.initializer if t.name == "y_scale")))
+    for seed in range(3):
+        feeds = {"x": np.random.default_rng(10 + seed).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+        as_written = run(qdq, feeds, optimize=False)["y"]
+        ort_own = run(qdq, feeds, optimize=True)["y"]  # onnxruntime's own QDQ fusions
+        ours = run(res.model, feeds, optimize=False)["y"]
+        ort_distance = float(np.abs(ort_own - as_written).max())
+        # eqsat's result is no farther from the model as written than onnxruntime's own
+        # optimization is, with one quantization step for rounding the requantization
+        assert float(np.abs(ours - as_written).max()) <= max(ort_distance, y_scale * 1.001)
+
+
+def test_quantized_cnn_with_full_range_uint8_x_int8_keeps_its_convs(tmp_path):
+    # uint8 activations and int8 weights over the full range, which onnxruntime's AVX2 kernels
+    # sum with 16-bit saturation: eqsat does not fuse, and the model passes verification
+    import eqsat  # noqa: PLC0415
+
+    qt = _quant_types()
+    path = quantized_cnn(tmp_path, activation_type=qt.QUInt8, weight_type=qt.QInt8)
+    res = eqsat.optimize(path)
+    assert "QLinearConv" not in op_list(res.model) and op_list(res.model).count("Conv") == 2
+    assert res.report.verification.status == "passed"
