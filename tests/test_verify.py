@@ -496,3 +496,48 @@ def test_an_error_in_an_output_of_tiny_values_fails_verification():
     original = scaled(1e-6)
     assert verify(original, scaled(1.1e-6)).status == "failed"
     assert verify(original, scaled(1e-6 * (1 + 1e-5))).status == "passed"
+
+
+# ---- QDQ models (issue 30): a requantizing rewrite passes where it is no farther from the
+# original than onnxruntime's own optimization of it
+
+def _qdq_conv_and_onnxruntimes_own(tmp_path):
+    """A uint8 DQ -> Conv -> Q -> DQ model (seeded: one whose requantized outputs move) and
+    onnxruntime's own ORT_ENABLE_EXTENDED form of it (a QLinearConv)."""
+    import onnxruntime as ort  # noqa: PLC0415
+
+    from .rules import test_qdq  # noqa: PLC0415
+
+    test_qdq.RNG = np.random.default_rng(0)
+    m = test_qdq.conv_model(x_type="uint8", w_max=64, cin=8, cout=8)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "own.onnx")
+    so.log_severity_level = 3
+    ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    own = onnx.load(str(tmp_path / "own.onnx"))
+    assert "QLinearConv" in [n.op_type for n in own.graph.node]
+    return m, own
+
+
+def test_qdq_model_passes_where_no_farther_than_onnxruntimes_own_optimization(tmp_path):
+    m, own = _qdq_conv_and_onnxruntimes_own(tmp_path)
+    v = verify(m, own)
+    assert v.status == "passed", v.detail
+    assert "QDQ model: outputs beyond the tolerance no farther from the original" in v.detail
+
+
+def test_qdq_model_fails_where_farther_than_onnxruntimes_own_optimization(tmp_path):
+    from onnx import helper  # noqa: PLC0415
+
+    m, _ = _qdq_conv_and_onnxruntimes_own(tmp_path)
+    moved = onnx.ModelProto.FromString(m.SerializeToString())
+    # the last DequantizeLinear reads its input three steps off: every output moves by 0.3
+    moved.graph.node.insert(0, helper.make_node("Constant", [], ["yz3"],
+                                                value=helper.make_tensor("v", onnx.TensorProto.UINT8, [], [122])))
+    last = moved.graph.node[-1]
+    assert last.op_type == "DequantizeLinear"
+    last.input[2] = "yz3"
+    v = verify(m, moved)
+    assert v.status == "failed"
+    assert "onnxruntime's own optimization of the original moves it by at most" in v.detail

@@ -231,9 +231,11 @@ class Encoder:
         used = self._used_names(g)
         for node in _topological(g):
             self._node(node, used)
+        uses = self._uses(g)
         ids: dict[str, int] = {}
         for value in self.var:
             self._set_type(value)
+            self.cmds.append(T.set_fn("uses", [T.var(self.var[value])], T.i64(uses.get(value, 0))))
             ids[value] = len(ids)
             self.cmds.append(T.union(T.value(ids[value]), T.var(self.var[value])))
         for o in g.output:
@@ -256,6 +258,19 @@ class Encoder:
             return [T.var(self.var[o.name]) for o in g.output]
         finally:
             self.var = saved
+
+    @staticmethod
+    def _uses(g: GraphProto) -> Counter:
+        """(uses v) for rules/qdq.egg: how many times the input model reads each value, as
+        onnxruntime counts a node's output edges: once per node input that names it (a node
+        that reads it twice counts twice), once per node whose subgraphs read it, and once
+        for being a graph output. Set for every value of the main graph; the function's merge
+        adds (rules/lang.egg), so values that the e-graph finds equal count their uses together."""
+        uses: Counter = Counter(o.name for o in g.output)
+        for node in g.node:
+            uses.update(v for v in node.input if v)
+            uses.update(node_captures(node))
+        return uses
 
     @staticmethod
     def _used_names(g: GraphProto) -> set[str]:
