@@ -541,3 +541,24 @@ def test_qdq_model_fails_where_farther_than_onnxruntimes_own_optimization(tmp_pa
     v = verify(m, moved)
     assert v.status == "failed"
     assert "onnxruntime's own optimization of the original moves it by at most" in v.detail
+
+
+def test_qdq_allowance_counts_one_step_as_one_step_wherever_float32_rounds_it():
+    # one quantization step of a dequantized output, (q - z) * s in float32, is not the same
+    # float everywhere: one step off at one element is no farther than one step off at another
+    from eqsat.verification import Mismatch, QdqAllowance  # noqa: PLC0415
+
+    s = np.float32(2.5677288e-11)
+    q = np.array([-2, -1, 3, 7], np.float32)
+    expected = {"y": q * s}
+    got = {"y": (q + [0, 0, 0, 1]).astype(np.float32) * s}
+    own = {"y": (q + [1, 0, 0, 0]).astype(np.float32) * s}
+    ours = np.abs(got["y"].astype(np.float64) - expected["y"]).max()
+    theirs = np.abs(own["y"].astype(np.float64) - expected["y"]).max()
+    assert ours > theirs  # the case: the same one step, measured a few float32 ulps apart
+    allowance = QdqAllowance.__new__(QdqAllowance)
+    allowance.active, allowance.used = True, []
+    allowance._own = lambda f: own
+    assert allowance.filter([Mismatch("y", "differs")], expected, got, {}) == []
+    two_steps = {"y": (q + [0, 0, 0, 2]).astype(np.float32) * s}
+    assert len(allowance.filter([Mismatch("y", "differs")], expected, two_steps, {})) == 1

@@ -299,7 +299,9 @@ class QdqAllowance:
                 continue
             ours = float(np.abs(g.astype(np.float64) - e.astype(np.float64)).max())
             theirs = float(np.abs(o.astype(np.float64) - e.astype(np.float64)).max())
-            if ours <= theirs:
+            # the same number of quantization steps can differ by float32 rounding of the step
+            slack = 4 * float(np.finfo(np.float32).eps) * float(max(np.abs(e).max(), np.abs(o).max()))
+            if ours <= theirs + slack:
                 self.used.append(f"'{m.output}' {ours:.3g} <= {theirs:.3g}")
             else:
                 still.append(Mismatch(m.output, f"{m.detail}; onnxruntime's own optimization of the original "
