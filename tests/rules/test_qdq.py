@@ -5,7 +5,7 @@ DequantizeLinear moved past Transpose, Reshape and MaxPool, and DequantizeLinear
 QuantizeLinear pairs that give their input back. Each rule fires on a minimal model, and
 does not fire where it must not (a zero point that differs between the two halves of a pair,
 a per-channel axis on the wrong dimension, a bias whose scale is not x_scale * w_scale,
-uint8 activations with full-range int8 weights, a negative scale before a MaxPool). At the
+full-range int8 weights that are not constant, a negative scale before a MaxPool). At the
 end, a float CNN quantized by onnxruntime.quantization.quantize_static, optimized whole.
 
 Tolerance: QLinearConv, QLinearMatMul and QLinearAdd requantize once from the integers,
@@ -136,11 +136,26 @@ def test_conv_without_bias_fuses_into_qlinearconv():
     assert types.get(node.input[2]) == types.get(node.input[7]) == onnx.TensorProto.UINT8  # zero points
 
 
-def test_conv_with_int8_activations_and_full_range_weights_does_not_fuse():
-    # made uint8, the activations would meet full-range int8 weights in onnxruntime's
-    # saturating uint8 x int8 kernel (and its int8 x int8 one runs slower than float here)
-    check_rewrite(conv_model(bias=False), UNFUSED_CONV, fired=["qdq-s8-pair-as-u8"],
-                  not_fired=["qdq-exact-kernel-u8s7", "qdq-conv-fuse"])
+def test_conv_with_int8_activations_and_full_range_weights_fuses_with_uint8_weights():
+    # quantize_static's defaults: the activations are made uint8 and so are the weights, for
+    # onnxruntime's exact uint8 x uint8 kernel (its uint8 x int8 one saturates)
+    res = check_rewrite(conv_model(bias=False), ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
+                        fired=["qdq-s8-pair-as-u8", "qdq-weight-s8-as-u8", "qdq-conv-fuse"], **ONE_STEP)
+    (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConv"]
+    types = {t.name: t.data_type for t in res.model.graph.initializer}
+    assert types[node.input[3]] == types[node.input[5]] == onnx.TensorProto.UINT8  # w and its zero point
+
+
+def test_conv_with_int8_weights_from_an_input_does_not_fuse():
+    # a weight that is not a constant cannot be made uint8, and full-range int8 weights would
+    # meet onnxruntime's saturating uint8 x int8 kernel
+    m = conv_model(bias=False)
+    w = next(t for t in m.graph.initializer if t.name == "w")
+    m.graph.input.append(onnx.helper.make_tensor_value_info("w", onnx.TensorProto.INT8, list(w.dims)))
+    m.graph.initializer.remove(w)
+    feeds = {"x": RNG.standard_normal((1, 2, 6, 6)).astype(np.float32),
+             "w": RNG.integers(-127, 128, list(w.dims)).astype(np.int8)}
+    check_rewrite(m, UNFUSED_CONV, feeds=feeds, not_fired=["qdq-weight-s8-as-u8", "qdq-conv-fuse"])
 
 
 def test_conv_with_bias_and_per_channel_weights_fuses_into_qlinearconv():
@@ -157,11 +172,11 @@ def test_conv_with_uint8_activations_fuses_with_7_bit_weights():
                   fired=["qdq-exact-kernel-u8s7", "qdq-conv-bias-fuse"], **ONE_STEP)
 
 
-def test_conv_with_uint8_activations_and_full_range_int8_weights_does_not_fuse():
+def test_conv_with_uint8_activations_and_full_range_int8_weights_fuses_with_uint8_weights():
     # onnxruntime's uint8 x int8 kernel on AVX2 saturates pairs of products in 16 bits: the
-    # fused op would not compute what the model says
-    check_rewrite(conv_model(x_type="uint8"), UNFUSED_CONV + ["DequantizeLinear"],
-                  not_fired=["qdq-exact-kernel-u8s7", "qdq-conv-bias-fuse"])
+    # weights are made uint8 (exact) for its uint8 x uint8 kernel
+    check_rewrite(conv_model(x_type="uint8"), ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
+                  fired=["qdq-weight-s8-as-u8", "qdq-exact-kernel-u8u8", "qdq-conv-bias-fuse"], **ONE_STEP)
 
 
 def test_conv_bias_with_another_scale_does_not_fuse():
@@ -288,10 +303,9 @@ def test_matmul_fuses_into_qlinearmatmul():
                   fired=["qdq-matmul-fuse"], **ONE_STEP)
 
 
-def test_matmul_with_full_range_int8_weights_does_not_fuse():
-    m = matmul_model(b_max=127)
-    check_rewrite(m, ["QuantizeLinear", "DequantizeLinear", "DequantizeLinear", "MatMul", "QuantizeLinear",
-                      "DequantizeLinear"], not_fired=["qdq-matmul-fuse"])
+def test_matmul_with_full_range_int8_weights_fuses_with_uint8_weights():
+    check_rewrite(matmul_model(b_max=127), ["QuantizeLinear", "QLinearMatMul", "DequantizeLinear"],
+                  fired=["qdq-weight-s8-as-u8", "qdq-matmul-fuse"], **ONE_STEP)
 
 
 def test_matmul_with_per_column_weights_does_not_fuse():
@@ -552,16 +566,23 @@ def test_quantized_cnn_fuses_as_onnxruntime_and_is_no_farther_from_the_qdq_model
         assert float(np.abs(ours - as_written).max()) <= max(ort_distance, y_scale * 1.001)
 
 
-def test_quantized_cnn_with_full_range_uint8_x_int8_keeps_its_convs(tmp_path):
+def test_quantized_cnn_with_full_range_uint8_x_int8_fuses_with_uint8_weights(tmp_path):
     # uint8 activations and int8 weights over the full range, which onnxruntime's AVX2 kernels
-    # sum with 16-bit saturation: eqsat does not fuse, and the model passes verification
+    # sum with 16-bit saturation: eqsat fuses with the weights made uint8 (exact sums), within
+    # one quantization step of the model as written
     import eqsat  # noqa: PLC0415
+    from eqsat.verification import run  # noqa: PLC0415
 
     qt = _quant_types()
     path = quantized_cnn(tmp_path, activation_type=qt.QUInt8, weight_type=qt.QInt8)
+    qdq = onnx.load(path)
     res = eqsat.optimize(path)
-    assert "QLinearConv" not in op_list(res.model) and op_list(res.model).count("Conv") == 2
+    assert op_list(res.model).count("QLinearConv") == 2, op_list(res.model)
     assert res.report.verification.status == "passed"
+    y_scale = float(numpy_helper.to_array(next(t for t in qdq.graph.initializer if t.name == "y_scale")))
+    feeds = {"x": np.random.default_rng(10).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    moved = np.abs(run(res.model, feeds, optimize=False)["y"] - run(qdq, feeds, optimize=False)["y"]).max()
+    assert moved <= y_scale * 1.001
 
 
 def test_conv_after_a_maxpool_whose_int8_output_two_convs_read_does_not_fuse():
