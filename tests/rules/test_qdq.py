@@ -617,3 +617,17 @@ def test_conv_after_a_maxpool_whose_int8_output_two_convs_read_does_not_fuse():
     matches = res.report["saturation"]["rule_matches"]
     assert matches.get("qdq-s8-pair-as-u8", 0) > 0 and matches.get("qdq-dq-past-maxpool", 0) > 0, sorted(matches)
     assert_same_outputs(m, res.model, ort_optimize=False)
+
+
+def test_int8_pair_whose_q_has_another_reader_stays_int8():
+    # onnxruntime converts a Q -> DQ pair to uint8 only where the Q is read by that DQ alone
+    m = model("""
+        agraph (float[2, 4] x) => (float[2, 4] y, int8[2, 4] q) {
+            s = Constant <value = float {0.05}> ()
+            z = Constant <value = int8 {3}> ()
+            q = QuantizeLinear (x, s, z)
+            d = DequantizeLinear (q, s, z)
+            y = Relu (d)
+        }""")
+    check_rewrite(m, ["QuantizeLinear", "DequantizeLinear", "Relu"], not_fired=["qdq-s8-pair-as-u8"],
+                  ort_optimize=False)
