@@ -70,16 +70,23 @@ def dequantized(m: onnx.ModelProto) -> np.ndarray:
 
 # ---- fires
 
-@pytest.mark.parametrize("case", [
-    dict(wtype=UINT4, zero_point=True, k=64, block=32, a_shape=(2, 3)),    # uint4 with zero points, 2 blocks, rank 3
-    dict(wtype=INT4, zero_point=False, k=64, block=16, a_shape=(3,)),      # int4 without zero points, 4 blocks
-    dict(wtype=INT4, zero_point=True, k=48, block=16, a_shape=(2, 3)),     # 3 blocks: half a zero-point byte
-    dict(wtype=UINT4, zero_point=False, k=32, block=32, a_shape=(4,)),     # uint4 without: packed zeros
-    dict(wtype=UINT4, zero_point=True, k=128, n=5, block=64, axis=-2, a_shape=(1, 2, 3)),  # axis -2, rank 4
+@pytest.mark.parametrize("case, rules", [
+    # uint4 with zero points, 2 blocks, A of rank 3
+    (dict(wtype=UINT4, zero_point=True, k=64, block=32, a_shape=(2, 3)), ["nbits-matmul-fuse", "nbits-zero-point"]),
+    # int4 without zero points (MatMulNBits' default 8 is the offset), 4 blocks
+    (dict(wtype=INT4, zero_point=False, k=64, block=16, a_shape=(3,)), ["nbits-matmul-fuse"]),
+    # int4 with zero points, 3 blocks: half of each column's last zero-point byte
+    (dict(wtype=INT4, zero_point=True, k=48, block=16, a_shape=(2, 3)), ["nbits-matmul-fuse", "nbits-zero-point"]),
+    # uint4 without zero points: packed zeros
+    (dict(wtype=UINT4, zero_point=False, k=32, block=32, a_shape=(4,)),
+     ["nbits-matmul-fuse", "nbits-zero-point-uint4-absent"]),
+    # axis -2, A of rank 4
+    (dict(wtype=UINT4, zero_point=True, k=128, n=5, block=64, axis=-2, a_shape=(1, 2, 3)),
+     ["nbits-matmul-fuse", "nbits-zero-point"]),
 ], ids=["uint4-zp-rank3", "int4-no-zp", "int4-zp-odd-blocks", "uint4-no-zp", "uint4-axis-2-rank4"])
-def test_blocked_4bit_weight_fuses_into_matmulnbits(case):
+def test_blocked_4bit_weight_fuses_into_matmulnbits(case, rules):
     m = nbits_model(**case)
-    res = check_rewrite(m, FUSED, fired=["nbits-matmul-fuse"], **TIGHT)
+    res = check_rewrite(m, FUSED, fired=rules, **TIGHT)
     a = RNG.standard_normal([*case["a_shape"], case["k"]]).astype(np.float32)
     y = run(res.model, {"a": a}, False)["y"]
     want = a.astype(np.float64) @ dequantized(m)
@@ -105,6 +112,8 @@ def test_packing_is_low_nibble_first_and_offsets_int4_by_8():
 # ---- does not fire
 
 FOLDED = ["MatMul"]  # the DequantizeLinear of a small constant weight is folded into a float weight
+# none of them: no packed zero points are built either
+NBITS_RULES = ["nbits-weight", "nbits-matmul-fuse", "nbits-zero-point", "nbits-zero-point-uint4-absent"]
 
 
 @pytest.mark.parametrize("case", [
@@ -118,17 +127,17 @@ FOLDED = ["MatMul"]  # the DequantizeLinear of a small constant weight is folded
 def test_dequantize_matmulnbits_cannot_express_is_not_fused(case):
     m = nbits_model(**case)
     tol = {**TIGHT, "rtol": 1e-2, "atol": 1e-2} if case.get("ftype") == TensorProto.FLOAT16 else TIGHT
-    check_rewrite(m, (FOLDED, ["DequantizeLinear", "MatMul"]), not_fired=["nbits-matmul-fuse"], **tol)
+    check_rewrite(m, (FOLDED, ["DequantizeLinear", "MatMul"]), not_fired=NBITS_RULES, **tol)
 
 
 def test_weight_that_is_no_constant_is_not_fused():
     m = nbits_model(constant=False)
     w = RNG.integers(0, 16, (64, 8)).astype(np.int8)
     a = RNG.standard_normal((2, 3, 64)).astype(np.float32)
-    check_rewrite(m, ["Cast", "DequantizeLinear", "MatMul"], not_fired=["nbits-matmul-fuse"], feeds={"a": a, "wi": w},
+    check_rewrite(m, ["Cast", "DequantizeLinear", "MatMul"], not_fired=NBITS_RULES, feeds={"a": a, "wi": w},
                   **TIGHT)
 
 
 def test_not_fused_for_target_onnx():
-    res = check_rewrite(nbits_model(), FOLDED, not_fired=["nbits-matmul-fuse"], target="onnx", **TIGHT)
+    res = check_rewrite(nbits_model(), FOLDED, not_fired=NBITS_RULES, target="onnx", **TIGHT)
     assert "com.microsoft.MatMulNBits" not in op_list(res.model)
