@@ -5,7 +5,7 @@ and without zero points, signed and unsigned, on one block and several, an odd n
 blocks (a zero-point byte half used), A of rank 2 and 3; it does not fire where MatMulNBits
 cannot express the DequantizeLinear: K not a multiple of the block, a block size that is not a
 power of 2 or is below 16, blocks along N (axis 1), a weight that is no constant, 8-bit
-blocked weights, float16, target onnx.
+blocked weights, target onnx. float16 fuses too.
 
 MatMulNBits dequantizes the codes to float as the DequantizeLinear does and multiplies in float
 (accuracy level 0): the outputs are compared within 1e-5 relative, with onnxruntime's own
@@ -99,6 +99,19 @@ def test_blocked_4bit_weight_fuses_into_matmulnbits(case, rules):
     assert len([i for i in node.input if i]) == (3 if case["wtype"] == INT4 and not case["zero_point"] else 4)
 
 
+def test_float16_weight_fuses_into_matmulnbits():
+    # float16 A and scales: MatMulNBits' CPU kernel dequantizes and accumulates in float32, the
+    # float16 MatMul rounds otherwise; both are within float16's precision of the float64 product
+    m = nbits_model(wtype=UINT4, ftype=TensorProto.FLOAT16, a_shape=(2, 3))
+    res = check_rewrite(m, FUSED, fired=["nbits-matmul-fuse", "nbits-zero-point"], rtol=1e-2, atol=1e-2,
+                        ort_optimize=False)
+    a = RNG.standard_normal((2, 3, 64)).astype(np.float16)
+    want = a.astype(np.float64) @ dequantized(m)
+    for model in (m, res.model):
+        y = run(model, {"a": a}, False)["y"].astype(np.float64)
+        assert np.abs(y - want).max() <= 2e-3 * np.abs(want).max()
+
+
 def test_packing_is_low_nibble_first_and_offsets_int4_by_8():
     w = np.array([[-8, 7], [1, -1], [0, 3], [2, 2]], np.int8).astype("int4")  # [K=4, N=2]
     # column 0: codes 0, 9, 8, 10 -> bytes 0x90, 0xA8; column 1: 15, 7, 11, 10 -> 0x7F, 0xAB
@@ -122,12 +135,10 @@ NBITS_RULES = ["nbits-weight", "nbits-matmul-fuse", "nbits-zero-point", "nbits-z
     dict(k=32, block=8),               # block size below 16
     dict(k=32, n=32, block=16, axis=1),  # blocks along N, not K
     dict(wtype=TensorProto.INT8, block=32),  # 8-bit blocked weights: left as they are
-    dict(ftype=TensorProto.FLOAT16),   # float16 activations and scales: float32 only
-], ids=["unaligned-k", "block-not-power-of-2", "block-below-16", "axis-1", "int8", "float16"])
+], ids=["unaligned-k", "block-not-power-of-2", "block-below-16", "axis-1", "int8"])
 def test_dequantize_matmulnbits_cannot_express_is_not_fused(case):
     m = nbits_model(**case)
-    tol = {**TIGHT, "rtol": 1e-2, "atol": 1e-2} if case.get("ftype") == TensorProto.FLOAT16 else TIGHT
-    check_rewrite(m, (FOLDED, ["DequantizeLinear", "MatMul"]), not_fired=NBITS_RULES, **tol)
+    check_rewrite(m, (FOLDED, ["DequantizeLinear", "MatMul"]), not_fired=NBITS_RULES, **TIGHT)
 
 
 def test_weight_that_is_no_constant_is_not_fused():
