@@ -10,8 +10,9 @@ It also registers eqsat's internal ops (domain `eqsat.internal`), which rules ap
 constants only and the folding oracle evaluates (eqsat/oracle/layout.py): `ReorderFilter`
 turns a Conv filter into the blocked layout of onnxruntime's NCHWc convolution, and
 `PadChannels` appends zero channels to a filter or bias (output or input channels padded to
-the block). No model imports that domain, so extraction never chooses them and no written
-model holds them.
+the block); `PackNBitsWeight` and `PackNBitsZeroPoint` pack a 4-bit DequantizeLinear's weight
+and zero points for onnxruntime's MatMulNBits (eqsat/oracle/nbits.py). No model imports that
+domain, so extraction never chooses them and no written model holds them.
 """
 
 from __future__ import annotations
@@ -80,6 +81,39 @@ def _pad_channels() -> defs.OpSchema:
     )
 
 
+def _pack_nbits(name: str, doc: str, x: str, attributes: list) -> defs.OpSchema:
+    """A schema of eqsat's internal 4-bit packing (eqsat/oracle/nbits.py): a 4-bit integer tensor in, uint8 out."""
+    p = defs.OpSchema.FormalParameter
+    return defs.OpSchema(name, INTERNAL_DOMAIN, 1, doc=doc, inputs=[p(x, "T")], outputs=[p("Y", "U")],
+                         type_constraints=[("T", ["tensor(int4)", "tensor(uint4)", "tensor(uint8)"], ""),
+                                           ("U", ["tensor(uint8)"], "")],
+                         attributes=attributes)
+
+
+def _pack_nbits_weight() -> defs.OpSchema:
+    a = defs.OpSchema.Attribute
+    return _pack_nbits(
+        "PackNBitsWeight",
+        "eqsat: a 4-bit weight [K, N] in MatMulNBits' packed form [N, K/block_size, block_size/2] "
+        "(int4 codes offset by 8)",
+        "W",
+        [a("block_size", defs.OpSchema.AttrType.INT, "the quantization block along K", required=True)],
+    )
+
+
+def _pack_nbits_zero_point() -> defs.OpSchema:
+    a = defs.OpSchema.Attribute
+    integer = defs.OpSchema.AttrType.INT
+    return _pack_nbits(
+        "PackNBitsZeroPoint",
+        "eqsat: 4-bit zero points [blocks, columns] (or one, broadcast) in MatMulNBits' packed "
+        "form [columns, ceil(blocks/2)] (int4 offset by 8)",
+        "Z",
+        [a("blocks", integer, "blocks along K", required=True),
+         a("columns", integer, "N", required=True)],
+    )
+
+
 def register() -> None:
     """Make onnx's checker accept onnxruntime's ai.onnx-domain contrib ops (idempotent)."""
     global _registered
@@ -97,4 +131,9 @@ def register() -> None:
         defs.get_schema("PadChannels", 1, INTERNAL_DOMAIN)
     except defs.SchemaError:
         defs.register_schema(_pad_channels())
+    for name, make in (("PackNBitsWeight", _pack_nbits_weight), ("PackNBitsZeroPoint", _pack_nbits_zero_point)):
+        try:
+            defs.get_schema(name, 1, INTERNAL_DOMAIN)
+        except defs.SchemaError:
+            defs.register_schema(make())
     _registered = True

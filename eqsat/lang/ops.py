@@ -378,6 +378,21 @@ SPECS += [
     OpSpec("FastGelu", ("X", "bias?"), domain=_MS, contrib=True),
     OpSpec("GeluMs", ("X",), op_type="Gelu", domain=_MS, contrib=True),
     OpSpec("QuickGelu", ("X",), (Attr("alpha", "float", 1.702),), domain=_MS, contrib=True),
+    # onnxruntime's 4-bit weight-only quantized MatMul (rules/nbits.egg)
+    OpSpec(
+        "MatMulNBits",
+        ("A", "B", "scales", "zero_points?", "g_idx?", "bias?"),
+        (
+            Attr("K", "int"),
+            Attr("N", "int"),
+            Attr("accuracy_level", "int", 0),
+            Attr("bits", "int", 4),
+            Attr("block_size", "int"),
+            Attr("weight_prepacked", "int", 0),
+        ),
+        domain=_MS,
+        contrib=True,
+    ),
     OpSpec(
         "MultiHeadAttention",
         (
@@ -456,6 +471,10 @@ SPECS += [
     OpSpec("ReorderFilter", ("W",), (Attr("block", "int"), Attr("layout", "str")), domain="eqsat.internal"),
     # ... and a filter or bias with zero channels appended along an axis (padded to the block).
     OpSpec("PadChannels", ("X",), (Attr("axis", "int", 0), Attr("channels", "int")), domain="eqsat.internal"),
+    # ... and a 4-bit DequantizeLinear's weight and zero point packed for MatMulNBits (rules/nbits.egg,
+    # eqsat/oracle/nbits.py)
+    OpSpec("PackNBitsWeight", ("W",), (Attr("block_size", "int"),), domain="eqsat.internal"),
+    OpSpec("PackNBitsZeroPoint", ("Z",), (Attr("blocks", "int"), Attr("columns", "int")), domain="eqsat.internal"),
 ]
 
 BY_CTOR: dict[str, OpSpec] = {s.ctor: s for s in SPECS}

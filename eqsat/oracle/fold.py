@@ -26,7 +26,8 @@ a value where they differ beyond rounding is refused (the reference's LogSoftmax
 never showed. Within rounding (Range adds its delta up in onnxruntime) onnxruntime's value
 is taken. A value only the reference can compute (eqsat's internal ops) is the reference's.
 
-eqsat's internal ops (domain eqsat.internal: ReorderFilter, PadChannels, eqsat/oracle/layout.py) fold
+eqsat's internal ops (domain eqsat.internal: ReorderFilter, PadChannels, eqsat/oracle/layout.py;
+PackNBitsWeight, PackNBitsZeroPoint, eqsat/oracle/nbits.py) fold
 like any op; extraction never chooses them, so a value computed by one reaches the output
 model only as the folded constant.
 """
@@ -57,6 +58,9 @@ SAME_DTYPE = frozenset(
      "Greater", "And", "Or", "BatchNormalization", "LayerNormalization", "Conv"}
 )
 STRUCTURE = frozenset({"Absent", "Nil", "Cons", "Out"})
+# internal ops whose result is no larger than their input's bytes (where the fold limit's
+# input count cannot tell: a 4-bit input has no byte size here)
+NO_BLOAT = frozenset({"PadChannels", "PackNBitsWeight", "PackNBitsZeroPoint"})
 # ops whose reference implementation gives onnxruntime's bits on every input: data movement and
 # correctly rounded IEEE arithmetic; a fold batch of these alone is not run under onnxruntime
 EXACT_OPS = frozenset(
@@ -168,8 +172,9 @@ class Folder:
                 return f"{node.op}: mixed dtypes {', '.join(sorted(dts))}"
         size = self._bytes(v, node.eclass)
         # PadChannels (a filter's output channels padded to the NCHWc block) grows a weight by
-        # less than one block of channels, as onnxruntime's own padded filters do: not bloat
-        if size is not None and size > self.fold_limit and node.op != "PadChannels":
+        # less than one block of channels, as onnxruntime's own padded filters do: not bloat;
+        # the 4-bit packing of MatMulNBits takes a byte for two codes, as its int4 input does
+        if size is not None and size > self.fold_limit and node.op not in NO_BLOAT:
             inputs = [self._bytes(v, k) for k in node.children if v.egraph.class_type(k) == "Op"]
             inputs += [self._bytes(v, i) for k in node.children
                        if v.egraph.class_type(k) == "OpList" for i in v.oplist(k)]

@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 from onnx.reference.op_run import OpRun
 
+from eqsat.oracle import nbits as _nbits
+
 LAYOUTS = ("OIHWBiBo", "OIHWBo")
 
 
@@ -75,4 +77,5 @@ class PadChannels(OpRun):
         return (pad_channels(np.asarray(x), int(channels), int(axis or 0)),)
 
 
-NEW_OPS = [ReorderFilter, PadChannels]
+# with the packing of rules/nbits.egg (eqsat/oracle/nbits.py)
+NEW_OPS = [ReorderFilter, PadChannels, *_nbits.NEW_OPS]

@@ -106,9 +106,10 @@ class GraphBuilder:
         return outs
 
     def _fold_internal(self, spec: OpSpec, inputs: list[str], attrs: list, hint: str) -> str:
-        """An eqsat-internal op (ReorderFilter, PadChannels) on constants, evaluated as the
+        """An eqsat-internal op (ReorderFilter, PadChannels, PackNBits*) on constants, evaluated as the
         folding oracle evaluates it: onnxruntime has no kernel for it."""
         from eqsat.oracle.layout import pad_channels, reorder_filter
+        from eqsat.oracle.nbits import pack_weight, pack_zero_point
 
         if not inputs or any(x not in self.consts and self.reads_input(x) for x in inputs):
             raise BuildError(f"{spec.ctor} of a tensor that is not a constant")
@@ -122,6 +123,10 @@ class GraphBuilder:
                 out = reorder_filter(self.consts[inputs[0]], int(a.get("block", 0)), a.get("layout", ""))
             elif spec.ctor == "PadChannels":
                 out = pad_channels(self.consts[inputs[0]], int(a.get("channels", 0)), int(a.get("axis", 0)))
+            elif spec.ctor == "PackNBitsWeight":
+                out = pack_weight(self.consts[inputs[0]], int(a.get("block_size", 0)))
+            elif spec.ctor == "PackNBitsZeroPoint":
+                out = pack_zero_point(self.consts[inputs[0]], int(a.get("blocks", 0)), int(a.get("columns", 0)))
             else:
                 raise BuildError(f"the checker cannot evaluate {spec.ctor}")
         except ValueError as e:

@@ -391,6 +391,9 @@ class Roofline(CostModel):
             if op in GEMM and node.children:
                 k = self._gemm_k(egraph, node, inputs) or k
             return 2.0 * out_n * (k or 1.0), "matmul"
+        if op == "MatMulNBits":  # A [..., K] times the dequantized [K, N]: a product in float
+            k = self.dim(egraph, inputs[0], -1) if inputs else None
+            return 2.0 * out_n * (k or 1.0), "matmul"
         if op in CONV and len(inputs) >= 2:
             w = egraph.class_data.get(inputs[1], {}).get("shape")
             per_out = 1.0
