@@ -562,3 +562,20 @@ def test_qdq_allowance_counts_one_step_as_one_step_wherever_float32_rounds_it():
     assert allowance.filter([Mismatch("y", "differs")], expected, got, {}) == []
     two_steps = {"y": (q + [0, 0, 0, 2]).astype(np.float32) * s}
     assert len(allowance.filter([Mismatch("y", "differs")], expected, two_steps, {})) == 1
+
+
+def test_weight_only_4bit_model_gets_no_qdq_allowance():
+    # no QuantizeLinear, no requantization: onnxruntime's own MatMulNBits fusion of the model
+    # (accuracy level 4) moves outputs about 1e-2 relative, and must not become the tolerance.
+    # One block's scale 1.5 % off in the "optimized" model is a wrong model.
+    from .rules import test_nbits  # noqa: PLC0415
+
+    m = test_nbits.nbits_model(k=64, n=8, block=32)
+    wrong = onnx.ModelProto.FromString(m.SerializeToString())
+    s = next(t for t in wrong.graph.initializer if t.name == "s")
+    a = onnx.numpy_helper.to_array(s).copy()
+    a[0, 0] *= 1.015
+    s.CopyFrom(onnx.numpy_helper.from_array(a, "s"))
+    v = verify(m, wrong)
+    assert v.status == "failed", v.detail
+    assert "QDQ model" not in v.detail
