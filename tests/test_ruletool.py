@@ -62,12 +62,12 @@ def test_default_rules_pass_the_check(capsys):
     # measured with seed 0: 217 checked, 14 unchecked where onnxruntime blocks channels by 16,
     # 192 and 39 without blocked kernels (EQSAT_NCHWC=0); 149 and 82 before the checker chose
     # dimensions to meet the guards, built folded constants and unfolded functions rules set
-    # 54 unchecked once rules/qdq.egg, rotary.egg and nbits.egg landed: the checker does not
+    # 58 unchecked once rules/qdq.egg, rotary.egg and nbits.egg landed: the checker does not
     # choose rank-0 scale shapes, set (uses v), draw 4-bit constants or build the rotary
     # subgraphs; those rule families are checked by their own numeric tests
     # (tests/rules/test_qdq.py, test_nbits.py, test_rotary*.py)
     assert checked >= 185, err
-    assert unchecked <= 56, err
+    assert unchecked <= 60, err
     assert covered >= 20, err  # fact-deriving rules that a checked rule's unfolding went through
     # every unchecked rule says why
     for ln in out.splitlines():

@@ -631,3 +631,53 @@ def test_int8_pair_whose_q_has_another_reader_stays_int8():
         }""")
     check_rewrite(m, ["QuantizeLinear", "DequantizeLinear", "Relu"], not_fired=["qdq-s8-pair-as-u8"],
                   ort_optimize=False)
+
+
+# ---- DQ -> Sigmoid / GlobalAveragePool -> Q (target ort)
+
+def unary_model(op: str, shape: str, out_shape: str, second_reader: bool = False) -> onnx.ModelProto:
+    """x -> Q -> DQ -> op -> Q -> DQ, uint8 per tensor; with `second_reader`, the op's float
+    output is also a graph output."""
+    extra_out = f", float{out_shape} r" if second_reader else ""
+    extra_node = "r = Identity (c)" if second_reader else ""
+    return model(f"""
+        agraph (float{shape} x) => (float{out_shape} z{extra_out}) {{
+            xs = Constant <value = float {{0.05}}> ()
+            xz = Constant <value = uint8 {{128}}> ()
+            ys = Constant <value = float {{0.004}}> ()
+            yz = Constant <value = uint8 {{3}}> ()
+            xq = QuantizeLinear (x, xs, xz)
+            xd = DequantizeLinear (xq, xs, xz)
+            c = {op} (xd)
+            {extra_node}
+            yq = QuantizeLinear (c, ys, yz)
+            z = DequantizeLinear (yq, ys, yz)
+        }}""")
+
+
+UNARY = [("Sigmoid", "[2, 3, 5]", "[2, 3, 5]", "com.microsoft.QLinearSigmoid", ["qdq-sigmoid-fuse"]),
+         ("GlobalAveragePool", "[1, 4, 5, 5]", "[1, 4, 1, 1]", "com.microsoft.QLinearGlobalAveragePool",
+          ["qdq-global-average-pool-fuse"])]
+
+
+@pytest.mark.parametrize("op, shape, out_shape, fused_op, rules", UNARY)
+def test_sigmoid_and_global_average_pool_fuse_into_their_qlinear_forms(op, shape, out_shape, fused_op, rules):
+    m = unary_model(op, shape, out_shape)
+    res = check_rewrite(m, ["QuantizeLinear", fused_op, "DequantizeLinear"], fired=rules,
+                        rtol=0.0, atol=0.004 * 1.001, ort_optimize=False)
+    assert fused(op_list(res.model)) == 0 and fused_op.split(".")[-1] in " ".join(ort_extended_ops(m))
+
+
+@pytest.mark.parametrize("op, shape, out_shape, fused_op, rules", UNARY)
+def test_sigmoid_and_global_average_pool_read_twice_do_not_fuse(op, shape, out_shape, fused_op, rules):
+    # the float output has another reader: onnxruntime keeps the op (and so does eqsat)
+    m = unary_model(op, shape, out_shape, second_reader=True)
+    res = check_rewrite(m, ["QuantizeLinear", "DequantizeLinear", op, "QuantizeLinear", "DequantizeLinear"],
+                        not_fired=rules, ort_optimize=False)
+    assert fused_op not in op_list(res.model)
+
+
+def test_sigmoid_is_not_fused_for_target_onnx():
+    m = unary_model("Sigmoid", "[2, 3, 5]", "[2, 3, 5]")
+    check_rewrite(m, ["QuantizeLinear", "DequantizeLinear", "Sigmoid", "QuantizeLinear", "DequantizeLinear"],
+                  not_fired=["qdq-sigmoid-fuse"], target="onnx", ort_optimize=False)
