@@ -210,7 +210,8 @@ def write_md(recs: list[dict], command: str, a) -> str:
               "skip-LN: SkipLayerNormalization, SkipSimplifiedLayerNormalization; LN: LayerNormalization, "
               "SimplifiedLayerNormalization; gelu/silu: FastGelu, BiasGelu, Gelu, QuickGelu. Issue 30 asks for "
               "attention (1 per layer) and rotary (2 per layer: query and key, Llama only) in every layer.", "",
-              "| model | layers | tool | nodes | " + " | ".join(lab for lab, _ in FUSED) + " | attention and rotary in every layer |",
+              "| model | layers | tool | nodes | " + " | ".join(lab for lab, _ in FUSED)
+              + " | attention and rotary in every layer |",
               "|---|---:|---|---:|" + "---:|" * len(FUSED) + "---|"]
     for r in recs:
         L = r["layers"]
