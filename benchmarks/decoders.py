@@ -79,15 +79,15 @@ def fused_counts(path: Path) -> dict:
             "ops": dict(ops.most_common())}
 
 
-def run_eqsat(src: Path, dst: Path) -> dict:
+def run_eqsat(src: Path, dst: Path, extra: list[str] | None = None) -> dict:
     rep = dst.with_suffix(".report.json")
-    cmd = [sys.executable, "-m", "eqsat", "optimize", str(src), "-o", str(dst), "--report", str(rep)]
+    cmd = [sys.executable, "-m", "eqsat", "optimize", str(src), "-o", str(dst), "--report", str(rep), *(extra or [])]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
     line = next((ln for ln in p.stderr.splitlines() if "verification" in ln), "")
     return {"ok": p.returncode == 0, "opt_s": time.perf_counter() - t0, "rc": p.returncode,
             "verification_line": re.sub(r"^eqsat: \[\s*[\d.]+s\] ", "", line).strip(),
-            "error": "" if p.returncode == 0 else p.stderr[-2000:]}
+            "error": "" if p.returncode == 0 else p.stderr[-2000:], "args": extra or []}
 
 
 def run_tf(src: Path, dst: Path, model_type: str, heads: int, hidden: int, opt_level: int) -> dict:
@@ -119,7 +119,7 @@ def optimize_all(model: str, src: Path, work: Path, a) -> dict:
     orig = onnx.load(str(src), load_external_data=False)
     rec["layers"] = layers(orig)
     rec["original"] = fused_counts(src)
-    outs = {t: work / f"{model}.{t}.onnx" for t in TOOLS}
+    outs = {t: work / f"{model}.{t}.onnx" for t in (*TOOLS, *a.variant)}
     tools: dict = {}
     if not outs["eqsat"].exists() or a.force:
         tools["eqsat"] = run_eqsat(src, outs["eqsat"])
@@ -133,6 +133,8 @@ def optimize_all(model: str, src: Path, work: Path, a) -> dict:
     else:
         tools["ort-all"] = {"ok": True}
     (work / f"{model}.eqsat.rec.json").write_text(json.dumps(tools["eqsat"]))
+    for name, args in a.variant.items():  # extra eqsat runs, e.g. eqsat-h200="--hardware h200"
+        tools[name] = run_eqsat(src, outs[name], shlex.split(args))
     for t, r in tools.items():
         r["path"] = str(outs[t])
         if r.get("ok"):
@@ -147,11 +149,11 @@ def optimize_all(model: str, src: Path, work: Path, a) -> dict:
 def time_all(rec: dict, src: Path, a) -> None:
     rec.setdefault("latency", {})
     paths = {t: Path(r["path"]) for t, r in rec["tools"].items() if r.get("ok")}
-    models = {t: paths[t] for t in TOOLS if t in paths}
+    models = {t: paths[t] for t in (*TOOLS, *sorted(paths)) if t in paths}
     for shape, dims in SHAPES.items():
         for setting in a.settings:
             key = f"{shape}/{setting}"
-            if key in rec["latency"]:
+            if key in rec["latency"] and set(rec["latency"][key]["tools"]) >= set(models):
                 continue
             t0 = time.perf_counter()
             res = ab.measure(src, models, setting, a.children, a.runs, dims)
@@ -161,7 +163,8 @@ def time_all(rec: dict, src: Path, a) -> None:
                 entry["tools"][t] = {"median_ms": s["median_ms"], "original_ms": s["original_ms"],
                                      "ratio": s["ratio"], "ci95": s["ci95"], "runs": s["runs"]}
             samples = {t: s["samples_ms"][t] for t, s in out.items()}
-            for num, den in (("eqsat", "tf-opt"), ("eqsat", "ort-all"), ("tf-opt", "ort-all")):
+            for num, den in (("eqsat", "tf-opt"), ("eqsat", "ort-all"), ("tf-opt", "ort-all"),
+                             *((v, d) for v in models if v not in TOOLS for d in ("tf-opt", "eqsat"))):
                 if num in samples and den in samples:
                     med = (statistics.median(x for c in samples[num] for x in c)
                            / statistics.median(x for c in samples[den] for x in c))
@@ -205,6 +208,17 @@ def write_md(recs: list[dict], command: str, a) -> str:
             pairs = [_ci(e["pairs"].get(p)) for p in ("eqsat/tf-opt", "eqsat/ort-all", "tf-opt/ort-all")]
             lines.append(f"| {r['model']} | {shape} | {setting} | {orig:.2f} | " + " | ".join(cells) + " | "
                          + " | ".join(pairs) + " |")
+    var = [(r, key, e, t) for r in recs for key, e in r.get("latency", {}).items() for t in e["tools"]
+           if t not in TOOLS]
+    if var:
+        lines += ["", "Extra eqsat runs (`--variant NAME=ARGS`, arguments below), in the same rounds:", "",
+                  "| model | shape | setting | variant | variant / original | variant / tf-opt | variant / eqsat |",
+                  "|---|---|---|---|---:|---:|---:|"]
+        for r, key, e, t in var:
+            shape, setting = key.split("/")
+            x = e["tools"][t]
+            lines.append(f"| {r['model']} | {shape} | {setting} | {t} | {_ci([x['ratio'], *x['ci95']])} | "
+                         f"{_ci(e['pairs'].get(f'{t}/tf-opt'))} | {_ci(e['pairs'].get(f'{t}/eqsat'))} |")
     lines += ["", "## Fused ops, per output (count / layers)", "",
               "attention: Attention, MultiHeadAttention, GroupQueryAttention; rotary: RotaryEmbedding; "
               "skip-LN: SkipLayerNormalization, SkipSimplifiedLayerNormalization; LN: LayerNormalization, "
@@ -216,7 +230,7 @@ def write_md(recs: list[dict], command: str, a) -> str:
     for r in recs:
         L = r["layers"]
         rotary_needed = "llama" in r["model"]
-        for t in ("original", *TOOLS):
+        for t in ("original", *TOOLS, *(t for t in r["tools"] if t not in TOOLS)):
             x = r["original"] if t == "original" else r["tools"].get(t, {})
             if "fused" not in x:
                 lines.append(f"| {r['model']} | {L} | {t} | failed |" + " |" * len(FUSED) + " |")
@@ -231,15 +245,18 @@ def write_md(recs: list[dict], command: str, a) -> str:
               "against the original at the two benchmark shapes (`eqsat.verification.verify` with those sizes).", "",
               "| model | tool | prefill | step | eqsat optimize's own line |", "|---|---|---|---|---|"]
     for r in recs:
-        for t in TOOLS:
+        for t in (*TOOLS, *(t for t in r["tools"] if t not in TOOLS)):
             x = r["tools"].get(t, {})
             v = x.get("verify", {})
-            own = x.get("verification_line", "") if t == "eqsat" else ""
+            own = x.get("verification_line", "")
             lines.append(f"| {r['model']} | {t} | {v.get('prefill', {}).get('status', '-')} | "
                          f"{v.get('step', {}).get('status', '-')} | {own} |")
     lines += ["", "## Transformers optimizer calls", ""]
     for r in recs:
         lines.append(f"- {r['model']}: `{r['tools'].get('tf-opt', {}).get('call', '-')}`")
+        for t, x in r["tools"].items():
+            if t not in TOOLS:
+                lines.append(f"- {r['model']}, {t}: `eqsat optimize {shlex.join(x.get('args', []))}`")
     return "\n".join(lines) + "\n"
 
 
@@ -253,11 +270,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--children", type=int, default=3)
     ap.add_argument("--settings", default="off,all")
     ap.add_argument("--tf-opt-level", type=int, default=1)
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                    help="an extra eqsat run with these arguments, e.g. eqsat-h200='--hardware h200'")
     ap.add_argument("--no-timing", action="store_true", help="optimize, count and verify only")
     ap.add_argument("--report-only", action="store_true", help="rewrite the Markdown from --out/records.json")
     ap.add_argument("--force", action="store_true", help="optimize again even where outputs are cached")
     a = ap.parse_args(argv)
     a.settings = [s for s in a.settings.split(",") if s]
+    a.variant = dict(v.split("=", 1) for v in a.variant)
     a.out.mkdir(parents=True, exist_ok=True)
     store = a.out / "records.json"
     recs = json.loads(store.read_text()) if store.exists() else {}
@@ -268,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             if not src.is_file():
                 ap.error(f"no such model: {src}")
             rec = recs.get(model) if not a.force else None
-            if rec is None or "tools" not in rec:
-                rec = optimize_all(model, src, a.out, a)
+            if rec is None or "tools" not in rec or any(v not in rec["tools"] for v in a.variant):
+                rec = {**(rec or {}), **optimize_all(model, src, a.out, a)}
                 recs[model] = rec
                 store.write_text(json.dumps(recs, indent=1))
             if not a.no_timing:
