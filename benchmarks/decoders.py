@@ -3,7 +3,12 @@ on decoders with a KV cache, at a prefill and at one step.
 
     python benchmarks/decoders.py [--models gpt2-kv,llama-4l-kv] [--runs 15] [--children 3]
                                   [--settings off,all] [--models-dir benchmarks/models]
+                                  [--variant NAME='EQSAT ARGS' ...] [--no-timing] [--report-only]
                                   [--out benchmarks/out/decoders] [--results benchmarks/results/decoders.md]
+
+    # -> benchmarks/results/decoders.md:
+    python benchmarks/decoders.py --runs 32 --children 4 --variant 'eqsat-h200=--hardware h200' \
+        --results benchmarks/results/decoders.md
 
 For each decoder (corpus.py's `*-kv` exports: inputs input_ids [batch, new_tokens],
 attention_mask [batch, total_sequence], past.N.key / past.N.value [batch, kv_heads,
@@ -64,6 +69,23 @@ FUSED = (("attention", ("Attention", "MultiHeadAttention", "GroupQueryAttention"
          ("FusedMatMul", ("FusedMatMul",)),
          ("gelu/silu", ("FastGelu", "BiasGelu", "Gelu", "QuickGelu", "BiasFastGelu")),
          ("Gemm", ("Gemm",)))
+
+
+def eqsat_commit() -> str:
+    """The last commit that changed the eqsat/, rules/ or extract/ that `python -m eqsat` runs
+    (an editable install may map it to another checkout than this file's), with `+ changes`
+    where they have uncommitted changes."""
+    import eqsat
+
+    d = Path(eqsat.__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(d), "log", "-1", "--format=%h", "--", "eqsat", "rules", "extract"],
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(d), "status", "--porcelain", "--", "eqsat", "rules", "extract"],
+                               capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "?"
+    return (head or "?") + (" + changes" if dirty else "")
 
 
 def layers(model) -> int:
@@ -178,12 +200,12 @@ def _ci(v: list | None) -> str:
     return f"{v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]" if v else "-"
 
 
-def write_md(recs: list[dict], command: str, a) -> str:
+def write_md(recs: list[dict], command: str, a, eqsat_rev: str = "?") -> str:
     lines = ["# Decoders with a KV cache: eqsat, onnxruntime's transformers optimizer and ORT_ENABLE_ALL", "",
              f"Command: `{command}` (benchmarks/decoders.py; its docstring says what each tool and shape is).", "",
              f"Machine: {peers._machine()}; shared with other work while measuring, so only ratios measured "
              "side by side mean anything.", "",
-             f"Packages: {peers._versions()}.", "",
+             f"Packages: {peers._versions()}; eqsat at commit {eqsat_rev}.", "",
              "Method: benchmarks/ab.py's `measure` (peers.py's latency children: onnxruntime CPU, 1 intra-op "
              f"thread, every round in a fresh random order, {a.children} child processes sharing {a.runs} rounds "
              "after 3 warm-up rounds, huge pages). Ratios are medians over pooled rounds with a 95 % "
@@ -238,7 +260,8 @@ def write_md(recs: list[dict], command: str, a) -> str:
             f = x["fused"]
             ok = f["attention"] >= L and (not rotary_needed or f["rotary"] >= 2 * L)
             lines.append(f"| {r['model']} | {L} | {t} | {x['nodes']} | "
-                         + " | ".join(f"{f[lab]}" + (f" ({f[lab] / L:g}/layer)" if f[lab] else "") for lab, _ in FUSED)
+                         + " | ".join(f"{f[lab]}" + (f" ({f[lab] / L:.3g}/layer)" if f[lab] else "")
+                                      for lab, _ in FUSED)
                          + f" | {'yes' if ok else 'no'} |")
     lines += ["", "## Verification", "",
               "`eqsat optimize`'s own verification (its defaults: sizes it picks itself), then each output "
@@ -251,7 +274,7 @@ def write_md(recs: list[dict], command: str, a) -> str:
             own = x.get("verification_line", "")
             lines.append(f"| {r['model']} | {t} | {v.get('prefill', {}).get('status', '-')} | "
                          f"{v.get('step', {}).get('status', '-')} | {own} |")
-    lines += ["", "## Transformers optimizer calls", ""]
+    lines += ["", "## Calls", ""]
     for r in recs:
         lines.append(f"- {r['model']}: `{r['tools'].get('tf-opt', {}).get('call', '-')}`")
         for t, x in r["tools"].items():
@@ -281,8 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     store = a.out / "records.json"
     recs = json.loads(store.read_text()) if store.exists() else {}
-    command = "python benchmarks/decoders.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    meta = recs.setdefault("_meta", {})
     if not a.report_only:
+        meta["command"] = "python benchmarks/decoders.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+        meta["eqsat"] = eqsat_commit()
         for model in a.models.split(","):
             src = a.models_dir / f"{model}.onnx"
             if not src.is_file():
@@ -295,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
             if not a.no_timing:
                 time_all(rec, src, a)
                 store.write_text(json.dumps(recs, indent=1))
-    md = write_md([recs[m] for m in a.models.split(",") if m in recs], command, a)
+    md = write_md([recs[m] for m in a.models.split(",") if m in recs], meta.get("command", "?"), a,
+                  meta.get("eqsat", "?"))
     print(md)
     if a.results:
         a.results.write_text(md)
