@@ -378,3 +378,33 @@ def test_cli_time_refuses_one_commit_named_twice():
     ct = _bench("cli_time")
     with pytest.raises(SystemExit, match="the same commit twice"):
         ct.measure([], ["HEAD", "HEAD~0"], rounds=1, out_dir=None)
+
+
+def test_decoders_counts_fused_ops_per_layer_and_writes_the_tables(tmp_path):
+    """benchmarks/decoders.py: fused ops counted by kind, layers by past.N.key inputs, and
+    the page's latency, fused-op and verification rows from a record (no optimizing, no timing)."""
+    dec = _bench("decoders")
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(
+        [helper.make_node("SkipLayerNormalization", ["x", "x", "g"], ["y"], domain="com.microsoft"),
+         helper.make_node("MultiHeadAttention", ["y", "past.0.key", "past.0.value"], ["z"], domain="com.microsoft",
+                          num_heads=1)],
+        "dec", [vi("x", TensorProto.FLOAT, [1, 2, 4]), vi("past.0.key", TensorProto.FLOAT, [1, 2, 4]),
+                vi("past.0.value", TensorProto.FLOAT, [1, 2, 4])],
+        [vi("z", TensorProto.FLOAT, [1, 2, 4])], [numpy_helper.from_array(np.ones(4, np.float32), "g")])
+    path = tmp_path / "dec.onnx"
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    onnx.save(helper.make_model(g, opset_imports=opsets), path)
+    assert dec.layers(onnx.load(str(path))) == 1
+    counts = dec.fused_counts(path)
+    assert counts["nodes"] == 2 and counts["fused"]["attention"] == 1 and counts["fused"]["skip-LN"] == 1
+    tool = {"ok": True, **counts, "verify": {"prefill": {"status": "passed"}, "step": {"status": "failed"}}}
+    lat = {"median_ms": 1.0, "original_ms": 2.0, "ratio": 0.5, "ci95": [0.4, 0.6], "runs": 4}
+    rec = {"model": "dec-kv", "layers": 1, "original": counts, "tools": {t: tool for t in dec.TOOLS},
+           "latency": {"step/off": {"tools": {t: lat for t in dec.TOOLS},
+                                    "pairs": {"eqsat/tf-opt": [0.9, 0.8, 1.0]}}}}
+    md = dec.write_md([rec], "python benchmarks/decoders.py", argparse.Namespace(children=2, runs=4))
+    assert "| dec-kv | step | off | 2.00 | 0.50 [0.40, 0.60] |" in md
+    assert "| 0.90 [0.80, 1.00] |" in md
+    assert "| dec-kv | 1 | eqsat | 2 | 1 (1/layer) | 0 | 1 (1/layer) |" in md
+    assert "| dec-kv | eqsat | passed | failed |" in md
