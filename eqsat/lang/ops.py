@@ -95,6 +95,16 @@ def _reduce(name: str, axes_input_since: int) -> OpSpec:
 
 _POOL_COMMON = (Attr("auto_pad", "str", "NOTSET"), Attr("ceil_mode", "int", 0))
 
+# Conv's attributes, shared by QLinearConv and the fused and blocked convolutions
+_CONV_ATTRS = (
+    Attr("auto_pad", "str", "NOTSET"),
+    Attr("dilations", "ints"),
+    Attr("group", "int", 1),
+    Attr("kernel_shape", "ints"),
+    Attr("pads", "ints"),
+    Attr("strides", "ints"),
+)
+
 SPECS: list[OpSpec] = [
     *_unary(
         "Abs", "Ceil", "Cos", "Erf", "Exp", "Floor", "HardSwish", "Identity", "Log", "Neg",
@@ -139,14 +149,7 @@ SPECS: list[OpSpec] = [
     OpSpec(
         "Conv",
         ("X", "W", "B?"),
-        (
-            Attr("auto_pad", "str", "NOTSET"),
-            Attr("dilations", "ints"),
-            Attr("group", "int", 1),
-            Attr("kernel_shape", "ints"),
-            Attr("pads", "ints"),
-            Attr("strides", "ints"),
-        ),
+        _CONV_ATTRS,
     ),
     OpSpec(
         "MaxPool",
@@ -213,14 +216,7 @@ SPECS: list[OpSpec] = [
     OpSpec(
         "QLinearConv",
         ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale", "y_zero_point", "B?"),
-        (
-            Attr("auto_pad", "str", "NOTSET"),
-            Attr("dilations", "ints"),
-            Attr("group", "int", 1),
-            Attr("kernel_shape", "ints"),
-            Attr("pads", "ints"),
-            Attr("strides", "ints"),
-        ),
+        _CONV_ATTRS,
         min_version=10,
     ),
     OpSpec(
@@ -284,14 +280,6 @@ SPECS: list[OpSpec] = [
 ]
 
 _MS = "com.microsoft"
-_CONV_ATTRS = (
-    Attr("auto_pad", "str", "NOTSET"),
-    Attr("dilations", "ints"),
-    Attr("group", "int", 1),
-    Attr("kernel_shape", "ints"),
-    Attr("pads", "ints"),
-    Attr("strides", "ints"),
-)
 _SKIP_OUTPUTS = ("output", "mean?", "inv_std_var?", "input_skip_bias_sum?")
 
 SPECS += [
