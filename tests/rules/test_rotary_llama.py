@@ -6,9 +6,11 @@ llama-4l-kv is (benchmarks/corpus.py), optimized with `eqsat.optimize`.
   its rotary embedding computed them at runtime; here a module in its place) every layer's
   q and k rotation becomes one com.microsoft.RotaryEmbedding.
 - As transformers 5 exports it, cos and sin are computed at runtime from the positions
-  (Cos(Concat(f, f)), f = positions * inv_freq): no constant cache, so nothing fuses (a cache
-  built for the op would have to bound the positions, which the graph does not).
-Both keep the original's outputs under onnxruntime for a prefill of 8 tokens and for one
+  (Cos(Concat(f, f)), f = positions * inv_freq): every layer's rotations become the op too,
+  reading the computed rows as its caches (position ids an input [batch, new_tokens]: rows
+  [batch * new_tokens, h]; positions computed from the cache's length, as the corpus's
+  llama-4l-kv: rows [new_tokens, h] at the offset 0).
+All keep the original's outputs under onnxruntime for a prefill of 8 tokens and for one
 decode step after 8 cached ones."""
 
 from __future__ import annotations
@@ -67,7 +69,10 @@ class Step(CacheStepWrapper):
         return (out.last_hidden_state, *present)
 
 
-def export(tmp_path, cached: bool) -> onnx.ModelProto:
+def export(tmp_path, cached: bool | None) -> onnx.ModelProto:
+    """cached: constant caches (True), cos and sin computed from the position ids input
+    (False), or computed from positions the model derives from the cache (None: no
+    position_ids input, CacheStepWrapper's step as the corpus exports it)."""
     tf = _transformers()
     torch.manual_seed(0)
     config = tf.LlamaConfig(attn_implementation="eager", vocab_size=VOCAB, hidden_size=HEADS * HEAD,
@@ -76,24 +81,26 @@ def export(tmp_path, cached: bool) -> onnx.ModelProto:
     llama = tf.LlamaModel(config)
     if cached:
         llama.rotary_emb = CachedRotary(llama.rotary_emb)
-    model = _perturb_constant_parameters(Step(llama)).eval()
-    args = (torch.randint(0, VOCAB, (1, 3)), torch.ones(1, 8, dtype=torch.int64), torch.arange(5, 8)[None],
-            *[torch.randn(1, HEADS, 5, HEAD) for _ in PAST])
-    axes = {**_kv_axes(LAYERS), "position_ids": {0: "batch", 1: "new_tokens"}}
-    path = tmp_path / f"llama-{'cached' if cached else 'runtime'}.onnx"
+    positions = cached is not None
+    model = _perturb_constant_parameters((Step if positions else CacheStepWrapper)(llama)).eval()
+    args = (torch.randint(0, VOCAB, (1, 3)), torch.ones(1, 8, dtype=torch.int64),
+            *([torch.arange(5, 8)[None]] if positions else []), *[torch.randn(1, HEADS, 5, HEAD) for _ in PAST])
+    axes = {**_kv_axes(LAYERS), **({"position_ids": {0: "batch", 1: "new_tokens"}} if positions else {})}
+    path = tmp_path / f"llama-{ {True: 'cached', False: 'runtime', None: 'computed'}[cached]}.onnx"
     with _quiet_export():
         torch.onnx.export(model, args, str(path), dynamo=False, opset_version=17,
-                          input_names=["input_ids", "attention_mask", "position_ids", *PAST],
+                          input_names=["input_ids", "attention_mask", *(["position_ids"] if positions else []), *PAST],
                           output_names=["last_hidden_state", *PRESENT], dynamic_axes=axes)
     return onnx.load(path)
 
 
-def step_feeds(batch: int, new: int, past: int) -> dict[str, np.ndarray]:
-    """new tokens after past cached ones: positions past..past+new-1, a full mask."""
+def step_feeds(batch: int, new: int, past: int, positions: bool = True) -> dict[str, np.ndarray]:
+    """new tokens after past cached ones: positions past..past+new-1 (an input where
+    `positions`), a full mask."""
     rng = np.random.default_rng(0)
     feeds = {"input_ids": rng.integers(0, VOCAB, (batch, new)),
              "attention_mask": np.ones((batch, past + new), np.int64),
-             "position_ids": np.tile(np.arange(past, past + new), (batch, 1))}
+             **({"position_ids": np.tile(np.arange(past, past + new), (batch, 1))} if positions else {})}
     feeds.update({n: rng.standard_normal((batch, HEADS, past, HEAD)).astype(np.float32) for n in PAST})
     return feeds
 
@@ -105,7 +112,7 @@ STEPS = [pytest.param(2, 8, 0, id="prefill-8"), pytest.param(2, 1, 8, id="decode
 def models(tmp_path_factory):
     """{cached: (exported, optimized)}"""
     out = {}
-    for cached in (True, False):
+    for cached in (True, False, None):
         m = export(tmp_path_factory.mktemp("llama"), cached)
         out[cached] = (m, eqsat.optimize(m, hardware=rule_test_profile()).model)
     return out
@@ -118,13 +125,19 @@ def test_constant_caches_give_one_rotary_embedding_per_layer_for_q_and_k(models)
     assert len(opt.graph.node) < len(original.graph.node)
 
 
-def test_cos_and_sin_computed_at_runtime_stay(models):
-    original, opt = models[False]
-    assert "Cos" in op_list(original) and "com.microsoft.RotaryEmbedding" not in op_list(opt)
+@pytest.mark.parametrize("cached", [False, None], ids=["position-ids-input", "positions-computed"])
+def test_cos_and_sin_computed_at_runtime_give_one_rotary_embedding_per_layer_for_q_and_k(models, cached):
+    original, opt = models[cached]
+    assert "Cos" in op_list(original)
+    ops = op_list(opt)
+    assert ops.count("com.microsoft.RotaryEmbedding") == 2 * LAYERS
+    assert ops.count("Cos") == 1 and "Neg" not in ops  # the angles once; no rotate_half left
 
 
-@pytest.mark.parametrize("cached", [True, False], ids=["constant-caches", "runtime-cos-sin"])
+@pytest.mark.parametrize("cached", [True, False, None],
+                         ids=["constant-caches", "runtime-cos-sin", "computed-positions"])
 @pytest.mark.parametrize("batch, new, past", STEPS)
 def test_outputs_unchanged(models, cached, batch, new, past):
     original, opt = models[cached]
-    assert_same_outputs(original, opt, step_feeds(batch, new, past), rtol=1e-4, atol=1e-5)
+    assert_same_outputs(original, opt, step_feeds(batch, new, past, positions=cached is not None), rtol=1e-4,
+                        atol=1e-5)
