@@ -5,9 +5,10 @@
 
 In a step, each layer appends the new key and value to the cache (Concat on the sequence
 axis, the present outputs), multiplies the query by all keys, scales, adds the mask, takes
-the softmax and multiplies by all values. eqsat leaves that subgraph unfused.
-com.microsoft.MultiHeadAttention takes past_key / past_value and returns present_key /
-present_value itself. This times one GPT-2-sized layer (12 heads of 64, one new token),
+the softmax and multiplies by all values. com.microsoft.MultiHeadAttention takes past_key /
+past_value and returns present_key / present_value itself (rules/attention.egg's
+attention-mha-past builds it; `eqsat calibrate` times the same models for the profile key
+fuse_cached_attention). This times one GPT-2-sized layer (12 heads of 64, one new token),
 both forms in one process, alternating (eqsat.backends.ort.latency.compare), with onnxruntime's
 optimizations on and off, after checking that their three outputs are equal. Nothing is
 asserted.
@@ -21,13 +22,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import peers  # noqa: E402
+from eqsat.backends.ort.calibrate import cached_attention_models  # noqa: E402
 from eqsat.backends.ort.latency import compare  # noqa: E402
 from eqsat.verification import compare as compare_outputs  # noqa: E402
 from eqsat.verification import run  # noqa: E402
@@ -35,45 +36,9 @@ from eqsat.verification import run  # noqa: E402
 HEADS, HEAD_DIM, NEW = 12, 64, 1
 
 
-def _vi(name: str, shape: list[int]):
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-
-
 def step_models(past: int):
     """(subgraph, fused) models of one layer's attention in a step, and their feeds."""
-    n, d, b = HEADS, HEAD_DIM, 1
-    h, total = n * d, past + NEW
-    ins = [_vi(c, [b, NEW, h]) for c in ("q", "k", "v")] + [_vi("past_k", [b, n, past, d]),
-                                                           _vi("past_v", [b, n, past, d])]
-    outs = [_vi("y", [b, NEW, h]), _vi("present_k", [b, n, total, d]), _vi("present_v", [b, n, total, d])]
-    weights = {"mask": np.zeros([1, 1, NEW, total], np.float32), "split": np.array([0, 0, n, d], np.int64),
-               "merge": np.array([0, 0, h], np.int64), "scale": np.array(d ** -0.5, np.float32)}
-    nodes = []
-    for c in ("q", "k", "v"):
-        nodes += [helper.make_node("Reshape", [c, "split"], [f"{c}r"]),
-                  helper.make_node("Transpose", [f"{c}r"], [f"{c}h"], perm=[0, 2, 1, 3])]
-    nodes += [helper.make_node("Concat", ["past_k", "kh"], ["present_k"], axis=2),
-              helper.make_node("Concat", ["past_v", "vh"], ["present_v"], axis=2),
-              helper.make_node("Transpose", ["present_k"], ["kt"], perm=[0, 1, 3, 2]),
-              helper.make_node("MatMul", ["qh", "kt"], ["qk"]),
-              helper.make_node("Mul", ["qk", "scale"], ["sc"]),
-              helper.make_node("Add", ["sc", "mask"], ["sm"]),
-              helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
-              helper.make_node("MatMul", ["p", "present_v"], ["o"]),
-              helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
-              helper.make_node("Reshape", ["ot", "merge"], ["y"])]
-    fused = [helper.make_node("MultiHeadAttention", ["q", "k", "v", "", "", "mask", "past_k", "past_v"],
-                              ["y", "present_k", "present_v"], domain="com.microsoft", num_heads=n, scale=d ** -0.5)]
-
-    def model(body, used):
-        g = helper.make_graph(body, "step", ins, outs, [numpy_helper.from_array(weights[k], k) for k in used])
-        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18),
-                                                   helper.make_opsetid("com.microsoft", 1)])
-
-    rng = np.random.default_rng(0)
-    feeds = {vi.name: rng.standard_normal([x.dim_value for x in vi.type.tensor_type.shape.dim]).astype(np.float32)
-             for vi in ins}
-    return model(nodes, list(weights)), model(fused, ["mask"]), feeds
+    return cached_attention_models(np.random.default_rng(0), past, new=NEW, n=HEADS, d=HEAD_DIM)
 
 
 def main(argv: list[str] | None = None) -> int:

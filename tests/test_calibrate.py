@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from eqsat.backends.ort import calibrate, calibrate_layout
-from eqsat.backends.ort.calibrate import aliased_models, fusion_choices, grouped_query_models
+from eqsat.backends.ort.calibrate import aliased_models, cached_attention_models, fusion_choices, grouped_query_models
 from eqsat.extract.costs.roofline import Hardware
 from eqsat.verification import run, session
 
@@ -16,7 +16,7 @@ from eqsat.verification import run, session
 def test_fusion_choices_are_measured_booleans_that_a_profile_loads(tmp_path):
     got = fusion_choices(runs=10)
     keys = ("merge_parallel_matmuls", "fuse_skip_layernorm", "fuse_attention", "fuse_unmasked_attention",
-            "grouped_query_matmul", "contraction_alias_slowdown")
+            "fuse_cached_attention", "grouped_query_matmul", "contraction_alias_slowdown")
     assert set(got) == set(keys)
     assert all(isinstance(got[k], bool) for k in keys[:-1])
     assert isinstance(got["contraction_alias_slowdown"], float) and got["contraction_alias_slowdown"] > 0
@@ -43,6 +43,17 @@ def test_grouped_query_models_compute_the_same_attention():
     want = run(repeated, feeds, optimize=False)["o"]
     assert want.shape == (2, 6, 5, 4)
     np.testing.assert_allclose(run(grouped, feeds, optimize=False)["o"], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("past, new", [(7, 1), (5, 3), (0, 4)])
+def test_cached_attention_models_compute_the_same_outputs(past, new):
+    """The two forms eqsat calibrate times for fuse_cached_attention: the same output and
+    present key and value, for a step, several new tokens, and an empty cache."""
+    subgraph, fused, feeds = cached_attention_models(np.random.default_rng(0), past, new=new, b=2, n=3, d=4)
+    want, got = run(subgraph, feeds, optimize=False), run(fused, feeds, optimize=False)
+    assert want["present_k"].shape == (2, 3, past + new, 4)
+    for k in ("y", "present_k", "present_v"):
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
 def test_a_profile_without_the_keys_merges_nothing_and_fuses_skip_layernorm_and_attention():

@@ -385,6 +385,27 @@ SPECS += [
         domain=_MS,
         contrib=True,
     ),
+    # MultiHeadAttention with past_key / past_value and its present outputs: a tuple (Out e k).
+    # Listed before MultiHeadAttention, which the encoder maps an ONNX MultiHeadAttention to
+    # (one with present outputs used is carried as Opaque).
+    OpSpec(
+        "MultiHeadAttentionPast",
+        (
+            "query", "key?", "value?", "bias?", "key_padding_mask?", "attention_bias?", "past_key?",
+            "past_value?", "past_sequence_length?", "cache_indirection?",
+        ),
+        (
+            Attr("mask_filter_value", "float?"),
+            Attr("num_heads", "int"),
+            Attr("scale", "float?"),
+            Attr("unidirectional", "int", 0),
+        ),
+        op_type="MultiHeadAttention",
+        domain=_MS,
+        contrib=True,
+        n_outputs=True,
+        outputs=("output", "present_key?", "present_value?", "qk?"),
+    ),
     OpSpec(
         "MultiHeadAttention",
         (

@@ -52,7 +52,7 @@ PAYS = 1.03  # a measured speed-up below 3 % is within the noise: the rewrite is
 ALIAS_BYTES = 4096  # rows this many bytes apart share L1 cache sets (64 sets of 64-byte lines)
 ALIAS_MIN_ROWS = 16  # fewer rows than this: measured no slower (a kernel reads few rows at once)
 POOL = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"} | (BLOCKED_POOLS - {UPSAMPLE})
-ATTENTION = {"MultiHeadAttention", "Attention"}
+ATTENTION = {"MultiHeadAttention", "MultiHeadAttentionPast", "Attention"}
 TRANSCENDENTAL = {"Erf", "Tanh", "Exp", "Log", "Sigmoid", "Gelu", "GeluMs", "FastGelu", "BiasGelu", "QuickGelu",
                   "Softmax", "LogSoftmax", "Sqrt", "Reciprocal", "Pow", "Softplus", "Sin", "Cos",
                   "Elu"}  # (HardSigmoid, HardSwish: a multiply-add and a clamp, priced as arithmetic)
@@ -102,6 +102,10 @@ class Hardware:
     # the same for attention without a mask (ViT's); a profile that fuses every attention fuses
     # these too (true on the CPU: 1 to 3 % faster in ViT-base, the kernel alone 10 % faster)
     fuse_unmasked_attention: bool = True
+    # the same for attention with a KV cache (a decoder's step: keys and values Concat(past,
+    # new)), fused into MultiHeadAttention with past_key / past_value and its present outputs
+    # (true on the CPU: the step's attention alone 0.80-0.88 of the subgraph with the Concats)
+    fuse_cached_attention: bool = True
     # a grouped-query attention's products take each kv head once, its g query heads stacked
     # as rows, instead of the kv heads repeated g times (rules/attention.egg; true on the CPU:
     # the core alone 5-8 % faster, a Llama decoder level to 1.5 %; off where no profile measured it)
@@ -403,6 +407,8 @@ class Roofline(CostModel):
         if op in ATTENTION and inputs:
             q = self.numel(egraph, inputs[0]) or out_n
             seq = self.dim(egraph, inputs[0], 1) or DEFAULT_DIM
+            if op == "MultiHeadAttentionPast" and len(inputs) > 6:  # keys: the past's and the new ones
+                seq = (self.dim(egraph, inputs[6], 2) or DEFAULT_DIM) + (self.dim(egraph, inputs[1], 1) or DEFAULT_DIM)
             return 4.0 * q * seq, "matmul"
         if op in TRANSCENDENTAL:
             return self.hw.transcendental_flops * out_n, "vector"

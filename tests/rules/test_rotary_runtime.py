@@ -24,7 +24,7 @@ UNFUSED = [*ANGLES, "Concat", "Unsqueeze", "Unsqueeze", "Slice", "Slice", "Neg",
 
 
 def rt_model(q_shape=("2", "2", "5", "8"), pos_shape=("1", "5"), scale: float | None = None,
-             second_half: str = "f", d: int = 8) -> str:
+             second_half: str = "f", d: int = 8, total: str = "Add(a, b)") -> str:
     """q [B, 2, S, d] rotated by cos and sin of f = Cast(pos)[..., None] * inv_freq [d/2]
     (Concat(f, `second_half`) their angles, times `scale` when given), as the TorchScript
     exporter writes transformers' LlamaRotaryEmbedding and apply_rotary_pos_emb."""
@@ -59,7 +59,7 @@ def rt_model(q_shape=("2", "2", "5", "8"), pos_shape=("1", "5"), scale: float | 
         r = Concat <axis = -1> (n, x1)
         a = Mul(q, cu)
         b = Mul(r, su)
-        y = Add(a, b)
+        y = {total}
     }}'''
 
 
@@ -83,6 +83,14 @@ def test_positions_per_batch_index_the_rows_of_every_batch():
     m = parse_model(rt_model(pos_shape=("2", "5")))
     check_rewrite(m, BATCH_OPS, feeds=feeds(pos_shape=(2, 5)), fired=["rope-rt-batch-fuse"],
                   not_fired=["rope-rt-fuse", "rope-rt-fuse-left"])
+
+
+@pytest.mark.parametrize("pos_shape, ops, rule", [(("1", "5"), OFFSET_OPS, "rope-rt-fuse-left"),
+                                                   (("2", "5"), BATCH_OPS, "rope-rt-batch-fuse-left")],
+                         ids=["offset", "per-batch"])
+def test_the_sum_written_the_other_way_round(pos_shape, ops, rule):
+    m = parse_model(rt_model(pos_shape=pos_shape, total="Add(b, a)"))
+    check_rewrite(m, ops, feeds=feeds(pos_shape=tuple(map(int, pos_shape))), fired=[rule])
 
 
 @pytest.mark.parametrize("batch, seq", [(3, 7), (1, 1), (2, 1)], ids=["prefill", "step-batch-1", "step-batch-2"])

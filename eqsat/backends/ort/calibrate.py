@@ -22,13 +22,16 @@
   models (extract/hardware/cpu.json says which);
 - fuse_unmasked_attention: the same for an encoder's attention without a mask (ViT-B/16: 197
   tokens, 12 heads of 64), its query, key and value 3-D and their biases in the fused op;
+- fuse_cached_attention: the same for a decoder step's attention with its KV cache (12 heads
+  of 64, one new token after 128 cached, a mask over all 129): MultiHeadAttention with
+  past_key / past_value and its present outputs against the Concats and the subgraph;
 - grouped_query_matmul: whether grouped-query attention's products on the kv heads as they
   are (the query heads of a group stacked as rows) beat them on the kv heads repeated (8
   query and 2 kv heads of 64, sequence 128, causal bias; rules/attention.egg).
 - contraction_alias_slowdown: how many times slower MatMul [128, 3072] x [3072, 768] (a
   transformer MLP's second product, its rows 12 KiB apart) runs than the same with 16 zero
   columns and rows appended (rules/contraction.egg pads where it is at least 1.03).
-The five booleans run with onnxruntime's graph optimizations off (the model as eqsat writes it),
+The six booleans run with onnxruntime's graph optimizations off (the model as eqsat writes it),
 side by side (eqsat.backends.ort.latency.compare), and hold only where the fused form is at least 3% faster.
 - stem_conv_slowdown: how much slower than the dense convolutions an image's first 3x3
   convolution (3 input channels) runs in NCHW (eqsat/backends/ort/calibrate_layout.py).
@@ -134,6 +137,7 @@ def fusion_choices(threads: int = 1, runs: int = 100) -> dict:
     return {"merge_parallel_matmuls": merge, "fuse_skip_layernorm": skip_ln,
             "fuse_attention": _attention_pays(rng, runs, threads),
             "fuse_unmasked_attention": _unmasked_attention_pays(rng, runs, threads),
+            "fuse_cached_attention": _cached_attention_pays(rng, runs, threads),
             "grouped_query_matmul": _grouped_query_pays(rng, runs, threads),
             "contraction_alias_slowdown": contraction_alias_slowdown(rng, runs, threads)}
 
@@ -158,6 +162,47 @@ def contraction_alias_slowdown(rng, runs: int, threads: int) -> float:
     aliased, padded, fa, fp = aliased_models(rng)
     ta, tp = compare([aliased, padded], [fa, fp], runs=runs, threads=threads)
     return round(ta / tp, 2)
+
+
+def _cached_attention_pays(rng, runs: int, threads: int) -> bool:
+    """Whether MultiHeadAttention with past_key / past_value beats a decoder step's attention
+    with its cache Concats (cached_attention_models: one new token after 128 cached)."""
+    subgraph, fused, feeds = cached_attention_models(rng, past=128)
+    return _faster(fused, subgraph, feeds, runs * 3, threads)
+
+
+def cached_attention_models(rng, past: int, new: int = 1, b: int = 1, n: int = 12, d: int = 64):
+    """(subgraph, fused, feeds): one layer's attention in a decoder step as exporters write it
+    (q, k, v [b, new, n*d] split into heads; present key and value = Concat(past, new) on the
+    sequence axis; scores scaled, a zero mask [1, 1, new, past + new] added, softmax, times the
+    values, heads merged) and as com.microsoft.MultiHeadAttention with past_key / past_value
+    and present outputs (rules/attention.egg's attention-mha-past)."""
+    h, total = n * d, past + new
+    ins = [_vi(c, [b, new, h]) for c in ("q", "k", "v")] + [_vi("past_k", [b, n, past, d]),
+                                                           _vi("past_v", [b, n, past, d])]
+    outs = [_vi("y", [b, new, h]), _vi("present_k", [b, n, total, d]), _vi("present_v", [b, n, total, d])]
+    consts = {"mask": np.zeros([1, 1, new, total], np.float32), "split": np.array([0, 0, n, d], np.int64),
+              "merge": np.array([0, 0, h], np.int64), "scale": np.array(d ** -0.5, np.float32)}
+    nodes = []
+    for c in ("q", "k", "v"):
+        nodes += [helper.make_node("Reshape", [c, "split"], [f"{c}r"]),
+                  helper.make_node("Transpose", [f"{c}r"], [f"{c}h"], perm=[0, 2, 1, 3])]
+    nodes += [helper.make_node("Concat", ["past_k", "kh"], ["present_k"], axis=2),
+              helper.make_node("Concat", ["past_v", "vh"], ["present_v"], axis=2),
+              helper.make_node("Transpose", ["present_k"], ["kt"], perm=[0, 1, 3, 2]),
+              helper.make_node("MatMul", ["qh", "kt"], ["qk"]),
+              helper.make_node("Mul", ["qk", "scale"], ["sc"]),
+              helper.make_node("Add", ["sc", "mask"], ["sm"]),
+              helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "present_v"], ["o"]),
+              helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ot", "merge"], ["y"])]
+    fused = [helper.make_node("MultiHeadAttention", ["q", "k", "v", "", "", "mask", "past_k", "past_v"],
+                              ["y", "present_k", "present_v"], domain="com.microsoft", num_heads=n, scale=d ** -0.5)]
+    feeds = {vi.name: rng.standard_normal([x.dim_value for x in vi.type.tensor_type.shape.dim]).astype(np.float32)
+             for vi in ins}
+    return (_weights_model(nodes, ins, outs, consts),
+            _weights_model(fused, ins, outs, {"mask": consts["mask"]}, ms=True), feeds)
 
 
 def _grouped_query_pays(rng, runs: int, threads: int) -> bool:

@@ -157,7 +157,9 @@ def hardware_facts(hardware) -> list:
     (hardware-pays "attention") = 1 where MultiHeadAttention / Attention is faster than the
     attention subgraph (fuse_attention; rules/attention.egg); (hardware-pays
     "attention-unmasked") = 1 where it is for attention without a mask
-    (fuse_unmasked_attention); (hardware-pays "grouped-query-matmul") = 1 where grouped-query
+    (fuse_unmasked_attention); (hardware-pays "attention-cached") = 1 where MultiHeadAttention
+    with past_key / past_value is faster than a decoder step's attention with its cache
+    Concats (fuse_cached_attention); (hardware-pays "grouped-query-matmul") = 1 where grouped-query
     attention's products run on the kv heads unrepeated (grouped_query_matmul); (hardware-pays
     "pad-contraction") = 1 where a product whose left operand's rows alias in the cache is
     slower than padded (contraction_alias_slowdown >= 1.03; rules/contraction.egg)."""
@@ -173,6 +175,8 @@ def hardware_facts(hardware) -> list:
         facts.append(T.set_fn("hardware-pays", [T.string("attention")], T.i64(1)))
     if hw.fuse_unmasked_attention:
         facts.append(T.set_fn("hardware-pays", [T.string("attention-unmasked")], T.i64(1)))
+    if hw.fuse_cached_attention:
+        facts.append(T.set_fn("hardware-pays", [T.string("attention-cached")], T.i64(1)))
     if hw.grouped_query_matmul:
         facts.append(T.set_fn("hardware-pays", [T.string("grouped-query-matmul")], T.i64(1)))
     if hw.pads_contraction():

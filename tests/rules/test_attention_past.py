@@ -1,0 +1,107 @@
+"""rules/attention.egg with a KV cache: a decoder step's attention, the new keys and values
+appended to the cache (Concat on the sequence axis, the present outputs), becomes one
+com.microsoft.MultiHeadAttention that takes past_key / past_value and writes the presents
+itself (MultiHeadAttentionPast, attention-mha-past). On the default CPU profiles it is built
+although the attention has a mask (fuse_cached_attention). It stays where the cache is
+appended on the wrong side, or the profile does not fuse cached attention."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ..conftest import check_rewrite, parse_model
+
+MHA = "com.microsoft.MultiHeadAttention"
+N, D = 2, 4  # heads, head size: hidden 8, scale 1/sqrt(D) = 0.5
+# unfused: q, k, v split into heads, the two cache Concats, scores (the scale folded into a
+# FusedMatMul with the key transposed), mask, softmax, values, heads merged
+UNFUSED = ["Reshape", "Transpose", "Reshape", "Transpose", "Reshape", "Transpose", "Concat", "Concat",
+           "com.microsoft.FusedMatMul", "Add", "Softmax", "MatMul", "Transpose", "Reshape"]
+
+
+def step_model(cache: str = "past_k, kh", mask: bool = True) -> str:
+    """One attention layer of a decoder step, as GPT-2's TorchScript export writes it: q, k, v
+    [B, S, 8] split into 2 heads, present_k = Concat(`cache`) and present_v = Concat(past_v,
+    vh) on the sequence axis, scores * 0.5 (+ an additive mask [B, 1, S, P + S]), softmax,
+    times the values, heads merged."""
+    h = N * D
+    m_in = ", float[B, 1, S, T] m" if mask else ""
+    scores = "sm = Add(sc, m)" if mask else "sm = Identity(sc)"
+    return f'''<ir_version: 8, opset_import: ["" : 17]>
+    agraph (float[B, S, {h}] q, float[B, S, {h}] k, float[B, S, {h}] v, float[B, {N}, P, {D}] past_k,
+            float[B, {N}, P, {D}] past_v{m_in})
+        => (float[B, S, {h}] y, float[B, {N}, T, {D}] present_k, float[B, {N}, T, {D}] present_v) {{
+        hs = Constant <value = int64[4] {{0, 0, {N}, {D}}}> ()
+        qr = Reshape(q, hs)
+        qh = Transpose <perm = [0, 2, 1, 3]> (qr)
+        kr = Reshape(k, hs)
+        kh = Transpose <perm = [0, 2, 1, 3]> (kr)
+        vr = Reshape(v, hs)
+        vh = Transpose <perm = [0, 2, 1, 3]> (vr)
+        present_k = Concat <axis = -2> ({cache})
+        present_v = Concat <axis = -2> (past_v, vh)
+        kt = Transpose <perm = [0, 1, 3, 2]> (present_k)
+        qk = MatMul(qh, kt)
+        half = Constant <value = float {{0.5}}> ()
+        sc = Mul(qk, half)
+        {scores}
+        p = Softmax <axis = -1> (sm)
+        o = MatMul(p, present_v)
+        ot = Transpose <perm = [0, 2, 1, 3]> (o)
+        merge = Constant <value = int64[3] {{0, 0, {h}}}> ()
+        y = Reshape(ot, merge)
+    }}'''
+
+
+def step_feeds(batch: int, new: int, past: int, mask: bool = True) -> tuple[dict, dict]:
+    """(feeds, dims): a padding mask over past + new (0 or the lowest float, the first key
+    always kept)."""
+    rng = np.random.default_rng(0)
+    f = {c: rng.standard_normal((batch, new, N * D)).astype(np.float32) for c in "qkv"}
+    f.update({p: rng.standard_normal((batch, N, past, D)).astype(np.float32) for p in ("past_k", "past_v")})
+    if mask:
+        keep = rng.random((batch, 1, new, past + new)) < 0.7
+        keep[..., 0] = True
+        f["m"] = np.where(keep, 0.0, np.finfo(np.float32).min).astype(np.float32)
+    return f, {"B": batch, "S": new, "P": past, "T": past + new}
+
+
+STEPS = [pytest.param(2, 1, 7, id="step"), pytest.param(2, 3, 7, id="three-new"), pytest.param(1, 5, 0, id="prefill")]
+
+
+@pytest.mark.parametrize("hardware", ["cpu", "cpu-avx2", "h200"])
+@pytest.mark.parametrize("batch, new, past", STEPS)
+def test_cached_attention_becomes_one_multihead_attention_with_past(hardware, batch, new, past):
+    feeds, dims = step_feeds(batch, new, past)
+    res = check_rewrite(parse_model(step_model()), [MHA], feeds=feeds, dims=dims, hardware=hardware,
+                        fired=["attention-kv-cache", "attention-mha-past"])
+    (node,) = res.model.graph.node
+    assert list(node.input[6:8]) == ["past_k", "past_v"] and list(node.input[1:3]) == ["k", "v"]
+    assert list(node.output) == ["y", "present_k", "present_v"]
+
+
+def test_without_a_mask():
+    feeds, dims = step_feeds(2, 3, 4, mask=False)
+    check_rewrite(parse_model(step_model(mask=False)), [MHA], feeds=feeds, dims=dims, fired=["attention-mha-past"])
+
+
+def test_new_keys_before_the_cache_stay():
+    # Concat(kh, past_k): the op appends the new keys after the cache, not before
+    feeds, dims = step_feeds(2, 3, 4)
+    check_rewrite(parse_model(step_model(cache="kh, past_k")), UNFUSED, feeds=feeds, dims=dims,
+                  not_fired=["attention-mha-past"])
+
+
+def test_a_profile_without_fuse_cached_attention_keeps_the_subgraph(tmp_path):
+    from eqsat.extract.costs.roofline import HARDWARE_DIR
+
+    prof = json.loads((HARDWARE_DIR / "cpu.json").read_text())
+    prof["fuse_cached_attention"] = False
+    path = tmp_path / "no-cached-attention.json"
+    path.write_text(json.dumps(prof))
+    feeds, dims = step_feeds(2, 1, 7)
+    check_rewrite(parse_model(step_model()), UNFUSED, feeds=feeds, dims=dims, hardware=str(path),
+                  fired=["attention-kv-cache"], not_fired=["attention-pays-cached", "attention-mha-past"])
