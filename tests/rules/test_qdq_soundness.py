@@ -1,17 +1,20 @@
 """rules/qdq.egg against crafted models: rewrites that must not change what a model computes
-on inputs verification does not draw. Verification feeds integers in [-9, 9] (and its QDQ
-allowance accepts what onnxruntime's own optimizer also changes: it removes DQ -> Q pairs
-itself), so a rewrite that is wrong only for larger integers is written with exit 0 unless
-the rule's guard refuses it. Each test optimizes a model and compares it with the original
-under onnxruntime with its graph optimizations off (each model as written), exactly, on
-inputs chosen to show the difference.
+on inputs verification may not draw. Verification fed integers in [-9, 9] (quantized codes now
+span their type, eqsat/verification/feeds.py), and its QDQ allowance accepted what
+onnxruntime's own optimizer also changes (its QDQFinalCleanupTransformer removes DQ -> Q pairs
+where they are no identity; now left out of the allowance's run), so a rewrite wrong only for
+larger codes was written with exit 0 unless the rule's guard refused it. Each test optimizes a
+model and compares it with the original under onnxruntime with its graph optimizations off
+(each model as written), exactly, on inputs chosen to show the difference.
 
 - qdq-dq-q-cancel: Q(DQ(y, s, z), s, z) is y only where DQ's float result carries y - z
   exactly enough: a float32 scale (a float16 one rounds (y - z) * s to 11 bits: int16 codes
   above 2048 come back moved, and it overflows to inf at 65504: int8 codes come back
   saturated), and a constant scale so small that (y - z) * s cannot overflow float32 (the
   guard also asks for a normal scale: onnxruntime's denormals-as-zero option would make a
-  subnormal one 0). A scale computed at run time has no known range: the pair stays."""
+  subnormal one 0). A scale computed at run time has no known range: the pair stays.
+- qdq-conv-zero-bias-fuse: an int32 bias of zeros adds nothing only at a finite scale (0 * inf
+  is NaN); that model was refused by verification, not written, but the fusion was wasted."""
 
 from __future__ import annotations
 
@@ -99,3 +102,20 @@ def test_dq_q_pair_with_a_scale_computed_at_run_time_stays():
 def test_dq_q_pair_with_an_exact_float32_scale_still_cancels(ytype, scale, zero_point):
     m = pair_model(ytype, scale, zero_point, axis=0 if np.ndim(scale) else None)
     check_pair(m, cancels=True)
+
+
+# ---- qdq-conv-zero-bias-fuse: a bias of zeros adds nothing only where its scale is finite
+
+
+def test_conv_with_a_zero_bias_of_infinite_scale_keeps_the_bias():
+    # DQ(0, inf) is 0 * inf = NaN in every channel: the float Conv's outputs are all NaN and
+    # QuantizeLinear makes them its lowest code, where a QLinearConv without the bias computed
+    # the convolution (verification refused that model: every output differed)
+    from .test_qdq import conv_model
+
+    m = conv_model(bias_scale=1.0, zero_bias=True, w_max=64)
+    (bs,) = [t for t in m.graph.initializer if t.name == "bs"]
+    bs.CopyFrom(numpy_helper.from_array(np.full(bs.dims, np.inf, np.float32), "bs"))
+    res = optimized(m, target="ort")  # written: no verification failure
+    assert res.report["saturation"]["rule_matches"].get("qdq-conv-zero-bias-fuse", 0) == 0
+    assert_same_outputs(m, res.model, ort_optimize=False)
