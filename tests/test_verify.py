@@ -301,6 +301,39 @@ def test_integer_inputs_are_drawn_by_use_so_an_unsound_integer_rewrite_fails():
     assert verify(m, wrong).status == "failed"
 
 
+def test_quantized_codes_are_drawn_over_their_whole_range():
+    # a DequantizeLinear with a float16 scale of 1 taken for a Cast: right for codes up to 2048
+    # (float16's 11 bits), which codes in [-9, 9] never passed; y reaches the DQ through a Reshape
+    text = """
+        <ir_version: 10, opset_import: ["" : 21]>
+        g (int16[2, 8] y) => (int32[16] out) <float16 s = {{15360}}, int64[1] flat = {{16}}> {{
+            r = Reshape(y, flat)
+            {body}
+        }}"""
+    m = parse_model(text.format(body="d = DequantizeLinear(r, s)\n out = Cast <to = 6> (d)"))
+    wrong = parse_model(text.format(body="out = Cast <to = 6> (r)"))
+    v = verify(m, m)
+    assert v.status == "passed", v.detail
+    assert "y quantized codes in [-32768, 32767]" in v.inputs
+    assert verify(m, wrong).status == "failed"
+
+
+def test_qdq_allowance_does_not_accept_a_dq_q_pair_removed_where_it_is_no_identity():
+    # Q(DQ(y, s), s) with s = 6.8e36: (y - z) * s overflows for |y - z| > 50 and Q saturates it;
+    # onnxruntime's own QDQFinalCleanupTransformer removes the pair all the same, so an allowance
+    # measured against it accepted the Identity
+    text = """
+        <ir_version: 10, opset_import: ["" : 21]>
+        g (int8[16] y) => (int8[16] out) <float s = {{6.8e36}}, int8 z = {{0}}> {{
+            {body}
+        }}"""
+    m = parse_model(text.format(body="d = DequantizeLinear(y, s, z)\n out = QuantizeLinear(d, s, z)"))
+    wrong = parse_model(text.format(body="out = Identity(y)"))
+    assert verify(m, m).status == "passed"
+    v = verify(m, wrong)
+    assert v.status == "failed", v.detail
+
+
 def test_integers_fall_back_to_0_or_1_where_the_original_needs_them():
     # n feeds a Reshape target through arithmetic: a size, drawn 0 or 1 as ever; k reaches
     # a Div as divisor: never 0

@@ -86,7 +86,8 @@ def uniform_facts(t: TensorProto, term) -> list:
     """Facts that a stored constant is uniform, for rules that simplify with it (rules/lang.egg):
     (splat-f term x) for a float tensor whose elements all equal the finite x, (all-true term)
     for a bool tensor of trues, (int-range term lo hi) for an 8- to 32-bit integer tensor
-    (its smallest and largest element). Empty for other tensors, empty ones and larger than
+    (its smallest and largest element), (float-range term lo hi) for a finite float tensor of
+    up to FLOAT_RANGE_MAX elements. Empty for other tensors, empty ones and larger than
     UNIFORM_CHECK_MAX elements."""
     numel = int(np.prod(t.dims, dtype=np.int64)) if t.dims else 1
     if numel == 0 or numel > UNIFORM_CHECK_MAX or t.data_location == TensorProto.EXTERNAL:
@@ -102,14 +103,31 @@ def uniform_facts(t: TensorProto, term) -> list:
         a = np.frombuffer(t.raw_data, dtype=onnx.helper.tensor_dtype_to_np_dtype(t.data_type).newbyteorder("<"))
     else:
         a = numpy_helper.to_array(t).reshape(-1)
-    if a.size != numel or a[0] != a[-1] or not bool((a == a[0]).all()):
+    if a.size != numel:
         return []
+    facts = _float_range_facts(a, term) if t.data_type != TensorProto.BOOL and numel <= FLOAT_RANGE_MAX else []
+    if a[0] != a[-1] or not bool((a == a[0]).all()):
+        return facts
     if t.data_type == TensorProto.BOOL:
         return [T.fact("all-true", term)] if bool(a[0]) else []
     v = float(a[0])
     if not (T.is_finite(v) and plain_float(v)):
+        return facts
+    return [*facts, T.fact("splat-f", term, T.f64(v))]
+
+
+# Float constants up to this many elements get (float-range term lo hi): scales and zero points,
+# not weights (rules/qdq.egg asks it of a DequantizeLinear's scale)
+FLOAT_RANGE_MAX = 1 << 16
+
+
+def _float_range_facts(a: np.ndarray, term) -> list:
+    """(float-range term lo hi): the smallest and largest element of a float tensor whose
+    elements are all finite (none for one with an inf or a NaN)."""
+    a = np.asarray(a, np.float64)
+    if not bool(np.isfinite(a).all()):
         return []
-    return [T.fact("splat-f", term, T.f64(v))]
+    return [T.fact("float-range", term, T.f64(float(a.min()) + 0.0), T.f64(float(a.max()) + 0.0))]
 
 
 # Integer types whose stored constants get (int-range term lo hi): the 8- to 32-bit ones that

@@ -12,6 +12,11 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
   - a size (it reaches a Reshape target, Slice bound, axes, repeats, pads, ... through
     integer arithmetic) is 0 or 1 as before, or its default where it has one;
   - a divisor (Div's or Mod's second input) is in [-9, 9] without 0;
+  - a quantized code (DequantizeLinear's input, a QLinear op's quantized input, possibly
+    through Reshape/Transpose/...) of 8 or 16 bits spans its type's whole range (a rewrite
+    of quantized values that is wrong only beyond [-9, 9], such as a DequantizeLinear ->
+    QuantizeLinear pair taken for the identity where its float product overflows, showed
+    on none of them);
   - any other integer is in [-9, 9] (unsigned: [0, 9]);
 - without `wide`, every integer is 0 or 1 (what a model that takes ids, sizes and masks
   alike always accepts);
@@ -72,6 +77,21 @@ SIZE_USES: dict[str, set[int]] = {
     "Loop": {0}, "ScatterND": {1}, "GatherND": {1}, "Mod": set(),
 }
 DIVISOR_USES = {"Div": {1}, "Mod": {1}}
+# (domain, op type) -> the input positions that read quantized codes (any value of the type is valid)
+CODE_USES: dict[tuple[str, str], set[int]] = {
+    ("", "DequantizeLinear"): {0},
+    ("com.microsoft", "DequantizeLinear"): {0},
+    ("", "QLinearConv"): {0, 3},
+    ("", "QLinearMatMul"): {0, 3},
+    ("", "ConvInteger"): {0, 1},
+    ("", "MatMulInteger"): {0, 1},
+    ("com.microsoft", "QLinearAdd"): {0, 3},
+    ("com.microsoft", "QLinearMul"): {0, 3},
+    ("com.microsoft", "QLinearSigmoid"): {0},
+    ("com.microsoft", "QLinearLeakyRelu"): {0},
+    ("com.microsoft", "QLinearGlobalAveragePool"): {0},
+    ("com.microsoft", "QLinearAveragePool"): {0},
+}
 # ops whose output keeps the integer type of input 0 (or all inputs): an index or size may
 # pass through them; `through` lists the positions that carry the value
 THROUGH = {"Cast": {0}, "Identity": {0}, "Reshape": {0}, "Unsqueeze": {0}, "Squeeze": {0}, "Flatten": {0},
@@ -94,7 +114,7 @@ class Table:
 
 @dataclass(frozen=True)
 class Role:
-    kind: str  # general | index | mask | size | divisor
+    kind: str  # general | index | mask | size | divisor | code
     tables: tuple[Table, ...] = ()  # for an index
 
 
@@ -148,6 +168,10 @@ class Feeds:
         if any(n.op_type in DIVISOR_USES and k in DIVISOR_USES[n.op_type] and n.domain in ("", "ai.onnx")
                for n, k in self._carried(name)):
             return Role("divisor")
+        if np_dtype(self.specs[name][1]).itemsize <= 2 and any(
+                k in CODE_USES.get(("" if n.domain == "ai.onnx" else n.domain, n.op_type), ())
+                for n, k in self._carried(name)):
+            return Role("code")
         return Role("general")
 
     def _carried(self, name: str, depth: int = 6) -> list[tuple[object, int]]:
@@ -273,6 +297,9 @@ class Feeds:
         if role.kind == "index":
             lo, hi = self._index_range(role, sizes) or (0, 2)
             return rng.integers(0 if unsigned else lo, hi, size=shape).astype(dt)
+        if role.kind == "code":
+            info = np.iinfo(dt)
+            return rng.integers(int(info.min), int(info.max) + 1, size=shape).astype(dt)
         lo = 0 if unsigned else GENERAL[0]
         out = rng.integers(lo, GENERAL[1], size=shape)
         if role.kind == "divisor":
@@ -343,6 +370,9 @@ class Feeds:
             if role.kind == "index":
                 lo, hi = self._index_range(role, sizes or {}) or (0, 2)
                 parts.append(f"{name} an index in [{lo}, {hi})")
+            elif role.kind == "code":
+                info = np.iinfo(np_dtype(self.specs[name][1]))
+                parts.append(f"{name} quantized codes in [{info.min}, {info.max}]")
             else:
                 parts.append(f"{name} " + {"general": "in [-9, 9]", "mask": "a mask, 0 or 1",
                                            "size": "a size, 0 or 1", "divisor": "in [-9, 9] but 0"}[role.kind])

@@ -32,9 +32,10 @@ def ort():
 
 
 def session(model: ModelProto | str | os.PathLike, optimize: bool = True, threads: int = 1,
-            providers: list[str] | None = None):
+            providers: list[str] | None = None, disabled_optimizers: list[str] | None = None):
     """An onnxruntime InferenceSession of `model` (a ModelProto or an ONNX file, whatever its
-    name), with onnxruntime's graph optimizations unless `optimize` is False."""
+    name), with onnxruntime's graph optimizations unless `optimize` is False (less the
+    transformers named in `disabled_optimizers`)."""
     rt = ort()
     so = rt.SessionOptions()
     so.intra_op_num_threads = threads
@@ -43,15 +44,16 @@ def session(model: ModelProto | str | os.PathLike, optimize: bool = True, thread
     if not optimize:
         so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
     providers = providers or ["CPUExecutionProvider"]
+    extra = {"disabled_optimizers": disabled_optimizers} if disabled_optimizers else {}
     if isinstance(model, (str, os.PathLike)):
         # an ONNX model, whatever its name (onnxruntime reads a path ending in .ort as its own format)
         so.add_session_config_entry("session.load_model_format", "ONNX")
-        return rt.InferenceSession(str(model), so, providers=providers)
+        return rt.InferenceSession(str(model), so, providers=providers, **extra)
     from eqsat.io.modelio import on_disk, save_model
 
     if on_disk(model):
         # weights on disk or too big for one protobuf: run it from a saved copy
         with tempfile.TemporaryDirectory(prefix="eqsat-run-") as d:
             path = save_model(model, Path(d) / "model.onnx", check=False)
-            return rt.InferenceSession(str(path), so, providers=providers)
-    return rt.InferenceSession(model.SerializeToString(), so, providers=providers)
+            return rt.InferenceSession(str(path), so, providers=providers, **extra)
+    return rt.InferenceSession(model.SerializeToString(), so, providers=providers, **extra)

@@ -1,0 +1,121 @@
+"""rules/qdq.egg against crafted models: rewrites that must not change what a model computes
+on inputs verification may not draw. Verification fed integers in [-9, 9] (quantized codes now
+span their type, eqsat/verification/feeds.py), and its QDQ allowance accepted what
+onnxruntime's own optimizer also changes (its QDQFinalCleanupTransformer removes DQ -> Q pairs
+where they are no identity; now left out of the allowance's run), so a rewrite wrong only for
+larger codes was written with exit 0 unless the rule's guard refused it. Each test optimizes a
+model and compares it with the original under onnxruntime with its graph optimizations off
+(each model as written), exactly, on inputs chosen to show the difference.
+
+- qdq-dq-q-cancel: Q(DQ(y, s, z), s, z) is y only where DQ's float result carries y - z
+  exactly enough: a float32 scale (a float16 one rounds (y - z) * s to 11 bits: int16 codes
+  above 2048 come back moved, and it overflows to inf at 65504: int8 codes come back
+  saturated), and a constant scale so small that (y - z) * s cannot overflow float32 (the
+  guard also asks for a normal scale: onnxruntime's denormals-as-zero option would make a
+  subnormal one 0). A scale computed at run time has no known range: the pair stays.
+- qdq-conv-zero-bias-fuse: an int32 bias of zeros adds nothing only at a finite scale (0 * inf
+  is NaN); that model was refused by verification, not written, but the fusion was wasted."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ..conftest import assert_same_outputs, op_list, optimized
+
+CANCEL = "qdq-dq-q-cancel"
+
+
+def pair_model(ytype: int, scale: np.ndarray, zero_point: int = 0, axis: int | None = None,
+               scale_input: bool = False) -> onnx.ModelProto:
+    """out = QuantizeLinear(DequantizeLinear(y, s, z), s, z), y [2, 8] of `ytype`, s `scale`
+    (its numpy type; per tensor, or along `axis`), z `zero_point` of y's type (s a graph input
+    with `scale_input`)."""
+    np_t = helper.tensor_dtype_to_np_dtype(ytype)
+    s = np.asarray(scale)
+    z = np.full(s.shape, zero_point, np_t)
+    inits = [numpy_helper.from_array(z, "z")]
+    inputs = [helper.make_tensor_value_info("y", ytype, [2, 8])]
+    if scale_input:
+        inputs.append(helper.make_tensor_value_info("s", helper.np_dtype_to_tensor_dtype(s.dtype), list(s.shape)))
+    else:
+        inits.append(numpy_helper.from_array(s, "s"))
+    attrs = {} if axis is None else {"axis": axis}
+    nodes = [helper.make_node("DequantizeLinear", ["y", "s", "z"], ["d"], **attrs),
+             helper.make_node("QuantizeLinear", ["d", "s", "z"], ["out"], **attrs)]
+    g = helper.make_graph(nodes, "pair", inputs, [helper.make_tensor_value_info("out", ytype, [2, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def full_range(ytype: int) -> np.ndarray:
+    """y [2, 8]: the type's extremes and values well beyond verification's [-9, 9]."""
+    info = np.iinfo(helper.tensor_dtype_to_np_dtype(ytype))
+    lo, hi = int(info.min), int(info.max)
+    vals = [lo, hi, lo + 1, hi - 1, 0, 1, -1 if lo < 0 else 2, 9, 60, 100, hi // 2 + 1, lo // 2, 2049,
+            3001, 30001, -3001]
+    return np.clip(np.array(vals, np.int64), lo, hi).astype(info.dtype).reshape(2, 8)
+
+
+def check_pair(m: onnx.ModelProto, cancels: bool, feeds: dict | None = None) -> None:
+    res = optimized(m, target="ort")
+    fired = res.report["saturation"]["rule_matches"].get(CANCEL, 0) > 0
+    assert fired == cancels, f"{CANCEL} fired: {fired}; ops {op_list(res.model)}"
+    ytype = m.graph.input[0].type.tensor_type.elem_type
+    feeds = feeds or {"y": full_range(ytype)}
+    assert_same_outputs(m, res.model, feeds, ort_optimize=False)
+
+
+@pytest.mark.parametrize("ytype, scale", [
+    # (y - z) * s overflows float32 for |y - z| > 50: Q saturates the inf, y does not
+    (TensorProto.INT8, np.float32(6.8e36)),
+    (TensorProto.UINT16, np.float32(1e34)),
+    # per channel: one channel's scale overflows
+    (TensorProto.INT8, np.array([0.1, 6.8e36], np.float32)),
+    # float16 scales: 11 bits (int16 codes above 2048 round) and 65504 at most (int8 * 1000 overflows)
+    (TensorProto.INT16, np.float16(1.0)),
+    (TensorProto.INT8, np.float16(1000.0)),
+], ids=["int8-huge", "uint16-huge", "int8-per-channel-huge", "int16-float16",
+        "int8-float16-overflow"])
+def test_dq_q_pair_whose_float_form_is_not_exact_stays(ytype, scale):
+    m = pair_model(ytype, scale, axis=0 if np.ndim(scale) else None)
+    # the original differs from y on these inputs: the pair is no identity here
+    check_pair(m, cancels=False)
+
+
+def test_dq_q_pair_with_a_scale_computed_at_run_time_stays():
+    # the scale is fed: 6.8e36 makes the pair saturate; verification draws standard normal scales
+    m = pair_model(TensorProto.INT8, np.float32(0.1), scale_input=True)
+    y = full_range(TensorProto.INT8)
+    check_pair(m, cancels=False, feeds={"y": y, "s": np.array(6.8e36, np.float32)})
+
+
+@pytest.mark.parametrize("ytype, scale, zero_point", [
+    (TensorProto.INT8, np.float32(0.05), 3),
+    (TensorProto.UINT16, np.float32(1e-30), 100),
+    (TensorProto.INT16, np.float32(1e30), -5),
+    (TensorProto.INT8, np.array([0.1, 0.2], np.float32), -7),
+], ids=["int8", "uint16-tiny", "int16-large", "int8-per-channel"])
+def test_dq_q_pair_with_an_exact_float32_scale_still_cancels(ytype, scale, zero_point):
+    m = pair_model(ytype, scale, zero_point, axis=0 if np.ndim(scale) else None)
+    check_pair(m, cancels=True)
+
+
+# ---- qdq-conv-zero-bias-fuse: a bias of zeros adds nothing only where its scale is finite
+
+
+def test_conv_with_a_zero_bias_of_infinite_scale_keeps_the_bias():
+    # DQ(0, inf) is 0 * inf = NaN in every channel: the float Conv's outputs are all NaN and
+    # QuantizeLinear makes them its lowest code, where a QLinearConv without the bias computed
+    # the convolution (verification refused that model: every output differed)
+    from .test_qdq import conv_model
+
+    m = conv_model(bias_scale=1.0, zero_bias=True, w_max=64)
+    (bs,) = [t for t in m.graph.initializer if t.name == "bs"]
+    bs.CopyFrom(numpy_helper.from_array(np.full(bs.dims, np.inf, np.float32), "bs"))
+    res = optimized(m, target="ort")  # written: no verification failure
+    assert res.report["saturation"]["rule_matches"].get("qdq-conv-zero-bias-fuse", 0) == 0
+    assert_same_outputs(m, res.model, ort_optimize=False)
