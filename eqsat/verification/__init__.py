@@ -269,7 +269,8 @@ class QdqAllowance:
     model with QuantizeLinear nodes that differs beyond the tolerance passes
     where it is no farther from the original (max abs difference, all finite) than the original
     run with onnxruntime's graph optimizations on (ORT_ENABLE_ALL, less QDQ_UNSOUND_TRANSFORMERS)
-    is, on the same inputs. Not for models run in stages."""
+    is, on the same inputs, plus 4 float32 ulps of the outputs' magnitude (the same number of
+    quantization steps, each rounded by float32 a few ulps apart). Not for models run in stages."""
 
     def __init__(self, original: ModelProto, files) -> None:
         # requantization needs a QuantizeLinear: a weight-only model (DequantizeLinear of int4
