@@ -130,45 +130,12 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def _components(graph: dict[str, set[str]]) -> list[set[str]]:
-    """Strongly connected components (Tarjan, iterative) of more than one node or with a self-loop."""
-    index, low, on_stack, stack, result = {}, {}, set(), [], []
-    counter = 0
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph.get(root, ()))))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            for child in children:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph.get(child, ())))))
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            else:
-                work.pop()
-                if work:
-                    parent = work[-1][0]
-                    low[parent] = min(low[parent], low[node])
-                if low[node] == index[node]:
-                    component = set()
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.add(member)
-                        if member == node:
-                            break
-                    if len(component) > 1 or node in graph.get(node, ()):
-                        result.append(component)
-    return result
+    """Strongly connected components (the ILP extractor's Tarjan) of more than one node or
+    with a self-loop."""
+    from eqsat.extract.ilp import _sccs
+
+    full = {m: set(graph.get(m, ())) for m in set(graph).union(*graph.values())}
+    return [set(c) for c in _sccs(full) if len(c) > 1 or c[0] in full[c[0]]]
 
 
 def _shortest_cycle(graph: dict[str, set[str]], start: str, within: set[str]) -> list[str]:

@@ -111,9 +111,8 @@ def _saved(src: Path, args: argparse.Namespace) -> int:
     e-graph against the set's stored timings, at the e-graph's own profile and sizes."""
     from eqsat.backends.ort import program_set
     from eqsat.backends.ort.compare_costs import as_json, run_record, score_saved
-    from eqsat.cli.extract import load_egraph
+    from eqsat.cli.extract import load_egraph, saved_options
     from eqsat.io.atomic import write_text
-    from eqsat.settings import Options
 
     if not (args.programs and args.no_time):
         raise UsageError(f"{src}: a saved e-graph holds no weights, so its programs cannot be timed: give "
@@ -123,10 +122,7 @@ def _saved(src: Path, args: argparse.Namespace) -> int:
         raise UsageError(f"{src}: --save-programs, --save-egraph and --rules need the model, not a saved e-graph")
     stored = program_set.read(args.programs)
     g = load_egraph(src)
-    saved = g.meta.get("settings", {})
-    opts = Options(hardware=args.hardware or saved.get("hardware", HARDWARE_DEFAULT),
-                   dims={**saved.get("dims", {}), **dict(args.dim)},
-                   extractor=args.extractor, target=args.target)
+    opts = saved_options(g, args.hardware, dict(args.dim), extractor=args.extractor, target=args.target)
     names = args.cost_model or None
     records, info = score_saved(g, opts, names, stored, str(args.programs))
     run = run_record(opts, [r.cost_model for r in records], args.samples, args.runs, args.seed, False,

@@ -54,6 +54,16 @@ def register(subparsers) -> dict:
     return {"extract": cmd_extract}
 
 
+def saved_options(g, hardware: str | None, dims: dict, **fields):
+    """Options for pricing a saved e-graph `g`: its own profile and symbolic sizes unless
+    `hardware` / `dims` (which win over the saved sizes) say otherwise."""
+    from eqsat.settings import Options
+
+    saved = g.meta.get("settings", {})
+    return Options(hardware=hardware or saved.get("hardware", HARDWARE_DEFAULT),
+                   dims={**saved.get("dims", {}), **dims}, **fields)
+
+
 def load_egraph(path: str | Path):
     """The e-graph file at `path`, checked (extract.schema): UsageError (exit 2) for a file
     that is missing, unreadable, not JSON, or has a field eqsat reads that does not hold
@@ -100,7 +110,7 @@ def default_cost_model(g) -> str:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from eqsat.core.pipeline import Options, cost_model, read_choice
+    from eqsat.core.pipeline import cost_model, read_choice
     from eqsat.environment import check_environment
 
     check_environment()
@@ -114,11 +124,9 @@ def cmd_extract(args: argparse.Namespace) -> int:
         raise UsageError("-o writes one choice: give one --extractor and one --cost-model with it")
     picked = read_choice(args.check) if args.check else None
     g = load_egraph(args.egraph)
-    settings = g.meta.get("settings", {})
     # --check prices at the sizes the choice's costs were computed at, unless told others
     made_at = picked[1].get("dims", {}) if picked else {}  # checked: NAME -> size (choice_file.read)
-    opts = Options(hardware=args.hardware or settings.get("hardware", HARDWARE_DEFAULT),
-                   dims={**settings.get("dims", {}), **made_at, **dict(args.dim)})
+    opts = saved_options(g, args.hardware, {**made_at, **dict(args.dim)})
     if not names:  # --check prices the choice under the model that made it, where this eqsat has it
         names = [_model_of(picked[1], args.check) if picked else default_cost_model(g)]
     models = [cost_model(dataclasses.replace(opts, cost_model=name)) for name in names]  # bad names fail now
