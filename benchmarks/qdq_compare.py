@@ -5,11 +5,13 @@
 
 For each pair: the max abs difference from the QDQ model run as written (onnxruntime,
 graph optimizations off) of eqsat's output (run with optimizations off) and of the QDQ
-model under onnxruntime's ORT_ENABLE_ALL, on 3 seeded standard-normal inputs (seeds 0, 1,
-2; batch 1); then the quantized and float op counts of eqsat's output and of the model
-onnxruntime saves with ORT_ENABLE_EXTENDED. With `--float` (one float model per pair, in
-order: the model the QDQ one was quantized from), also each one's max abs difference from the
-float model on the same inputs (issue 30's metric: eqsat as close to float as onnxruntime's
+model under onnxruntime's ORT_ENABLE_ALL, on 3 seeded inputs (seeds 0, 1, 2; batch 1):
+`qdq_models.random_feeds`, standard normal for a float input, token ids, a mask and token
+types for a transformer's int64 inputs (sequence 128), the largest over the outputs; then
+the quantized and float op counts of eqsat's output and of the model onnxruntime saves
+with ORT_ENABLE_EXTENDED. With `--float` (one float model per pair, in order: the model the
+QDQ one was quantized from), also each one's max abs difference from the float model on the
+same inputs (issue 30's metric: eqsat as close to float as onnxruntime's
 own QDQ result). Prints Markdown table rows.
 """
 
@@ -23,8 +25,10 @@ from collections import Counter
 import numpy as np
 import onnx
 import onnxruntime as ort
+from qdq_models import DIMS, random_feeds
 
-KEEP = ("QLinearConv", "QLinearMatMul", "QLinearAdd", "QGemm", "QLinearGlobalAveragePool", "Conv", "MatMul",
+KEEP = ("QLinearConv", "QLinearMatMul", "QLinearAdd", "QGemm", "QLinearGlobalAveragePool", "QLinearSigmoid",
+        "QLinearSoftmax", "Conv", "MatMul",
         "Gemm", "Add", "QuantizeLinear", "DequantizeLinear")
 
 
@@ -41,6 +45,11 @@ def counts(path: str) -> str:
     c = Counter((n.domain + "." if n.domain not in ("", "ai.onnx") else "") + n.op_type
                 for n in onnx.load(path).graph.node)
     return ", ".join(f"{k} {v}" for k, v in sorted(c.items()) if k.split(".")[-1] in KEEP)
+
+
+def _maxdiff(a: list, b: list) -> float:
+    """The largest max abs difference over the outputs, paired in order."""
+    return max(float(np.abs(np.asarray(u, np.float64) - v).max()) for u, v in zip(a, b, strict=True))
 
 
 def main() -> None:
@@ -61,20 +70,19 @@ def main() -> None:
             ext = os.path.join(d, "ext.onnx")
             session(qdq, lv.ORT_ENABLE_EXTENDED, ext)
             ops.append(f"| {os.path.basename(qdq)} | {counts(ours)} | {counts(ext)} |")
-        i = ref.get_inputs()[0]
-        shape = [s if isinstance(s, int) else 1 for s in i.shape]
+        proto = onnx.load(qdq, load_external_data=False)
         d_own, d_eq, f_ref, f_own, f_eq = [], [], [], [], []
         for seed in range(3):
-            x = {i.name: np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
-            r = ref.run(None, x)[0].astype(np.float64)
-            o, e = own.run(None, x)[0], eq.run(None, x)[0]
-            d_own.append(float(np.abs(o - r).max()))
-            d_eq.append(float(np.abs(e - r).max()))
+            x = random_feeds(proto, np.random.default_rng(seed), DIMS)
+            r = [v.astype(np.float64) for v in ref.run(None, x)]
+            o, e = own.run(None, x), eq.run(None, x)
+            d_own.append(_maxdiff(o, r))
+            d_eq.append(_maxdiff(e, r))
             if flt is not None:
-                f = flt.run(None, {flt.get_inputs()[0].name: x[i.name]})[0].astype(np.float64)
-                f_ref.append(float(np.abs(r - f).max()))
-                f_own.append(float(np.abs(o - f).max()))
-                f_eq.append(float(np.abs(e - f).max()))
+                f = [v.astype(np.float64) for v in flt.run(None, {k.name: x[k.name] for k in flt.get_inputs()})]
+                f_ref.append(_maxdiff(r, f))
+                f_own.append(_maxdiff(o, f))
+                f_eq.append(_maxdiff(e, f))
         ok = all(a <= b for a, b in zip(d_eq, d_own, strict=True))
         rows.append(f"| {os.path.basename(qdq)} | " + ", ".join(f"{v:.4g}" for v in d_own) + " | "
                     + ", ".join(f"{v:.4g}" for v in d_eq) + f" | {'yes' if ok else 'no'} |")

@@ -245,7 +245,11 @@ def test_examples_pass_the_check(capsys):
     assert rc == 0, out + err
     for name in ("hardswish-fuse", "hardswish-fuse-left", "neg-sub", "mul-neg-neg", "div-neg-neg"):
         assert f"{name}: ok" in out, out
-    assert "unchecked" not in out
+    # examples/qdq_softmax.egg reads rules/qdq.egg's relations, which the checker does not
+    # instantiate (rank-0 scales, (uses v)), as for the default QDQ rules; tests/rules/test_qdq.py
+    # runs it against onnxruntime instead
+    unchecked = [ln for ln in out.splitlines() if "unchecked:" in ln]
+    assert all("qdq-softmax-fuse" in ln for ln in unchecked), out
 
 
 def test_example_fusion_fires_and_keeps_outputs():

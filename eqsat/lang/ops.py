@@ -367,6 +367,9 @@ SPECS += [
            contrib=True),
     OpSpec("QLinearGlobalAveragePool", ("X", "x_scale", "x_zero_point", "y_scale", "y_zero_point"),
            (Attr("channels_last", "int", 0),), domain=_MS, contrib=True),
+    # opset: the ai.onnx Softmax semantics (13: along `axis` alone; before 13: flattened from it)
+    OpSpec("QLinearSoftmax", ("X", "X_scale", "x_zero_point?", "y_scale", "y_zero_point"),
+           (Attr("axis", "int", -1), Attr("opset", "int")), domain=_MS, contrib=True),
     OpSpec("FastGelu", ("X", "bias?"), domain=_MS, contrib=True),
     OpSpec("GeluMs", ("X",), op_type="Gelu", domain=_MS, contrib=True),
     OpSpec("QuickGelu", ("X",), (Attr("alpha", "float", 1.702),), domain=_MS, contrib=True),

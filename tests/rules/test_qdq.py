@@ -17,6 +17,8 @@ moves are exact."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -625,9 +627,62 @@ def test_int8_pair_whose_q_has_another_reader_stays_int8():
                   ort_optimize=False)
 
 
+def chain_matmul_model(second_reader: bool = False) -> onnx.ModelProto:
+    """BERT's attention input as quantize_static writes it, int8: x -> Q -> DQ -> Reshape -> Q ->
+    DQ -> Transpose -> Q -> DQ -> MatMul(DQ(w)) -> Q -> DQ, one scale and zero point for the three
+    pairs; with `second_reader`, the last DQ is also read by a Relu (a graph output)."""
+    w = RNG.integers(-64, 65, (3, 5))
+    m = model(f"""
+        agraph (float[2, 4, 6] x) => (float[2, 2, 4, 5] z)
+                <int8[3, 5] w = {{{ints(w)}}}, float ws = {{0.02}}, int8 wz = {{0}}, int64[4] sh = {{2, 4, 2, 3}}> {{
+            s = Constant <value = float {{0.05}}> ()
+            zp = Constant <value = int8 {{3}}> ()
+            ys = Constant <value = float {{0.1}}> ()
+            yz = Constant <value = int8 {{-2}}> ()
+            xq = QuantizeLinear (x, s, zp)
+            xd = DequantizeLinear (xq, s, zp)
+            re = Reshape (xd, sh)
+            rq = QuantizeLinear (re, s, zp)
+            rd = DequantizeLinear (rq, s, zp)
+            t = Transpose <perm = [0, 2, 1, 3]> (rd)
+            tq = QuantizeLinear (t, s, zp)
+            td = DequantizeLinear (tq, s, zp)
+            wd = DequantizeLinear (w, ws, wz)
+            c = MatMul (td, wd)
+            cq = QuantizeLinear (c, ys, yz)
+            z = DequantizeLinear (cq, ys, yz)
+        }}""")
+    return with_second_reader(m, "td", [2, 2, 4, 3]) if second_reader else m
+
+
+def test_matmul_after_reshape_and_transpose_pairs_fuses_as_onnxruntime():
+    # onnxruntime makes each of the three int8 pairs uint8 (each Q read by its DQ alone, each DQ
+    # once), drops the pairs around the Reshape and the Transpose and fuses the MatMul. In the
+    # e-graph the DQs after the first cancel into the moved DQs' e-classes, whose use counts then
+    # add to 2: qdq-pair-once records the input model's counts before any union
+    m = chain_matmul_model()
+    res = check_rewrite(m, ["QuantizeLinear", "Reshape", "Transpose", "QLinearMatMul", "DequantizeLinear"],
+                        fired=["qdq-pair-once", "qdq-s8-pair-as-u8", "qdq-dq-past-reshape", "qdq-dq-past-transpose",
+                               "qdq-dq-q-cancel", "qdq-matmul-fuse"], **ONE_STEP)
+    assert fused(op_list(res.model)) == 1 == fused(ort_extended_ops(m))
+
+
+def test_matmul_after_reshape_and_transpose_pairs_whose_last_dq_is_read_twice_does_not_fuse():
+    # the last DQ is also read by a Relu: onnxruntime copies it, its Q then has two readers and
+    # the pair stays int8, so the MatMul stays in float; the DQ's e-class gets no qdq-pair-once
+    m = chain_matmul_model(second_reader=True)
+    res = optimized(m, layout="nchw")
+    ops = op_list(res.model)
+    assert fused(ops) == 0 == fused(ort_extended_ops(m)), ops
+    assert "MatMul" in ops
+    assert res.report["saturation"]["rule_matches"].get("qdq-matmul-fuse", 0) == 0
+    onnx.checker.check_model(res.model)
+    assert_same_outputs(m, res.model, ort_optimize=False)
+
+
 # ---- DQ -> Sigmoid / GlobalAveragePool -> Q (target ort)
 
-def unary_model(op: str, shape: str, out_shape: str, second_reader: bool = False) -> onnx.ModelProto:
+def unary_model(op: str, shape: str, out_shape: str, second_reader: bool = False, opset: int = 17) -> onnx.ModelProto:
     """x -> Q -> DQ -> op -> Q -> DQ, uint8 per tensor; with `second_reader`, the op's float
     output is also a graph output."""
     extra_out = f", float{out_shape} r" if second_reader else ""
@@ -644,7 +699,7 @@ def unary_model(op: str, shape: str, out_shape: str, second_reader: bool = False
             {extra_node}
             yq = QuantizeLinear (c, ys, yz)
             z = DequantizeLinear (yq, ys, yz)
-        }}""")
+        }}""", opset)
 
 
 UNARY = [("Sigmoid", "[2, 3, 5]", "[2, 3, 5]", "com.microsoft.QLinearSigmoid", ["qdq-sigmoid-fuse"]),
@@ -673,3 +728,37 @@ def test_sigmoid_is_not_fused_for_target_onnx():
     m = unary_model("Sigmoid", "[2, 3, 5]", "[2, 3, 5]")
     check_rewrite(m, ["QuantizeLinear", "DequantizeLinear", "Sigmoid", "QuantizeLinear", "DequantizeLinear"],
                   not_fired=["qdq-sigmoid-fuse"], target="onnx", ort_optimize=False)
+
+
+# ---- DQ -> Softmax -> Q: examples/qdq_softmax.egg (not a default rule: onnxruntime's
+# QLinearSoftmax ran slower than the unfused form, benchmarks/results/qdq.md)
+
+SOFTMAX_RULES = [str(Path(__file__).resolve().parents[2] / "examples" / "qdq_softmax.egg")]
+UNFUSED_SOFTMAX = ["QuantizeLinear", "DequantizeLinear", "Softmax", "QuantizeLinear", "DequantizeLinear"]
+
+
+def test_softmax_fuses_into_qlinearsoftmax_with_the_example_rules():
+    m = unary_model("Softmax", "[2, 3, 5]", "[2, 3, 5]")
+    res = check_rewrite(m, ["QuantizeLinear", "com.microsoft.QLinearSoftmax", "DequantizeLinear"],
+                        fired=["qdq-softmax-fuse"], rule_files=SOFTMAX_RULES, rtol=0.0, atol=0.004 * 1.001,
+                        ort_optimize=False)
+    assert "com.microsoft.QLinearSoftmax" in ort_extended_ops(m)
+    assert [a.i for a in res.model.graph.node[1].attribute if a.name == "opset"] == [13]
+
+
+def test_softmax_is_not_fused_by_the_default_rules():
+    m = unary_model("Softmax", "[2, 3, 5]", "[2, 3, 5]")
+    check_rewrite(m, UNFUSED_SOFTMAX, not_fired=["qdq-softmax-fuse"], ort_optimize=False)
+
+
+def test_softmax_read_twice_is_not_fused():
+    m = unary_model("Softmax", "[2, 3, 5]", "[2, 3, 5]", second_reader=True)
+    check_rewrite(m, UNFUSED_SOFTMAX, not_fired=["qdq-softmax-fuse"], rule_files=SOFTMAX_RULES,
+                  ort_optimize=False)
+
+
+def test_softmax_before_opset_13_is_not_fused():
+    # Softmax before opset 13 flattens the tensor from its axis; qdq-softmax-fuse writes only
+    # the opset-13 form
+    m = unary_model("Softmax", "[2, 3, 5]", "[2, 3, 5]", opset=12)
+    check_rewrite(m, UNFUSED_SOFTMAX, not_fired=["qdq-softmax-fuse"], rule_files=SOFTMAX_RULES, ort_optimize=False)
