@@ -612,3 +612,19 @@ def test_weight_only_4bit_model_gets_no_qdq_allowance():
     v = verify(m, wrong)
     assert v.status == "failed", v.detail
     assert "QDQ model" not in v.detail
+
+
+def test_an_index_into_a_dequantized_table_spans_the_table():
+    # a quantized embedding: Gather(DequantizeLinear(int8 table [50, 2]), ids); the table's
+    # shape is its int8 initializer's, not declared for the DQ's output: the ids must still
+    # range over the 50 rows (they were drawn in [0, 2), which left 48 rows untested)
+    rows = ", ".join(str(v % 100 - 50) for v in range(100))
+    m = parse_model(f"""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (int64[batch, 7] ids) => (float[batch, 7, 2] e) <int8[50, 2] q = {{{rows}}}, float s = {{0.5}}> {{
+            table = DequantizeLinear(q, s)
+            e = Gather(table, ids)
+        }}""")
+    v = verify(m, m)
+    assert v.status == "passed", v.detail
+    assert "ids an index in [-50, 50)" in v.inputs, v.inputs

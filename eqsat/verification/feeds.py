@@ -96,6 +96,8 @@ CODE_USES: dict[tuple[str, str], set[int]] = {
 # pass through them; `through` lists the positions that carry the value
 THROUGH = {"Cast": {0}, "Identity": {0}, "Reshape": {0}, "Unsqueeze": {0}, "Squeeze": {0}, "Flatten": {0},
            "Expand": {0}, "Transpose": {0}}
+# ops whose output has their first input's shape (a table behind them is still that table)
+SAME_SHAPE = {"DequantizeLinear", "QuantizeLinear", "Cast", "Identity"}
 INT_ARITH = {"Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Concat", "Gather", "Slice", "Max", "Min",
              "Sum", "Tile", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "CumSum", "Where"}
 INT_CODES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8,
@@ -155,6 +157,10 @@ class Feeds:
             if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output and n.attribute \
                     and n.attribute[0].name == "value":
                 out.setdefault(n.output[0], [int(d) for d in n.attribute[0].t.dims])
+        for n in g.node:  # and a table may be a dequantized (cast, copied) one: its input's shape
+            if n.op_type in SAME_SHAPE and n.domain in ("", "ai.onnx") and n.input and n.input[0] in out \
+                    and n.output and n.output[0]:
+                out.setdefault(n.output[0], out[n.input[0]])
         return out
 
     def _role(self, name: str) -> Role:
