@@ -390,7 +390,9 @@ SPECS += [
     ),
     # MultiHeadAttention with past_key / past_value and its present outputs: a tuple (Out e k).
     # Listed before MultiHeadAttention, which the encoder maps an ONNX MultiHeadAttention to
-    # (one with present outputs used is carried as Opaque).
+    # (one with present outputs used is carried as Opaque). The presents are always named
+    # (not "?"): onnxruntime 1.32's kernel ignores the past where one of them is not asked for,
+    # and attends to the new keys alone (tests/rules/test_decoder_soundness.py).
     OpSpec(
         "MultiHeadAttentionPast",
         (
@@ -407,7 +409,7 @@ SPECS += [
         domain=_MS,
         contrib=True,
         n_outputs=True,
-        outputs=("output", "present_key?", "present_value?", "qk?"),
+        outputs=("output", "present_key", "present_value", "qk?"),
     ),
     OpSpec(
         "MultiHeadAttention",
