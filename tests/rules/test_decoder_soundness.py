@@ -62,3 +62,41 @@ def test_multihead_attention_with_past_writes_both_presents(vcache, outputs):
                         feeds=feeds, dims=dims, fired=["attention-mha-past"])
     (node,) = [n for n in res.model.graph.node if n.op_type == "MultiHeadAttention"]
     assert len(node.output) >= 3 and all(node.output[1:3]), list(node.output)
+
+
+# ---- rotary embeddings with cos and sin computed at runtime (rules/rotary.egg, rope-rt-*)
+
+def _rope_feeds(batch: int, seq: int, heads: int = 2, d: int = 8, pos_batch: int | None = None) -> dict:
+    rng = np.random.default_rng(1)
+    return {"q": rng.standard_normal((batch, heads, seq, d)).astype(np.float32),
+            "pos": rng.integers(0, 4096, (batch if pos_batch is None else pos_batch, seq))}
+
+
+def test_per_batch_positions_with_no_tokens():
+    # rope-rt-batch-fuse's position ids Reshape(Range(0, B * S), Shape(rows)[:2]): a runtime
+    # target [B, 0] with allowzero 0 copies dim 1 from the 1-D Range, which has none
+    from ..conftest import assert_same_outputs, optimized
+    from .test_rotary_runtime import rt_model
+
+    model = parse_model(rt_model(q_shape=("B", "2", "S", "8"), pos_shape=("B", "S")))
+    res = optimized(model)
+    assert any(n.op_type == "RotaryEmbedding" for n in res.model.graph.node)
+    assert res.report["saturation"]["rule_matches"].get("rope-rt-batch-fuse", 0) > 0
+    for batch, seq in [(2, 5), (2, 0), (1, 0), (3, 1)]:
+        assert_same_outputs(model, res.model, _rope_feeds(batch, seq), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("opset", [13, 14])
+def test_per_batch_positions_below_opset_15_stay(opset):
+    # rope-rt-batch-fuse builds Shape(rows, start, end) (attributes since opset 15) and a
+    # Reshape with allowzero (14): below 15 the optimized model could not be written, and
+    # eqsat refused the whole model ("Shape at opset 13 has no attribute end")
+    from ..conftest import assert_same_outputs, optimized
+    from .test_rotary_runtime import rt_model
+
+    model = parse_model(rt_model(q_shape=("B", "2", "S", "8"), pos_shape=("B", "S"))
+                        .replace('"" : 18', f'"" : {opset}'))
+    res = optimized(model)
+    assert res.report["saturation"]["rule_matches"].get("rope-rt-batch-fuse", 0) == 0
+    for batch, seq in [(2, 5), (1, 1)]:
+        assert_same_outputs(model, res.model, _rope_feeds(batch, seq), rtol=1e-4, atol=1e-5)
