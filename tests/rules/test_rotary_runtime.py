@@ -82,7 +82,8 @@ def test_positions_shared_by_the_batch_give_the_offset_form():
 def test_positions_per_batch_index_the_rows_of_every_batch():
     m = parse_model(rt_model(pos_shape=("2", "5")))
     check_rewrite(m, BATCH_OPS, feeds=feeds(pos_shape=(2, 5)), fired=["rope-rt-batch-fuse"],
-                  not_fired=["rope-rt-fuse", "rope-rt-fuse-left"])
+                  not_fired=["rope-rt-fuse", "rope-rt-fuse-left", "rope-rt-batch-sym-fuse",
+                             "rope-rt-batch-sym-fuse-left"])
 
 
 @pytest.mark.parametrize("pos_shape, ops, rule", [(("1", "5"), OFFSET_OPS, "rope-rt-fuse-left"),
@@ -97,9 +98,17 @@ def test_the_sum_written_the_other_way_round(pos_shape, ops, rule):
 def test_symbolic_batch_and_sequence(batch, seq):
     # q [B, 2, S, 8], positions [B, S]: one model for every batch and sequence length
     m = parse_model(rt_model(q_shape=("B", "2", "S", "8"), pos_shape=("B", "S")))
-    # [B, S] is computed: one more Shape
-    check_rewrite(m, [*BATCH_OPS, "Shape"], feeds=feeds((batch, 2, seq, 8), (batch, seq)), dims={"B": batch, "S": seq},
-                  fired=["rope-rt-batch-fuse"])
+    # [B, S] is computed: one more Shape; B may be 0, so the rows are padded with S zero rows
+    # (rope-rt-batch-sym-fuse: the kernel refuses a cache of fewer rows than the sequence)
+    check_rewrite(m, [*BATCH_OPS, "Shape", "Shape", "ConstantOfShape", "Concat", "Concat"],
+                  feeds=feeds((batch, 2, seq, 8), (batch, seq)), dims={"B": batch, "S": seq},
+                  fired=["rope-rt-batch-sym-fuse"], not_fired=["rope-rt-batch-fuse"])
+
+
+def test_symbolic_batch_with_the_sum_written_the_other_way_round():
+    m = parse_model(rt_model(q_shape=("B", "2", "S", "8"), pos_shape=("B", "S"), total="Add(b, a)"))
+    check_rewrite(m, [*BATCH_OPS, "Shape", "Shape", "ConstantOfShape", "Concat", "Concat"],
+                  feeds=feeds((2, 2, 3, 8), (2, 3)), dims={"B": 2, "S": 3}, fired=["rope-rt-batch-sym-fuse-left"])
 
 
 @pytest.mark.parametrize("batch, seq", [(3, 7), (2, 1)], ids=["prefill", "step"])
