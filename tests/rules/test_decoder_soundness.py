@@ -123,3 +123,25 @@ def test_per_batch_positions_of_an_empty_batch():
         assert_same_outputs(model, res.model, _rope_feeds(batch, seq), rtol=1e-4, atol=1e-5)
     written = eqsat.optimize(model, hardware="cpu").model  # verified
     assert any(n.op_type == "RotaryEmbedding" for n in written.graph.node)
+
+
+# ---- rotary embeddings with constant caches (rope-half-fuse, rope-pairs-fuse)
+
+@pytest.mark.parametrize("form", ["half", "pairs"])
+def test_a_cache_of_fewer_rows_than_tokens_stays(form):
+    # 5 tokens, caches of 4 rows (positions in [-4, 4), repeated): Gather reads them, but
+    # onnxruntime's RotaryEmbedding refuses a cache of fewer rows than the sequence ("Updating
+    # cos_cache and sin_cache ... is not currently supported"), and verification refused the model
+    import eqsat
+
+    from ..conftest import assert_same_outputs, optimized
+    from .test_rotary import pairs_model, rope_model
+
+    model = parse_model((rope_model if form == "half" else pairs_model)(positions=4))
+    res = optimized(model)
+    matches = res.report["saturation"]["rule_matches"]
+    assert not any(matches.get(f"rope-{form}-fuse{s}", 0) for s in ("", "-left"))
+    rng = np.random.default_rng(2)
+    feeds = {"q": rng.standard_normal((2, 2, 5, 8)).astype(np.float32), "pos": rng.integers(-4, 4, (2, 5))}
+    assert_same_outputs(model, res.model, feeds, rtol=1e-4, atol=1e-5)
+    eqsat.optimize(model, hardware="cpu")  # verified: not refused
