@@ -66,9 +66,10 @@ def test_default_rules_pass_the_check(capsys):
     # choose rank-0 scale shapes, set (uses v), draw 4-bit constants or build the rotary
     # subgraphs; those rule families are checked by their own numeric tests
     # (tests/rules/test_qdq.py, test_nbits.py, test_rotary*.py); 61 with the rotary rules for
-    # cos and sin computed at runtime (test_rotary_runtime.py)
+    # cos and sin computed at runtime (test_rotary_runtime.py); 2 more with their symbolic-batch
+    # form (rope-rt-batch-sym-fuse, tests/rules/test_decoder_soundness.py)
     assert checked >= 185, err
-    assert unchecked <= 64, err
+    assert unchecked <= 66, err
     assert covered >= 20, err  # fact-deriving rules that a checked rule's unfolding went through
     # every unchecked rule says why
     for ln in out.splitlines():
