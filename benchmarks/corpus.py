@@ -321,6 +321,66 @@ def build_llama_4l_kv() -> nn.Module:
     return _perturb_constant_parameters(CacheStepWrapper(tf.LlamaModel(config))).eval()
 
 
+QWEN2_4L_CONFIG = dict(
+    vocab_size=32000,
+    hidden_size=512,
+    intermediate_size=1376,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=2,  # grouped-query attention, as Qwen2's checkpoints have
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+)
+
+# Phi-3 style: one fused qkv projection, full rotary, RMSNorm, SiLU-gated MLP (fused gate_up),
+# as many KV heads as query heads (Phi-3-mini)
+PHI3_4L_CONFIG = dict(
+    vocab_size=32000,
+    hidden_size=512,
+    intermediate_size=1376,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=8,
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=False,
+    pad_token_id=0,
+)
+
+# Phi-2 style: partial rotary (the first half of each head), LayerNorm with bias, gelu_new,
+# attention and MLP in parallel off one LayerNorm, q/k/v projections with bias
+PHI2_4L_CONFIG = dict(
+    vocab_size=32000,
+    hidden_size=512,
+    intermediate_size=2048,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=8,
+    max_position_embeddings=2048,
+    partial_rotary_factor=0.5,
+    tie_word_embeddings=False,
+)
+
+
+def build_qwen2_4l_kv() -> nn.Module:
+    tf = _transformers()
+    config = tf.Qwen2Config(attn_implementation="eager", **QWEN2_4L_CONFIG)
+    return _perturb_constant_parameters(CacheStepWrapper(tf.Qwen2Model(config))).eval()
+
+
+def build_phi3_4l_kv() -> nn.Module:
+    tf = _transformers()
+    config = tf.Phi3Config(attn_implementation="eager", **PHI3_4L_CONFIG)
+    return _perturb_constant_parameters(CacheStepWrapper(tf.Phi3Model(config))).eval()
+
+
+def build_phi2_4l_kv() -> nn.Module:
+    tf = _transformers()
+    config = tf.PhiConfig(attn_implementation="eager", **PHI2_4L_CONFIG)
+    return _perturb_constant_parameters(CacheStepWrapper(tf.PhiModel(config))).eval()
+
+
 # --------------------------------------------------------------------------
 # Random inputs.
 # --------------------------------------------------------------------------
@@ -486,6 +546,9 @@ MODELS: list[ModelSpec] = [
     ),
     _kv_spec("gpt2-kv", build_gpt2_kv, vocab=50257, layers=12, kv_heads=12),
     _kv_spec("llama-4l-kv", build_llama_4l_kv, vocab=32000, layers=4, kv_heads=2),
+    _kv_spec("qwen2-4l-kv", build_qwen2_4l_kv, vocab=32000, layers=4, kv_heads=2),
+    _kv_spec("phi3-4l-kv", build_phi3_4l_kv, vocab=32000, layers=4, kv_heads=8),
+    _kv_spec("phi2-4l-kv", build_phi2_4l_kv, vocab=32000, layers=4, kv_heads=8),
     ModelSpec(
         name="resnet50",
         description="ResNet-50 v1.5 in plain torch, BatchNormalization kept as nodes",

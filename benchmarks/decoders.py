@@ -1,7 +1,7 @@
 """Issue 30's decoder check: eqsat beside onnxruntime's transformers optimizer and ORT_ENABLE_ALL
 on decoders with a KV cache, at a prefill and at one step.
 
-    python benchmarks/decoders.py [--models gpt2-kv,llama-4l-kv] [--runs 15] [--children 3]
+    python benchmarks/decoders.py [--models gpt2-kv,llama-4l-kv,...] [--runs 15] [--children 3]
                                   [--settings off,all] [--models-dir benchmarks/models]
                                   [--variant NAME='EQSAT ARGS' ...] [--no-timing] [--report-only]
                                   [--out benchmarks/out/decoders] [--results benchmarks/results/decoders.md]
@@ -21,7 +21,11 @@ past_sequence, head]):
   `save_model_to_file`. model_type: `gpt2` for GPT-2; for the Llama-style model, `qwen3`
   (onnxruntime 1.32's only Llama-like type: Gpt2OnnxModel with rotary, GQA and RMSNorm
   fusions; `gpt2` maps to the same class). opt_level 1 for both (gpt2's default; qwen3's
-  default 0 leaves the Shape/Gather chains unfolded).
+  default 0 leaves the Shape/Gather chains unfolded). `qwen3` for the Qwen2- and Phi-3-style
+  models too, `gpt2` for the Phi-2-style one (LayerNorm, gelu): onnxruntime 1.32's `phi` type
+  (PhiOnnxModel) is written for the dynamo export's function nodes and fails on these
+  TorchScript exports (TypeError: 'method' object is not iterable); on them `gpt2` and `qwen3`
+  give the same graph.
 - **ort-all**: the model onnxruntime saves at ORT_ENABLE_ALL (`optimized_model_filepath`).
 
 Then it counts the fused ops in each output against the number of layers (past.N.key
@@ -57,7 +61,8 @@ _spec.loader.exec_module(ab)
 peers = ab.peers
 
 # model -> (transformers optimizer model_type, num_heads, hidden_size), from corpus.py's configs
-TF_TYPES = {"gpt2-kv": ("gpt2", 12, 768), "llama-4l-kv": ("qwen3", 8, 512)}
+TF_TYPES = {"gpt2-kv": ("gpt2", 12, 768), "llama-4l-kv": ("qwen3", 8, 512), "qwen2-4l-kv": ("qwen3", 8, 512),
+            "phi3-4l-kv": ("qwen3", 8, 512), "phi2-4l-kv": ("gpt2", 8, 512)}
 SHAPES = {"prefill": {"batch": 1, "past_sequence": 0, "new_tokens": 128},
           "step": {"batch": 1, "past_sequence": 128, "new_tokens": 1}}
 TOOLS = ("tf-opt", "eqsat", "ort-all")  # tf-opt first: ab.measure pairs the others with it
@@ -285,7 +290,7 @@ def write_md(recs: list[dict], command: str, a, eqsat_rev: str = "?") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="gpt2-kv,llama-4l-kv")
+    ap.add_argument("--models", default="gpt2-kv,llama-4l-kv,qwen2-4l-kv,phi3-4l-kv,phi2-4l-kv")
     ap.add_argument("--models-dir", type=Path, default=ROOT / "benchmarks" / "models")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out" / "decoders")
     ap.add_argument("--results", type=Path, default=None, help="write the Markdown here too")
