@@ -20,11 +20,12 @@ G = NH // NK
 
 
 def gqa_model(new: int, past: int, mask_heads: int = 1, kv_heads: int = NK, reps: int = G,
-              tiled: bool = False) -> str:
+              tiled: bool = False, q4: bool = False) -> str:
     """One grouped-query attention layer of a decoder step with static sizes: q [B, new, NH*D],
     k, v [B, new, kv_heads*D] split into heads, appended to the caches [B, kv_heads, past, D],
     each kv head repeated `reps` times (`tiled`: the kv heads tiled, [0, 1, 0, 1]), scores * 0.5 +
-    m [B, mask_heads, new, past + new]."""
+    m [B, mask_heads, new, past + new]. q4: q comes in heads, [B, NH, new, D] (not split from a
+    3-D value)."""
     t, hk = past + new, kv_heads * D
 
     def repeat(c: str) -> str:
@@ -33,7 +34,7 @@ def gqa_model(new: int, past: int, mask_heads: int = 1, kv_heads: int = NK, reps
         return (f"{c}u = Unsqueeze(present_{c}, ax2)\n{c}e = Expand({c}u, e5)\n{c}r = Reshape({c}e, r4)")
 
     return f'''<ir_version: 8, opset_import: ["" : 17]>
-    agraph (float[{B}, {new}, {NH * D}] q, float[{B}, {new}, {hk}] k, float[{B}, {new}, {hk}] v,
+    agraph ({f"float[{B}, {NH}, {new}, {D}] qh" if q4 else f"float[{B}, {new}, {NH * D}] q"}, float[{B}, {new}, {hk}] k, float[{B}, {new}, {hk}] v,
             float[{B}, {kv_heads}, {past}, {D}] past_k, float[{B}, {kv_heads}, {past}, {D}] past_v,
             float[{B}, {mask_heads}, {new}, {t}] m)
         => (float[{B}, {new}, {NH * D}] y, float[{B}, {kv_heads}, {t}, {D}] present_k,
@@ -44,8 +45,8 @@ def gqa_model(new: int, past: int, mask_heads: int = 1, kv_heads: int = NK, reps
         e5 = Constant <value = int64[5] {{{B}, {kv_heads}, {reps}, {t}, {D}}}> ()
         r4 = Constant <value = int64[4] {{{B}, {kv_heads * reps}, {t}, {D}}}> ()
         tile4 = Constant <value = int64[4] {{1, {reps}, 1, 1}}> ()
-        qs = Reshape(q, hq)
-        qh = Transpose <perm = [0, 2, 1, 3]> (qs)
+        {"" if q4 else "qs = Reshape(q, hq)"}
+        {"" if q4 else "qh = Transpose <perm = [0, 2, 1, 3]> (qs)"}
         ks = Reshape(k, hkv)
         kh = Transpose <perm = [0, 2, 1, 3]> (ks)
         vs = Reshape(v, hkv)
@@ -67,11 +68,12 @@ def gqa_model(new: int, past: int, mask_heads: int = 1, kv_heads: int = NK, reps
     }}'''
 
 
-def gqa_feeds(new: int, past: int, mask_heads: int = 1, kv_heads: int = NK) -> dict:
+def gqa_feeds(new: int, past: int, mask_heads: int = 1, kv_heads: int = NK, q4: bool = False) -> dict:
     """Random q, k, v and caches; a padding mask (0 or the lowest float) with left padding on
     the second row, each query keeping its last key."""
     rng = np.random.default_rng(0)
-    f = {"q": rng.standard_normal((B, new, NH * D)).astype(np.float32)}
+    f = {"qh": rng.standard_normal((B, NH, new, D)).astype(np.float32)} if q4 else \
+        {"q": rng.standard_normal((B, new, NH * D)).astype(np.float32)}
     f.update({c: rng.standard_normal((B, new, kv_heads * D)).astype(np.float32) for c in "kv"})
     f.update({c: rng.standard_normal((B, kv_heads, past, D)).astype(np.float32) for c in ("past_k", "past_v")})
     keep = rng.random((B, mask_heads, new, past + new)) < 0.7
@@ -92,16 +94,23 @@ def _fused(model, **opts):
 
 @pytest.mark.parametrize("hardware", ["cpu", "cpu-avx2"])
 @pytest.mark.parametrize("new, past", SHAPES)
-def test_grouped_query_step_becomes_one_multihead_attention_over_the_kv_heads(hardware, new, past):
-    model = parse_model(gqa_model(new, past))
+@pytest.mark.parametrize("q4", [False, True], ids=["q-split-from-3d", "q-in-heads"])
+def test_grouped_query_step_becomes_one_multihead_attention_over_the_kv_heads(hardware, new, past, q4):
+    """q split from a 3-D value: regrouped from it and merged back with one 5-D Transpose each
+    (attention-gqa-past-3d); q in heads: regrouped with a Reshape (attention-gqa-past)."""
+    model = parse_model(gqa_model(new, past, q4=q4))
     res, ops, matches = _fused(model, hardware=hardware)
     assert matches.get("attention-gqa-past", 0) > 0
-    assert ops.count("MultiHeadAttention") == 1, ops
-    assert not {"Softmax", "Expand", "Concat", "MatMul", "GroupQueryAttention"} & set(ops), ops
+    assert (matches.get("attention-gqa-past-3d", 0) > 0) != q4
+    want = ["MultiHeadAttention", "Tile", "Reshape", "Reshape", "Reshape", "Reshape", "Transpose", "Transpose"]
+    if q4:  # [B, NH, S, D] -> [B, NK, G*S, D] -> [B, G*S, NK, D] -> [B, G*S, NK*D]; the output back, merged
+        want = ["MultiHeadAttention", "Tile", "Reshape", "Transpose", "Reshape", "Reshape", "Transpose", "Reshape",
+                "Transpose", "Reshape"]
+    assert sorted(ops) == sorted(want), ops
     mha = next(n for n in res.model.graph.node if n.op_type == "MultiHeadAttention")
     assert {a.name: a.i for a in mha.attribute if a.name == "num_heads"} == {"num_heads": NK}
     assert list(mha.input[6:8]) == ["past_k", "past_v"] and list(mha.output[1:]) == ["present_k", "present_v"]
-    assert_same_outputs(model, res.model, gqa_feeds(new, past), rtol=1e-4, atol=1e-5)
+    assert_same_outputs(model, res.model, gqa_feeds(new, past, q4=q4), rtol=1e-4, atol=1e-5)
 
 
 def test_a_mask_per_head_stays():
