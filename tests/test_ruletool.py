@@ -70,9 +70,10 @@ def test_default_rules_pass_the_check(capsys):
     # form (rope-rt-batch-sym-fuse, tests/rules/test_decoder_soundness.py); 70 with the rotation
     # before the head split and the partial rotation (rope-before-head-split{,-heads},
     # rope-pass-empty, rope-partial-fuse: the checker draws float position ids and cannot give
-    # a Slice literal starts; tests/rules/test_rotary_cached.py)
+    # a Slice literal starts; tests/rules/test_rotary_cached.py); 71 with attention-gqa-past{,-3d}
+    # (nothing derives repeat-kv for the checker; tests/rules/test_attention_gqa_past.py)
     assert checked >= 185, err
-    assert unchecked <= 70, err
+    assert unchecked <= 71, err
     assert covered >= 20, err  # fact-deriving rules that a checked rule's unfolding went through
     # every unchecked rule says why
     for ln in out.splitlines():
