@@ -83,7 +83,8 @@ def gqa_feeds(new: int, past: int, mask_heads: int = 1, kv_heads: int = NK, q4: 
     return f
 
 
-SHAPES = [pytest.param(1, 7, id="step"), pytest.param(3, 7, id="three-new"), pytest.param(5, 0, id="prefill")]
+SHAPES = [pytest.param(1, 7, id="step"), pytest.param(3, 7, id="three-new"), pytest.param(5, 0, id="prefill"),
+          pytest.param(0, 7, id="no-new-tokens")]
 
 
 def _fused(model, **opts):
