@@ -281,6 +281,17 @@ SPECS: list[OpSpec] = [
 
 _MS = "com.microsoft"
 _SKIP_OUTPUTS = ("output", "mean?", "inv_std_var?", "input_skip_bias_sum?")
+# com.microsoft MultiHeadAttention's inputs and attributes, shared by its two ctors below
+_MHA_INPUTS = (
+    "query", "key?", "value?", "bias?", "key_padding_mask?", "attention_bias?", "past_key?",
+    "past_value?", "past_sequence_length?", "cache_indirection?",
+)
+_MHA_ATTRS = (
+    Attr("mask_filter_value", "float?"),
+    Attr("num_heads", "int"),
+    Attr("scale", "float?"),
+    Attr("unidirectional", "int", 0),
+)
 
 SPECS += [
     OpSpec(
@@ -395,16 +406,8 @@ SPECS += [
     # and attends to the new keys alone (tests/rules/test_decoder_soundness.py).
     OpSpec(
         "MultiHeadAttentionPast",
-        (
-            "query", "key?", "value?", "bias?", "key_padding_mask?", "attention_bias?", "past_key?",
-            "past_value?", "past_sequence_length?", "cache_indirection?",
-        ),
-        (
-            Attr("mask_filter_value", "float?"),
-            Attr("num_heads", "int"),
-            Attr("scale", "float?"),
-            Attr("unidirectional", "int", 0),
-        ),
+        _MHA_INPUTS,
+        _MHA_ATTRS,
         op_type="MultiHeadAttention",
         domain=_MS,
         contrib=True,
@@ -413,16 +416,8 @@ SPECS += [
     ),
     OpSpec(
         "MultiHeadAttention",
-        (
-            "query", "key?", "value?", "bias?", "key_padding_mask?", "attention_bias?", "past_key?",
-            "past_value?", "past_sequence_length?", "cache_indirection?",
-        ),
-        (
-            Attr("mask_filter_value", "float?"),
-            Attr("num_heads", "int"),
-            Attr("scale", "float?"),
-            Attr("unidirectional", "int", 0),
-        ),
+        _MHA_INPUTS,
+        _MHA_ATTRS,
         domain=_MS,
         contrib=True,
     ),
