@@ -131,7 +131,7 @@ def test_conv_without_bias_fuses_into_qlinearconv():
     # int8 activations, 7-bit weights: the pairs are made uint8 first (as onnxruntime's
     # QDQS8ToU8Transformer on CPUs without int8 dot products), then fused
     res = check_rewrite(conv_model(bias=False, w_max=64), ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
-                        fired=["qdq-s8-pair-as-u8", "qdq-conv-fuse"], **ONE_STEP)
+                        fired=["qdq-s8-pair-as-u8", "qdq-conv-no-bias", "qdq-conv-fuse"], **ONE_STEP)
     (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConv"]
     assert [a.name for a in node.attribute] == ["pads"] and len(node.input) == 8
     types = {t.name: t.data_type for t in res.model.graph.initializer}
@@ -163,7 +163,7 @@ def test_conv_with_int8_weights_from_an_input_does_not_fuse():
 def test_conv_with_bias_and_per_channel_weights_fuses_into_qlinearconv():
     m = conv_model(w_scale=[0.01, 0.02, 0.015, 0.03], w_max=64)
     res = check_rewrite(m, ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
-                        fired=["qdq-bias-scale-product", "qdq-conv-bias-fuse"], **ONE_STEP)
+                        fired=["qdq-bias-scale-product", "qdq-conv-int32-bias", "qdq-conv-fuse"], **ONE_STEP)
     (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConv"]
     assert len(node.input) == 9  # the int32 bias, unchanged
 
@@ -171,21 +171,21 @@ def test_conv_with_bias_and_per_channel_weights_fuses_into_qlinearconv():
 def test_conv_with_uint8_activations_fuses_with_7_bit_weights():
     # what quantize_static writes with reduce_range: int8 weights in [-64, 64]
     check_rewrite(conv_model(x_type="uint8", w_max=64), ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
-                  fired=["qdq-exact-kernel-u8s7", "qdq-conv-bias-fuse"], **ONE_STEP)
+                  fired=["qdq-exact-kernel-u8s7", "qdq-conv-int32-bias", "qdq-conv-fuse"], **ONE_STEP)
 
 
 def test_conv_with_uint8_activations_and_full_range_int8_weights_fuses_with_uint8_weights():
     # onnxruntime's uint8 x int8 kernel on AVX2 saturates pairs of products in 16 bits: the
     # weights are made uint8 (exact) for its uint8 x uint8 kernel
     check_rewrite(conv_model(x_type="uint8"), ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
-                  fired=["qdq-weight-s8-as-u8", "qdq-exact-kernel-u8u8", "qdq-conv-bias-fuse"], **ONE_STEP)
+                  fired=["qdq-weight-s8-as-u8", "qdq-exact-kernel-u8u8", "qdq-conv-int32-bias", "qdq-conv-fuse"], **ONE_STEP)
 
 
 def test_conv_bias_with_another_scale_does_not_fuse():
     # the bias is quantized with 2 * x_scale * w_scale: QLinearConv would add it at half its value
     m = conv_model(bias_scale=2 * np.float32(X_SCALE) * np.float32(W_SCALE))
     check_rewrite(m, UNFUSED_CONV + ["DequantizeLinear"],
-                  not_fired=["qdq-conv-bias-fuse", "qdq-conv-fuse", "qdq-conv-zero-bias-fuse"])
+                  not_fired=["qdq-conv-int32-bias", "qdq-conv-fuse", "qdq-conv-zero-bias"])
 
 
 def test_conv_with_a_zero_bias_of_another_scale_fuses_without_the_bias():
@@ -193,7 +193,7 @@ def test_conv_with_a_zero_bias_of_another_scale_fuses_without_the_bias():
     # (torchvision's MobileNetV2 through quantize_static): zero at any scale adds nothing
     m = conv_model(bias_scale=2 * np.float32(X_SCALE) * np.float32(W_SCALE), zero_bias=True, w_max=64)
     res = check_rewrite(m, ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
-                        fired=["qdq-conv-zero-bias-fuse"], not_fired=["qdq-conv-bias-fuse"], **ONE_STEP)
+                        fired=["qdq-conv-zero-bias", "qdq-conv-fuse"], not_fired=["qdq-conv-int32-bias"], **ONE_STEP)
     (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConv"]
     assert len(node.input) == 8  # no bias
 
@@ -202,7 +202,7 @@ def test_conv_weight_per_channel_on_the_input_axis_does_not_fuse():
     # scales along axis 1 (input channels): QLinearConv takes one scale per output channel
     m = conv_model(w_scale=[0.01, 0.02, 0.015, 0.03], w_axis=1, cin=4, cout=4)
     check_rewrite(m, UNFUSED_CONV + ["DequantizeLinear"],
-                  not_fired=["qdq-conv-fuse", "qdq-bias-scale-product", "qdq-conv-bias-fuse"])
+                  not_fired=["qdq-conv-fuse", "qdq-bias-scale-product", "qdq-conv-int32-bias"])
 
 
 # ---- only where onnxruntime fuses: the consumers of the DQs and of the op (rules/qdq.egg)
