@@ -178,7 +178,8 @@ def test_conv_with_uint8_activations_and_full_range_int8_weights_fuses_with_uint
     # onnxruntime's uint8 x int8 kernel on AVX2 saturates pairs of products in 16 bits: the
     # weights are made uint8 (exact) for its uint8 x uint8 kernel
     check_rewrite(conv_model(x_type="uint8"), ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
-                  fired=["qdq-weight-s8-as-u8", "qdq-exact-kernel-u8u8", "qdq-conv-int32-bias", "qdq-conv-fuse"], **ONE_STEP)
+                  fired=["qdq-weight-s8-as-u8", "qdq-exact-kernel-u8u8", "qdq-conv-int32-bias", "qdq-conv-fuse"],
+                  **ONE_STEP)
 
 
 def test_conv_bias_with_another_scale_does_not_fuse():
