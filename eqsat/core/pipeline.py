@@ -22,6 +22,7 @@ from eqsat.backends.ort.target import (
     foreign_block_warning,
     hardware_facts,
     opset_facts,
+    u8s8_exact,
 )
 from eqsat.core import requantize
 from eqsat.core.decode import Decoder
@@ -315,7 +316,8 @@ def _egraph(model: ModelProto, enc, data: dict, s: Settings, stop_reason: str) -
         "default_rules": s.default_rules, "rules": [str(f) for f in s.rule_files], "dims": s.dims,
         "fold_limit": s.fold_limit, "explain": s.explain, "iter_limit": s.limits.iter_limit,
         "node_limit": s.limits.node_limit, "time_limit": s.limits.time_limit,
-        "stop_reason": stop_reason}  # a time limit's stop is not reproducible
+        "stop_reason": stop_reason,  # a time limit's stop is not reproducible
+        "u8s8_exact": s.target == "ort" and u8s8_exact()}  # this machine's, a fact the rules read
     egraph = EGraph.from_json(data, trusted=True)  # serialized here, not read from a file
     # the input program, one e-node per input node: its work bounds the extraction's (extract/work.py)
     picked = input_nodes(egraph, _input_nodes(model, enc, data["eqsat"]["value_class"]))

@@ -30,6 +30,14 @@ from ..conftest import check_rewrite as check_any_layout
 RNG = np.random.default_rng(0)
 X_SCALE, W_SCALE, Y_SCALE = 0.05, 0.02, 0.1
 
+@pytest.fixture(autouse=True)
+def portable_weights(monkeypatch):
+    """onnxruntime's uint8 x int8 kernels taken to saturate (AVX2 without VNNI), whatever this
+    machine's do: the rules then write what is exact on every CPU (rules/qdq.egg,
+    exact-kernel); tests of the int8-dot-product form set EQSAT_U8S8_EXACT=1 themselves."""
+    monkeypatch.setenv("EQSAT_U8S8_EXACT", "0")
+
+
 
 def check_rewrite(model, expect_ops, *args, **opts):
     """conftest.check_rewrite in the NCHW layout (the blocked layout is tested in test_layout.py)."""
@@ -180,6 +188,38 @@ def test_conv_with_uint8_activations_and_full_range_int8_weights_fuses_with_uint
     check_rewrite(conv_model(x_type="uint8"), ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
                   fired=["qdq-weight-s8-as-u8", "qdq-exact-kernel-u8u8", "qdq-conv-int32-bias", "qdq-conv-fuse"],
                   **ONE_STEP)
+
+
+def test_full_range_int8_weights_stay_int8_where_the_uint8_x_int8_kernel_is_exact(monkeypatch):
+    # with int8 dot products (VNNI) onnxruntime's uint8 x int8 kernel sums exactly and runs
+    # 2.6x faster than uint8 x uint8: the weights stay as they are
+    from eqsat.backends.ort.target import _probe_u8s8
+
+    monkeypatch.setenv("EQSAT_U8S8_EXACT", "1")
+    m = conv_model(x_type="uint8")
+    res = optimized(m, layout="nchw")
+    assert op_list(res.model) == ["QuantizeLinear", "QLinearConv", "DequantizeLinear"]
+    matches = res.report["saturation"]["rule_matches"]
+    assert matches.get("qdq-exact-kernel-u8s8", 0) > 0 and matches.get("qdq-weight-s8-as-u8", 0) == 0
+    (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConv"]
+    types = {t.name: t.data_type for t in res.model.graph.initializer}
+    assert types[node.input[3]] == types[node.input[5]] == onnx.TensorProto.INT8  # w and its zero point
+    if _probe_u8s8():  # this CPU's kernel is exact: the numbers hold here
+        assert_same_outputs(m, res.model, rtol=0.0, atol=Y_SCALE * 1.001, ort_optimize=False)
+
+
+def test_the_uint8_x_int8_probe_tells_an_exact_kernel_from_a_saturating_one(monkeypatch):
+    # the probe's QLinearConv: 8 products of 255 and -128, requantized by 1 / 2048 around 255;
+    # exactly -261120 -> 127, pairs saturated at -32768 -> 191 (numpy's arithmetic here)
+    from eqsat.backends.ort.target import _probe_u8s8, u8s8_exact
+
+    exact = np.int64(255) * -128 * 8
+    saturated = 4 * max(np.int64(255) * -128 * 2, -32768)
+    assert (int(np.round(exact / 2048)) + 255, int(np.round(saturated / 2048)) + 255) == (127, 191)
+    assert isinstance(_probe_u8s8(), bool)
+    for forced in ("0", "1"):
+        monkeypatch.setenv("EQSAT_U8S8_EXACT", forced)
+        assert u8s8_exact() is (forced == "1")
 
 
 def test_conv_bias_with_another_scale_does_not_fuse():
