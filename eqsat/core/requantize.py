@@ -53,16 +53,9 @@ def ort_requantized_values(model: ModelProto, path: str | Path | None = None) ->
 
     nodes = list(model.graph.node)
     names = [n.name for n in nodes]
-    source: str | bytes
-    if all(names) and len(set(names)) == len(names):
-        source = str(path) if path else model.SerializeToString()
-    else:
+    renamed = not (all(names) and len(set(names)) == len(names))
+    if renamed:
         names = [f"eqsat-node-{k}" for k in range(len(nodes))]
-        named = ModelProto()
-        named.CopyFrom(model)
-        for n, name in zip(named.graph.node, names, strict=True):
-            n.name = name
-        source = named.SerializeToString()
     with tempfile.TemporaryDirectory(prefix="eqsat-requantize-") as tmp:
         out = Path(tmp) / "ort.onnx"
         so = ort.SessionOptions()
@@ -70,6 +63,15 @@ def ort_requantized_values(model: ModelProto, path: str | Path | None = None) ->
         so.optimized_model_filepath = str(out)
         so.log_severity_level = 3
         try:
+            source: str | bytes
+            if renamed:
+                named = ModelProto()
+                named.CopyFrom(model)
+                for n, name in zip(named.graph.node, names, strict=True):
+                    n.name = name
+                source = named.SerializeToString()  # over 2 GiB: ValueError, no fusion known
+            else:
+                source = str(path) if path else model.SerializeToString()
             ort.InferenceSession(source, so, providers=["CPUExecutionProvider"],
                                  disabled_optimizers=QDQ_UNSOUND_TRANSFORMERS)
             fused = {n.name for n in onnx.load(str(out), load_external_data=False).graph.node
