@@ -628,3 +628,28 @@ def test_an_index_into_a_dequantized_table_spans_the_table():
     v = verify(m, m)
     assert v.status == "passed", v.detail
     assert "ids an index in [-50, 50)" in v.inputs, v.inputs
+
+
+def test_a_rewrite_wrong_only_at_an_integers_extremes_fails():
+    # Relu(Abs(x)) -> Abs(x) holds for every int8 but -128 (Abs wraps it to -128, Relu makes
+    # that 0), which integers drawn in [-9, 9] never hold
+    m = parse_model(H18 + "g (int8[2, 8] x) => (int8[2, 8] y) { a = Abs(x)\n y = Relu(a) }")
+    wrong = parse_model(H18 + "g (int8[2, 8] x) => (int8[2, 8] y) { y = Abs(x) }")
+    v = verify(m, wrong)
+    assert v.status == "failed" and "integers at their type's extremes" in v.detail, v.detail
+    assert "vs expected 0" in v.detail, v.detail
+    ok = verify(m, m)
+    assert ok.status == "passed" and "integers at their type's extremes" in ok.detail, ok.detail
+
+
+def test_integer_extremes_keep_a_dividend_off_int_min():
+    # INT64_MIN / -1 kills onnxruntime (SIGFPE): a dividend gets INT64_MIN + 1 at most, so that
+    # the other edge cases are not lost to a crash of the original
+    m = parse_model(H18 + """
+        g (int64[8] n) => (int64[8] y) {
+            d = Constant <value = int64 {-1}> ()
+            y = Div(n, d)
+        }""")
+    v = verify(m, m, isolated=True)
+    assert v.status == "passed" and "integers at their type's extremes" in v.detail, v.detail
+    assert "crashed" not in v.detail, v.detail

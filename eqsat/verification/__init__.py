@@ -388,6 +388,7 @@ def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str],
 
 EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)"}
 SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
+EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
 ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
 
 
@@ -398,7 +399,9 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     zeros and with large magnitudes (eqsat.verification.feeds: Feeds.with_special_values; no inf or NaN,
     which onnxruntime's own kernels do not agree on), integer size inputs of 2 and 3 where
     the random ones are 0 or 1 (Feeds.with_large_sizes: an Expand(x[1], s) taken for x is
-    right for s = [1] only), and each symbolic input dimension the
+    right for s = [1] only), integers at their type's minimum and maximum where the random
+    ones are in [-9, 9] (Feeds.with_integer_extremes: Relu(Abs(x)) taken for Abs(x) is right
+    but for int8's -128), and each symbolic input dimension the
     user does not bind at size 0 (an empty batch or sequence: a Reshape's -1 beside a 0 is
     refused, a rule that reads a size from an element count is wrong). They are compared as
     any run (NaN where NaN, inf where inf of the same sign), but for the large values, where
@@ -413,6 +416,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
     if feeds.has_sizes():
         cases.append((SIZES_LABEL, "sizes", sizes))
+    if feeds.has_general_integers():
+        cases.append((EXTREMES_LABEL, "extremes", sizes))
     free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
     cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
     ran, refused = [], []
@@ -421,6 +426,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
             f = feeds.draw(at, seed, wide)
             if kind == "sizes":
                 f = feeds.with_large_sizes(f, seed)
+            elif kind == "extremes":
+                f = feeds.with_integer_extremes(f, seed)
             elif kind != "empty":
                 f = feeds.with_special_values(f, seed, kind)
         except EqsatError:

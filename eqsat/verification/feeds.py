@@ -24,6 +24,7 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
   scales each floating-point default elementwise by a factor in [0.5, 1.5] (signs, and so
   a variance's positivity, are kept).
 `with_special_values` puts zeros or large magnitudes among the floats drawn;
+`with_integer_extremes` puts each general integer's type minimum and maximum among it;
 `with_large_sizes` makes every size 2 or 3 (a rewrite right for sizes 0 and 1 only, such as
 an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1).
 `describe()` says what was drawn, for the verification report.
@@ -341,6 +342,35 @@ class Feeds:
                 big = float(np.finfo(v.dtype).max) ** 0.4
                 picks = [big, -big]
             for pos, val in zip(rng.permutation(flat.size)[:len(picks)], picks, strict=False):
+                flat[pos] = val
+            out[name] = v
+        return out
+
+    def has_general_integers(self) -> bool:
+        """Whether an integer input is of role "general" (`with_integer_extremes` may change something)."""
+        return any(role.kind == "general" for role in self.roles.values())
+
+    def with_integer_extremes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+        """`feeds` with one element of each general integer input (role "general", not
+        overridable) at its type's minimum and one at its maximum, at random positions: a
+        rewrite right only where integer arithmetic does not wrap (Relu(Abs(x)) taken for
+        Abs(x): |-128| is -128 in int8) passed every draw in [-9, 9]. A value that reaches a
+        Div's or Mod's dividend gets the minimum plus one: INT_MIN / -1 kills onnxruntime
+        (SIGFPE), and the other edge cases would be lost to that crash of the original."""
+        rng = np.random.default_rng(seed)
+        out = dict(feeds)
+        for name, role in self.roles.items():
+            v = feeds.get(name)
+            if role.kind != "general" or not isinstance(v, np.ndarray) or v.dtype.kind not in "iu" or v.size == 0:
+                continue
+            info = np.iinfo(v.dtype)
+            lo = int(info.min)
+            if lo < 0 and any(n.op_type in DIVISOR_USES and k == 0 and n.domain in ("", "ai.onnx")
+                              for n, k in self._carried(name)):
+                lo += 1
+            v = v.copy()
+            flat = v.reshape(-1)
+            for pos, val in zip(rng.permutation(flat.size)[:2], (lo, int(info.max)), strict=False):
                 flat[pos] = val
             out[name] = v
         return out
