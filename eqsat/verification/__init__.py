@@ -483,16 +483,16 @@ def _runners(original: ModelProto, optimized: ModelProto, files, random_pairs
     if any(cuts.why(n) for n in original.graph.node):
         try:
             ref_runner = StagedRunner(original, optimize=False)
-            opt_runner = StagedRunner(optimized, random_pairs, optimize=False)
+            opt_runner = StagedRunner(optimized, random_pairs, optimize=False, reference=ref_runner)
         except StandInError as e:
             return Verification("not possible", str(e))
         def ref(f, sizes):
             announce("run original")
-            return ref_runner.run(f, sizes)
+            return {**ref_runner.run(f, sizes), **_cut_inputs(ref_runner.cut_inputs)}
 
-        def opt(f, sizes):
+        def opt(f, sizes):  # always after ref on the same inputs: its cut nodes are matched to ref's
             announce("run optimized")
-            return opt_runner.run(f, sizes)
+            return {**opt_runner.run(f, sizes), **_cut_inputs(ref_runner.cut_inputs, opt_runner.cut_inputs)}
 
         return ref, opt, ref_runner.cut_summary()
     try:
@@ -516,6 +516,37 @@ def _runners(original: ModelProto, optimized: ModelProto, files, random_pairs
         return dict(zip(names, opt_sess.run(names, f), strict=True))
 
     return run_ref, run_opt, Counter()
+
+
+def _cut_inputs(ref: list, opt: list | None = None) -> dict[str, object]:
+    """What the original's cut nodes were fed (eqsat.verification.standins: StagedRunner.cut_inputs),
+    as extra outputs named "input J of cut node I (OP)", compared as outputs are: a stand-in's
+    floats are +-1 plus noise for inputs of magnitude 100 whatever they are, and its integers
+    do not depend on them, so a rewrite that got a cut node's input wrong could pass. With
+    `opt`, the optimized model's: for each of the original's cut nodes, the inputs of its
+    closest match among the optimized model's nodes of the same stand-in key (an op merged
+    with its twin, or nodes in another order, still match); none of that key gives empty
+    values, a mismatch. (The optimized model's cut nodes are given the outputs of their
+    closest match in the original, so a node fed another's inputs shows in the outputs.)"""
+    from eqsat.verification.standins import distance
+
+    out: dict[str, object] = {}
+    for i, (label, key, inputs, _) in enumerate(ref):
+        match = None
+        if opt is not None:
+            same = [ins for _, k, ins, _ in opt if k == key and len(ins) == len(inputs)]
+            match = min(same, key=lambda ins: distance(inputs, ins), default=None)
+        for j, x in enumerate(inputs):
+            if x is None:
+                continue
+            name = f"input {j} of cut node {i + 1} ({label})"
+            if opt is None:
+                out[name] = x
+            elif match is None or match[j] is None:
+                out[name] = np.zeros((0,), x.dtype)
+            else:
+                out[name] = match[j]
+    return out
 
 
 def _first_that_runs(original: ModelProto, feeds: Feeds, ref: Runner, dims: dict[str, int] | None, seed: int):
