@@ -449,7 +449,7 @@ def test_a_size_of_0_the_original_does_not_run_is_left_out():
           <float[1, 1, 3] w = {1, 2, 1}> { y = Conv(x, w) }""")
     v = verify(m, m)
     assert v.status == "passed", v.detail
-    assert "on zeros among the floats, large floats (+-2e15), symbolic size batch=0" in v.detail
+    assert "on zeros among the floats, large floats (+-2e15), floats times 100, symbolic size batch=0" in v.detail
     assert "not on symbolic size samples=0 (the original does not run on them)" in v.detail
 
 
@@ -696,3 +696,38 @@ def test_integer_extremes_keep_a_dividend_off_int_min():
     v = verify(m, m, isolated=True)
     assert v.status == "passed" and "integers at their type's extremes" in v.detail, v.detail
     assert "crashed" not in v.detail, v.detail
+
+
+def test_a_rewrite_wrong_only_beyond_the_values_drawn_fails_on_scaled_floats():
+    # Where(x > 10, x * x, -x) selects x * x nowhere for standard normal x, and the large case
+    # (+-2e15) compares finiteness alone: x * x taken for x passed
+    m = parse_model(H18 + """
+        g (float[2, 8] x) => (float[2, 8] y) {
+            ten = Constant <value = float {10.0}> ()
+            c = Greater(x, ten)
+            s = Mul(x, x)
+            n = Neg(x)
+            y = Where(c, s, n)
+        }""")
+    wrong = parse_model(H18 + """
+        g (float[2, 8] x) => (float[2, 8] y) {
+            ten = Constant <value = float {10.0}> ()
+            c = Greater(x, ten)
+            n = Neg(x)
+            y = Where(c, x, n)
+        }""")
+    v = verify(m, wrong)
+    assert v.status == "failed" and "on floats times 100" in v.detail, v.detail
+    ok = verify(m, m)
+    assert ok.status == "passed" and "floats times 100" in ok.detail, ok.detail
+
+
+def test_scaled_floats_skip_where_the_original_overflows():
+    # exp(x * 100) overflows in a written-out softmax for x > 0.89, where a fused Softmax
+    # (it subtracts the maximum) does not: not wrong there; elsewhere the tolerance holds
+    e = {"y": np.array([np.nan, np.inf, 0.5, 1.0], np.float32)}
+    fused = {"y": np.array([1.0, 0.0, 0.5, 1.0], np.float32)}
+    assert compare(e, fused, None, None) != []
+    assert compare(e, fused, None, None, overflow_free=True) == []
+    assert compare(e, {"y": np.array([1.0, 0.0, 0.6, 1.0], np.float32)}, None, None, overflow_free=True) != []
+    assert compare(e, {"y": np.array([1.0, 0.0, 0.5, np.inf], np.float32)}, None, None, overflow_free=True) != []

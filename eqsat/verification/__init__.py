@@ -77,22 +77,23 @@ def _scale(e: np.ndarray) -> float:
 
 
 def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol: float | None = 0.0,
-            atol: float | None = 0.0, finite_free: bool = False) -> list[Mismatch]:
+            atol: float | None = 0.0, finite_free: bool = False, overflow_free: bool = False) -> list[Mismatch]:
     """Differences between two runs: names, dtypes, shapes, then values (exact when
     rtol = atol = 0, and always for integers and booleans; NaN equals NaN, inf equals inf of
     its sign and nothing else; None: `tolerance` of each output's element type).
     `finite_free`: floating-point values need only be finite where the expected ones are, and
-    the same NaN or infinity where they are not."""
+    the same NaN or infinity where they are not. `overflow_free`: floating-point values are
+    compared only where the expected ones are finite (the original overflowed elsewhere)."""
     out: list[Mismatch] = []
     if list(expected) != list(actual):
         return [Mismatch(",".join(actual), f"output names differ: expected {list(expected)}")]
     for name, e in expected.items():
-        out.extend(_compare_value(name, e, actual[name], rtol, atol, finite_free))
+        out.extend(_compare_value(name, e, actual[name], rtol, atol, finite_free, overflow_free))
     return out
 
 
 def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: float | None,
-                   finite_free: bool = False) -> list[Mismatch]:
+                   finite_free: bool = False, overflow_free: bool = False) -> list[Mismatch]:
     """One output: a tensor, a sequence (list) of tensors, a map, or None (optional)."""
     out: list[Mismatch] = []
     if e is None or a is None:
@@ -101,19 +102,19 @@ def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: fl
         if not (isinstance(e, dict) and isinstance(a, dict)) or list(e) != list(a):
             return [Mismatch(name, "maps differ in their keys")]
         for k in e:
-            out.extend(_compare_value(f"{name}[{k!r}]", e[k], a[k], rtol, atol, finite_free))
+            out.extend(_compare_value(f"{name}[{k!r}]", e[k], a[k], rtol, atol, finite_free, overflow_free))
         return out
     if isinstance(e, list) or isinstance(a, list):
         if not (isinstance(e, list) and isinstance(a, list)) or len(e) != len(a):
             return [Mismatch(name, "sequences differ in length or kind")]
         for i, (x, y) in enumerate(zip(e, a, strict=True)):
-            out.extend(_compare_value(f"{name}[{i}]", x, y, rtol, atol, finite_free))
+            out.extend(_compare_value(f"{name}[{i}]", x, y, rtol, atol, finite_free, overflow_free))
         return out
-    return _compare_tensor(name, np.asarray(e), np.asarray(a), rtol, atol, finite_free)
+    return _compare_tensor(name, np.asarray(e), np.asarray(a), rtol, atol, finite_free, overflow_free)
 
 
 def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None, atol: float | None,
-                    finite_free: bool = False) -> list[Mismatch]:
+                    finite_free: bool = False, overflow_free: bool = False) -> list[Mismatch]:
     if e.dtype != a.dtype:
         return [Mismatch(name, f"dtype {a.dtype}, expected {e.dtype}")]
     if rtol is None or atol is None:
@@ -134,6 +135,8 @@ def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None,
         ok = (np.isfinite(a) & np.isfinite(e)) | (a == e) | (np.isnan(a) & np.isnan(e))
     elif rtol or atol:
         ok = np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        if overflow_free and e.dtype.kind in "fc":
+            ok |= ~np.isfinite(e)
     elif e.dtype.kind in "fc":
         ok = (a == e) | (np.isnan(a) & np.isnan(e))
     else:
@@ -386,7 +389,7 @@ def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str],
     return Verification("passed", detail, runs + (1 if varied else 0), drawn, not_verified, edges)
 
 
-EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)"}
+EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)", "scaled": "floats times 100"}
 SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
 EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
 ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
@@ -445,7 +448,7 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
         except Exception as e:  # noqa: BLE001
             return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
                                           f"the original: {_line(e)}", edge_cases=where)
-        bad = compare(expected, got, rtol, atol, finite_free=kind == "large")
+        bad = compare(expected, got, rtol, atol, finite_free=kind == "large", overflow_free=kind == "scaled")
         if qdq is not None:
             bad = qdq.filter(bad, expected, got, f)
         if bad:

@@ -46,6 +46,7 @@ from eqsat.io import external
 from eqsat.lang.dtypes import np_dtype
 
 GENERAL = (-9, 10)  # integers drawn in [-9, 9]
+SCALED = 100  # Feeds.with_special_values(kind="scaled"): the floats drawn times this
 LARGE_SIZES_MAX = 8  # elements of a size input that Feeds.with_large_sizes sets to 2 or 3 (a shape of rank 8)
 
 # (domain, op type) -> {input position: how the indexed axis is found}: "axis" reads the
@@ -317,6 +318,10 @@ class Feeds:
         """`feeds` with special values among the floating-point inputs (not the overridable
         ones: those are weights), for rewrites that are wrong only on such values:
         - "zeros": a quarter of the elements 0;
+        - "scaled": every element times SCALED (100): standard normal values stay within 5, so
+          what a model computes only beyond (a Where or If on x > 10) never ran, and the
+          "large" case compares finiteness alone; a homogeneous computation's rounding scales
+          with it, so the tolerance holds as on the random draw;
         - "large": one element +LARGE and one -LARGE, LARGE the type's largest value to the
           power 0.4 (about 2e15 in float32: its square, and a sum of a thousand squares, stay
           finite; its product by 1e30 does not); none in float16 or bfloat16 (LARGE would be
@@ -338,6 +343,8 @@ class Feeds:
             picks: list[float] = []
             if kind == "zeros":
                 flat[rng.random(flat.size) < 0.25] = 0
+            elif kind == "scaled":
+                flat *= SCALED
             elif kind == "large" and v.dtype.itemsize >= 4:
                 big = float(np.finfo(v.dtype).max) ** 0.4
                 picks = [big, -big]
