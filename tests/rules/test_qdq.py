@@ -763,3 +763,90 @@ def test_softmax_before_opset_13_is_not_fused():
     # the opset-13 form
     m = unary_model("Softmax", "[2, 3, 5]", "[2, 3, 5]", opset=12)
     check_rewrite(m, UNFUSED_SOFTMAX, not_fired=["qdq-softmax-fuse"], rule_files=SOFTMAX_RULES, ort_optimize=False)
+
+
+# ---- DQ -> Concat -> Q (com.microsoft.QLinearConcat, target ort)
+
+def concat_model(a_type="uint8", b_type="uint8", y_type="uint8", b_zero_point=None, b_per_channel=False,
+                 second_reader=False) -> onnx.ModelProto:
+    """x, y -> Q -> DQ -> Concat(axis 1) -> Q -> DQ, each input at its own scale and zero point;
+    `b_per_channel`: y's pair per channel (axis 1); `second_reader`: x's DQ also read by a Relu."""
+    zp = {"int8": 3, "uint8": 128, "uint16": 30000}
+    zb = zp[b_type] + 2 if b_zero_point is None else b_zero_point
+    if b_per_channel:
+        inits, consts, ax = f"<float[3] sb = {{0.07, 0.05, 0.06}}, {b_type}[3] zb = {{{zb}, {zb}, {zb}}}>", "", \
+            "<axis = 1> "
+    else:
+        inits, ax = "", ""
+        consts = f"sb = Constant <value = float {{0.07}}> ()\n zb = Constant <value = {b_type} {{{zb}}}> ()"
+    extra, extra_out = ("r = Relu (xd)", ", float[2, 3, 4] r") if second_reader else ("", "")
+    return model(f"""
+        agraph (float[2, 3, 4] x, float[2, 3, 4] y) => (float[2, 6, 4] z{extra_out}) {inits} {{
+            sa = Constant <value = float {{0.03}}> ()
+            za = Constant <value = {a_type} {{{zp[a_type]}}}> ()
+            {consts}
+            sc = Constant <value = float {{0.05}}> ()
+            zc = Constant <value = {y_type} {{{zp[y_type] - 1}}}> ()
+            xq = QuantizeLinear (x, sa, za)
+            xd = DequantizeLinear (xq, sa, za)
+            yq = QuantizeLinear {ax}(y, sb, zb)
+            yd = DequantizeLinear {ax}(yq, sb, zb)
+            {extra}
+            c = Concat <axis = 1> (xd, yd)
+            cq = QuantizeLinear (c, sc, zc)
+            z = DequantizeLinear (cq, sc, zc)
+        }}""", opset=21 if "uint16" in (a_type, b_type, y_type) else 17)
+
+
+CONCAT_RULES = ["qdq-concat-quantized-input", "qdq-concat-fuse"]
+CONCAT_STEP = {"rtol": 0.0, "atol": 0.05 * 1.001, "ort_optimize": False}
+
+
+def concat_fusions(ops: list[str]) -> int:
+    return sum(op.endswith("QLinearConcat") for op in ops)
+
+
+@pytest.mark.parametrize("types", [("uint8", "uint8", "uint8"), ("int8", "int8", "int8"), ("int8", "uint8", "uint8"),
+                                   ("uint8", "uint8", "int8")])
+def test_concat_fuses_into_qlinearconcat(types):
+    # int8 pairs read once become uint8 first (qdq-s8-pair-as-u8), as onnxruntime's
+    # QDQS8ToU8Transformer: onnxruntime fuses each of these
+    m = concat_model(*types)
+    res = check_rewrite(m, QUANTIZED_INPUTS + ["com.microsoft.QLinearConcat"], fired=CONCAT_RULES, **CONCAT_STEP)
+    assert concat_fusions(op_list(res.model)) == 1 == concat_fusions(ort_extended_ops(m))
+    (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConcat"]
+    assert node.domain == "com.microsoft" and len(node.input) == 8
+    assert [(a.name, a.i) for a in node.attribute] == [("axis", 1)]
+
+
+def test_concat_of_a_uint8_dq_read_twice_fuses_as_onnxruntime():
+    m = concat_model(second_reader=True)
+    res = check_rewrite(m, QUANTIZED_INPUTS + ["com.microsoft.QLinearConcat", "DequantizeLinear", "Relu"],
+                        fired=CONCAT_RULES, **CONCAT_STEP)
+    assert concat_fusions(op_list(res.model)) == 1 == concat_fusions(ort_extended_ops(m))
+
+
+UNFUSED_CONCAT = ["QuantizeLinear", "DequantizeLinear"] * 3 + ["Concat"]
+
+
+@pytest.mark.parametrize("case", ["int8 dq read twice", "per-channel input", "uint16 input"])
+def test_concat_does_not_fuse_where_onnxruntime_does_not(case):
+    # int8 x read twice: its pair stays int8 while y's becomes uint8, the types differ; a
+    # per-channel DQ; a 16-bit input (onnxruntime's selector takes 8 bits only)
+    m = {"int8 dq read twice": lambda: concat_model("int8", "int8", "int8", second_reader=True),
+         "per-channel input": lambda: concat_model(b_per_channel=True),
+         "uint16 input": lambda: concat_model(b_type="uint16")}[case]()
+    expect = UNFUSED_CONCAT + (["Relu"] if case == "int8 dq read twice" else [])
+    res = check_rewrite(m, expect, not_fired=["qdq-concat-fuse"], ort_optimize=False)
+    assert concat_fusions(op_list(res.model)) == 0 == concat_fusions(ort_extended_ops(m))
+
+
+def test_concat_whose_output_has_another_reader_does_not_fuse():
+    m = with_second_reader(concat_model(), "c", [2, 6, 4])
+    res = check_rewrite(m, UNFUSED_CONCAT + ["Relu"], not_fired=["qdq-concat-fuse"], ort_optimize=False)
+    assert concat_fusions(op_list(res.model)) == 0 == concat_fusions(ort_extended_ops(m))
+
+
+def test_concat_is_not_fused_for_target_onnx():
+    check_rewrite(concat_model(), UNFUSED_CONCAT, not_fired=["qdq-concat-fuse"], target="onnx", ort_optimize=False)
+
