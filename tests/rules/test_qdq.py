@@ -850,3 +850,92 @@ def test_concat_whose_output_has_another_reader_does_not_fuse():
 def test_concat_is_not_fused_for_target_onnx():
     check_rewrite(concat_model(), UNFUSED_CONCAT, not_fired=["qdq-concat-fuse"], target="onnx", ort_optimize=False)
 
+
+# ---- DQ -> Gemm -> Q (com.microsoft.QGemm, target ort)
+
+def gemm_model(a_type="int8", b_max=64, trans_b=1, alpha=None, bias="int32", bias_scale=None, b_per_channel=False,
+               second_reader=False) -> onnx.ModelProto:
+    """x -> Q -> DQ -> Gemm(DQ(b), DQ(c)) -> Q -> DQ as quantize_static writes a classifier:
+    int8 B in [-b_max, b_max] ([N, K] with transB, else [K, N]), an int32 bias at
+    a_scale * b_scale (`bias_scale` another), or `bias` None."""
+    k, n = 8, 5
+    b = RNG.integers(-b_max, b_max + 1, (n, k) if trans_b else (k, n))
+    a_scale = np.float32(0.03)
+    bs = RNG.uniform(0.01, 0.03, n).astype(np.float32) if b_per_channel else np.float32(0.02)
+    shp, attr = (f"[{n}]", "<axis = 0> ") if b_per_channel else ("", "")
+    inits = [f"int8[{dims(b.shape)}] b = {{{ints(b)}}}", f"float{shp} bs = {{{floats(bs)}}}",
+             f"int8{shp} bz = {{{ints(np.zeros(np.shape(bs)))}}}"]
+    body, gemm_in = "", "ad, bd"
+    if bias == "int32":
+        cs = np.broadcast_to(a_scale * bs if bias_scale is None else np.float32(bias_scale), (n,))
+        inits += [f"int32[{n}] c = {{{ints(RNG.integers(-3000, 3000, n))}}}", f"float[{n}] cs = {{{floats(cs)}}}",
+                  f"int32[{n}] cz = {{{ints(np.zeros(n))}}}"]
+        body, gemm_in = "cd = DequantizeLinear <axis = 0> (c, cs, cz)", "ad, bd, cd"
+    attrs = [f"transB = {trans_b}"] + ([f"alpha = {alpha}"] if alpha is not None else [])
+    zp = {"int8": -3, "uint8": 128}
+    extra, extra_out = ("r = Relu (ad)", ", float[3, 8] r") if second_reader else ("", "")
+    return model(f"""
+        agraph (float[3, {k}] x) => (float[3, {n}] z{extra_out}) <{", ".join(inits)}> {{
+            sa = Constant <value = float {{{floats(a_scale)}}}> ()
+            za = Constant <value = {a_type} {{{zp[a_type]}}}> ()
+            sy = Constant <value = float {{0.05}}> ()
+            zy = Constant <value = {a_type} {{{zp[a_type] + 5}}}> ()
+            aq = QuantizeLinear (x, sa, za)
+            ad = DequantizeLinear (aq, sa, za)
+            bd = DequantizeLinear {attr}(b, bs, bz)
+            {body}
+            {extra}
+            g = Gemm <{", ".join(attrs)}> ({gemm_in})
+            gq = QuantizeLinear (g, sy, zy)
+            z = DequantizeLinear (gq, sy, zy)
+        }}""")
+
+
+GEMM_STEP = {"rtol": 0.0, "atol": 0.05 * 1.001, "ort_optimize": False}
+FUSED_GEMM = ["QuantizeLinear", "com.microsoft.QGemm", "DequantizeLinear"]
+
+
+def gemm_fusions(ops: list[str]) -> int:
+    return sum(op.endswith("QGemm") for op in ops)
+
+
+@pytest.mark.parametrize("opts", [{}, {"a_type": "uint8"}, {"bias": None}, {"trans_b": 0}, {"b_per_channel": True},
+                                  {"b_max": 127}], ids=["int8", "uint8", "no-bias", "transB-0", "per-output-B",
+                                                        "full-range-B"])
+def test_gemm_fuses_into_qgemm(opts):
+    m = gemm_model(**opts)
+    rules = ["qdq-gemm-fuse"] + (["qdq-gemm-no-bias"] if opts.get("bias", "int32") is None
+                                 else ["qdq-gemm-bias-scale-product", "qdq-gemm-int32-bias"])
+    res = check_rewrite(m, FUSED_GEMM, fired=rules, **GEMM_STEP)
+    assert gemm_fusions(op_list(res.model)) == 1 == gemm_fusions(ort_extended_ops(m))
+    (node,) = [n for n in res.model.graph.node if n.op_type == "QGemm"]
+    assert node.domain == "com.microsoft" and len(node.input) == 9
+    assert ({a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}.get("transB", 0)
+            == opts.get("trans_b", 1))
+    if opts.get("bias", "int32") is None:
+        assert node.input[6] == ""
+
+
+def test_gemm_with_a_bias_at_another_scale_does_not_fuse():
+    # onnxruntime fuses it (its selector does not read the bias's scale, and QGemm adds the int32
+    # values at a_scale * b_scale): eqsat does not change the results so
+    m = gemm_model(bias_scale=0.5)
+    res = check_rewrite(m, ["QuantizeLinear"] + ["DequantizeLinear"] * 4 + ["Gemm", "QuantizeLinear"],
+                        not_fired=["qdq-gemm-fuse", "qdq-gemm-int32-bias"], ort_optimize=False)
+    assert gemm_fusions(op_list(res.model)) == 0 < gemm_fusions(ort_extended_ops(m))
+
+
+@pytest.mark.parametrize("case", ["alpha 2", "int8 dq read twice"])
+def test_gemm_does_not_fuse_where_onnxruntime_does_not(case):
+    m = gemm_model(alpha=2.0) if case == "alpha 2" else gemm_model(second_reader=True)
+    expect = ["QuantizeLinear"] + ["DequantizeLinear"] * 4 + ["Gemm", "QuantizeLinear"]
+    expect += ["Relu"] if case == "int8 dq read twice" else []
+    # alpha 2: not even the bias scale's product is built
+    not_fired = ["qdq-gemm-fuse"] + (["qdq-gemm-bias-scale-product"] if case == "alpha 2" else [])
+    res = check_rewrite(m, expect, not_fired=not_fired, ort_optimize=False)
+    assert gemm_fusions(op_list(res.model)) == 0 == gemm_fusions(ort_extended_ops(m))
+
+
+def test_gemm_is_not_fused_for_target_onnx():
+    check_rewrite(gemm_model(), ["QuantizeLinear"] + ["DequantizeLinear"] * 4 + ["Gemm", "QuantizeLinear"],
+                  not_fired=["qdq-gemm-fuse"], target="onnx", ort_optimize=False)
