@@ -939,3 +939,42 @@ def test_gemm_does_not_fuse_where_onnxruntime_does_not(case):
 def test_gemm_is_not_fused_for_target_onnx():
     check_rewrite(gemm_model(), ["QuantizeLinear"] + ["DequantizeLinear"] * 4 + ["Gemm", "QuantizeLinear"],
                   not_fired=["qdq-gemm-fuse"], target="onnx", ort_optimize=False)
+
+
+def concat_inputs_model(inputs: str, n: int) -> onnx.ModelProto:
+    """x, y, w -> Q -> DQ (uint8, x and w at one zero point, y and w at one scale), then
+    Concat(`inputs`) of n values along axis 1 -> Q -> DQ; x's and w's pairs only where read."""
+    pairs = {"xd": "xq = QuantizeLinear (x, sa, za)\n xd = DequantizeLinear (xq, sa, za)",
+             "yd": "yq = QuantizeLinear (y, sb, zb)\n yd = DequantizeLinear (yq, sb, zb)",
+             "wd": "wq = QuantizeLinear (w, sb, za)\n wd = DequantizeLinear (wq, sb, za)"}
+    body = "\n".join(p for name, p in pairs.items() if name in inputs)
+    return model(f"""
+        agraph (float[2, 3, 4] x, float[2, 3, 4] y, float[2, 3, 4] w) => (float[2, {3 * n}, 4] z) {{
+            sa = Constant <value = float {{0.03}}> ()
+            za = Constant <value = uint8 {{128}}> ()
+            sb = Constant <value = float {{0.07}}> ()
+            zb = Constant <value = uint8 {{130}}> ()
+            sc = Constant <value = float {{0.05}}> ()
+            zc = Constant <value = uint8 {{127}}> ()
+            {body}
+            c = Concat <axis = 1> ({inputs})
+            cq = QuantizeLinear (c, sc, zc)
+            z = DequantizeLinear (cq, sc, zc)
+        }}""")
+
+
+@pytest.mark.parametrize("inputs, fuses", [("xd, yd, wd", True), ("xd, yd, xd", True), ("xd, yd, w", False)],
+                         ids=["three-dqs", "one-dq-twice", "a-float-input"])
+def test_concat_fuses_only_where_every_input_is_a_dq(inputs, fuses):
+    # onnxruntime fuses three DQs, and one DQ read twice by the Concat; not a float input
+    m = concat_inputs_model(inputs, 3)
+    n_pairs = len({v for v in inputs.split(", ") if v.endswith("d")})
+    if fuses:
+        res = check_rewrite(m, ["QuantizeLinear"] * n_pairs + ["com.microsoft.QLinearConcat", "DequantizeLinear"],
+                            fired=CONCAT_RULES, **CONCAT_STEP)
+        (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConcat"]
+        assert len(node.input) == 2 + 3 * 3
+    else:
+        res = check_rewrite(m, ["QuantizeLinear", "DequantizeLinear"] * (n_pairs + 1) + ["Concat"],
+                            not_fired=["qdq-concat-fuse"], ort_optimize=False)
+    assert concat_fusions(op_list(res.model)) == int(fuses) == concat_fusions(ort_extended_ops(m))
