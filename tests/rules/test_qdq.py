@@ -1,5 +1,6 @@
-"""rules/qdq.egg: quantized (QDQ) models. DequantizeLinear -> Conv / MatMul / Add ->
-QuantizeLinear into QLinearConv / QLinearMatMul / com.microsoft.QLinearAdd where onnxruntime fuses
+"""rules/qdq.egg: quantized (QDQ) models. DequantizeLinear -> Conv / MatMul / Add / Sigmoid /
+GlobalAveragePool / Concat / Gemm -> QuantizeLinear into QLinearConv / QLinearMatMul /
+com.microsoft.QLinearAdd, QLinearSigmoid, QLinearGlobalAveragePool, QLinearConcat, QGemm where onnxruntime fuses
 (by the consumers of the DQs and of the op, int8 or uint8), a per-tensor
 DequantizeLinear moved past Transpose and Reshape (not MaxPool), and DequantizeLinear ->
 QuantizeLinear pairs that give their input back. Each rule fires on a minimal model, and
