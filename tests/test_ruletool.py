@@ -67,9 +67,12 @@ def test_default_rules_pass_the_check(capsys):
     # subgraphs; those rule families are checked by their own numeric tests
     # (tests/rules/test_qdq.py, test_nbits.py, test_rotary*.py); 61 with the rotary rules for
     # cos and sin computed at runtime (test_rotary_runtime.py); 2 more with their symbolic-batch
-    # form (rope-rt-batch-sym-fuse, tests/rules/test_decoder_soundness.py)
+    # form (rope-rt-batch-sym-fuse, tests/rules/test_decoder_soundness.py); 68 with QLinearConcat
+    # and QGemm: qdq-concat-fuse (the checker builds the Concat's list empty: it does not unfold
+    # the suffix walk), qdq-gemm-fuse ((uses v)) and qdq-gemm-bias-scale-product (rank-0 scale
+    # shapes), tested numerically in tests/rules/test_qdq.py
     assert checked >= 185, err
-    assert unchecked <= 66, err
+    assert unchecked <= 68, err
     assert covered >= 20, err  # fact-deriving rules that a checked rule's unfolding went through
     # every unchecked rule says why
     for ln in out.splitlines():

@@ -383,6 +383,13 @@ SPECS += [
            contrib=True, requantizes=True),
     OpSpec("QLinearGlobalAveragePool", ("X", "x_scale", "x_zero_point", "y_scale", "y_zero_point"),
            (Attr("channels_last", "int", 0),), domain=_MS, contrib=True, requantizes=True),
+    # inputs: (X, X_scale, X_zero_point) for each value concatenated, in one list
+    OpSpec("QLinearConcat", ("Y_scale", "Y_zero_point", "inputs*"), (Attr("axis", "int"),), domain=_MS,
+           contrib=True, requantizes=True),
+    OpSpec("QGemm", ("A", "a_scale", "a_zero_point", "B", "b_scale", "b_zero_point", "C?", "y_scale?",
+                     "y_zero_point?"),
+           (Attr("alpha", "float", 1.0), Attr("transA", "int", 0), Attr("transB", "int", 0)), domain=_MS,
+           contrib=True, requantizes=True),
     # opset: the ai.onnx Softmax semantics (13: along `axis` alone; before 13: flattened from it)
     OpSpec("QLinearSoftmax", ("X", "X_scale", "x_zero_point?", "y_scale", "y_zero_point"),
            (Attr("axis", "int", -1), Attr("opset", "int")), domain=_MS, contrib=True, requantizes=True),

@@ -93,6 +93,9 @@ CODE_USES: dict[tuple[str, str], set[int]] = {
     ("com.microsoft", "QLinearLeakyRelu"): {0},
     ("com.microsoft", "QLinearGlobalAveragePool"): {0},
     ("com.microsoft", "QLinearAveragePool"): {0},
+    ("com.microsoft", "QGemm"): {0, 3},
+    # Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) for each input
+    ("com.microsoft", "QLinearConcat"): set(range(2, 2 + 3 * 256, 3)),
 }
 # ops whose output keeps the integer type of input 0 (or all inputs): an index or size may
 # pass through them; `through` lists the positions that carry the value
