@@ -133,7 +133,7 @@ class ResNet50(nn.Module):
         return self.fc(x)
 
 
-def _calibrate_batchnorm(model: nn.Module, steps: int = 2, batch: int = 4) -> None:
+def _calibrate_batchnorm(model: nn.Module, steps: int = 2, batch: int = 4, size: int = 224) -> None:
     """Give the BN layers non-trivial, well-scaled running statistics.
 
     With fresh running stats (mean 0, var 1) eval-mode BN is almost an
@@ -151,7 +151,7 @@ def _calibrate_batchnorm(model: nn.Module, steps: int = 2, batch: int = 4) -> No
     model.train()
     with torch.no_grad():
         for _ in range(steps):
-            model(torch.randn(batch, 3, 224, 224))
+            model(torch.randn(batch, 3, size, size))
     for bn in bns:
         bn.momentum = 0.1
     model.eval()

@@ -12,6 +12,13 @@ Exports: TorchScript exporter, opset 17, batch 1, 224 x 224 (320 for segmentatio
 inception_v3), input `x`, output `y` (a segmentation model's "out"). Weights are random
 (seeded); nothing is downloaded. torchvision imports beside the CPU torch through
 benchmarks/torchvision_ops.py. Each file is named tv_NAME.onnx; existing files are kept.
+
+`--trained-bn` gives every BatchNorm trained-like statistics first (corpus.py's
+`_calibrate_batchnorm`: affine parameters perturbed, running statistics from two passes on
+random images) and names the file tv_NAME.bn.onnx. Without it every BatchNorm is the identity
+it is initialized to, so every folded convolution bias is zero and the exporter shares one zero
+tensor among them: a quantized model then has zero biases at foreign scales, which no trained
+model has (benchmarks/results/qdq.md).
 """
 
 from __future__ import annotations
@@ -47,8 +54,9 @@ def _torchvision():
     return models, segmentation
 
 
-def export(name: str, path: Path) -> None:
-    """Write torchvision's `name` with random weights to `path`."""
+def export(name: str, path: Path, trained_bn: bool = False) -> None:
+    """Write torchvision's `name` with random weights to `path` (`trained_bn`: BatchNorm
+    statistics as the module docstring says)."""
     import torch
 
     models, segmentation = _torchvision()
@@ -59,6 +67,11 @@ def export(name: str, path: Path) -> None:
     torch.manual_seed(0)
     net = getattr(segmentation if seg else models, name)(**kwargs).eval()
     size = 299 if name == "inception_v3" else 320 if seg else 224
+    if trained_bn:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from corpus import _calibrate_batchnorm
+
+        _calibrate_batchnorm(net, size=size)
 
     class Out(torch.nn.Module):
         def __init__(self, m):
@@ -79,13 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "models")
     ap.add_argument("--set", choices=sorted(SETS), default="all")
     ap.add_argument("--only", help="comma-separated model names (torchvision's)")
+    ap.add_argument("--trained-bn", action="store_true", help="trained-like BatchNorm statistics: tv_NAME.bn.onnx")
     args = ap.parse_args(argv)
     names = args.only.split(",") if args.only else SETS[args.set]
     for name in names:
-        path = args.out / f"tv_{name}.onnx"
+        path = args.out / (f"tv_{name}.bn.onnx" if args.trained_bn else f"tv_{name}.onnx")
         if path.exists():
             continue
-        export(name, path)
+        export(name, path, args.trained_bn)
         print(f"{path}", file=sys.stderr, flush=True)
     return 0
 

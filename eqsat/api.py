@@ -20,6 +20,7 @@ Contracts:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -144,22 +145,28 @@ class Checks:
 
 def finish(original: ModelProto, res: PipelineResult, dims: Mapping[str, int], checks: Checks, *,
            plan: bool = False, files: tuple[Path | None, Path | None] = (None, None), nothing_written: bool = False,
-           progress: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+           progress: Callable[[str], None] | None = None,
+           stage: Callable[[ModelProto], Path] | None = None) -> dict[str, Any] | None:
     """Verify `res.model` against `original` under `checks` and, with `plan`, plan its memory;
     both go into `res.report` (verification, plan, warnings). `files` are the two models'
-    files, where onnxruntime may run them as written. Contract: returns only after a passed,
-    a skipped, or an allowed "not possible" verification; a failed one, or "not possible"
-    under `checks.require`, raises OptimizeError (", nothing written" with `nothing_written`).
-    Returns the plan (a dict as the plan file holds it) or None."""
+    files, where onnxruntime may run them as written. Where verification refuses a QDQ
+    model's requantizing fusions, the programs of `res.retry` with fewer are verified in turn
+    (eqsat.core.requantize), each written by `stage` where given (it returns the file), and
+    the first that passes replaces `res.model` and `res.report`. Contract: returns only after
+    a passed, a skipped, or an allowed "not possible" verification; a failed one, or "not
+    possible" under `checks.require`, raises OptimizeError (", nothing written" with
+    `nothing_written`). Returns the plan (a dict as the plan file holds it) or None."""
     from eqsat.errors import OptimizeError
 
     say = progress or (lambda _msg: None)
-    report = res.report
     if not checks.verify:
-        report["verification"] = {"status": "skipped", "detail": checks.flags[0], "runs": 0}
+        res.report["verification"] = {"status": "skipped", "detail": checks.flags[0], "runs": 0}
     else:
         v = verify_models(original, res.model, runs=checks.runs, rtol=checks.rtol, atol=checks.atol, dims=dims,
                           _files=files, _random_pairs=res.random_pairs)
+        if v.status == "failed" and v.requantized and res.retry is not None:
+            v = _fewer_requantizing(original, res, dims, checks, files[0], stage, say, v)
+        report = res.report
         report["verification"] = v.as_dict()
         written = ", nothing written" if nothing_written else ""
         if v.status == "failed":
@@ -172,6 +179,7 @@ def finish(original: ModelProto, res: PipelineResult, dims: Mapping[str, int], c
             say(f"verification {v.status}: {v.detail}")
         if v.not_verified:  # part of the model was fed, not run
             report["warnings"].append(f"not verified: {v.not_verified}")
+    report = res.report
     if not plan:
         return None
     from eqsat.plan.entry import checked_plan, summary
@@ -181,6 +189,37 @@ def finish(original: ModelProto, res: PipelineResult, dims: Mapping[str, int], c
     report["plan"] = summary(planned)
     report["warnings"] += [f"plan: {w}" for w in plan_warnings(planned)]
     return planned
+
+
+def _fewer_requantizing(original: ModelProto, res: PipelineResult, dims: Mapping[str, int], checks: Checks,
+                        src: Path | None, stage: Callable[[ModelProto], Path] | None, say: Callable[[str], None],
+                        refused: Verification) -> Verification:
+    """`finish`'s retries (eqsat.core.requantize): the first program of `res.retry`'s levels
+    that passes verification replaces res.model and res.report (its `requantization` and a
+    warning say so) and its Verification is returned; else `refused`, its detail naming the
+    levels tried."""
+    from eqsat.core.requantize import LEVEL_TEXT, LEVELS
+
+    tried = []
+    for level in LEVELS:
+        say(f"verification refused requantizing fusions; trying {LEVEL_TEXT[level]}")
+        alt = res.retry(level)
+        if alt is None:
+            say("the same program: next")
+            continue
+        written = stage(alt.model) if stage else None
+        v = verify_models(original, alt.model, runs=checks.runs, rtol=checks.rtol, atol=checks.atol, dims=dims,
+                          _files=(src, written), _random_pairs=alt.random_pairs)
+        tried.append(f"{LEVEL_TEXT[level]}: {v.status}")
+        if v.status != "failed":
+            alt.report["requantization"] = {"kept": level, "refused": refused.detail}
+            alt.report["warnings"].append(
+                f"{LEVEL_TEXT[level]}: verification refused the program with more ({refused.detail})")
+            res.model, res.report, res.random_pairs = alt.model, alt.report, alt.random_pairs
+            return v
+    if not tried:
+        return refused
+    return dataclasses.replace(refused, detail=f"{refused.detail}; then {'; '.join(tried)}")
 
 
 def verify_models(original: ModelProto | PathLike, optimized: ModelProto | PathLike, *, runs: int = 1,

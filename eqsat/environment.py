@@ -6,6 +6,10 @@ it accepts. Unset, empty or blank: the default. Surrounding blanks are ignored.
                         (eqsat.backends.ort.target.nchwc_block)
     EQSAT_NCHWC_BLOCK   0 or a power of two >= 2: the NCHWc block to use instead of the one
                         probed from onnxruntime; 0: no blocked layout (tests)
+    EQSAT_U8S8_EXACT    0 or 1: whether onnxruntime's uint8 x int8 kernels sum exactly here (1:
+                        int8 dot products, VNNI) or saturate (0), instead of the probe
+                        (eqsat.backends.ort.target.u8s8_exact); 0 writes QDQ models that are
+                        exact on every CPU
     EQSAT_CACHE         a folder (default ~/.cache/eqsat): where the measured cost model keeps
                         its times (eqsat.backends.ort.measure)
     EQSAT_REUSE_MEMORY  0 or 1 (default 1): 0 leaves glibc's allocator at its defaults
@@ -61,6 +65,17 @@ def nchwc_block_override() -> int | None:
     return block
 
 
+def u8s8_exact_override() -> bool | None:
+    """EQSAT_U8S8_EXACT: 0 or 1, or None to probe onnxruntime's uint8 x int8 kernels."""
+    v = _value("EQSAT_U8S8_EXACT")
+    if v is None:
+        return None
+    if v not in ("0", "1"):
+        raise _bad("EQSAT_U8S8_EXACT", "0 (onnxruntime's uint8 x int8 kernels saturate: write weights as uint8) "
+                                       "or 1 (they sum exactly); unset it to probe onnxruntime's")
+    return v == "1"
+
+
 def cache_folder() -> Path | None:
     """EQSAT_CACHE, else ~/.cache/eqsat; None where there is no home folder to default to.
     A folder that does not exist yet is made when the cache is first written."""
@@ -84,6 +99,7 @@ def check_environment() -> None:
     for name in SWITCHES:
         switch(name)
     nchwc_block_override()
+    u8s8_exact_override()
     cache_folder()
     try:
         solver_log()  # the extract package's own check (it imports nothing of eqsat)

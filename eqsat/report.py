@@ -158,6 +158,16 @@ class Verification(Section):
 
 
 @dataclass(frozen=True)
+class Requantization(Section):
+    """Where verification refused the first program of a QDQ model for its requantizing
+    fusions and a program with fewer passed (eqsat.core.requantize)."""
+
+    kept: Literal["ort", "none"] = field(metadata=_doc(
+        "the requantizing fusions kept: ort, where onnxruntime's own optimization of the input makes them; none"))
+    refused: str = field(metadata=_doc("why verification refused the first program"))
+
+
+@dataclass(frozen=True)
 class PlanSummary(Section):
     """The memory plan's headline figures (eqsat.plan, docs/memory-plan.md)."""
 
@@ -229,6 +239,8 @@ class Report(Section):
     warnings: list[str] = field(metadata=_doc("warnings, as printed"))
     verification: Verification | None = field(default=None, metadata=_doc(
         "the comparison under onnxruntime (absent only from the pipeline's own report)"))
+    requantization: Requantization | None = field(default=None, metadata=_doc(
+        "a QDQ model's fusions left out after verification refused them (eqsat.core.requantize)"))
     plan: PlanSummary | None = field(default=None, metadata=_doc("the memory plan's summary, with --plan"))
     subgraphs: list[Subgraph] | None = field(default=None, metadata=_doc("the model's subgraphs, if it has any"))
     explain: dict[str, Any] | None = field(default=None, metadata=_doc(

@@ -26,7 +26,8 @@ g (float[2, 8] x) => (float[2, 8] y) {
 def src(tmp_path, monkeypatch) -> Path:
     from eqsat.backends.ort.target import nchwc_block
 
-    for var in ("EQSAT_NCHWC", "EQSAT_NCHWC_BLOCK", "EQSAT_CACHE", "EQSAT_REUSE_MEMORY", "EQSAT_ILP_DISP"):
+    for var in ("EQSAT_NCHWC", "EQSAT_NCHWC_BLOCK", "EQSAT_CACHE", "EQSAT_REUSE_MEMORY", "EQSAT_ILP_DISP",
+                "EQSAT_U8S8_EXACT"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("EQSAT_CACHE", str(tmp_path / "cache"))  # never the user's own
     nchwc_block.cache_clear()
@@ -43,6 +44,7 @@ BAD = [
     ("EQSAT_NCHWC", "no", "0 or 1"),
     ("EQSAT_ILP_DISP", "yes", "0 or 1"),
     ("EQSAT_REUSE_MEMORY", "maybe", "0 or 1"),
+    ("EQSAT_U8S8_EXACT", "yes", "0 (onnxruntime's uint8 x int8 kernels saturate"),
 ]
 
 
@@ -65,6 +67,7 @@ def test_a_bad_setting_is_one_line_naming_it(capsys, tmp_path, monkeypatch, src,
 def test_the_accepted_values_work(capsys, tmp_path, monkeypatch, src):
     for var, value in [("EQSAT_NCHWC", "0"), ("EQSAT_NCHWC", " 1 "), ("EQSAT_NCHWC_BLOCK", "0"),
                        ("EQSAT_NCHWC_BLOCK", "8"), ("EQSAT_REUSE_MEMORY", "0"), ("EQSAT_ILP_DISP", ""),
+                       ("EQSAT_U8S8_EXACT", "0"), ("EQSAT_U8S8_EXACT", "1"),
                        ("EQSAT_CACHE", "")]:
         monkeypatch.setenv(var, value)
         rc, _, err = run_cli(capsys, "optimize", src, "-o", tmp_path / "o.onnx", "-q")

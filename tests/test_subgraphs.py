@@ -377,3 +377,30 @@ def test_a_body_improved_only_inside_its_nested_if_is_replaced():
     for trip in (0, 3):
         x = np.random.default_rng(trip).standard_normal((2, 3)).astype(np.float32)
         assert_same_outputs(m, res.model, {"trip": np.array(trip, np.int64), "x": x})
+
+
+BAD_SQUARE = """
+; Mul(x, x) -> x   (unsound on purpose: a rule file's mistake)
+(rewrite (Mul x x) x :ruleset algebra :name "bad-square")
+"""
+
+
+def test_an_optimized_body_that_computes_otherwise_is_kept(tmp_path):
+    # the then branch runs only where max(x) > 10: never on standard normal inputs, and on the
+    # large edge case (+-2e15) verification compares only where values are finite. An unsound
+    # rule's rewrite of it (x * x -> x) was written with exit 0 and gave x for [1, 2, 30, 4].
+    # Each optimized body is verified against the body as it was, as a model of its own
+    rules = tmp_path / "bad.egg"
+    rules.write_text(BAD_SQUARE)
+    x = _vi("x", F, [4])
+    then = h.make_graph([h.make_node("Mul", ["x", "x"], ["t_o"])], "then", [], [_vi("t_o", F, [4])])
+    other = h.make_graph([h.make_node("Neg", ["x"], ["e_o"])], "else", [], [_vi("e_o", F, [4])])
+    m = _model([h.make_node("ReduceMax", ["x"], ["mx"], keepdims=0),
+                h.make_node("Greater", ["mx", "ten"], ["c"]),
+                h.make_node("If", ["c"], ["y"], name="the_if", then_branch=then, else_branch=other)],
+               [x], [_vi("y", F, [4])], inits=[_init("ten", np.float32(10.0))])
+    res = optimize(m, Options(rule_files=[rules]))
+    assert _body(_node(res.model, "If"), "then_branch") == _body(_node(m, "If"), "then_branch")
+    kept = _rows(res.report)["the_if.then_branch"]["kept"]
+    assert kept.startswith("the optimized body computes otherwise: "), kept
+    assert_same_outputs(m, res.model, {"x": np.array([1, 2, 30, 4], np.float32)}, rtol=0, atol=0)

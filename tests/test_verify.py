@@ -275,6 +275,49 @@ def test_a_stand_in_moves_as_little_as_its_inputs():
     assert verify(m, wrong).status == "failed"
 
 
+def test_the_inputs_of_an_op_onnxruntime_cannot_run_are_compared():
+    # a stand-in's floats move with tanh of a projection of its inputs, which is +-1 for inputs
+    # of magnitude 100, and its integers do not depend on them at all: x * 100 taken for x * 50
+    # before such an op passed. Its inputs are compared as outputs are
+    text = H18.replace('"" : 18', '"" : 18, "my.ops" : 1') + """
+        g (float[2, 8] x) => ({t}[2, 8] y) {{
+            c = Constant <value = float {{{k}}}> ()
+            a = Mul(x, c)
+            y = my.ops.Thing(a)
+        }}"""
+    for t in ("float", "int64"):
+        m = parse_model(text.format(t=t, k=100.0))
+        v = verify(m, m)
+        assert v.status == "passed", v.detail
+        v = verify(m, parse_model(text.format(t=t, k=50.0)))
+        assert v.status == "failed" and "input 0 of cut node 1 (my.ops.Thing)" in v.detail, v.detail
+
+
+def test_the_inputs_of_twin_ops_onnxruntime_cannot_run_are_compared_once_merged():
+    # two equal calls (one e-class after optimizing) and calls in another order pass; z fed
+    # another call's inputs does not: its integers depended on nothing, and a cut node of the
+    # optimized model now gets the outputs of its closest match in the original
+    text = H18.replace('"" : 18', '"" : 18, "my.ops" : 1') + """
+        g (float[2, 8] x) => (int64[2, 8] y, int64[2, 8] z, int64[2, 8] u) {{
+            n = Neg(x)
+            y = my.ops.Thing(x)
+            z = my.ops.Thing({z})
+            u = my.ops.Thing(n)
+        }}"""
+    m = parse_model(text.format(z="x"))
+    merged = parse_model(H18.replace('"" : 18', '"" : 18, "my.ops" : 1') + """
+        g (float[2, 8] x) => (int64[2, 8] y, int64[2, 8] z, int64[2, 8] u) {
+            n = Neg(x)
+            u = my.ops.Thing(n)
+            y = my.ops.Thing(x)
+            z = Identity(y)
+        }""")
+    v = verify(m, merged)
+    assert v.status == "passed", v.detail
+    v = verify(m, parse_model(text.format(z="n")))
+    assert v.status == "failed" and "output 'z'" in v.detail, v.detail
+
+
 def test_integer_inputs_are_drawn_by_use_so_an_unsound_integer_rewrite_fails():
     # x * x -> x holds for 0 and 1 only: integers drawn from {0, 1} passed it
     m = parse_model("""
@@ -406,7 +449,7 @@ def test_a_size_of_0_the_original_does_not_run_is_left_out():
           <float[1, 1, 3] w = {1, 2, 1}> { y = Conv(x, w) }""")
     v = verify(m, m)
     assert v.status == "passed", v.detail
-    assert "on zeros among the floats, large floats (+-2e15), symbolic size batch=0" in v.detail
+    assert "on zeros among the floats, large floats (+-2e15), floats times 100, symbolic size batch=0" in v.detail
     assert "not on symbolic size samples=0 (the original does not run on them)" in v.detail
 
 
@@ -628,3 +671,63 @@ def test_an_index_into_a_dequantized_table_spans_the_table():
     v = verify(m, m)
     assert v.status == "passed", v.detail
     assert "ids an index in [-50, 50)" in v.inputs, v.inputs
+
+
+def test_a_rewrite_wrong_only_at_an_integers_extremes_fails():
+    # Relu(Abs(x)) -> Abs(x) holds for every int8 but -128 (Abs wraps it to -128, Relu makes
+    # that 0), which integers drawn in [-9, 9] never hold
+    m = parse_model(H18 + "g (int8[2, 8] x) => (int8[2, 8] y) { a = Abs(x)\n y = Relu(a) }")
+    wrong = parse_model(H18 + "g (int8[2, 8] x) => (int8[2, 8] y) { y = Abs(x) }")
+    v = verify(m, wrong)
+    assert v.status == "failed" and "integers at their type's extremes" in v.detail, v.detail
+    assert "vs expected 0" in v.detail, v.detail
+    ok = verify(m, m)
+    assert ok.status == "passed" and "integers at their type's extremes" in ok.detail, ok.detail
+
+
+def test_integer_extremes_keep_a_dividend_off_int_min():
+    # INT64_MIN / -1 kills onnxruntime (SIGFPE): a dividend gets INT64_MIN + 1 at most, so that
+    # the other edge cases are not lost to a crash of the original
+    m = parse_model(H18 + """
+        g (int64[8] n) => (int64[8] y) {
+            d = Constant <value = int64 {-1}> ()
+            y = Div(n, d)
+        }""")
+    v = verify(m, m, isolated=True)
+    assert v.status == "passed" and "integers at their type's extremes" in v.detail, v.detail
+    assert "crashed" not in v.detail, v.detail
+
+
+def test_a_rewrite_wrong_only_beyond_the_values_drawn_fails_on_scaled_floats():
+    # Where(x > 10, x * x, -x) selects x * x nowhere for standard normal x, and the large case
+    # (+-2e15) compares finiteness alone: x * x taken for x passed
+    m = parse_model(H18 + """
+        g (float[2, 8] x) => (float[2, 8] y) {
+            ten = Constant <value = float {10.0}> ()
+            c = Greater(x, ten)
+            s = Mul(x, x)
+            n = Neg(x)
+            y = Where(c, s, n)
+        }""")
+    wrong = parse_model(H18 + """
+        g (float[2, 8] x) => (float[2, 8] y) {
+            ten = Constant <value = float {10.0}> ()
+            c = Greater(x, ten)
+            n = Neg(x)
+            y = Where(c, x, n)
+        }""")
+    v = verify(m, wrong)
+    assert v.status == "failed" and "on floats times 100" in v.detail, v.detail
+    ok = verify(m, m)
+    assert ok.status == "passed" and "floats times 100" in ok.detail, ok.detail
+
+
+def test_scaled_floats_skip_where_the_original_overflows():
+    # exp(x * 100) overflows in a written-out softmax for x > 0.89, where a fused Softmax
+    # (it subtracts the maximum) does not: not wrong there; elsewhere the tolerance holds
+    e = {"y": np.array([np.nan, np.inf, 0.5, 1.0], np.float32)}
+    fused = {"y": np.array([1.0, 0.0, 0.5, 1.0], np.float32)}
+    assert compare(e, fused, None, None) != []
+    assert compare(e, fused, None, None, overflow_free=True) == []
+    assert compare(e, {"y": np.array([1.0, 0.0, 0.6, 1.0], np.float32)}, None, None, overflow_free=True) != []
+    assert compare(e, {"y": np.array([1.0, 0.0, 0.5, np.inf], np.float32)}, None, None, overflow_free=True) != []

@@ -183,7 +183,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         say(f"saved and checked a temporary copy ({size / 1e6:.1f} MB)" if size >= 1e5 else
             f"saved and checked a temporary copy ({size / 1e3:.1f} kB)")
         plan = finish(model, res, s.dims, checks, plan=bool(args.plan), files=(src if runnable else None, written),
-                      nothing_written=True, progress=say)
+                      nothing_written=True, progress=say, stage=lambda m: stage_model(m, out, outputs))
+        r = res.report  # a program with fewer requantizing fusions may have replaced the first
         if plan is not None:
             r["plan"]["file"] = str(args.plan)
             outputs.text(args.plan, json.dumps(plan, indent=1) + "\n")  # as eqsat.cli.plan.write_json

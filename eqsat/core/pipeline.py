@@ -22,7 +22,9 @@ from eqsat.backends.ort.target import (
     foreign_block_warning,
     hardware_facts,
     opset_facts,
+    u8s8_exact,
 )
+from eqsat.core import requantize
 from eqsat.core.decode import Decoder
 from eqsat.core.encode import Encoder
 from eqsat.core.modelcheck import check_model
@@ -77,6 +79,9 @@ class Result:
     # the output model's random nodes (first output names) -> the original's: verification
     # feeds each the same draw (eqsat.verification.standins)
     random_pairs: dict[str, str] = field(default_factory=dict)
+    # level -> the same e-graph extracted again with fewer requantizing fusions
+    # (eqsat.core.requantize), or None where that level changes nothing
+    retry: Callable[[str], Result | None] | None = None
 
 
 def op_histogram(model: ModelProto) -> Counter:
@@ -311,7 +316,8 @@ def _egraph(model: ModelProto, enc, data: dict, s: Settings, stop_reason: str) -
         "default_rules": s.default_rules, "rules": [str(f) for f in s.rule_files], "dims": s.dims,
         "fold_limit": s.fold_limit, "explain": s.explain, "iter_limit": s.limits.iter_limit,
         "node_limit": s.limits.node_limit, "time_limit": s.limits.time_limit,
-        "stop_reason": stop_reason}  # a time limit's stop is not reproducible
+        "stop_reason": stop_reason,  # a time limit's stop is not reproducible
+        "u8s8_exact": s.target == "ort" and u8s8_exact()}  # this machine's, a fact the rules read
     egraph = EGraph.from_json(data, trusted=True)  # serialized here, not read from a file
     # the input program, one e-node per input node: its work bounds the extraction's (extract/work.py)
     picked = input_nodes(egraph, _input_nodes(model, enc, data["eqsat"]["value_class"]))
@@ -398,6 +404,15 @@ def optimize(model: ModelProto, opts: Options | Settings, progress: Callable[[st
     t0 = time.perf_counter()
     ex = st.choose(picked, s.choice, s.cost) if picked else st.extract(s.cost)
     st.times["extract"] = round(time.perf_counter() - t0, 4)
+    res = _decoded(st, ex, subgraphs, progress)
+    if not picked and requantize.requantizing(st.egraph, ex.choice):
+        res.retry = _retries(st, ex, subgraphs, progress)
+    return res
+
+
+def _decoded(st: Saturated, ex: Extraction, subgraphs: list, progress: Callable[[str], None] | None) -> Result:
+    """The extraction `ex` of `st` decoded, with its report."""
+    s, model = st.settings, st.model
     t0 = time.perf_counter()
     out = st.decode(ex.choice)
     st.times["decode"] = round(time.perf_counter() - t0, 4)
@@ -417,6 +432,30 @@ def optimize(model: ModelProto, opts: Options | Settings, progress: Callable[[st
         st.times["explain"] = round(time.perf_counter() - t0, 4)
     pairs = {name: st.instances[tag] for tag, name in st.decoder.instances.items() if tag in st.instances}
     return Result(out, report, pairs)
+
+
+def _retries(st: Saturated, first: Extraction, subgraphs: list,
+             progress: Callable[[str], None] | None) -> Callable[[str], Result | None]:
+    """Result.retry for `st`, whose extraction `first` requantizes: each level of
+    eqsat.core.requantize extracted again from the e-graph it restricts; None where a level
+    keeps every requantizing fusion the previous choice made."""
+    previous = [requantize.requantizing(st.egraph, first.choice)]
+
+    def retry(level: str) -> Result | None:
+        keep: set[str] = set()
+        if level == "ort":
+            values = requantize.ort_requantized_values(st.model)
+            keep = requantize.kept_classes(st.egraph, st.value_names, values)
+        if previous[-1] <= keep:
+            return None
+        s = st.settings
+        t0 = time.perf_counter()
+        ex = run_extractor(requantize.restricted(st.egraph, keep), s.extractor, s.cost, s.extract_time_limit)
+        st.times["extract"] = round(time.perf_counter() - t0, 4)
+        previous.append(requantize.requantizing(st.egraph, ex.choice))
+        return _decoded(st, ex, subgraphs, progress)
+
+    return retry
 
 
 def _report(model: ModelProto, out: ModelProto, st: Saturated, ex: Extraction, s: Settings) -> dict:

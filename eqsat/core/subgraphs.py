@@ -9,6 +9,9 @@ down. The optimized body replaces the original only when
 
 - every outer value it reads has a known type in the enclosing graph,
 - the optimization succeeds and changes something (fewer nodes or other ops),
+- the optimized body, as a model of its own, gives the outputs of the body as it was under
+  eqsat's verification (eqsat.verification.verify; "not possible" does not keep it): the
+  whole model's verification runs a branch only where the inputs it draws lead there,
 - the enclosing model with the new body passes the onnx checker (where the enclosing
   model is itself a body made into a model, which the checker may reject for what a
   subgraph may leave out, such as output types: the checker says nothing new; the model at
@@ -274,6 +277,9 @@ def _optimize_body(model: ModelProto, g: GraphProto, types: dict[str, TypeProto]
     if len(out.node) == len(g.node) and _histogram(out) == _histogram(g) and not any(
             "nodes_after" in r for r in nested):
         return None, {}, nested, "no improvement found (the same ops)"
+    wrong = _computes_otherwise(standalone, res, opts)
+    if wrong is not None:
+        return None, {}, nested, f"the optimized body computes otherwise: {wrong}"
     body = GraphProto()
     body.name = g.name
     body.doc_string = g.doc_string
@@ -290,6 +296,23 @@ def _optimize_body(model: ModelProto, g: GraphProto, types: dict[str, TypeProto]
     have = {("" if o.domain == "ai.onnx" else o.domain) for o in model.opset_import}
     opsets = {o.domain: o.version for o in res.model.opset_import if o.domain not in have and o.domain != "ai.onnx"}
     return body, opsets, nested, ""
+
+
+def _computes_otherwise(standalone: ModelProto, res: Result, opts: Settings) -> str | None:
+    """Where the optimized body, as a model of its own, gives other outputs than the body as
+    it was on the inputs verification draws (eqsat.verification.verify, in a child process):
+    the reason, else None (also where that is not possible). Verification of the whole model
+    runs a branch or a body only where its inputs lead there: an If branch taken where
+    max(x) > 10 never ran on standard normal inputs, so a wrong rewrite of it was written."""
+    from eqsat.verification import verify
+
+    try:
+        v = verify(standalone, res.model, dims=opts.dims, random_pairs=res.random_pairs, isolated=True)
+    except INTERRUPTS:
+        raise
+    except Exception as e:  # noqa: BLE001 - verification itself stopped: the body is kept
+        return f"its verification stopped: {(str(e).strip().splitlines() or [type(e).__name__])[0]}"
+    return v.detail if v.status == "failed" else None
 
 
 def _standalone(model: ModelProto, g: GraphProto, refs: list[str], types: dict[str, TypeProto],

@@ -183,6 +183,12 @@ class Commit:
         the file, when not `through_links` (a file that must lie where it is named)."""
         self._pending.append((Path(temporary), destination(path) if through_links else Path(path)))
 
+    def withdraw(self, *paths: str | os.PathLike) -> None:
+        """Rename nothing to these targets at `commit` (a file staged again for them replaces
+        the earlier one); their temporaries are removed on exit as any other."""
+        gone = {destination(p) for p in paths} | {Path(p) for p in paths}
+        self._pending = [(t, target) for t, target in self._pending if target not in gone]
+
     def text(self, path: str | os.PathLike, text: str) -> Path:
         """Write `text` under a temporary name beside `path`'s destination, to be renamed at
         `commit`; returns the destination. An OSError is an EqsatError naming the file."""

@@ -179,11 +179,13 @@ def stage_model(model: ModelProto, path: str | os.PathLike, commit: Commit, exte
     file, which `commit` renames to `path` (a symbolic link's target) with its data file,
     OUT.data beside it (a name never taken from the model; a link there is replaced, not
     written through: the model reads it from its own folder), when it commits, together
-    with whatever else it holds. `external_data=None` stores weights in the data file when they are
-    already on disk (see eqsat.io.external) or exceed what one protobuf can hold. Raises
-    OptimizeError for a model that fails the onnx checker, EqsatError when a file cannot be
-    written (a full disk), before anything is renamed."""
+    with whatever else it holds; a model staged for `path` before is withdrawn.
+    `external_data=None` stores weights in the data file when they are already on disk (see
+    eqsat.io.external) or exceed what one protobuf can hold. Raises OptimizeError for a model
+    that fails the onnx checker, EqsatError when a file cannot be written (a full disk),
+    before anything is renamed."""
     out = destination(path)
+    commit.withdraw(out, out.with_name(out.name + ".data"))  # staged again: this one replaces the last
     external.check_bound(model)
     if external_data is None:
         external_data = on_disk(model)

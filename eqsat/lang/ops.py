@@ -61,6 +61,9 @@ class OpSpec:
     captures: bool = False  # has graph attributes: outer-scope names become an OpList
     outputs: tuple[str, ...] = ()  # with n_outputs: output names, "?" marks optional ones
     contrib: bool = False  # an onnxruntime op: no onnx schema, always version 1 of its domain
+    # quantizes its output again from integer arithmetic: a rewrite into it rounds otherwise than
+    # the DQ -> op -> Q it replaces (verification's QDQ allowance; eqsat.core.requantize)
+    requantizes: bool = False
 
     @property
     def onnx_type(self) -> str:
@@ -218,11 +221,13 @@ SPECS: list[OpSpec] = [
         ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale", "y_zero_point", "B?"),
         _CONV_ATTRS,
         min_version=10,
+        requantizes=True,
     ),
     OpSpec(
         "QLinearMatMul",
         ("a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y_scale", "y_zero_point"),
         min_version=10,
+        requantizes=True,
     ),
     OpSpec("Transpose", ("data",), (Attr("perm", "ints"),)),
     OpSpec("Reshape", ("data", "shape"), (Attr("allowzero", "int", 0),), min_version=5),
@@ -281,6 +286,17 @@ SPECS: list[OpSpec] = [
 
 _MS = "com.microsoft"
 _SKIP_OUTPUTS = ("output", "mean?", "inv_std_var?", "input_skip_bias_sum?")
+# com.microsoft MultiHeadAttention's inputs and attributes, shared by its two ctors below
+_MHA_INPUTS = (
+    "query", "key?", "value?", "bias?", "key_padding_mask?", "attention_bias?", "past_key?",
+    "past_value?", "past_sequence_length?", "cache_indirection?",
+)
+_MHA_ATTRS = (
+    Attr("mask_filter_value", "float?"),
+    Attr("num_heads", "int"),
+    Attr("scale", "float?"),
+    Attr("unidirectional", "int", 0),
+)
 
 SPECS += [
     OpSpec(
@@ -362,14 +378,21 @@ SPECS += [
     ),
     OpSpec("BiasGelu", ("A", "B"), domain=_MS, contrib=True),
     OpSpec("QLinearAdd", ("A", "A_scale", "A_zero_point?", "B", "B_scale", "B_zero_point?", "C_scale",
-                          "C_zero_point?"), domain=_MS, contrib=True),
+                          "C_zero_point?"), domain=_MS, contrib=True, requantizes=True),
     OpSpec("QLinearSigmoid", ("X", "X_scale", "X_zero_point?", "Y_scale", "Y_zero_point?"), domain=_MS,
-           contrib=True),
+           contrib=True, requantizes=True),
     OpSpec("QLinearGlobalAveragePool", ("X", "x_scale", "x_zero_point", "y_scale", "y_zero_point"),
-           (Attr("channels_last", "int", 0),), domain=_MS, contrib=True),
+           (Attr("channels_last", "int", 0),), domain=_MS, contrib=True, requantizes=True),
+    # inputs: (X, X_scale, X_zero_point) for each value concatenated, in one list
+    OpSpec("QLinearConcat", ("Y_scale", "Y_zero_point", "inputs*"), (Attr("axis", "int"),), domain=_MS,
+           contrib=True, requantizes=True),
+    OpSpec("QGemm", ("A", "a_scale", "a_zero_point", "B", "b_scale", "b_zero_point", "C?", "y_scale?",
+                     "y_zero_point?"),
+           (Attr("alpha", "float", 1.0), Attr("transA", "int", 0), Attr("transB", "int", 0)), domain=_MS,
+           contrib=True, requantizes=True),
     # opset: the ai.onnx Softmax semantics (13: along `axis` alone; before 13: flattened from it)
     OpSpec("QLinearSoftmax", ("X", "X_scale", "x_zero_point?", "y_scale", "y_zero_point"),
-           (Attr("axis", "int", -1), Attr("opset", "int")), domain=_MS, contrib=True),
+           (Attr("axis", "int", -1), Attr("opset", "int")), domain=_MS, contrib=True, requantizes=True),
     OpSpec("FastGelu", ("X", "bias?"), domain=_MS, contrib=True),
     OpSpec("GeluMs", ("X",), op_type="Gelu", domain=_MS, contrib=True),
     OpSpec("QuickGelu", ("X",), (Attr("alpha", "float", 1.702),), domain=_MS, contrib=True),
@@ -395,16 +418,8 @@ SPECS += [
     # and attends to the new keys alone (tests/rules/test_decoder_soundness.py).
     OpSpec(
         "MultiHeadAttentionPast",
-        (
-            "query", "key?", "value?", "bias?", "key_padding_mask?", "attention_bias?", "past_key?",
-            "past_value?", "past_sequence_length?", "cache_indirection?",
-        ),
-        (
-            Attr("mask_filter_value", "float?"),
-            Attr("num_heads", "int"),
-            Attr("scale", "float?"),
-            Attr("unidirectional", "int", 0),
-        ),
+        _MHA_INPUTS,
+        _MHA_ATTRS,
         op_type="MultiHeadAttention",
         domain=_MS,
         contrib=True,
@@ -413,16 +428,8 @@ SPECS += [
     ),
     OpSpec(
         "MultiHeadAttention",
-        (
-            "query", "key?", "value?", "bias?", "key_padding_mask?", "attention_bias?", "past_key?",
-            "past_value?", "past_sequence_length?", "cache_indirection?",
-        ),
-        (
-            Attr("mask_filter_value", "float?"),
-            Attr("num_heads", "int"),
-            Attr("scale", "float?"),
-            Attr("unidirectional", "int", 0),
-        ),
+        _MHA_INPUTS,
+        _MHA_ATTRS,
         domain=_MS,
         contrib=True,
     ),
@@ -497,6 +504,9 @@ SPECS += [
 
 BY_CTOR: dict[str, OpSpec] = {s.ctor: s for s in SPECS}
 BY_ONNX: dict[tuple[str, str], OpSpec] = {(s.domain, s.onnx_type): s for s in SPECS}
+# The ctors whose ops requantize (OpSpec.requantizes): what a program without requantizing
+# fusions leaves out (eqsat.core.requantize).
+REQUANTIZING_CTORS = frozenset(s.ctor for s in SPECS if s.requantizes)
 
 
 def spec_for(domain: str, op_type: str) -> OpSpec | None:

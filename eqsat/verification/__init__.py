@@ -39,6 +39,7 @@ def random_inputs(model: ModelProto, dims: dict[str, int] | None = None, seed: i
 class Mismatch:
     output: str
     detail: str
+    requantized: bool = False  # beyond the QDQ allowance: farther than onnxruntime's own optimization moves it
 
     def __str__(self) -> str:
         return f"output '{self.output}': {self.detail}"
@@ -77,22 +78,23 @@ def _scale(e: np.ndarray) -> float:
 
 
 def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol: float | None = 0.0,
-            atol: float | None = 0.0, finite_free: bool = False) -> list[Mismatch]:
+            atol: float | None = 0.0, finite_free: bool = False, overflow_free: bool = False) -> list[Mismatch]:
     """Differences between two runs: names, dtypes, shapes, then values (exact when
     rtol = atol = 0, and always for integers and booleans; NaN equals NaN, inf equals inf of
     its sign and nothing else; None: `tolerance` of each output's element type).
     `finite_free`: floating-point values need only be finite where the expected ones are, and
-    the same NaN or infinity where they are not."""
+    the same NaN or infinity where they are not. `overflow_free`: floating-point values are
+    compared only where the expected ones are finite (the original overflowed elsewhere)."""
     out: list[Mismatch] = []
     if list(expected) != list(actual):
         return [Mismatch(",".join(actual), f"output names differ: expected {list(expected)}")]
     for name, e in expected.items():
-        out.extend(_compare_value(name, e, actual[name], rtol, atol, finite_free))
+        out.extend(_compare_value(name, e, actual[name], rtol, atol, finite_free, overflow_free))
     return out
 
 
 def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: float | None,
-                   finite_free: bool = False) -> list[Mismatch]:
+                   finite_free: bool = False, overflow_free: bool = False) -> list[Mismatch]:
     """One output: a tensor, a sequence (list) of tensors, a map, or None (optional)."""
     out: list[Mismatch] = []
     if e is None or a is None:
@@ -101,19 +103,19 @@ def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: fl
         if not (isinstance(e, dict) and isinstance(a, dict)) or list(e) != list(a):
             return [Mismatch(name, "maps differ in their keys")]
         for k in e:
-            out.extend(_compare_value(f"{name}[{k!r}]", e[k], a[k], rtol, atol, finite_free))
+            out.extend(_compare_value(f"{name}[{k!r}]", e[k], a[k], rtol, atol, finite_free, overflow_free))
         return out
     if isinstance(e, list) or isinstance(a, list):
         if not (isinstance(e, list) and isinstance(a, list)) or len(e) != len(a):
             return [Mismatch(name, "sequences differ in length or kind")]
         for i, (x, y) in enumerate(zip(e, a, strict=True)):
-            out.extend(_compare_value(f"{name}[{i}]", x, y, rtol, atol, finite_free))
+            out.extend(_compare_value(f"{name}[{i}]", x, y, rtol, atol, finite_free, overflow_free))
         return out
-    return _compare_tensor(name, np.asarray(e), np.asarray(a), rtol, atol, finite_free)
+    return _compare_tensor(name, np.asarray(e), np.asarray(a), rtol, atol, finite_free, overflow_free)
 
 
 def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None, atol: float | None,
-                    finite_free: bool = False) -> list[Mismatch]:
+                    finite_free: bool = False, overflow_free: bool = False) -> list[Mismatch]:
     if e.dtype != a.dtype:
         return [Mismatch(name, f"dtype {a.dtype}, expected {e.dtype}")]
     if rtol is None or atol is None:
@@ -134,6 +136,8 @@ def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None,
         ok = (np.isfinite(a) & np.isfinite(e)) | (a == e) | (np.isnan(a) & np.isnan(e))
     elif rtol or atol:
         ok = np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        if overflow_free and e.dtype.kind in "fc":
+            ok |= ~np.isfinite(e)
     elif e.dtype.kind in "fc":
         ok = (a == e) | (np.isnan(a) & np.isnan(e))
     else:
@@ -174,6 +178,10 @@ class Verification:
     inputs: str = ""  # what the integer and overridable inputs were fed (eqsat.verification.feeds)
     not_verified: str = ""  # what the comparison did not cover (nodes fed stand-in values)
     edge_cases: str = ""  # the runs on special values and empty sizes (`_edge_runs`), and those the original refused
+    # failed only on outputs of a QDQ model that lie farther from the original than onnxruntime's
+    # own optimization of it moves them (QdqAllowance): a program with fewer requantizing
+    # fusions may pass (eqsat.api.finish tries them)
+    requantized: bool = False
 
     def as_dict(self) -> dict:
         out = {"status": self.status, "detail": self.detail, "runs": self.runs}
@@ -314,7 +322,7 @@ class QdqAllowance:
                 self.used.append(f"'{m.output}' {ours:.3g} <= {theirs:.3g}")
             else:
                 still.append(Mismatch(m.output, f"{m.detail}; onnxruntime's own optimization of the original "
-                                                f"moves it by at most {theirs:.3g}"))
+                                                f"moves it by at most {theirs:.3g}", requantized=True))
         return still
 
     def describe(self) -> str:
@@ -367,7 +375,7 @@ def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, r
             drawn = feeds.describe(sizes, wide, other)
             return Verification("failed", "; ".join(map(str, bad[:3])) + f" (random inputs, seed {seed}"
                                 + _sizes(sizes) + (f"; inputs: {drawn}" if drawn else "") + ")", seed + 1,
-                                drawn, not_verified)
+                                drawn, not_verified, requantized=all(m.requantized for m in bad))
     return sizes, wide, dtypes, varied
 
 
@@ -386,8 +394,9 @@ def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str],
     return Verification("passed", detail, runs + (1 if varied else 0), drawn, not_verified, edges)
 
 
-EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)"}
+EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)", "scaled": "floats times 100"}
 SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
+EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
 ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
 
 
@@ -398,7 +407,9 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     zeros and with large magnitudes (eqsat.verification.feeds: Feeds.with_special_values; no inf or NaN,
     which onnxruntime's own kernels do not agree on), integer size inputs of 2 and 3 where
     the random ones are 0 or 1 (Feeds.with_large_sizes: an Expand(x[1], s) taken for x is
-    right for s = [1] only), and each symbolic input dimension the
+    right for s = [1] only), integers at their type's minimum and maximum where the random
+    ones are in [-9, 9] (Feeds.with_integer_extremes: Relu(Abs(x)) taken for Abs(x) is right
+    but for int8's -128), and each symbolic input dimension the
     user does not bind at size 0 (an empty batch or sequence: a Reshape's -1 beside a 0 is
     refused, a rule that reads a size from an element count is wrong). They are compared as
     any run (NaN where NaN, inf where inf of the same sign), but for the large values, where
@@ -413,6 +424,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
     if feeds.has_sizes():
         cases.append((SIZES_LABEL, "sizes", sizes))
+    if feeds.has_general_integers():
+        cases.append((EXTREMES_LABEL, "extremes", sizes))
     free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
     cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
     ran, refused = [], []
@@ -421,6 +434,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
             f = feeds.draw(at, seed, wide)
             if kind == "sizes":
                 f = feeds.with_large_sizes(f, seed)
+            elif kind == "extremes":
+                f = feeds.with_integer_extremes(f, seed)
             elif kind != "empty":
                 f = feeds.with_special_values(f, seed, kind)
         except EqsatError:
@@ -438,12 +453,12 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
         except Exception as e:  # noqa: BLE001
             return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
                                           f"the original: {_line(e)}", edge_cases=where)
-        bad = compare(expected, got, rtol, atol, finite_free=kind == "large")
+        bad = compare(expected, got, rtol, atol, finite_free=kind == "large", overflow_free=kind == "scaled")
         if qdq is not None:
             bad = qdq.filter(bad, expected, got, f)
         if bad:
             return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where}; seed {seed})",
-                                edge_cases=where)
+                                edge_cases=where, requantized=all(m.requantized for m in bad))
         ran.append(label)
     out = []
     if ran:
@@ -476,16 +491,16 @@ def _runners(original: ModelProto, optimized: ModelProto, files, random_pairs
     if any(cuts.why(n) for n in original.graph.node):
         try:
             ref_runner = StagedRunner(original, optimize=False)
-            opt_runner = StagedRunner(optimized, random_pairs, optimize=False)
+            opt_runner = StagedRunner(optimized, random_pairs, optimize=False, reference=ref_runner)
         except StandInError as e:
             return Verification("not possible", str(e))
         def ref(f, sizes):
             announce("run original")
-            return ref_runner.run(f, sizes)
+            return {**ref_runner.run(f, sizes), **_cut_inputs(ref_runner.cut_inputs)}
 
-        def opt(f, sizes):
+        def opt(f, sizes):  # always after ref on the same inputs: its cut nodes are matched to ref's
             announce("run optimized")
-            return opt_runner.run(f, sizes)
+            return {**opt_runner.run(f, sizes), **_cut_inputs(ref_runner.cut_inputs, opt_runner.cut_inputs)}
 
         return ref, opt, ref_runner.cut_summary()
     try:
@@ -509,6 +524,37 @@ def _runners(original: ModelProto, optimized: ModelProto, files, random_pairs
         return dict(zip(names, opt_sess.run(names, f), strict=True))
 
     return run_ref, run_opt, Counter()
+
+
+def _cut_inputs(ref: list, opt: list | None = None) -> dict[str, object]:
+    """What the original's cut nodes were fed (eqsat.verification.standins: StagedRunner.cut_inputs),
+    as extra outputs named "input J of cut node I (OP)", compared as outputs are: a stand-in's
+    floats are +-1 plus noise for inputs of magnitude 100 whatever they are, and its integers
+    do not depend on them, so a rewrite that got a cut node's input wrong could pass. With
+    `opt`, the optimized model's: for each of the original's cut nodes, the inputs of its
+    closest match among the optimized model's nodes of the same stand-in key (an op merged
+    with its twin, or nodes in another order, still match); none of that key gives empty
+    values, a mismatch. (The optimized model's cut nodes are given the outputs of their
+    closest match in the original, so a node fed another's inputs shows in the outputs.)"""
+    from eqsat.verification.standins import distance
+
+    out: dict[str, object] = {}
+    for i, (label, key, inputs, _) in enumerate(ref):
+        match = None
+        if opt is not None:
+            same = [ins for _, k, ins, _ in opt if k == key and len(ins) == len(inputs)]
+            match = min(same, key=lambda ins: distance(inputs, ins), default=None)
+        for j, x in enumerate(inputs):
+            if x is None:
+                continue
+            name = f"input {j} of cut node {i + 1} ({label})"
+            if opt is None:
+                out[name] = x
+            elif match is None or match[j] is None:
+                out[name] = np.zeros((0,), x.dtype)
+            else:
+                out[name] = match[j]
+    return out
 
 
 def _first_that_runs(original: ModelProto, feeds: Feeds, ref: Runner, dims: dict[str, int] | None, seed: int):

@@ -24,6 +24,7 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
   scales each floating-point default elementwise by a factor in [0.5, 1.5] (signs, and so
   a variance's positivity, are kept).
 `with_special_values` puts zeros or large magnitudes among the floats drawn;
+`with_integer_extremes` puts each general integer's type minimum and maximum among it;
 `with_large_sizes` makes every size 2 or 3 (a rewrite right for sizes 0 and 1 only, such as
 an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1).
 `describe()` says what was drawn, for the verification report.
@@ -45,6 +46,7 @@ from eqsat.io import external
 from eqsat.lang.dtypes import np_dtype
 
 GENERAL = (-9, 10)  # integers drawn in [-9, 9]
+SCALED = 100  # Feeds.with_special_values(kind="scaled"): the floats drawn times this
 LARGE_SIZES_MAX = 8  # elements of a size input that Feeds.with_large_sizes sets to 2 or 3 (a shape of rank 8)
 
 # (domain, op type) -> {input position: how the indexed axis is found}: "axis" reads the
@@ -91,6 +93,9 @@ CODE_USES: dict[tuple[str, str], set[int]] = {
     ("com.microsoft", "QLinearLeakyRelu"): {0},
     ("com.microsoft", "QLinearGlobalAveragePool"): {0},
     ("com.microsoft", "QLinearAveragePool"): {0},
+    ("com.microsoft", "QGemm"): {0, 3},
+    # Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) for each input
+    ("com.microsoft", "QLinearConcat"): set(range(2, 2 + 3 * 256, 3)),
 }
 # ops whose output keeps the integer type of input 0 (or all inputs): an index or size may
 # pass through them; `through` lists the positions that carry the value
@@ -316,6 +321,10 @@ class Feeds:
         """`feeds` with special values among the floating-point inputs (not the overridable
         ones: those are weights), for rewrites that are wrong only on such values:
         - "zeros": a quarter of the elements 0;
+        - "scaled": every element times SCALED (100): standard normal values stay within 5, so
+          what a model computes only beyond (a Where or If on x > 10) never ran, and the
+          "large" case compares finiteness alone; a homogeneous computation's rounding scales
+          with it, so the tolerance holds as on the random draw;
         - "large": one element +LARGE and one -LARGE, LARGE the type's largest value to the
           power 0.4 (about 2e15 in float32: its square, and a sum of a thousand squares, stay
           finite; its product by 1e30 does not); none in float16 or bfloat16 (LARGE would be
@@ -337,10 +346,41 @@ class Feeds:
             picks: list[float] = []
             if kind == "zeros":
                 flat[rng.random(flat.size) < 0.25] = 0
+            elif kind == "scaled":
+                flat *= SCALED
             elif kind == "large" and v.dtype.itemsize >= 4:
                 big = float(np.finfo(v.dtype).max) ** 0.4
                 picks = [big, -big]
             for pos, val in zip(rng.permutation(flat.size)[:len(picks)], picks, strict=False):
+                flat[pos] = val
+            out[name] = v
+        return out
+
+    def has_general_integers(self) -> bool:
+        """Whether an integer input is of role "general" (`with_integer_extremes` may change something)."""
+        return any(role.kind == "general" for role in self.roles.values())
+
+    def with_integer_extremes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+        """`feeds` with one element of each general integer input (role "general", not
+        overridable) at its type's minimum and one at its maximum, at random positions: a
+        rewrite right only where integer arithmetic does not wrap (Relu(Abs(x)) taken for
+        Abs(x): |-128| is -128 in int8) passed every draw in [-9, 9]. A value that reaches a
+        Div's or Mod's dividend gets the minimum plus one: INT_MIN / -1 kills onnxruntime
+        (SIGFPE), and the other edge cases would be lost to that crash of the original."""
+        rng = np.random.default_rng(seed)
+        out = dict(feeds)
+        for name, role in self.roles.items():
+            v = feeds.get(name)
+            if role.kind != "general" or not isinstance(v, np.ndarray) or v.dtype.kind not in "iu" or v.size == 0:
+                continue
+            info = np.iinfo(v.dtype)
+            lo = int(info.min)
+            if lo < 0 and any(n.op_type in DIVISOR_USES and k == 0 and n.domain in ("", "ai.onnx")
+                              for n, k in self._carried(name)):
+                lo += 1
+            v = v.copy()
+            flat = v.reshape(-1)
+            for pos, val in zip(rng.permutation(flat.size)[:2], (lo, int(info.max)), strict=False):
                 flat[pos] = val
             out[name] = v
         return out

@@ -17,7 +17,10 @@ outputs are made in Python:
   the op's result depends on its input values, the projection of those).
 An output's type and shape come from shape inference where it knows them (symbolic sizes
 bound from the run), else from the node's first input. What is verified this way is
-everything the models compute around the cut nodes, not the cut nodes themselves.
+everything the models compute around the cut nodes, not the cut nodes themselves: their
+outputs, and what they are fed (`StagedRunner.cut_inputs`, which verification compares: a
+stand-in's floats saturate with large inputs and its integers ignore them, so a wrong value
+fed to a cut node could leave every output as it was).
 """
 
 from __future__ import annotations
@@ -98,8 +101,10 @@ class StagedRunner:
     `keys` maps a random node's first output name to the key its draw is made from (default:
     the name itself)."""
 
-    def __init__(self, model: ModelProto, keys: dict[str, str] | None = None, optimize: bool = True) -> None:
+    def __init__(self, model: ModelProto, keys: dict[str, str] | None = None, optimize: bool = True,
+                 reference: StagedRunner | None = None) -> None:
         self.model = model
+        self.reference = reference  # the original's runner, run last on the same feeds (see `_stand_in`)
         self.keys = keys or {}
         self.optimize = optimize  # onnxruntime's graph optimizations on the stages (eqsat.verification)
         cuts = CutNodes(model)
@@ -107,6 +112,11 @@ class StagedRunner:
         self.kind = {id(n): why for n in self.nodes if (why := cuts.why(n))}
         self.types, _ = infer_types(model, declared=True)  # a custom op's output type is only declared
         self.stages = self._stages()
+        # what the last `run` fed each cut node and gave it, in graph order: (label, key, inputs,
+        # outputs), the key that of its stand-in (equal ops of equal input types and shapes, or a
+        # random node and its twin, have equal keys); eqsat.verification compares the inputs
+        # between two models
+        self.cut_inputs: list[tuple[str, int, list[np.ndarray | None], list[np.ndarray | None]]] = []
 
     def cut_summary(self) -> Counter:
         """'domain.op_type' -> how many nodes of it are cut."""
@@ -143,6 +153,7 @@ class StagedRunner:
         inits = {t.name: t for t in g.initializer}
         values: dict[str, object] = dict(feeds)  # an initializer not fed stays in the stage models
         outputs = [o.name for o in g.output]
+        self.cut_inputs = []
         for k, stage in enumerate(self.stages):
             if stage.nodes:
                 need = self._used_later(k + 1) | {i for n in stage.cut for i in [*n.input, *implicit_inputs(n)] if i}
@@ -214,6 +225,20 @@ class StagedRunner:
             for x in inputs:
                 h.update(b"-" if x is None else f"{x.dtype}{x.shape}\0".encode())
         key = int.from_bytes(h.digest(), "little")
+        label = (f"{n.domain}." if _domain(n) else "") + n.op_type
+        if not random and self.reference is not None:  # the optimized model: its match's outputs
+            same = [r for r in self.reference.cut_inputs if r[1] == key and len(r[2]) == len(inputs)
+                    and len(r[3]) == len(n.output)]
+            if same:
+                best = min(same, key=lambda r: distance(inputs, r[2]))
+                out = [None if v is None else np.array(v, copy=True) for v in best[3]]
+                self.cut_inputs.append((label, key, inputs, out))
+                return out
+        # nodes of one key fed other values get other draws (group: which of the distinct inputs
+        # of this key so far), so that a rewrite feeding one node another's inputs shows even
+        # where the projection saturates or the outputs are integers
+        groups = [r for r in self.cut_inputs if r[1] == key]
+        group = next((g for g, r in enumerate(groups) if distance(inputs, r[2]) == 0.0), len(groups))
         # how the values enter: a random projection, continuous in them (a rewrite that moves
         # an input by its last bits moves the outputs as little); a random op's Like form only
         # takes its input's shape
@@ -225,13 +250,14 @@ class StagedRunner:
                 out.append(None)
                 continue
             dtype, shape = self._type(n, name, inputs, sizes)
-            rng = np.random.default_rng(key + k)
+            rng = np.random.default_rng(key + k + GROUP_SEED * group)
             if dtype == np.bool_:
                 out.append(np.asarray(rng.random(shape) < 0.5))
             elif np.issubdtype(dtype, np.integer):  # a value onnxruntime may index with: 0 or 1
                 out.append(rng.integers(0, 2, size=shape).astype(dtype))
             else:
                 out.append((rng.standard_normal(shape) + np.tanh(s)).astype(dtype))
+        self.cut_inputs.append((label, key, inputs, out))
         return out
 
     def _type(self, n: NodeProto, name: str, inputs: list[np.ndarray | None], sizes: dict[str, int]
@@ -260,6 +286,35 @@ class StagedRunner:
 
 def _initializer(t) -> np.ndarray:
     return onnx.numpy_helper.to_array(t)
+
+
+GROUP_SEED = 1_000_003  # a draw's seed moves by this per group of distinct inputs (`StagedRunner._stand_in`)
+
+
+def distance(a: list[np.ndarray | None], b: list[np.ndarray | None]) -> float:
+    """How far apart two cut nodes' inputs are: the largest absolute difference of their
+    values (0 where both are NaN; inf where the values cannot be compared)."""
+    if len(a) != len(b):
+        return float("inf")
+    worst = 0.0
+    for x, y in zip(a, b, strict=True):
+        if x is None or y is None:
+            if x is not y:
+                return float("inf")
+            continue
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return float("inf")
+        if x.dtype.kind not in "biufc":
+            if not np.array_equal(x, y):
+                return float("inf")
+            continue
+        xf, yf = np.atleast_1d(x.astype(np.float64)), np.atleast_1d(y.astype(np.float64))
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = np.abs(xf - yf)
+        d[np.isnan(xf) & np.isnan(yf)] = 0.0
+        d[np.isnan(d)] = np.inf
+        worst = max(worst, float(d.max()) if d.size else 0.0)
+    return worst
 
 
 PROJECTION_MAX = 1 << 20  # elements of an input the projection reads (evenly spaced beyond)

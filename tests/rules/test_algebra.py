@@ -273,6 +273,19 @@ def test_relu_of_a_negation_is_not_an_abs():
     check_rewrite(m, ["Neg", "Relu"], not_fired=["relu-abs", "abs-neg"])
 
 
+def test_relu_of_a_signed_integer_abs_stays():
+    # Abs wraps a signed integer's minimum to itself (|-128| is -128 in int8), which Relu makes
+    # 0: Relu(Abs(x)) is Abs(x) for floats only
+    for t, info in (("int8", np.iinfo(np.int8)), ("int32", np.iinfo(np.int32))):
+        m = parse_model(H + f"""
+            agraph ({t}[2, 3] x) => ({t}[2, 3] y) {{
+                a = Abs(x)
+                y = Relu(a)
+            }}""")
+        x = np.array([[info.min, info.min + 1, -1], [0, 1, info.max]], info.dtype)
+        check_rewrite(m, ["Abs", "Relu"], not_fired=["relu-abs"], feeds={"x": x}, rtol=0, atol=0)
+
+
 def test_unary_pairs_that_do_not_cancel_stay():
     # the outer op of each rule over another inner op, for which the identity is false:
     # -|x| is not x, not |x|; Relu(LeakyRelu(x)) is not LeakyRelu(x); |Relu(x)| is not |x|;

@@ -1,5 +1,6 @@
-"""rules/qdq.egg: quantized (QDQ) models. DequantizeLinear -> Conv / MatMul / Add ->
-QuantizeLinear into QLinearConv / QLinearMatMul / com.microsoft.QLinearAdd where onnxruntime fuses
+"""rules/qdq.egg: quantized (QDQ) models. DequantizeLinear -> Conv / MatMul / Add / Sigmoid /
+GlobalAveragePool / Concat / Gemm -> QuantizeLinear into QLinearConv / QLinearMatMul /
+com.microsoft.QLinearAdd, QLinearSigmoid, QLinearGlobalAveragePool, QLinearConcat, QGemm where onnxruntime fuses
 (by the consumers of the DQs and of the op, int8 or uint8), a per-tensor
 DequantizeLinear moved past Transpose and Reshape (not MaxPool), and DequantizeLinear ->
 QuantizeLinear pairs that give their input back. Each rule fires on a minimal model, and
@@ -29,6 +30,14 @@ from ..conftest import check_rewrite as check_any_layout
 
 RNG = np.random.default_rng(0)
 X_SCALE, W_SCALE, Y_SCALE = 0.05, 0.02, 0.1
+
+@pytest.fixture(autouse=True)
+def portable_weights(monkeypatch):
+    """onnxruntime's uint8 x int8 kernels taken to saturate (AVX2 without VNNI), whatever this
+    machine's do: the rules then write what is exact on every CPU (rules/qdq.egg,
+    exact-kernel); tests of the int8-dot-product form set EQSAT_U8S8_EXACT=1 themselves."""
+    monkeypatch.setenv("EQSAT_U8S8_EXACT", "0")
+
 
 
 def check_rewrite(model, expect_ops, *args, **opts):
@@ -131,7 +140,7 @@ def test_conv_without_bias_fuses_into_qlinearconv():
     # int8 activations, 7-bit weights: the pairs are made uint8 first (as onnxruntime's
     # QDQS8ToU8Transformer on CPUs without int8 dot products), then fused
     res = check_rewrite(conv_model(bias=False, w_max=64), ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
-                        fired=["qdq-s8-pair-as-u8", "qdq-conv-fuse"], **ONE_STEP)
+                        fired=["qdq-s8-pair-as-u8", "qdq-conv-no-bias", "qdq-conv-fuse"], **ONE_STEP)
     (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConv"]
     assert [a.name for a in node.attribute] == ["pads"] and len(node.input) == 8
     types = {t.name: t.data_type for t in res.model.graph.initializer}
@@ -163,7 +172,7 @@ def test_conv_with_int8_weights_from_an_input_does_not_fuse():
 def test_conv_with_bias_and_per_channel_weights_fuses_into_qlinearconv():
     m = conv_model(w_scale=[0.01, 0.02, 0.015, 0.03], w_max=64)
     res = check_rewrite(m, ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
-                        fired=["qdq-bias-scale-product", "qdq-conv-bias-fuse"], **ONE_STEP)
+                        fired=["qdq-bias-scale-product", "qdq-conv-int32-bias", "qdq-conv-fuse"], **ONE_STEP)
     (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConv"]
     assert len(node.input) == 9  # the int32 bias, unchanged
 
@@ -171,21 +180,54 @@ def test_conv_with_bias_and_per_channel_weights_fuses_into_qlinearconv():
 def test_conv_with_uint8_activations_fuses_with_7_bit_weights():
     # what quantize_static writes with reduce_range: int8 weights in [-64, 64]
     check_rewrite(conv_model(x_type="uint8", w_max=64), ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
-                  fired=["qdq-exact-kernel-u8s7", "qdq-conv-bias-fuse"], **ONE_STEP)
+                  fired=["qdq-exact-kernel-u8s7", "qdq-conv-int32-bias", "qdq-conv-fuse"], **ONE_STEP)
 
 
 def test_conv_with_uint8_activations_and_full_range_int8_weights_fuses_with_uint8_weights():
     # onnxruntime's uint8 x int8 kernel on AVX2 saturates pairs of products in 16 bits: the
     # weights are made uint8 (exact) for its uint8 x uint8 kernel
     check_rewrite(conv_model(x_type="uint8"), ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
-                  fired=["qdq-weight-s8-as-u8", "qdq-exact-kernel-u8u8", "qdq-conv-bias-fuse"], **ONE_STEP)
+                  fired=["qdq-weight-s8-as-u8", "qdq-exact-kernel-u8u8", "qdq-conv-int32-bias", "qdq-conv-fuse"],
+                  **ONE_STEP)
+
+
+def test_full_range_int8_weights_stay_int8_where_the_uint8_x_int8_kernel_is_exact(monkeypatch):
+    # with int8 dot products (VNNI) onnxruntime's uint8 x int8 kernel sums exactly and runs
+    # 2.6x faster than uint8 x uint8: the weights stay as they are
+    from eqsat.backends.ort.target import _probe_u8s8
+
+    monkeypatch.setenv("EQSAT_U8S8_EXACT", "1")
+    m = conv_model(x_type="uint8")
+    res = optimized(m, layout="nchw")
+    assert op_list(res.model) == ["QuantizeLinear", "QLinearConv", "DequantizeLinear"]
+    matches = res.report["saturation"]["rule_matches"]
+    assert matches.get("qdq-exact-kernel-u8s8", 0) > 0 and matches.get("qdq-weight-s8-as-u8", 0) == 0
+    (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConv"]
+    types = {t.name: t.data_type for t in res.model.graph.initializer}
+    assert types[node.input[3]] == types[node.input[5]] == onnx.TensorProto.INT8  # w and its zero point
+    if _probe_u8s8():  # this CPU's kernel is exact: the numbers hold here
+        assert_same_outputs(m, res.model, rtol=0.0, atol=Y_SCALE * 1.001, ort_optimize=False)
+
+
+def test_the_uint8_x_int8_probe_tells_an_exact_kernel_from_a_saturating_one(monkeypatch):
+    # the probe's QLinearConv: 8 products of 255 and -128, requantized by 1 / 2048 around 255;
+    # exactly -261120 -> 127, pairs saturated at -32768 -> 191 (numpy's arithmetic here)
+    from eqsat.backends.ort.target import _probe_u8s8, u8s8_exact
+
+    exact = np.int64(255) * -128 * 8
+    saturated = 4 * max(np.int64(255) * -128 * 2, -32768)
+    assert (int(np.round(exact / 2048)) + 255, int(np.round(saturated / 2048)) + 255) == (127, 191)
+    assert isinstance(_probe_u8s8(), bool)
+    for forced in ("0", "1"):
+        monkeypatch.setenv("EQSAT_U8S8_EXACT", forced)
+        assert u8s8_exact() is (forced == "1")
 
 
 def test_conv_bias_with_another_scale_does_not_fuse():
     # the bias is quantized with 2 * x_scale * w_scale: QLinearConv would add it at half its value
     m = conv_model(bias_scale=2 * np.float32(X_SCALE) * np.float32(W_SCALE))
     check_rewrite(m, UNFUSED_CONV + ["DequantizeLinear"],
-                  not_fired=["qdq-conv-bias-fuse", "qdq-conv-fuse", "qdq-conv-zero-bias-fuse"])
+                  not_fired=["qdq-conv-int32-bias", "qdq-conv-fuse", "qdq-conv-zero-bias"])
 
 
 def test_conv_with_a_zero_bias_of_another_scale_fuses_without_the_bias():
@@ -193,7 +235,7 @@ def test_conv_with_a_zero_bias_of_another_scale_fuses_without_the_bias():
     # (torchvision's MobileNetV2 through quantize_static): zero at any scale adds nothing
     m = conv_model(bias_scale=2 * np.float32(X_SCALE) * np.float32(W_SCALE), zero_bias=True, w_max=64)
     res = check_rewrite(m, ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
-                        fired=["qdq-conv-zero-bias-fuse"], not_fired=["qdq-conv-bias-fuse"], **ONE_STEP)
+                        fired=["qdq-conv-zero-bias", "qdq-conv-fuse"], not_fired=["qdq-conv-int32-bias"], **ONE_STEP)
     (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConv"]
     assert len(node.input) == 8  # no bias
 
@@ -202,7 +244,7 @@ def test_conv_weight_per_channel_on_the_input_axis_does_not_fuse():
     # scales along axis 1 (input channels): QLinearConv takes one scale per output channel
     m = conv_model(w_scale=[0.01, 0.02, 0.015, 0.03], w_axis=1, cin=4, cout=4)
     check_rewrite(m, UNFUSED_CONV + ["DequantizeLinear"],
-                  not_fired=["qdq-conv-fuse", "qdq-bias-scale-product", "qdq-conv-bias-fuse"])
+                  not_fired=["qdq-conv-fuse", "qdq-bias-scale-product", "qdq-conv-int32-bias"])
 
 
 # ---- only where onnxruntime fuses: the consumers of the DQs and of the op (rules/qdq.egg)
@@ -762,3 +804,218 @@ def test_softmax_before_opset_13_is_not_fused():
     # the opset-13 form
     m = unary_model("Softmax", "[2, 3, 5]", "[2, 3, 5]", opset=12)
     check_rewrite(m, UNFUSED_SOFTMAX, not_fired=["qdq-softmax-fuse"], rule_files=SOFTMAX_RULES, ort_optimize=False)
+
+
+# ---- DQ -> Concat -> Q (com.microsoft.QLinearConcat, target ort)
+
+def concat_model(a_type="uint8", b_type="uint8", y_type="uint8", b_zero_point=None, b_per_channel=False,
+                 second_reader=False) -> onnx.ModelProto:
+    """x, y -> Q -> DQ -> Concat(axis 1) -> Q -> DQ, each input at its own scale and zero point;
+    `b_per_channel`: y's pair per channel (axis 1); `second_reader`: x's DQ also read by a Relu."""
+    zp = {"int8": 3, "uint8": 128, "uint16": 30000}
+    zb = zp[b_type] + 2 if b_zero_point is None else b_zero_point
+    if b_per_channel:
+        inits, consts, ax = f"<float[3] sb = {{0.07, 0.05, 0.06}}, {b_type}[3] zb = {{{zb}, {zb}, {zb}}}>", "", \
+            "<axis = 1> "
+    else:
+        inits, ax = "", ""
+        consts = f"sb = Constant <value = float {{0.07}}> ()\n zb = Constant <value = {b_type} {{{zb}}}> ()"
+    extra, extra_out = ("r = Relu (xd)", ", float[2, 3, 4] r") if second_reader else ("", "")
+    return model(f"""
+        agraph (float[2, 3, 4] x, float[2, 3, 4] y) => (float[2, 6, 4] z{extra_out}) {inits} {{
+            sa = Constant <value = float {{0.03}}> ()
+            za = Constant <value = {a_type} {{{zp[a_type]}}}> ()
+            {consts}
+            sc = Constant <value = float {{0.05}}> ()
+            zc = Constant <value = {y_type} {{{zp[y_type] - 1}}}> ()
+            xq = QuantizeLinear (x, sa, za)
+            xd = DequantizeLinear (xq, sa, za)
+            yq = QuantizeLinear {ax}(y, sb, zb)
+            yd = DequantizeLinear {ax}(yq, sb, zb)
+            {extra}
+            c = Concat <axis = 1> (xd, yd)
+            cq = QuantizeLinear (c, sc, zc)
+            z = DequantizeLinear (cq, sc, zc)
+        }}""", opset=21 if "uint16" in (a_type, b_type, y_type) else 17)
+
+
+CONCAT_RULES = ["qdq-concat-quantized-input", "qdq-concat-fuse"]
+CONCAT_STEP = {"rtol": 0.0, "atol": 0.05 * 1.001, "ort_optimize": False}
+
+
+def concat_fusions(ops: list[str]) -> int:
+    return sum(op.endswith("QLinearConcat") for op in ops)
+
+
+@pytest.mark.parametrize("types", [("uint8", "uint8", "uint8"), ("int8", "int8", "int8"), ("int8", "uint8", "uint8"),
+                                   ("uint8", "uint8", "int8")])
+def test_concat_fuses_into_qlinearconcat(types):
+    # int8 pairs read once become uint8 first (qdq-s8-pair-as-u8), as onnxruntime's
+    # QDQS8ToU8Transformer: onnxruntime fuses each of these
+    m = concat_model(*types)
+    res = check_rewrite(m, QUANTIZED_INPUTS + ["com.microsoft.QLinearConcat"], fired=CONCAT_RULES, **CONCAT_STEP)
+    assert concat_fusions(op_list(res.model)) == 1 == concat_fusions(ort_extended_ops(m))
+    (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConcat"]
+    assert node.domain == "com.microsoft" and len(node.input) == 8
+    assert [(a.name, a.i) for a in node.attribute] == [("axis", 1)]
+
+
+def test_concat_of_a_uint8_dq_read_twice_fuses_as_onnxruntime():
+    m = concat_model(second_reader=True)
+    res = check_rewrite(m, QUANTIZED_INPUTS + ["com.microsoft.QLinearConcat", "DequantizeLinear", "Relu"],
+                        fired=CONCAT_RULES, **CONCAT_STEP)
+    assert concat_fusions(op_list(res.model)) == 1 == concat_fusions(ort_extended_ops(m))
+
+
+UNFUSED_CONCAT = ["QuantizeLinear", "DequantizeLinear"] * 3 + ["Concat"]
+
+
+@pytest.mark.parametrize("case", ["int8 dq read twice", "per-channel input", "uint16 input"])
+def test_concat_does_not_fuse_where_onnxruntime_does_not(case):
+    # int8 x read twice: its pair stays int8 while y's becomes uint8, the types differ; a
+    # per-channel DQ; a 16-bit input (onnxruntime's selector takes 8 bits only)
+    m = {"int8 dq read twice": lambda: concat_model("int8", "int8", "int8", second_reader=True),
+         "per-channel input": lambda: concat_model(b_per_channel=True),
+         "uint16 input": lambda: concat_model(b_type="uint16")}[case]()
+    expect = UNFUSED_CONCAT + (["Relu"] if case == "int8 dq read twice" else [])
+    res = check_rewrite(m, expect, not_fired=["qdq-concat-fuse"], ort_optimize=False)
+    assert concat_fusions(op_list(res.model)) == 0 == concat_fusions(ort_extended_ops(m))
+
+
+def test_concat_whose_output_has_another_reader_does_not_fuse():
+    m = with_second_reader(concat_model(), "c", [2, 6, 4])
+    res = check_rewrite(m, UNFUSED_CONCAT + ["Relu"], not_fired=["qdq-concat-fuse"], ort_optimize=False)
+    assert concat_fusions(op_list(res.model)) == 0 == concat_fusions(ort_extended_ops(m))
+
+
+def test_concat_is_not_fused_for_target_onnx():
+    check_rewrite(concat_model(), UNFUSED_CONCAT, not_fired=["qdq-concat-fuse"], target="onnx", ort_optimize=False)
+
+
+# ---- DQ -> Gemm -> Q (com.microsoft.QGemm, target ort)
+
+def gemm_model(a_type="int8", b_max=64, trans_b=1, alpha=None, bias="int32", bias_scale=None, b_per_channel=False,
+               second_reader=False) -> onnx.ModelProto:
+    """x -> Q -> DQ -> Gemm(DQ(b), DQ(c)) -> Q -> DQ as quantize_static writes a classifier:
+    int8 B in [-b_max, b_max] ([N, K] with transB, else [K, N]), an int32 bias at
+    a_scale * b_scale (`bias_scale` another), or `bias` None."""
+    k, n = 8, 5
+    b = RNG.integers(-b_max, b_max + 1, (n, k) if trans_b else (k, n))
+    a_scale = np.float32(0.03)
+    bs = RNG.uniform(0.01, 0.03, n).astype(np.float32) if b_per_channel else np.float32(0.02)
+    shp, attr = (f"[{n}]", "<axis = 0> ") if b_per_channel else ("", "")
+    inits = [f"int8[{dims(b.shape)}] b = {{{ints(b)}}}", f"float{shp} bs = {{{floats(bs)}}}",
+             f"int8{shp} bz = {{{ints(np.zeros(np.shape(bs)))}}}"]
+    body, gemm_in = "", "ad, bd"
+    if bias == "int32":
+        cs = np.broadcast_to(a_scale * bs if bias_scale is None else np.float32(bias_scale), (n,))
+        inits += [f"int32[{n}] c = {{{ints(RNG.integers(-3000, 3000, n))}}}", f"float[{n}] cs = {{{floats(cs)}}}",
+                  f"int32[{n}] cz = {{{ints(np.zeros(n))}}}"]
+        body, gemm_in = "cd = DequantizeLinear <axis = 0> (c, cs, cz)", "ad, bd, cd"
+    attrs = [f"transB = {trans_b}"] + ([f"alpha = {alpha}"] if alpha is not None else [])
+    zp = {"int8": -3, "uint8": 128}
+    extra, extra_out = ("r = Relu (ad)", ", float[3, 8] r") if second_reader else ("", "")
+    return model(f"""
+        agraph (float[3, {k}] x) => (float[3, {n}] z{extra_out}) <{", ".join(inits)}> {{
+            sa = Constant <value = float {{{floats(a_scale)}}}> ()
+            za = Constant <value = {a_type} {{{zp[a_type]}}}> ()
+            sy = Constant <value = float {{0.05}}> ()
+            zy = Constant <value = {a_type} {{{zp[a_type] + 5}}}> ()
+            aq = QuantizeLinear (x, sa, za)
+            ad = DequantizeLinear (aq, sa, za)
+            bd = DequantizeLinear {attr}(b, bs, bz)
+            {body}
+            {extra}
+            g = Gemm <{", ".join(attrs)}> ({gemm_in})
+            gq = QuantizeLinear (g, sy, zy)
+            z = DequantizeLinear (gq, sy, zy)
+        }}""")
+
+
+GEMM_STEP = {"rtol": 0.0, "atol": 0.05 * 1.001, "ort_optimize": False}
+FUSED_GEMM = ["QuantizeLinear", "com.microsoft.QGemm", "DequantizeLinear"]
+
+
+def gemm_fusions(ops: list[str]) -> int:
+    return sum(op.endswith("QGemm") for op in ops)
+
+
+@pytest.mark.parametrize("opts", [{}, {"a_type": "uint8"}, {"bias": None}, {"trans_b": 0}, {"b_per_channel": True},
+                                  {"b_max": 127}], ids=["int8", "uint8", "no-bias", "transB-0", "per-output-B",
+                                                        "full-range-B"])
+def test_gemm_fuses_into_qgemm(opts):
+    m = gemm_model(**opts)
+    rules = ["qdq-gemm-fuse"] + (["qdq-gemm-no-bias"] if opts.get("bias", "int32") is None
+                                 else ["qdq-gemm-bias-scale-product", "qdq-gemm-int32-bias"])
+    res = check_rewrite(m, FUSED_GEMM, fired=rules, **GEMM_STEP)
+    assert gemm_fusions(op_list(res.model)) == 1 == gemm_fusions(ort_extended_ops(m))
+    (node,) = [n for n in res.model.graph.node if n.op_type == "QGemm"]
+    assert node.domain == "com.microsoft" and len(node.input) == 9
+    assert ({a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}.get("transB", 0)
+            == opts.get("trans_b", 1))
+    if opts.get("bias", "int32") is None:
+        assert node.input[6] == ""
+
+
+def test_gemm_with_a_bias_at_another_scale_does_not_fuse():
+    # onnxruntime fuses it (its selector does not read the bias's scale, and QGemm adds the int32
+    # values at a_scale * b_scale): eqsat does not change the results so
+    m = gemm_model(bias_scale=0.5)
+    res = check_rewrite(m, ["QuantizeLinear"] + ["DequantizeLinear"] * 4 + ["Gemm", "QuantizeLinear"],
+                        not_fired=["qdq-gemm-fuse", "qdq-gemm-int32-bias"], ort_optimize=False)
+    assert gemm_fusions(op_list(res.model)) == 0 < gemm_fusions(ort_extended_ops(m))
+
+
+@pytest.mark.parametrize("case", ["alpha 2", "int8 dq read twice"])
+def test_gemm_does_not_fuse_where_onnxruntime_does_not(case):
+    m = gemm_model(alpha=2.0) if case == "alpha 2" else gemm_model(second_reader=True)
+    expect = ["QuantizeLinear"] + ["DequantizeLinear"] * 4 + ["Gemm", "QuantizeLinear"]
+    expect += ["Relu"] if case == "int8 dq read twice" else []
+    # alpha 2: not even the bias scale's product is built
+    not_fired = ["qdq-gemm-fuse"] + (["qdq-gemm-bias-scale-product"] if case == "alpha 2" else [])
+    res = check_rewrite(m, expect, not_fired=not_fired, ort_optimize=False)
+    assert gemm_fusions(op_list(res.model)) == 0 == gemm_fusions(ort_extended_ops(m))
+
+
+def test_gemm_is_not_fused_for_target_onnx():
+    check_rewrite(gemm_model(), ["QuantizeLinear"] + ["DequantizeLinear"] * 4 + ["Gemm", "QuantizeLinear"],
+                  not_fired=["qdq-gemm-fuse"], target="onnx", ort_optimize=False)
+
+
+def concat_inputs_model(inputs: str, n: int) -> onnx.ModelProto:
+    """x, y, w -> Q -> DQ (uint8, x and w at one zero point, y and w at one scale), then
+    Concat(`inputs`) of n values along axis 1 -> Q -> DQ; x's and w's pairs only where read."""
+    pairs = {"xd": "xq = QuantizeLinear (x, sa, za)\n xd = DequantizeLinear (xq, sa, za)",
+             "yd": "yq = QuantizeLinear (y, sb, zb)\n yd = DequantizeLinear (yq, sb, zb)",
+             "wd": "wq = QuantizeLinear (w, sb, za)\n wd = DequantizeLinear (wq, sb, za)"}
+    body = "\n".join(p for name, p in pairs.items() if name in inputs)
+    return model(f"""
+        agraph (float[2, 3, 4] x, float[2, 3, 4] y, float[2, 3, 4] w) => (float[2, {3 * n}, 4] z) {{
+            sa = Constant <value = float {{0.03}}> ()
+            za = Constant <value = uint8 {{128}}> ()
+            sb = Constant <value = float {{0.07}}> ()
+            zb = Constant <value = uint8 {{130}}> ()
+            sc = Constant <value = float {{0.05}}> ()
+            zc = Constant <value = uint8 {{127}}> ()
+            {body}
+            c = Concat <axis = 1> ({inputs})
+            cq = QuantizeLinear (c, sc, zc)
+            z = DequantizeLinear (cq, sc, zc)
+        }}""")
+
+
+@pytest.mark.parametrize("inputs, fuses", [("xd, yd, wd", True), ("xd, yd, xd", True), ("xd, yd, w", False)],
+                         ids=["three-dqs", "one-dq-twice", "a-float-input"])
+def test_concat_fuses_only_where_every_input_is_a_dq(inputs, fuses):
+    # onnxruntime fuses three DQs, and one DQ read twice by the Concat; not a float input
+    m = concat_inputs_model(inputs, 3)
+    n_pairs = len({v for v in inputs.split(", ") if v.endswith("d")})
+    if fuses:
+        res = check_rewrite(m, ["QuantizeLinear"] * n_pairs + ["com.microsoft.QLinearConcat", "DequantizeLinear"],
+                            fired=CONCAT_RULES, **CONCAT_STEP)
+        (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConcat"]
+        assert len(node.input) == 2 + 3 * 3
+    else:
+        res = check_rewrite(m, ["QuantizeLinear", "DequantizeLinear"] * (n_pairs + 1) + ["Concat"],
+                            not_fired=["qdq-concat-fuse"], ort_optimize=False)
+    assert concat_fusions(op_list(res.model)) == int(fuses) == concat_fusions(ort_extended_ops(m))

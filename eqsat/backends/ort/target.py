@@ -21,6 +21,14 @@ the greedy answer before solving (extract/ilp.py, fix_layouts): its optimum is t
 that layout choice; `--extractor ilp-layouts` chooses the layouts too. `EQSAT_NCHWC_BLOCK=N`
 forces a block size (tests).
 eqsat's internal ops (domain eqsat.internal) are always forbidden: they exist to be folded.
+
+Quantized kernels: `(exact-kernel "u8s8")` is 1 for `ort` where onnxruntime's uint8 x int8
+kernels sum exactly on this machine (int8 dot products), probed once per process
+(`u8s8_exact`; `EQSAT_U8S8_EXACT` forces it). rules/qdq.egg then keeps a QDQ model's int8
+weights as they are; elsewhere, and for `onnx`, it writes full-range int8 weights as uint8,
+exact on every CPU. A model written where the kernel is exact and run on an AVX2 CPU without
+VNNI has the 16-bit saturation there that onnxruntime's own optimized model has: set
+`EQSAT_U8S8_EXACT=0` for a model meant for another machine.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from pathlib import Path
 import onnx
 from onnx import ModelProto, TensorProto, helper
 
-from eqsat.environment import nchwc_block_override, switch
+from eqsat.environment import nchwc_block_override, switch, u8s8_exact_override
 from eqsat.errors import UsageError
 from eqsat.lang import terms as T
 from eqsat.lang.contrib import INTERNAL_DOMAIN
@@ -80,6 +88,44 @@ def model_opsets(model: ModelProto) -> dict[str, int]:
     return {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
 
 
+def u8s8_exact() -> bool:
+    """Whether onnxruntime's uint8 x int8 integer kernels sum exactly on this machine (CPUs
+    with int8 dot products: AVX512-VNNI, AVX-VNNI, ARM), where on AVX2 without them a pair of
+    products is summed in 16 bits and saturates (255 * -128 twice). Probed once per process
+    by a QLinearConv whose every pair of products overflows 16 bits: 8 channels of 255 times
+    -128 sum to -261120, which requantized by 1 / 2048 and zero point 255 gives 127 (191 where
+    pairs saturate at -32768). EQSAT_U8S8_EXACT forces the answer; False without onnxruntime."""
+    forced = u8s8_exact_override()
+    return _probe_u8s8() if forced is None else forced
+
+
+@functools.cache
+def _probe_u8s8() -> bool:
+    try:
+        import numpy as np
+        import onnxruntime as ort
+
+        c = 8
+        consts = [helper.make_tensor("w", TensorProto.INT8, [1, c, 1, 1], [-128] * c),
+                  helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+                  helper.make_tensor("ys", TensorProto.FLOAT, [], [2048.0]),
+                  helper.make_tensor("xz", TensorProto.UINT8, [], [0]),
+                  helper.make_tensor("wz", TensorProto.INT8, [], [0]),
+                  helper.make_tensor("yz", TensorProto.UINT8, [], [255])]
+        node = helper.make_node("QLinearConv", ["x", "one", "xz", "w", "one", "wz", "ys", "yz"], ["y"])
+        g = helper.make_graph([node], "probe", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, c, 1, 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], consts)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        y = sess.run(None, {"x": np.full((1, c, 1, 1), 255, np.uint8)})[0]
+    except Exception:  # noqa: BLE001 - no onnxruntime: nothing is known to be exact
+        return False
+    return int(y.ravel()[0]) == 127
+
+
 def opset_facts(model: ModelProto, target: str, layout: str = "nchwc") -> list:
     if target not in TARGETS:
         raise UsageError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
@@ -91,6 +137,7 @@ def opset_facts(model: ModelProto, target: str, layout: str = "nchwc") -> list:
         if block:
             facts.append(T.set_fn("opset", [T.string(NCHWC_DOMAIN)], T.i64(1)))
             facts.append(T.set_fn("layout-block", [T.string("nchwc")], T.i64(block)))
+    facts.append(T.set_fn("exact-kernel", [T.string("u8s8")], T.i64(int(target == "ort" and u8s8_exact()))))
     return facts
 
 

@@ -1,0 +1,122 @@
+"""Programs with fewer requantizing fusions, for a QDQ model whose first program verification
+refused.
+
+rules/qdq.egg fuses DequantizeLinear -> op -> QuantizeLinear into onnxruntime's QLinear ops
+(ops.OpSpec.requantizes) where onnxruntime's own QDQ transformers fuse, as far as rules can
+see it. Such a fusion rounds otherwise than the ops it replaces, and verification accepts it
+only where the outputs lie no farther from the original than onnxruntime's own optimization
+of the model moves them (eqsat.verification.QdqAllowance). Where onnxruntime decides
+otherwise on a model than the rules do (an Identity between a Conv's bias and its
+DequantizeLinear, which onnxruntime's selectors see and eqsat's encoding does not; another
+onnxruntime version or CPU), verification refuses the program, and the same e-graph is
+extracted again, its requantizing e-nodes kept (`restricted`):
+
+- `ort`: only in the e-classes of the values onnxruntime's own optimization requantizes
+  (`ort_requantized_values`), then
+- `none`: nowhere: every fusion left is exact.
+
+Contract: a level never offers a requantizing e-node that an earlier level did not, and
+`none` offers none.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from onnx import ModelProto
+
+from eqsat.extract.egraph import EGraph
+from eqsat.lang.ops import REQUANTIZING_CTORS
+
+LEVELS = ("ort", "none")
+LEVEL_TEXT = {"ort": "requantizing fusions only where onnxruntime's own optimization of the model makes them",
+              "none": "no requantizing fusion"}
+# onnxruntime's fused QDQ ops (of any domain): the node keeps the name of the op it replaced
+_ORT_REQUANTIZING = ("QLinear", "QGemm")
+
+
+def ort_requantized_values(model: ModelProto, path: str | Path | None = None) -> set[str]:
+    """The values of `model` that onnxruntime's own optimization requantizes: the outputs of
+    the QuantizeLinear nodes that read an op onnxruntime fuses with its DequantizeLinear and
+    QuantizeLinear nodes into one of its QLinear ops or QGemm, and of the DequantizeLinear
+    nodes that read those (ORT_ENABLE_EXTENDED, less verification's QDQ_UNSOUND_TRANSFORMERS;
+    the fused node keeps the op's name: where names are missing or repeated, onnxruntime
+    optimizes a copy with every node named by its place). Empty where onnxruntime cannot load
+    the model. `path` is the model's file, where there is one and its names serve (faster than
+    serializing the model again)."""
+    import onnx
+    import onnxruntime as ort
+
+    from eqsat.verification import QDQ_UNSOUND_TRANSFORMERS
+
+    nodes = list(model.graph.node)
+    names = [n.name for n in nodes]
+    renamed = not (all(names) and len(set(names)) == len(names))
+    if renamed:
+        names = [f"eqsat-node-{k}" for k in range(len(nodes))]
+    with tempfile.TemporaryDirectory(prefix="eqsat-requantize-") as tmp:
+        out = Path(tmp) / "ort.onnx"
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.optimized_model_filepath = str(out)
+        so.log_severity_level = 3
+        try:
+            source: str | bytes
+            if renamed:
+                named = ModelProto()
+                named.CopyFrom(model)
+                for n, name in zip(named.graph.node, names, strict=True):
+                    n.name = name
+                source = named.SerializeToString()  # over 2 GiB: ValueError, no fusion known
+            else:
+                source = str(path) if path else model.SerializeToString()
+            ort.InferenceSession(source, so, providers=["CPUExecutionProvider"],
+                                 disabled_optimizers=QDQ_UNSOUND_TRANSFORMERS)
+            fused = {n.name for n in onnx.load(str(out), load_external_data=False).graph.node
+                     if n.op_type.startswith(_ORT_REQUANTIZING)}
+        except Exception:  # noqa: BLE001 - onnxruntime cannot optimize it: no fusion is its own
+            return set()
+    readers = defaultdict(list)
+    for n in nodes:
+        for i in n.input:
+            readers[i].append(n)
+    values = set()
+    for n, name in zip(nodes, names, strict=True):
+        if name not in fused:
+            continue
+        for o in n.output:
+            for q in readers[o]:
+                if q.op_type == "QuantizeLinear" and q.domain in ("", "ai.onnx"):
+                    values.add(q.output[0])
+                    values |= {d.output[0] for d in readers[q.output[0]] if d.op_type == "DequantizeLinear"}
+    return values
+
+
+def kept_classes(egraph: EGraph, value_names: dict[str, list[str]], values: set[str]) -> set[str]:
+    """The e-classes where `ort_requantized_values`' `values` may be requantized: theirs, and
+    the classes the DequantizeLinear e-nodes of theirs read (where a rule wrote an int8
+    Q -> DQ pair again in uint8, the fusion lies in the new Q's class, which only the
+    DequantizeLinear reading it ties to the model's values)."""
+    named = {c for c, names in value_names.items() if values.intersection(names)}
+    read = {n.children[0] for n in egraph.nodes.values()
+            if n.op == "DequantizeLinear" and n.eclass in named and n.children}
+    return named | read
+
+
+def restricted(egraph: EGraph, keep: set[str]) -> EGraph:
+    """`egraph` without the requantizing e-nodes of the e-classes not in `keep`, but for the
+    input program's own (a QLinearConv the input model holds stays choosable); the other
+    nodes, classes, roots and metadata shared, not copied."""
+    own = set(egraph.meta.get("input_nodes", ()))
+    drop = {nid for nid, n in egraph.nodes.items()
+            if n.op in REQUANTIZING_CTORS and n.eclass not in keep and nid not in own}
+    nodes = {nid: n for nid, n in egraph.nodes.items() if nid not in drop}
+    classes = {c: [nid for nid in ids if nid not in drop] for c, ids in egraph.classes.items()}
+    return EGraph(nodes, classes, egraph.roots, egraph.class_data, egraph.meta)
+
+
+def requantizing(egraph: EGraph, choice: dict[str, str]) -> set[str]:
+    """The e-classes where `choice` picks a requantizing e-node."""
+    return {c for c, nid in choice.items() if egraph.nodes[nid].op in REQUANTIZING_CTORS}
