@@ -210,13 +210,13 @@ def test_full_range_int8_weights_stay_int8_where_the_uint8_x_int8_kernel_is_exac
 
 
 def test_the_uint8_x_int8_probe_tells_an_exact_kernel_from_a_saturating_one(monkeypatch):
-    # the probe's QLinearConv: 8 products of 255 and -128, requantized by 1 / 2048 around 255;
-    # exactly -261120 -> 127, pairs saturated at -32768 -> 191 (numpy's arithmetic here)
+    # the probe's QLinearConv: 64 products of 255 and -128, requantized by 1 / 16000 around 255;
+    # exactly -2088960 -> 124, 32 pairs saturated at -32768 -> 189 (numpy's arithmetic here)
     from eqsat.backends.ort.target import _probe_u8s8, u8s8_exact
 
-    exact = np.int64(255) * -128 * 8
-    saturated = 4 * max(np.int64(255) * -128 * 2, -32768)
-    assert (int(np.round(exact / 2048)) + 255, int(np.round(saturated / 2048)) + 255) == (127, 191)
+    exact = np.int64(255) * -128 * 64
+    saturated = 32 * max(np.int64(255) * -128 * 2, -32768)
+    assert (int(np.round(exact / 16000)) + 255, int(np.round(saturated / 16000)) + 255) == (124, 189)
     assert isinstance(_probe_u8s8(), bool)
     for forced in ("0", "1"):
         monkeypatch.setenv("EQSAT_U8S8_EXACT", forced)

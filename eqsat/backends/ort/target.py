@@ -92,9 +92,10 @@ def u8s8_exact() -> bool:
     """Whether onnxruntime's uint8 x int8 integer kernels sum exactly on this machine (CPUs
     with int8 dot products: AVX512-VNNI, AVX-VNNI, ARM), where on AVX2 without them a pair of
     products is summed in 16 bits and saturates (255 * -128 twice). Probed once per process
-    by a QLinearConv whose every pair of products overflows 16 bits: 8 channels of 255 times
-    -128 sum to -261120, which requantized by 1 / 2048 and zero point 255 gives 127 (191 where
-    pairs saturate at -32768). EQSAT_U8S8_EXACT forces the answer; False without onnxruntime."""
+    by a QLinearConv whose every pair of products overflows 16 bits: 64 channels (a reduction
+    as long as a real convolution's, so the kernel takes its usual path) of 255 times -128 sum
+    to -2088960, which requantized by 1 / 16000 and zero point 255 gives 124 (189 where the 32
+    pairs saturate at -32768; no value near a rounding tie). EQSAT_U8S8_EXACT forces the answer; False without onnxruntime."""
     forced = u8s8_exact_override()
     return _probe_u8s8() if forced is None else forced
 
@@ -105,10 +106,10 @@ def _probe_u8s8() -> bool:
         import numpy as np
         import onnxruntime as ort
 
-        c = 8
+        c = 64
         consts = [helper.make_tensor("w", TensorProto.INT8, [1, c, 1, 1], [-128] * c),
                   helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
-                  helper.make_tensor("ys", TensorProto.FLOAT, [], [2048.0]),
+                  helper.make_tensor("ys", TensorProto.FLOAT, [], [16000.0]),
                   helper.make_tensor("xz", TensorProto.UINT8, [], [0]),
                   helper.make_tensor("wz", TensorProto.INT8, [], [0]),
                   helper.make_tensor("yz", TensorProto.UINT8, [], [255])]
@@ -123,7 +124,7 @@ def _probe_u8s8() -> bool:
         y = sess.run(None, {"x": np.full((1, c, 1, 1), 255, np.uint8)})[0]
     except Exception:  # noqa: BLE001 - no onnxruntime: nothing is known to be exact
         return False
-    return int(y.ravel()[0]) == 127
+    return int(y.ravel()[0]) == 124
 
 
 def opset_facts(model: ModelProto, target: str, layout: str = "nchwc") -> list:
