@@ -95,7 +95,8 @@ def u8s8_exact() -> bool:
     by a QLinearConv whose every pair of products overflows 16 bits: 64 channels (a reduction
     as long as a real convolution's, so the kernel takes its usual path) of 255 times -128 sum
     to -2088960, which requantized by 1 / 16000 and zero point 255 gives 124 (189 where the 32
-    pairs saturate at -32768; no value near a rounding tie). EQSAT_U8S8_EXACT forces the answer; False without onnxruntime."""
+    pairs saturate at -32768; no value near a rounding tie). EQSAT_U8S8_EXACT forces the
+    answer; False without onnxruntime."""
     forced = u8s8_exact_override()
     return _probe_u8s8() if forced is None else forced
 
