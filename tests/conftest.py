@@ -73,6 +73,15 @@ def rng():
 
 
 @pytest.fixture
+def portable_weights(monkeypatch):
+    """onnxruntime's uint8 x int8 kernels taken to saturate (AVX2 without VNNI), whatever this
+    machine's do: rules/qdq.egg then writes what is exact on every CPU (exact-kernel); the QDQ
+    test modules use it for every test, and tests of the int8-dot-product form set
+    EQSAT_U8S8_EXACT=1 themselves."""
+    monkeypatch.setenv("EQSAT_U8S8_EXACT", "0")
+
+
+@pytest.fixture
 def block(monkeypatch) -> int:
     """The NCHWc layout on (the default): onnxruntime's block size on this machine, probed
     afresh (0 where it has no blocked kernels)."""

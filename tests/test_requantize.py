@@ -32,13 +32,8 @@ RNG = np.random.default_rng(0)
 C_IN, C_A, C_B = 8, 16, 8
 X_SCALE, A_SCALE, B_SCALE = 0.05, 0.04, 0.03
 
-@pytest.fixture(autouse=True)
-def portable_weights(monkeypatch):
-    """onnxruntime's uint8 x int8 kernels taken to saturate (AVX2 without VNNI), whatever this
-    machine's do: the rules then write what is exact on every CPU (rules/qdq.egg,
-    exact-kernel); tests of the int8-dot-product form set EQSAT_U8S8_EXACT=1 themselves."""
-    monkeypatch.setenv("EQSAT_U8S8_EXACT", "0")
-
+# onnxruntime's uint8 x int8 kernels taken to saturate, whatever this machine's do (conftest)
+pytestmark = pytest.mark.usefixtures("portable_weights")
 
 
 def two_convs() -> onnx.ModelProto:

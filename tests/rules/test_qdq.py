@@ -31,13 +31,8 @@ from ..conftest import check_rewrite as check_any_layout
 RNG = np.random.default_rng(0)
 X_SCALE, W_SCALE, Y_SCALE = 0.05, 0.02, 0.1
 
-@pytest.fixture(autouse=True)
-def portable_weights(monkeypatch):
-    """onnxruntime's uint8 x int8 kernels taken to saturate (AVX2 without VNNI), whatever this
-    machine's do: the rules then write what is exact on every CPU (rules/qdq.egg,
-    exact-kernel); tests of the int8-dot-product form set EQSAT_U8S8_EXACT=1 themselves."""
-    monkeypatch.setenv("EQSAT_U8S8_EXACT", "0")
-
+# onnxruntime's uint8 x int8 kernels taken to saturate, whatever this machine's do (conftest)
+pytestmark = pytest.mark.usefixtures("portable_weights")
 
 
 def check_rewrite(model, expect_ops, *args, **opts):

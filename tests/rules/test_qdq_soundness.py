@@ -27,13 +27,8 @@ from ..conftest import assert_same_outputs, op_list, optimized
 
 CANCEL = "qdq-dq-q-cancel"
 
-@pytest.fixture(autouse=True)
-def portable_weights(monkeypatch):
-    """onnxruntime's uint8 x int8 kernels taken to saturate (AVX2 without VNNI), whatever this
-    machine's do: the rules then write what is exact on every CPU (rules/qdq.egg,
-    exact-kernel); tests of the int8-dot-product form set EQSAT_U8S8_EXACT=1 themselves."""
-    monkeypatch.setenv("EQSAT_U8S8_EXACT", "0")
-
+# onnxruntime's uint8 x int8 kernels taken to saturate, whatever this machine's do (conftest)
+pytestmark = pytest.mark.usefixtures("portable_weights")
 
 
 def pair_model(ytype: int, scale: np.ndarray, zero_point: int = 0, axis: int | None = None,
