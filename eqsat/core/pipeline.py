@@ -405,8 +405,9 @@ def optimize(model: ModelProto, opts: Options | Settings, progress: Callable[[st
     ex = st.choose(picked, s.choice, s.cost) if picked else st.extract(s.cost)
     st.times["extract"] = round(time.perf_counter() - t0, 4)
     res = _decoded(st, ex, subgraphs, progress)
-    if not picked and requantize.requantizing(st.egraph, ex.choice):
-        res.retry = _retries(st, ex, subgraphs, progress)
+    fused = set() if picked else requantize.requantizing(st.egraph, ex.choice)
+    if fused:
+        res.retry = _retries(st, fused, subgraphs, progress)
     return res
 
 
@@ -434,12 +435,12 @@ def _decoded(st: Saturated, ex: Extraction, subgraphs: list, progress: Callable[
     return Result(out, report, pairs)
 
 
-def _retries(st: Saturated, first: Extraction, subgraphs: list,
+def _retries(st: Saturated, fused: set[str], subgraphs: list,
              progress: Callable[[str], None] | None) -> Callable[[str], Result | None]:
-    """Result.retry for `st`, whose extraction `first` requantizes: each level of
-    eqsat.core.requantize extracted again from the e-graph it restricts; None where a level
-    keeps every requantizing fusion the previous choice made."""
-    previous = [requantize.requantizing(st.egraph, first.choice)]
+    """Result.retry for `st`, whose first extraction requantizes in the e-classes `fused`:
+    each level of eqsat.core.requantize extracted again from the e-graph it restricts; None
+    where a level keeps every requantizing fusion the previous choice made."""
+    previous = [fused]
 
     def retry(level: str) -> Result | None:
         keep: set[str] = set()
