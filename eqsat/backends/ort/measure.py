@@ -243,7 +243,7 @@ class Measurer:
             return
         try:
             self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.cache_path.with_suffix(".tmp")
+            tmp = self.cache_path.with_suffix(f".{os.getpid()}.tmp")  # two processes never share one
             tmp.write_text(json.dumps(self.cache))
             os.replace(tmp, self.cache_path)
         except OSError:
