@@ -11,6 +11,9 @@ PY14 ?= $(shell for p in python3.13 python3.12 $(wildcard $(HOME)/.pyenv/version
 VENV14 ?= .venv-egglog14
 DEMO := out/demo
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (0: one process, the tests in order)
+PYTEST_JOBS ?= 2
+XDIST := -n $(PYTEST_JOBS) --dist worksteal
 
 .PHONY: demo test test-main test-egglog14 lint corpus roundtrip-corpus clean
 
@@ -31,7 +34,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check eqsat extract tests benchmarks
 
 test-main: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The same suite on egglog 14 (Python >= 3.12), when such a Python is installed: less the
 # tests marked slow, and the onnx wheel's round trip on a sample of 300 models of each kind.
@@ -44,7 +47,7 @@ else
 		{ $(VENV14)/bin/python -m pip install -q --upgrade pip && \
 		  $(VENV14)/bin/python -m pip install -q -e '.[cpu,dev]' && touch $(VENV14)/.installed-stamp; }
 	$(VENV14)/bin/python -c "import importlib.metadata as m, sys; print('egglog', m.version('egglog'), 'on Python', sys.version.split()[0])"
-	EQSAT_ROUNDTRIP_SAMPLE=$${EQSAT_ROUNDTRIP_SAMPLE:-300} $(VENV14)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	EQSAT_ROUNDTRIP_SAMPLE=$${EQSAT_ROUNDTRIP_SAMPLE:-300} $(VENV14)/bin/python -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)
 endif
 
 # A long fuzzing campaign (tests/fuzz/campaign.py): every fuzz property in turn for FUZZ_MINUTES
