@@ -323,8 +323,8 @@ class Feeds:
         - "zeros": a quarter of the elements 0;
         - "scaled": every element times SCALED (100): standard normal values stay within 5, so
           what a model computes only beyond (a Where or If on x > 10) never ran, and the
-          "large" case compares finiteness alone; a homogeneous computation's rounding scales
-          with it, so the tolerance holds as on the random draw;
+          "large" case compares finiteness alone; rounding grows with the values summed, so the
+          absolute tolerance is SCALED times the random draw's (compare's `scaled`);
         - "large": one element +LARGE and one -LARGE, LARGE the type's largest value to the
           power 0.4 (about 2e15 in float32: its square, and a sum of a thousand squares, stay
           finite; its product by 1e30 does not); none in float16 or bfloat16 (LARGE would be
