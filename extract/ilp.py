@@ -439,7 +439,12 @@ class _Program:
         for j, ks in enumerate(self.kids):
             for k in ks:
                 parents.setdefault(k, set()).add(self.nodes_class[j])
-        work = list(self.classes)
+        # children before parents (Tarjan's components come out children first), so that
+        # outside cycles each class is computed once, from its children's final sets
+        edges: dict[str, set[str]] = {c: set() for c in self.classes}
+        for j, ks in enumerate(self.kids):
+            edges[self.nodes_class[j]].update(k for k in ks if k in edges)
+        work = [c for comp in _sccs(edges) for c in comp][::-1]  # popped from the end
         queued = set(work)
         while work:  # the greatest fixpoint of need(c) = AND over c's nodes of OR over their children
             c = work.pop()
@@ -463,6 +468,11 @@ class _Program:
                 m &= need[k]
             group_need[g] = m
         for c in self.classes:
+            kids = self.kids[self.by_class[c][0]]
+            if len(self.by_class[c]) == 1 and all(len(members[gid[group[k]]]) == 1 for k in kids):
+                # one node, its child classes each a group of one: what it needs beyond them,
+                # they need (implied), and the child-class rows give them
+                continue
             own = bit[c]
             implied = 0
             for h in _bits(need[c] & ~own):
@@ -586,11 +596,13 @@ class _Program:
 
 
 def _bits(mask: int):
-    """The positions of the set bits of mask."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
+    """The positions of the set bits of mask, lowest first (read off its binary digits: the
+    usual `mask & -mask` loop costs a pass over the whole integer per bit)."""
+    digits = bin(mask)[:1:-1]  # least significant first, without "0b"
+    i = digits.find("1")
+    while i >= 0:
+        yield i
+        i = digits.find("1", i + 1)
 
 
 def _layout_groups(egraph: EGraph, classes: list[str]) -> dict[str, str]:
