@@ -421,8 +421,9 @@ class _Program:
     def _need_rows(self, egraph: EGraph) -> None:
         """Rows a chosen class must pay for its whole subtree: where every node of class c
         needs, directly or through its descendants, one class of a group g (a value and its
-        reordered twins: classes joined by a layout reorder; else the class alone), the
-        classes of g choose at least as much as c does. Valid for every acyclic answer (by
+        reordered twins: classes joined by a layout reorder among the candidates, so none
+        where fix_layouts dropped it; else the class alone), the classes of g choose at
+        least as much as c does. Valid for every acyclic answer (by
         induction along it: a chosen node's child classes are chosen, and each of them needs
         what it needs). Without them the LP relaxation spread each value over alternatives
         with different children (its layouts, a fused and an unfused form, a Q before or after
@@ -431,7 +432,7 @@ class _Program:
         (the rest follow), and none that the child-class rows already give."""
         import numpy as np
 
-        group = _layout_groups(egraph, self.classes)
+        group = _layout_groups(egraph, {c: [self.nodes[i] for i in self.by_class[c]] for c in self.classes})
         gid = {g: i for i, g in enumerate(sorted(set(group.values())))}
         members: dict[int, list[str]] = {}
         for c in self.classes:
@@ -609,9 +610,10 @@ def _bits(mask: int):
         i = digits.find("1", i + 1)
 
 
-def _layout_groups(egraph: EGraph, classes: list[str]) -> dict[str, str]:
-    """Each class -> its group's representative: classes joined by a reorder node (a value
-    in one layout and the same value in another) share one; any other class is its own."""
+def _layout_groups(egraph: EGraph, classes: dict[str, list[str]]) -> dict[str, str]:
+    """Each class -> its group's representative: classes joined by a reorder node among their
+    nodes `classes[c]` (a value in one layout and the same value in another) share one; any
+    other class is its own."""
     rep = {c: c for c in classes}
 
     def find(c: str) -> str:
@@ -620,8 +622,8 @@ def _layout_groups(egraph: EGraph, classes: list[str]) -> dict[str, str]:
             c = rep[c]
         return c
 
-    for c in classes:
-        for nid in egraph.classes.get(c, ()):
+    for c, members in classes.items():
+        for nid in members:
             n = egraph.nodes[nid]
             if n.op in REORDERS and n.children and n.children[0] in rep:
                 a, b = find(c), find(n.children[0])
