@@ -43,8 +43,8 @@ alternatives with different children that all lead back to one value, and pays t
 only at the fraction each alternative is chosen, compounding layer by layer: over every
 layout its bound fell to a few percent of the optimum; on QDQ graphs, where a Q or DQ moved
 past a Reshape or Transpose makes two forms of each value (and Q(DQ(x)) = x cycles between
-them), to 4 % (QDQ shufflenet_v2_x1_0: LP 116 against 2,684, 60 s and a 20-27 % gap; with
-the rows LP 1,853, proven optimal in 2 s).
+them), to 4 % (QDQ shufflenet_v2_x1_0: LP 116 against 2,684, 60 s and a 17-26 % gap; with
+the rows LP 1,853, proven optimal in 2-3 s).
 
 Work. Where the e-graph records the input program (eqsat.input_nodes), one more row bounds
 the chosen contractions (convolutions, products, attention) by the input's
