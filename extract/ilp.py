@@ -34,10 +34,17 @@ that layout choice, and the notes say so). `ILP(fix_layouts=False)` (the extract
 ilp-layouts, extract/ilp_layouts.py) chooses the layouts with everything else (_joint):
 that program first, then the program over every layout in the time left, returning the
 latter's answer where it is proven optimal, else the better of the two with the latter's
-lower bound and gap. What makes the program over every layout solvable is its "need" rows
-(_need_rows): where every node of a class needs a value in one layout or another, the
-value's classes choose at least as much as the class; without them the LP relaxation
-mixed the layouts layer by layer and its bound fell to a few percent of the optimum.
+lower bound and gap.
+
+Need rows. Every program has them (_need_rows): where every node of a class needs a value,
+directly or through its descendants (in one layout or another), the value's classes choose
+at least as much as the class. Without them the LP relaxation spreads a class over
+alternatives with different children that all lead back to one value, and pays that value
+only at the fraction each alternative is chosen, compounding layer by layer: over every
+layout its bound fell to a few percent of the optimum; on QDQ graphs, where a Q or DQ moved
+past a Reshape or Transpose makes two forms of each value (and Q(DQ(x)) = x cycles between
+them), to 4 % (QDQ shufflenet_v2_x1_0: LP 116 against 2,684, 60 s and a 17-26 % gap; with
+the rows LP 1,853, proven optimal in 2-3 s).
 
 Work. Where the e-graph records the input program (eqsat.input_nodes), one more row bounds
 the chosen contractions (convolutions, products, attention) by the input's
@@ -164,10 +171,7 @@ class ILP(Extractor):
         nodes = reduce_nodes(egraph, self._prune(egraph, nodes, term), term, costs, self.bound_work)
         if any(r not in {egraph.nodes[n].eclass for n in nodes} for r in egraph.roots):
             raise ExtractionError("no acyclic choice: every term of a root e-class holds a cycle")
-        # the need rows make the program over every layout solvable; with the layouts fixed
-        # (or none to choose) the relaxation is tight without them, and they cost time
-        prog = _Program(egraph, nodes, term, full, costs, contraction_bound(egraph) if self.bound_work else None,
-                        need_rows=not self.fix_layouts)
+        prog = _Program(egraph, nodes, term, full, costs, contraction_bound(egraph) if self.bound_work else None)
         prog.fixed_layouts = bool(layout_note)
         deadline = t0 + self.time_limit
         res, cuts = self._solve(egraph, prog, deadline, notes)
@@ -346,12 +350,13 @@ class ILP(Extractor):
 class _Program:
     """The integer program of one extraction: x_n per candidate node and y_c per value class
     the candidates reach; rows: each class chooses at most one node (a root exactly one); a
-    chosen node's child classes choose one each; a value class is paid once when a chosen
-    node needs it; and, where the e-graph records the input program, no more contractions
-    than the input's (extract/work.py)."""
+    chosen node's child classes choose one each; a chosen class's needed values are chosen
+    (_need_rows); a value class is paid once when a chosen node needs it; and, where the
+    e-graph records the input program, no more contractions than the input's
+    (extract/work.py)."""
 
     def __init__(self, egraph: EGraph, nodes: list[str], term: set[str], full: dict[str, str],
-                 costs: dict[str, float], bound: int | None, need_rows: bool = True) -> None:
+                 costs: dict[str, float], bound: int | None) -> None:
         import numpy as np
 
         self.nodes, self.index = nodes, {n: i for i, n in enumerate(nodes)}
@@ -386,8 +391,7 @@ class _Program:
                     needs.setdefault((egraph.nodes[n].eclass, k), []).append(self.index[n])
         for (_c, k), parents in sorted(needs.items()):
             self.row([(i, 1.0) for i in parents] + [(j, -1.0) for j in self.by_class[k]], -np.inf, 0.0)
-        if need_rows:
-            self._need_rows(egraph)
+        self._need_rows(egraph)
         # Value classes (integers, vectors, attributes) hold one node each: y_c = 1 when some
         # chosen node needs c. They are not decisions, but the DAG cost pays each once, so
         # they are in the objective (a model may charge them, as the CostModel contract allows).
@@ -417,17 +421,18 @@ class _Program:
     def _need_rows(self, egraph: EGraph) -> None:
         """Rows a chosen class must pay for its whole subtree: where every node of class c
         needs, directly or through its descendants, one class of a group g (a value and its
-        reordered twins: classes joined by a layout reorder; else the class alone), the
-        classes of g choose at least as much as c does. Valid for every acyclic answer (by
+        reordered twins: classes joined by a layout reorder among the candidates, so none
+        where fix_layouts dropped it; else the class alone), the classes of g choose at
+        least as much as c does. Valid for every acyclic answer (by
         induction along it: a chosen node's child classes are chosen, and each of them needs
         what it needs). Without them the LP relaxation spread each value over alternatives
-        with different children (its layouts, a fused and an unfused form) and paid each
-        layer's subtree at a fraction of the layer above's share, layer by layer. Only the
-        nearest groups are rows: those no other needed group needs (the rest follow), and
-        none that the child-class rows already give."""
+        with different children (its layouts, a fused and an unfused form, a Q before or after
+        a Reshape) and paid each layer's subtree at a fraction of the layer above's share,
+        layer by layer. Only the nearest groups are rows: those no other needed group needs
+        (the rest follow), and none that the child-class rows already give."""
         import numpy as np
 
-        group = _layout_groups(egraph, self.classes)
+        group = _layout_groups(egraph, {c: [self.nodes[i] for i in self.by_class[c]] for c in self.classes})
         gid = {g: i for i, g in enumerate(sorted(set(group.values())))}
         members: dict[int, list[str]] = {}
         for c in self.classes:
@@ -439,7 +444,12 @@ class _Program:
         for j, ks in enumerate(self.kids):
             for k in ks:
                 parents.setdefault(k, set()).add(self.nodes_class[j])
-        work = list(self.classes)
+        # children before parents (Tarjan's components come out children first), so that
+        # outside cycles each class is computed once, from its children's final sets
+        edges: dict[str, set[str]] = {c: set() for c in self.classes}
+        for j, ks in enumerate(self.kids):
+            edges[self.nodes_class[j]].update(k for k in ks if k in edges)
+        work = [c for comp in _sccs(edges) for c in comp][::-1]  # popped from the end
         queued = set(work)
         while work:  # the greatest fixpoint of need(c) = AND over c's nodes of OR over their children
             c = work.pop()
@@ -463,6 +473,11 @@ class _Program:
                 m &= need[k]
             group_need[g] = m
         for c in self.classes:
+            kids = self.kids[self.by_class[c][0]]
+            if len(self.by_class[c]) == 1 and all(len(members[gid[group[k]]]) == 1 for k in kids):
+                # one node, its child classes each a group of one: what it needs beyond them,
+                # they need (implied), and the child-class rows give them
+                continue
             own = bit[c]
             implied = 0
             for h in _bits(need[c] & ~own):
@@ -586,16 +601,19 @@ class _Program:
 
 
 def _bits(mask: int):
-    """The positions of the set bits of mask."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
+    """The positions of the set bits of mask, lowest first (read off its binary digits: the
+    usual `mask & -mask` loop costs a pass over the whole integer per bit)."""
+    digits = bin(mask)[:1:-1]  # least significant first, without "0b"
+    i = digits.find("1")
+    while i >= 0:
+        yield i
+        i = digits.find("1", i + 1)
 
 
-def _layout_groups(egraph: EGraph, classes: list[str]) -> dict[str, str]:
-    """Each class -> its group's representative: classes joined by a reorder node (a value
-    in one layout and the same value in another) share one; any other class is its own."""
+def _layout_groups(egraph: EGraph, classes: dict[str, list[str]]) -> dict[str, str]:
+    """Each class -> its group's representative: classes joined by a reorder node among their
+    nodes `classes[c]` (a value in one layout and the same value in another) share one; any
+    other class is its own."""
     rep = {c: c for c in classes}
 
     def find(c: str) -> str:
@@ -604,8 +622,8 @@ def _layout_groups(egraph: EGraph, classes: list[str]) -> dict[str, str]:
             c = rep[c]
         return c
 
-    for c in classes:
-        for nid in egraph.classes.get(c, ()):
+    for c, members in classes.items():
+        for nid in members:
             n = egraph.nodes[nid]
             if n.op in REORDERS and n.children and n.children[0] in rep:
                 a, b = find(c), find(n.children[0])
