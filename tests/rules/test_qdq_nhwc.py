@@ -313,3 +313,28 @@ def test_a_transpose_that_is_no_layout_change_stays():
                          "QuantizeLinear", "QLinearConv", "DequantizeLinear"] + ["DequantizeLinear"] * 2,
                         fired=["qdq-conv-channels-last"])
     assert transposes(res.model) == [[0, 2, 3, 1], [0, 3, 2, 1]]
+
+
+def test_onnxruntimes_own_channels_last_model_is_read_and_written_back(tmp_path):
+    # ORT_ENABLE_ALL's saved model of a chain with a one-scale MaxPool: com.microsoft.QLinearConv
+    # (channels_last 1) and com.microsoft.NhwcMaxPool are ops of eqsat's language, encoded and
+    # decoded with their attributes
+    import onnxruntime as ort
+
+    n = Net()
+    a = n.conv(n.conv(n.x))
+    p = n.op("MaxPool", [a], scale=n.scales[a], kernel_shape=[2, 2], strides=[2, 2])
+    src = tmp_path / "m.onnx"
+    onnx.save(n.model(n.conv(p), (1, C, HW // 2, HW // 2)), src)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.optimized_model_filepath = str(tmp_path / "all.onnx")
+    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    theirs = onnx.load(str(tmp_path / "all.onnx"))
+    assert "com.microsoft.NhwcMaxPool" in op_list(theirs) and len(ms_convs(theirs)) == 3
+    res = optimized(theirs, layout="nchwc")
+    assert sorted(op_list(res.model)) == sorted(op_list(theirs))
+    assert all(attr(c, "channels_last") == 1 for c in ms_convs(res.model))
+    pool = next(x for x in res.model.graph.node if x.op_type == "NhwcMaxPool")
+    assert list(attr(pool, "kernel_shape")) == [2, 2] and list(attr(pool, "strides")) == [2, 2]
+    assert_same_outputs(theirs, res.model, ort_optimize=False)
