@@ -26,6 +26,14 @@ GEMM: it computes at the profile's `depthwise_gflops` where the profile measured
 depthwise Conv runs far below the GEMM rate). On a profile without the layout, its ops cost
 NO_LAYOUT_US (a second): never chosen where an NCHW alternative exists, yet finite, so that
 an input model's own NCHWc ops (an onnxruntime-optimized model) can still be extracted.
+
+8-bit convolutions (QLinearConv, and com.microsoft.QLinearConv as QLinearConvMs) compute at
+the profile's `qconv_gops` (`qconv_depthwise_gops` for a depthwise one; else the float
+convolution rates); an NCHW one also pays, after its work, the copies of the two transposes
+onnxruntime's kernel makes inside (it computes channels-last), at the bandwidth a Transpose
+gets. A Transpose is a copy: its bytes read and written, no arithmetic. So a channels-last
+QLinearConv between two Transposes (rules/qdq_nhwc.egg) costs about what the NCHW one does,
+plus two kernel overheads, and pays where a chain cancels the Transposes between its convs.
 """
 
 from __future__ import annotations
@@ -509,8 +517,8 @@ class Roofline(CostModel):
             rate = hw.qconv_gops or hw.conv_gflops or rate
         last = (node.op == "QLinearConvMs" and len(node.children) > QCONV_CHANNELS_LAST_AT
                 and literal_int(egraph, node.children[QCONV_CHANNELS_LAST_AT]) == 1)
-        staged = 0.0 if last else 2.0 * (self.nbytes(egraph, inputs[0]) + self.out_bytes(egraph, node, inputs))
-        return rate, staged
+        copied = 0.0 if last else 2.0 * (self.nbytes(egraph, inputs[0]) + self.out_bytes(egraph, node, inputs))
+        return rate, copied
 
     def _gemm_k(self, egraph: EGraph, node: Node, inputs: list[str]) -> float | None:
         # Gemm A B C | alpha beta transA transB (FusedGemm has activation attributes first)
