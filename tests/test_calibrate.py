@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import pytest
+from onnx import helper as h
 
 from eqsat.backends.ort import calibrate, calibrate_layout
 from eqsat.backends.ort.calibrate import aliased_models, cached_attention_models, fusion_choices, grouped_query_models
@@ -134,3 +136,28 @@ def test_the_transcendental_chains_compute_their_op_in_normal_floats(op):
         expect.append(v)
     np.testing.assert_allclose(out, expect, rtol=1e-4)
     assert np.abs(out).min() >= np.finfo(np.float32).tiny
+
+
+def test_qconv_figures_time_a_channels_last_conv_that_computes_the_nchw_result(tmp_path):
+    """eqsat calibrate's qconv_gops and qconv_depthwise_gops (rules/qdq_nhwc.egg): the model it
+    times is com.microsoft.QLinearConv with channels_last 1, giving ai.onnx QLinearConv's result
+    on the transposed input, and the figures are positive numbers that a profile loads."""
+    for group in (1, 16):
+        model, feeds = calibrate_layout.qconv_model(16, 3, 7, group)
+        nchw = onnx.ModelProto()
+        nchw.CopyFrom(model)
+        node = nchw.graph.node[0]
+        node.domain = ""
+        del node.attribute[:]
+        node.attribute.extend([h.make_attribute("kernel_shape", [3, 3]), h.make_attribute("pads", [1] * 4),
+                               h.make_attribute("group", group)])
+        nchw.graph.input[0].CopyFrom(h.make_tensor_value_info("x", onnx.TensorProto.UINT8, [1, 16, 7, 7]))
+        nchw.graph.output[0].CopyFrom(h.make_tensor_value_info("y", onnx.TensorProto.UINT8, [1, 16, 7, 7]))
+        want = run(nchw, {"x": feeds["x"].transpose(0, 3, 1, 2)}, optimize=False)["y"]
+        np.testing.assert_array_equal(run(model, feeds, optimize=False)["y"], want.transpose(0, 2, 3, 1))
+    got = calibrate_layout.qconv_gops(runs=2)
+    assert got["qconv_gops"] > 0 and got["qconv_depthwise_gops"] > 0
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"name": "t", "matmul_gflops": 1.0, "vector_gflops": 1.0, "mem_gbps": 1.0,
+                                "kernel_overhead_us": 1.0, **got}))
+    assert Hardware.load(str(path)).qconv_gops == got["qconv_gops"]

@@ -20,6 +20,7 @@ from eqsat.api import optimize as api_optimize
 from eqsat.api import verify_models
 from eqsat.core import requantize
 from eqsat.core.pipeline import optimize, saturate
+from eqsat.extract.egraph import EGraph, Node
 from eqsat.io.atomic import Commit
 from eqsat.io.modelio import stage_model
 from eqsat.settings import Options
@@ -169,3 +170,20 @@ def test_a_model_staged_again_replaces_the_first(tmp_path, m):
         c.commit()
     assert onnx.load(out).producer_name == "second"
     assert [p.name for p in tmp_path.iterdir()] == ["o.onnx"]
+
+
+def test_a_kept_values_channels_last_form_is_kept_too():
+    # rules/qdq_nhwc.egg: the value e = Transpose(QLinearConvMs(...), [0, 3, 1, 2]); where e may be
+    # requantized, its permuted form (the class the Transpose reads) may be too; a class of a value
+    # onnxruntime does not requantize stays without its requantizing e-node
+    nodes = {
+        "t": Node("t", "Transpose", "e", ("nhwc", "p")),
+        "q": Node("q", "QLinearConv", "e", ()),
+        "m": Node("m", "QLinearConvMs", "nhwc", ()),
+        "o": Node("o", "QLinearConvMs", "other", ()),
+        "p": Node("p", "vec-of", "p", ()),
+    }
+    g = EGraph(nodes, {"e": ["t", "q"], "nhwc": ["m"], "other": ["o"], "p": ["p"]}, ["e"], {}, {})
+    keep = requantize.kept_classes(g, {"e": ["y"], "other": ["z"]}, {"y"})
+    assert keep == {"e", "nhwc"}
+    assert set(requantize.restricted(g, keep).nodes) == {"t", "q", "m", "p"}

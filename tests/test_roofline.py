@@ -219,3 +219,32 @@ def test_a_blocked_conv_of_one_pixel_is_pixel_conv_speedup_times_faster(blocked)
     assert plain["NchwcConvPlain"] == pytest.approx(plain["Conv"])
     assert sped["NchwcConvPlain"] - 1.0 == pytest.approx((plain["Conv"] - 1.0) / 2.0)
     assert _pixel_conv_costs(blocked, fast, pixels=2) == _pixel_conv_costs(blocked, hw, pixels=2)  # one pixel only
+
+
+def test_a_qlinearconv_costs_its_work_and_an_nchw_one_its_inner_transposes_too():
+    # rules/qdq_nhwc.egg: a chain of three 3x3 QLinearConvs, 16 channels of 12 x 12 (uint8), saturated
+    from .rules.test_qdq_nhwc import HW, Net
+    from .rules.test_qdq_nhwc import C as CH
+
+    n = Net()
+    st = saturate(n.model(n.conv(n.conv(n.conv(n.x)))), Options(layout="nchwc"))
+    hw = dataclasses.replace(_hw(), qconv_gops=100.0)
+    r = Roofline(hw)
+    r._setup(st.egraph)
+    costs: dict[str, set[float]] = {}
+    for node in st.egraph.nodes.values():
+        if node.op in ("QLinearConv", "QLinearConvMs", "Transpose"):
+            costs.setdefault(node.op, set()).add(round(r.node_cost(st.egraph, node), 6))
+    flops = 2.0 * CH * HW * HW * CH * 9
+    act = CH * HW * HW  # bytes of a uint8 activation
+    assert len(costs["QLinearConvMs"]) == len(costs["QLinearConv"]) == len(costs["Transpose"]) == 1
+    assert costs["QLinearConvMs"].pop() == pytest.approx(1.0 + flops / 100.0e3, abs=1e-5)  # compute-bound here
+    # the NCHW kernel transposes its input and output (read and written) at mem_gbps, after its work
+    assert costs["QLinearConv"].pop() == pytest.approx(1.0 + flops / 100.0e3 + 2 * 2 * act / 10.0e3, abs=1e-5)
+    # a Transpose is a copy: its bytes at mem_gbps, no arithmetic (vector_gflops is tiny here)
+    assert costs["Transpose"].pop() == pytest.approx(1.0 + 2 * act / 10.0e3, abs=1e-5)
+    # a bigger convolution costs more: the same at twice the rate costs less
+    fast = Roofline(dataclasses.replace(hw, qconv_gops=200.0))
+    fast._setup(st.egraph)
+    conv = next(x for x in st.egraph.nodes.values() if x.op == "QLinearConvMs")
+    assert fast.node_cost(st.egraph, conv) < r.node_cost(st.egraph, conv)

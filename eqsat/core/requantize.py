@@ -98,11 +98,16 @@ def kept_classes(egraph: EGraph, value_names: dict[str, list[str]], values: set[
     """The e-classes where `ort_requantized_values`' `values` may be requantized: theirs, and
     the classes the DequantizeLinear e-nodes of theirs read (where a rule wrote an int8
     Q -> DQ pair again in uint8, the fusion lies in the new Q's class, which only the
-    DequantizeLinear reading it ties to the model's values)."""
+    DequantizeLinear reading it ties to the model's values), and the classes a Transpose e-node
+    of those reads (a channels-last form, rules/qdq_nhwc.egg: the same values permuted, which
+    round alike)."""
     named = {c for c, names in value_names.items() if values.intersection(names)}
     read = {n.children[0] for n in egraph.nodes.values()
             if n.op == "DequantizeLinear" and n.eclass in named and n.children}
-    return named | read
+    kept = named | read
+    permuted = {n.children[0] for n in egraph.nodes.values()
+                if n.op == "Transpose" and n.eclass in kept and n.children}
+    return kept | permuted
 
 
 def restricted(egraph: EGraph, keep: set[str]) -> EGraph:

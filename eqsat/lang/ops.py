@@ -379,6 +379,14 @@ SPECS += [
     OpSpec("BiasGelu", ("A", "B"), domain=_MS, contrib=True),
     OpSpec("QLinearAdd", ("A", "A_scale", "A_zero_point?", "B", "B_scale", "B_zero_point?", "C_scale",
                           "C_zero_point?"), domain=_MS, contrib=True, requantizes=True),
+    # com.microsoft.QLinearConv with channels_last = 1 (rules/qdq_nhwc.egg): x and y NHWC, w OIHW
+    OpSpec("QLinearConvMs", ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale",
+                             "y_zero_point", "B?"),
+           (_CONV_ATTRS[0], Attr("channels_last", "int", 0), *_CONV_ATTRS[1:]), op_type="QLinearConv", domain=_MS,
+           contrib=True, requantizes=True),
+    # com.microsoft.NhwcMaxPool: MaxPool of an 8-bit NHWC tensor (rules/qdq_nhwc.egg)
+    OpSpec("NhwcMaxPool", ("x",), (*_POOL_COMMON, Attr("dilations", "ints"), Attr("kernel_shape", "ints"),
+                                   Attr("pads", "ints"), Attr("strides", "ints")), domain=_MS, contrib=True),
     OpSpec("QLinearSigmoid", ("X", "X_scale", "X_zero_point?", "Y_scale", "Y_zero_point?"), domain=_MS,
            contrib=True, requantizes=True),
     OpSpec("QLinearGlobalAveragePool", ("X", "x_scale", "x_zero_point", "y_scale", "y_zero_point"),

@@ -87,6 +87,7 @@ CODE_USES: dict[tuple[str, str], set[int]] = {
     ("", "QLinearMatMul"): {0, 3},
     ("", "ConvInteger"): {0, 1},
     ("", "MatMulInteger"): {0, 1},
+    ("com.microsoft", "QLinearConv"): {0, 3},
     ("com.microsoft", "QLinearAdd"): {0, 3},
     ("com.microsoft", "QLinearMul"): {0, 3},
     ("com.microsoft", "QLinearSigmoid"): {0},

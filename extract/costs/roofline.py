@@ -26,6 +26,14 @@ GEMM: it computes at the profile's `depthwise_gflops` where the profile measured
 depthwise Conv runs far below the GEMM rate). On a profile without the layout, its ops cost
 NO_LAYOUT_US (a second): never chosen where an NCHW alternative exists, yet finite, so that
 an input model's own NCHWc ops (an onnxruntime-optimized model) can still be extracted.
+
+8-bit convolutions (QLinearConv, and com.microsoft.QLinearConv as QLinearConvMs) compute at
+the profile's `qconv_gops` (`qconv_depthwise_gops` for a depthwise one; else the float
+convolution rates); an NCHW one also pays, after its work, the copies of the two transposes
+onnxruntime's kernel makes inside (it computes channels-last), at the bandwidth a Transpose
+gets. A Transpose is a copy: its bytes read and written, no arithmetic. So a channels-last
+QLinearConv between two Transposes (rules/qdq_nhwc.egg) costs about what the NCHW one does,
+plus two kernel overheads, and pays where a chain cancels the Transposes between its convs.
 """
 
 from __future__ import annotations
@@ -46,12 +54,16 @@ SYM_BASE = -(1 << 40)
 MATMUL = {"MatMul", "FusedMatMul"}
 GEMM = {"Gemm", "FusedGemm"}
 CONV = {"Conv", "FusedConv"} | BLOCKED_CONVS
+# 8-bit convolutions (x x_scale x_zero_point w ...: the filter is input 3); QLinearConvMs is
+# com.microsoft.QLinearConv, channels-last where its channels_last attribute (child 10) is 1
+QCONV = {"QLinearConv", "QLinearConvMs"}
+QCONV_CHANNELS_LAST_AT = 10
 NO_LAYOUT_US = 1e6
 STEM_K = 64  # an NCHW convolution with fewer inputs per output runs at conv_gflops / stem_conv_slowdown
 PAYS = 1.03  # a measured speed-up below 3 % is within the noise: the rewrite is not taken
 ALIAS_BYTES = 4096  # rows this many bytes apart share L1 cache sets (64 sets of 64-byte lines)
 ALIAS_MIN_ROWS = 16  # fewer rows than this: measured no slower (a kernel reads few rows at once)
-POOL = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"} | (BLOCKED_POOLS - {UPSAMPLE})
+POOL = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "NhwcMaxPool"} | (BLOCKED_POOLS - {UPSAMPLE})
 ATTENTION = {"MultiHeadAttention", "MultiHeadAttentionPast", "Attention"}
 TRANSCENDENTAL = {"Erf", "Tanh", "Exp", "Log", "Sigmoid", "Gelu", "GeluMs", "FastGelu", "BiasGelu", "QuickGelu",
                   "Softmax", "LogSoftmax", "Sqrt", "Reciprocal", "Pow", "Softplus", "Sin", "Cos",
@@ -83,6 +95,11 @@ class Hardware:
     # STEM_K inputs per output (channels x kernel area: an image's 3x3 first layer) runs: a
     # GEMM with so short an inner dimension is far below the rate (a 1x1 one is not)
     stem_conv_slowdown: float = 1.0
+    # 8-bit convolution (QLinearConv) throughput in GOP/s, channels-last, dense and depthwise;
+    # None: conv_gflops (or matmul_gflops) and depthwise_gflops. onnxruntime's NCHW QLinearConv
+    # runs the channels-last kernel between two transposes of its own, priced as copies
+    qconv_gops: float | None = None
+    qconv_depthwise_gops: float | None = None
     # bandwidth of an op whose tensors (read and written) fit in cache_mib MiB: element-wise
     # ops on activations that stay in cache run well above the streaming mem_gbps; None: mem_gbps
     cache_gbps: float | None = None
@@ -178,7 +195,7 @@ def _check_profile(p: Path, d: dict, cls) -> None:
         if k in ("contraction_alias_slowdown", "stem_conv_slowdown") and not (positive(v) and math.isfinite(v)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a finite number > 0 (a time ratio; 1.0: no slower)")
         if k in ("transcendental_flops", "interpolation_flops", "depthwise_gflops", "conv_gflops", "cache_gbps",
-                 "cache_mib") \
+                 "cache_mib", "qconv_gops", "qconv_depthwise_gops") \
                 and not (positive(v) or (k not in ("transcendental_flops", "interpolation_flops", "cache_mib")
                                          and v is None)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number > 0")
@@ -388,8 +405,8 @@ class Roofline(CostModel):
         """(FLOPs, kind) with kind "matmul" or "vector"."""
         op = node.op
         out_n = self.out_numel(egraph, node, inputs)
-        if op in REORDERS:
-            return 0.0, "vector"  # a copy: its time is memory only
+        if op in REORDERS or op == "Transpose":
+            return 0.0, "vector"  # a copy: its time is memory only (bytes read and written)
         if op in MATMUL or op in GEMM:
             k = self.dim(egraph, inputs[0], -1) if inputs else None
             if op in GEMM and node.children:
@@ -403,6 +420,10 @@ class Roofline(CostModel):
             per_out = 1.0
             for d in (w or [])[1:]:
                 per_out *= d if d >= 0 else DEFAULT_DIM
+            return 2.0 * out_n * per_out, "matmul"
+        if op in QCONV and len(inputs) >= 4:
+            w = egraph.class_data.get(inputs[3], {}).get("shape")
+            per_out = math.prod((d if d >= 0 else DEFAULT_DIM for d in (w or [])[1:]), start=1.0)
             return 2.0 * out_n * per_out, "matmul"
         if op in ATTENTION and inputs:
             q = self.numel(egraph, inputs[0]) or out_n
@@ -482,6 +503,23 @@ class Roofline(CostModel):
         st = vector_ints(egraph, node.children[pos])
         return bool(st) and any(v != 1 for v in st)
 
+    def _qconv(self, egraph: EGraph, node: Node, inputs: list[str], rate: float) -> tuple[float, float]:
+        """(GOP/s, bytes copied) of an 8-bit convolution: the profile's qconv_gops
+        (qconv_depthwise_gops for one input channel per group, as many groups as filters), and
+        for an NCHW one the bytes its two inner transposes read and write (its input to NHWC,
+        its output back: onnxruntime's QLinearConv computes channels-last)."""
+        hw = self.hw
+        w = egraph.class_data.get(inputs[3], {}).get("shape") if len(inputs) >= 4 else None
+        depthwise = bool(w and len(w) >= 3 and w[1] == 1 and w[0] > 1)
+        if depthwise:
+            rate = hw.qconv_depthwise_gops or hw.depthwise_gflops or hw.conv_gflops or rate
+        else:
+            rate = hw.qconv_gops or hw.conv_gflops or rate
+        last = (node.op == "QLinearConvMs" and len(node.children) > QCONV_CHANNELS_LAST_AT
+                and literal_int(egraph, node.children[QCONV_CHANNELS_LAST_AT]) == 1)
+        copied = 0.0 if last else 2.0 * (self.nbytes(egraph, inputs[0]) + self.out_bytes(egraph, node, inputs))
+        return rate, copied
+
     def _gemm_k(self, egraph: EGraph, node: Node, inputs: list[str]) -> float | None:
         # Gemm A B C | alpha beta transA transB (FusedGemm has activation attributes first)
         trans_a_pos = 5 if node.op == "Gemm" else 9
@@ -516,12 +554,16 @@ class Roofline(CostModel):
                 staged = self.im2col_bytes(egraph, node, inputs)
                 if staged and self.inner_dim(egraph, inputs) < STEM_K:
                     rate /= hw.stem_conv_slowdown
+        copies_us = 0.0  # an NCHW QLinearConv's inner transposes: copies before and after the kernel
+        if node.op in QCONV:
+            rate, copied = self._qconv(egraph, node, inputs, rate)
+            copies_us = copied / (self.bandwidth(copied, "Transpose") * 1e3)
         compute_us = flops / (rate * 1e3)
         memory_us = moved / (self.bandwidth(moved, node.op) * 1e3) + staged / (self.bandwidth(staged, "") * 1e3)
         if kind == "matmul" and hw.contraction_alias_slowdown != 1.0 \
                 and aliased_rows(egraph, node, lambda c: self.shape(egraph, c)):
             compute_us *= hw.contraction_alias_slowdown  # the rows share L1 cache sets
-        work_us = max(compute_us, memory_us)
+        work_us = max(compute_us, memory_us) + copies_us
         if blocked and self._one_pixel(egraph, node):
             work_us /= float(hw.layouts["nchwc"].get("pixel_conv_speedup", 1.0))
         if node.op in WINDOW_POOLS and hw.has_layout("nchwc"):

@@ -35,6 +35,9 @@ The six booleans run with onnxruntime's graph optimizations off (the model as eq
 side by side (eqsat.backends.ort.latency.compare), and hold only where the fused form is at least 3% faster.
 - stem_conv_slowdown: how much slower than the dense convolutions an image's first 3x3
   convolution (3 input channels) runs in NCHW (eqsat/backends/ort/calibrate_layout.py).
+- qconv_gops, qconv_depthwise_gops: channels-last 8-bit convolutions (com.microsoft.QLinearConv,
+  uint8 x int8) of the dense and depthwise shapes above, GOP/s (calibrate_layout.qconv_gops;
+  rules/qdq_nhwc.egg).
 - transcendental_flops: the FLOPs the roofline charges an element of Erf, Tanh, Sigmoid, ...:
   the median over Sigmoid, Tanh and Erf of a chain of each on the vector rate's vectors,
   against the chain of Muls side by side, each op less kernel_overhead_us (a Mul is one FLOP
@@ -383,6 +386,7 @@ def measure(threads: int = 1, runs: int = 15) -> dict:
         "cache_gbps": round(cache, 2),
         "conv_gflops": calibrate_layout.conv_gflops(threads),
         "stem_conv_slowdown": calibrate_layout.stem_conv_slowdown(threads),
+        **calibrate_layout.qconv_gops(threads),
         "kernel_overhead_us": round(overhead, 3),
         "transcendental_flops": transcendental_flops(overhead, threads),
         "interpolation_flops": round(calibrate_layout.resize_ns(threads) * vector, 2),

@@ -232,6 +232,45 @@ def resize_ns(threads: int = 1, runs: int = 20) -> float:
     return round(_geomean(per), 3)
 
 
+def qconv_model(c: int, k: int, pixels: int, group: int) -> tuple:
+    """A channels-last 8-bit convolution (com.microsoft.QLinearConv, channels_last 1; uint8
+    activations, int8 weights in [-60, 60], per tensor) of c channels to c, and its input."""
+    rng = np.random.default_rng(0)
+    shape = [1, pixels, pixels, c]
+    consts = {"w": rng.integers(-60, 61, (c, c // group, k, k)).astype(np.int8),
+              "xs": np.array(0.02, np.float32), "xz": np.array(128, np.uint8),
+              "ws": np.array(0.01, np.float32), "wz": np.array(0, np.int8),
+              "ys": np.array(0.05, np.float32), "yz": np.array(128, np.uint8)}
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"],
+                            domain="com.microsoft", channels_last=1, kernel_shape=[k, k], pads=[k // 2] * 4,
+                            group=group)
+    g = helper.make_graph([node], "qconv", [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, shape)],
+                          [numpy_helper.from_array(v, n) for n, v in consts.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return model, {"x": rng.integers(0, 256, shape).astype(np.uint8)}
+
+
+def qconv_gops(threads: int = 1, runs: int = 20) -> dict:
+    """{"qconv_gops": dense, "qconv_depthwise_gops": depthwise}: channels-last 8-bit convolutions'
+    throughput in GOP/s (two ops a multiply-add), geometric means over the DENSE and DEPTHWISE
+    shapes (rules/qdq_nhwc.egg; the roofline adds an NCHW QLinearConv's two inner transposes
+    as copies); {} where onnxruntime lacks the kernel."""
+    out = {}
+    for key, shapes in (("qconv_gops", [(c, k, p, 1) for c, k, p in DENSE]),
+                        ("qconv_depthwise_gops", [(c, 3, p, c) for c, p in DEPTHWISE])):
+        rates = []
+        for c, k, p, g in shapes:
+            try:
+                model, feeds = qconv_model(c, k, p, g)
+                (ms,) = compare([model], feeds, runs=runs, threads=threads)
+            except Exception:  # noqa: BLE001 - no com.microsoft QLinearConv here: no figure
+                return {}
+            rates.append(2.0 * c * (c // g) * k * k * p * p / ms / 1e6)
+        out[key] = round(_geomean(rates), 1)
+    return out
+
+
 def _geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 

@@ -20,6 +20,10 @@ for another machine or provider. The exact (ILP) extractor fixes each value's la
 the greedy answer before solving (extract/ilp.py, fix_layouts): its optimum is then one for
 that layout choice; `--extractor ilp-layouts` chooses the layouts too. `EQSAT_NCHWC_BLOCK=N`
 forces a block size (tests).
+Channels-last quantized convolutions (com.microsoft.QLinearConv with channels_last = 1, as
+onnxruntime's NhwcTransformer writes them; rules/qdq_nhwc.egg): for `ort` unless `--layout
+nchw`, `(layout-block "nhwc")` is 1. They run on any CPU onnxruntime runs on (no block size);
+the cost model decides where the Transposes they need pay.
 eqsat's internal ops (domain eqsat.internal) are always forbidden: they exist to be folded.
 
 Quantized kernels: `(exact-kernel "u8s8")` is 1 for `ort` where onnxruntime's uint8 x int8
@@ -135,6 +139,8 @@ def opset_facts(model: ModelProto, target: str, layout: str = "nchwc") -> list:
     facts = [T.set_fn("opset", [T.string(d)], T.i64(v)) for d, v in sorted(ops.items()) if d in ("", MS_DOMAIN)]
     if target == "ort":
         facts.append(T.set_fn("opset", [T.string(MS_DOMAIN)], T.i64(max(1, ops.get(MS_DOMAIN, 1)))))
+        if layout == "nchwc":  # not --layout nchw: channels-last QLinearConv (rules/qdq_nhwc.egg)
+            facts.append(T.set_fn("layout-block", [T.string("nhwc")], T.i64(1)))
         block = nchwc_block(layout == "nchwc")
         if block:
             facts.append(T.set_fn("opset", [T.string(NCHWC_DOMAIN)], T.i64(1)))
