@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
 import random
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -121,7 +123,9 @@ def _profile_with_block(block: int) -> str:
     if block:
         prof["layouts"]["nchwc"]["block"] = block
     prof["name"] = f"cpu-test-block{block}"
-    path = Path(tempfile.mkdtemp(prefix="eqsat-tests-")) / f"{prof['name']}.json"
+    folder = tempfile.mkdtemp(prefix="eqsat-tests-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # one a process, gone with it
+    path = Path(folder) / f"{prof['name']}.json"
     path.write_text(json.dumps(prof))
     return str(path)
 
