@@ -22,18 +22,21 @@ UNFUSED = ["Reshape", "Transpose", "Reshape", "Transpose", "Reshape", "Transpose
            "com.microsoft.FusedMatMul", "Add", "Softmax", "MatMul", "Transpose", "Reshape"]
 
 
-def step_model(cache: str = "past_k, kh", mask: bool = True) -> str:
+def step_model(cache: str = "past_k, kh", mask: bool = True, vcache: str = "past_v, vh",
+               outputs: str = "present_k, present_v") -> str:
     """One attention layer of a decoder step, as GPT-2's TorchScript export writes it: q, k, v
-    [B, S, 8] split into 2 heads, present_k = Concat(`cache`) and present_v = Concat(past_v,
-    vh) on the sequence axis, scores * 0.5 (+ an additive mask [B, 1, S, P + S]), softmax,
-    times the values, heads merged."""
+    [B, S, 8] split into 2 heads, present_k = Concat(`cache`) and present_v = Concat(`vcache`)
+    on the sequence axis, scores * 0.5 (+ an additive mask [B, 1, S, P + S]), softmax, times
+    the values, heads merged. The graph outputs are y and `outputs`, among present_k,
+    present_v and pkv = Concat(past_k, vh) (another present key than the attention's)."""
     h = N * D
     m_in = ", float[B, 1, S, T] m" if mask else ""
     scores = "sm = Add(sc, m)" if mask else "sm = Identity(sc)"
+    presents = ", ".join(f"float[B, {N}, T, {D}] {o.strip()}" for o in outputs.split(","))
     return f'''<ir_version: 8, opset_import: ["" : 17]>
     agraph (float[B, S, {h}] q, float[B, S, {h}] k, float[B, S, {h}] v, float[B, {N}, P, {D}] past_k,
             float[B, {N}, P, {D}] past_v{m_in})
-        => (float[B, S, {h}] y, float[B, {N}, T, {D}] present_k, float[B, {N}, T, {D}] present_v) {{
+        => (float[B, S, {h}] y, {presents}) {{
         hs = Constant <value = int64[4] {{0, 0, {N}, {D}}}> ()
         qr = Reshape(q, hs)
         qh = Transpose <perm = [0, 2, 1, 3]> (qr)
@@ -42,7 +45,8 @@ def step_model(cache: str = "past_k, kh", mask: bool = True) -> str:
         vr = Reshape(v, hs)
         vh = Transpose <perm = [0, 2, 1, 3]> (vr)
         present_k = Concat <axis = -2> ({cache})
-        present_v = Concat <axis = -2> (past_v, vh)
+        present_v = Concat <axis = -2> ({vcache})
+        {"pkv = Concat <axis = -2> (past_k, vh)" if "pkv" in outputs else ""}
         kt = Transpose <perm = [0, 1, 3, 2]> (present_k)
         qk = MatMul(qh, kt)
         half = Constant <value = float {{0.5}}> ()

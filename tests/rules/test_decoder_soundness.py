@@ -13,40 +13,7 @@ import numpy as np
 import pytest
 
 from ..conftest import check_rewrite, parse_model
-from .test_attention_past import MHA, D, N, step_feeds
-
-H = N * D
-
-
-def cached_model(vcache: str = "past_v, vh", outputs: str = "present_k, present_v", extra: str = "") -> str:
-    """test_attention_past's decoder step with the value cache Concat(`vcache`) and the graph
-    outputs y and `outputs` (pkv = Concat(past_k, vh): another present key than the attention's)."""
-    return f'''<ir_version: 8, opset_import: ["" : 17]>
-    agraph (float[B, S, {H}] q, float[B, S, {H}] k, float[B, S, {H}] v, float[B, {N}, P, {D}] past_k,
-            float[B, {N}, P, {D}] past_v, float[B, 1, S, T] m)
-        => (float[B, S, {H}] y, {", ".join(f"float[B, {N}, T, {D}] {o.strip()}" for o in outputs.split(","))}) {{
-        hs = Constant <value = int64[4] {{0, 0, {N}, {D}}}> ()
-        qr = Reshape(q, hs)
-        qh = Transpose <perm = [0, 2, 1, 3]> (qr)
-        kr = Reshape(k, hs)
-        kh = Transpose <perm = [0, 2, 1, 3]> (kr)
-        vr = Reshape(v, hs)
-        vh = Transpose <perm = [0, 2, 1, 3]> (vr)
-        present_k = Concat <axis = -2> (past_k, kh)
-        present_v = Concat <axis = -2> ({vcache})
-        pkv = Concat <axis = -2> (past_k, vh)
-        kt = Transpose <perm = [0, 1, 3, 2]> (present_k)
-        qk = MatMul(qh, kt)
-        half = Constant <value = float {{0.5}}> ()
-        sc = Mul(qk, half)
-        sm = Add(sc, m)
-        p = Softmax <axis = -1> (sm)
-        o = MatMul(p, present_v)
-        ot = Transpose <perm = [0, 2, 1, 3]> (o)
-        merge = Constant <value = int64[3] {{0, 0, {H}}}> ()
-        y = Reshape(ot, merge)
-        {extra}
-    }}'''
+from .test_attention_past import MHA, step_feeds, step_model
 
 
 @pytest.mark.parametrize("vcache, outputs", [
@@ -56,7 +23,7 @@ def cached_model(vcache: str = "past_v, vh", outputs: str = "present_k, present_
     pytest.param("past_k, kh", "present_k, present_v", id="values-are-the-keys"),
 ])
 def test_multihead_attention_with_past_writes_both_presents(vcache, outputs):
-    model = parse_model(cached_model(vcache, outputs))
+    model = parse_model(step_model(vcache=vcache, outputs=outputs))
     feeds, dims = step_feeds(2, 3, 4)
     res = check_rewrite(model, ([MHA], [MHA, "Concat", "Reshape", "Transpose"], [MHA, "Identity"]),
                         feeds=feeds, dims=dims, fired=["attention-mha-past"])
