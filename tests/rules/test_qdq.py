@@ -1,6 +1,7 @@
-"""rules/qdq.egg: quantized (QDQ) models. DequantizeLinear -> Conv / MatMul / Add / Sigmoid /
-GlobalAveragePool / Concat / Gemm -> QuantizeLinear into QLinearConv / QLinearMatMul /
-com.microsoft.QLinearAdd, QLinearSigmoid, QLinearGlobalAveragePool, QLinearConcat, QGemm where onnxruntime fuses
+"""rules/qdq.egg: quantized (QDQ) models. DequantizeLinear -> Conv / MatMul / Add / Mul / Sigmoid /
+LeakyRelu / GlobalAveragePool / AveragePool / Concat / Gemm -> QuantizeLinear into QLinearConv /
+QLinearMatMul / com.microsoft.QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu,
+QLinearGlobalAveragePool, QLinearAveragePool, QLinearConcat, QGemm where onnxruntime fuses
 (by the consumers of the DQs and of the op, int8 or uint8), a per-tensor
 DequantizeLinear moved past Transpose and Reshape (not MaxPool), and DequantizeLinear ->
 QuantizeLinear pairs that give their input back. Each rule fires on a minimal model, and
@@ -271,7 +272,7 @@ def with_second_reader(m: onnx.ModelProto, value: str, shape: list[int]) -> onnx
 
 
 def fused(ops: list[str]) -> int:
-    return sum(op.endswith(("QLinearConv", "QLinearMatMul", "QLinearAdd")) for op in ops)
+    return sum(op.endswith(("QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul")) for op in ops)
 
 
 def test_conv_with_an_int8_dq_read_twice_does_not_fuse_as_onnxruntime():
@@ -354,10 +355,10 @@ def test_matmul_with_per_column_weights_does_not_fuse():
                       "DequantizeLinear"], not_fired=["qdq-matmul-fuse"])
 
 
-# ---- DQ -> Add -> Q (com.microsoft.QLinearAdd, target ort)
+# ---- DQ -> Add / Mul -> Q (com.microsoft.QLinearAdd / QLinearMul, target ort)
 
-def add_model(a_type="int8", b_type="int8") -> onnx.ModelProto:
-    """a, b -> Q -> DQ -> Add (b broadcast along the rows) -> Q -> DQ."""
+def add_model(a_type="int8", b_type="int8", op="Add") -> onnx.ModelProto:
+    """a, b -> Q -> DQ -> `op` (b broadcast along the rows) -> Q -> DQ."""
     zp = {"int8": -3, "uint8": 128}
     return model(f"""
         agraph (float[2, 3, 4] x, float[4] y) => (float[2, 3, 4] z) {{
@@ -371,45 +372,64 @@ def add_model(a_type="int8", b_type="int8") -> onnx.ModelProto:
             xd = DequantizeLinear (xq, sa, za)
             yq = QuantizeLinear (y, sb, zb)
             yd = DequantizeLinear (yq, sb, zb)
-            c = Add (xd, yd)
+            c = {op} (xd, yd)
             cq = QuantizeLinear (c, sc, zc)
             z = DequantizeLinear (cq, sc, zc)
         }}""")
 
 
 QUANTIZED_INPUTS = ["QuantizeLinear", "QuantizeLinear", "DequantizeLinear"]
+# onnxruntime's binary QDQ selector fuses Add and Mul alike
+BINARY = [("Add", "com.microsoft.QLinearAdd", "qdq-add-fuse"), ("Mul", "com.microsoft.QLinearMul", "qdq-mul-fuse")]
 
 
+@pytest.mark.parametrize("op, fused_op, rule", BINARY)
 @pytest.mark.parametrize("dtype", ["int8", "uint8"])
-def test_add_fuses_into_qlinearadd(dtype):
-    check_rewrite(add_model(dtype, dtype), QUANTIZED_INPUTS + ["com.microsoft.QLinearAdd"],
-                  fired=["qdq-add-fuse"], rtol=0.0, atol=0.05 * 1.001, ort_optimize=False)
+def test_add_and_mul_fuse_into_their_qlinear_forms(dtype, op, fused_op, rule):
+    m = add_model(dtype, dtype, op)
+    check_rewrite(m, QUANTIZED_INPUTS + [fused_op], fired=[rule], rtol=0.0, atol=0.05 * 1.001, ort_optimize=False)
+    assert fused_op in ort_extended_ops(m)
 
 
+@pytest.mark.parametrize("op, fused_op, rule", BINARY)
 @pytest.mark.parametrize("dtype", ["int8", "uint8"])
-def test_add_with_a_dq_read_twice_fuses_only_as_onnxruntime(dtype):
+def test_add_and_mul_with_a_dq_read_twice_fuse_only_as_onnxruntime(dtype, op, fused_op, rule):
     # int8: the shared input's pair stays int8 while the other becomes uint8 in onnxruntime,
-    # and the Add is not fused (ResNet-50's residual Adds); uint8: the DQ is copied and fused
-    m = with_second_reader(add_model(dtype, dtype), "xd", [2, 3, 4])
+    # and the op is not fused (ResNet-50's residual Adds); uint8: the DQ is copied and fused
+    m = with_second_reader(add_model(dtype, dtype, op), "xd", [2, 3, 4])
     if dtype == "int8":
-        res = check_rewrite(m, QUANTIZED_INPUTS + ["DequantizeLinear"] * 2 + ["Add", "QuantizeLinear", "Relu"],
-                            not_fired=["qdq-add-fuse"], ort_optimize=False)
+        res = check_rewrite(m, QUANTIZED_INPUTS + ["DequantizeLinear"] * 2 + [op, "QuantizeLinear", "Relu"],
+                            not_fired=[rule], ort_optimize=False)
     else:
-        res = check_rewrite(m, QUANTIZED_INPUTS + ["com.microsoft.QLinearAdd", "DequantizeLinear", "Relu"],
-                            fired=["qdq-add-fuse"], rtol=0.0, atol=0.05 * 1.001, ort_optimize=False)
+        res = check_rewrite(m, QUANTIZED_INPUTS + [fused_op, "DequantizeLinear", "Relu"],
+                            fired=[rule], rtol=0.0, atol=0.05 * 1.001, ort_optimize=False)
     assert fused(op_list(res.model)) <= fused(ort_extended_ops(m))
 
 
-def test_add_of_int8_and_uint8_fuses_once_the_int8_pairs_are_uint8():
-    m = add_model("int8", "uint8")
-    res = check_rewrite(m, QUANTIZED_INPUTS + ["com.microsoft.QLinearAdd"], fired=["qdq-s8-pair-as-u8", "qdq-add-fuse"],
+@pytest.mark.parametrize("op, fused_op, rule", BINARY)
+def test_add_and_mul_of_int8_and_uint8_fuse_once_the_int8_pairs_are_uint8(op, fused_op, rule):
+    m = add_model("int8", "uint8", op)
+    res = check_rewrite(m, QUANTIZED_INPUTS + [fused_op], fired=["qdq-s8-pair-as-u8", rule],
                         rtol=0.0, atol=0.05 * 1.001, ort_optimize=False)
     assert fused(op_list(res.model)) == 1 == fused(ort_extended_ops(m))
 
 
-def test_add_is_not_fused_for_target_onnx():
-    check_rewrite(add_model(), QUANTIZED_INPUTS + ["DequantizeLinear"] * 2 + ["Add", "QuantizeLinear"],
-                  not_fired=["qdq-add-fuse"], target="onnx", ort_optimize=False)
+@pytest.mark.parametrize("op, fused_op, rule", BINARY)
+def test_add_and_mul_are_not_fused_for_target_onnx(op, fused_op, rule):
+    check_rewrite(add_model(op=op), QUANTIZED_INPUTS + ["DequantizeLinear"] * 2 + [op, "QuantizeLinear"],
+                  not_fired=[rule], target="onnx", ort_optimize=False)
+
+
+def test_mul_whose_output_scale_differs_from_its_dq_is_still_one_requantization():
+    # the output's own scale and zero point (not the inputs') go to QLinearMul: a product of
+    # 0.03 and 0.07 steps requantized at 0.05 (the test above); here at another zero point
+    m = add_model("uint8", "uint8", "Mul")
+    zc = next(n for n in m.graph.node if n.output[0] == "zc")
+    zc.attribute[0].t.CopyFrom(onnx.helper.make_tensor("value", onnx.TensorProto.UINT8, [], [40]))
+    res = check_rewrite(m, QUANTIZED_INPUTS + ["com.microsoft.QLinearMul"], fired=["qdq-mul-fuse"],
+                        rtol=0.0, atol=0.05 * 1.001, ort_optimize=False)
+    mul = next(n for n in res.model.graph.node if n.op_type == "QLinearMul")
+    assert mul.domain == "com.microsoft" and len(mul.input) == 8
 
 
 # ---- DequantizeLinear moved past Transpose and Reshape
@@ -741,11 +761,17 @@ def unary_model(op: str, shape: str, out_shape: str, second_reader: bool = False
 
 UNARY = [("Sigmoid", "[2, 3, 5]", "[2, 3, 5]", "com.microsoft.QLinearSigmoid", ["qdq-sigmoid-fuse"]),
          ("GlobalAveragePool", "[1, 4, 5, 5]", "[1, 4, 1, 1]", "com.microsoft.QLinearGlobalAveragePool",
-          ["qdq-global-average-pool-fuse"])]
+          ["qdq-global-average-pool-fuse"]),
+         ("LeakyRelu <alpha = 0.2>", "[2, 3, 5]", "[2, 3, 5]", "com.microsoft.QLinearLeakyRelu",
+          ["qdq-leaky-relu-fuse"]),
+         ("AveragePool <kernel_shape = [3, 3], pads = [1, 1, 1, 1], strides = [2, 2], count_include_pad = 1>",
+          "[1, 4, 7, 7]", "[1, 4, 4, 4]", "com.microsoft.QLinearAveragePool", ["qdq-average-pool-fuse"]),
+         ("AveragePool <kernel_shape = [2, 2], ceil_mode = 1, strides = [2, 2]>",
+          "[1, 4, 7, 7]", "[1, 4, 4, 4]", "com.microsoft.QLinearAveragePool", ["qdq-average-pool-fuse"])]
 
 
 @pytest.mark.parametrize("op, shape, out_shape, fused_op, rules", UNARY)
-def test_sigmoid_and_global_average_pool_fuse_into_their_qlinear_forms(op, shape, out_shape, fused_op, rules):
+def test_unary_ops_fuse_into_their_qlinear_forms(op, shape, out_shape, fused_op, rules):
     m = unary_model(op, shape, out_shape)
     res = check_rewrite(m, ["QuantizeLinear", fused_op, "DequantizeLinear"], fired=rules,
                         rtol=0.0, atol=0.004 * 1.001, ort_optimize=False)
@@ -753,12 +779,20 @@ def test_sigmoid_and_global_average_pool_fuse_into_their_qlinear_forms(op, shape
 
 
 @pytest.mark.parametrize("op, shape, out_shape, fused_op, rules", UNARY)
-def test_sigmoid_and_global_average_pool_read_twice_do_not_fuse(op, shape, out_shape, fused_op, rules):
+def test_unary_ops_read_twice_do_not_fuse(op, shape, out_shape, fused_op, rules):
     # the float output has another reader: onnxruntime keeps the op (and so does eqsat)
     m = unary_model(op, shape, out_shape, second_reader=True)
-    res = check_rewrite(m, ["QuantizeLinear", "DequantizeLinear", op, "QuantizeLinear", "DequantizeLinear"],
+    res = check_rewrite(m, ["QuantizeLinear", "DequantizeLinear", op.split()[0], "QuantizeLinear", "DequantizeLinear"],
                         not_fired=rules, ort_optimize=False)
     assert fused_op not in op_list(res.model)
+
+
+def test_dilated_average_pool_is_not_fused():
+    # com.microsoft.QLinearAveragePool has no dilations (AveragePool has them since opset 19)
+    m = unary_model("AveragePool <kernel_shape = [2, 2], dilations = [2, 2]>", "[1, 4, 7, 7]", "[1, 4, 5, 5]",
+                    opset=19)
+    check_rewrite(m, ["QuantizeLinear", "DequantizeLinear", "AveragePool", "QuantizeLinear", "DequantizeLinear"],
+                  not_fired=["qdq-average-pool-fuse"], ort_optimize=False)
 
 
 def test_sigmoid_is_not_fused_for_target_onnx():
