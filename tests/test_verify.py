@@ -662,6 +662,18 @@ def test_qdq_allowance_is_withheld_where_onnxruntimes_own_fusion_is_no_rounding_
     assert "no QDQ allowance: the scale of" in v.detail
 
 
+def test_qdq_allowance_reads_scales_of_constant_nodes_in_each_form():
+    # Constant <value_float = 0>: the same zero scale as an initializer or a Constant <value = ...>
+    for scale in ("value_float = 0.0", "value_floats = [0.0]", "value = float {0.0}"):
+        m = parse_model(f"""
+            <ir_version: 8, opset_import: ["" : 17]>
+            g (float[4] x) => (uint8[4] y) {{
+                s = Constant <{scale}> ()
+                y = QuantizeLinear(x, s)
+            }}""")
+        assert "the scale of QuantizeLinear" in qdq_allowance_withheld(m), scale
+
+
 def _gemm_shifted_by_steps(m: onnx.ModelProto, steps: int) -> onnx.ModelProto:
     """`m` with its last DequantizeLinear's zero point `steps` codes up: every output moves."""
     moved = onnx.ModelProto.FromString(m.SerializeToString())

@@ -354,10 +354,13 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
     the output's step (8.9 and 41 output steps measured). With either, the allowance accepted
     any program as far off."""
     graph = model.graph
-    consts = {t.name: t for t in graph.initializer}
+    consts: dict[str, object] = {t.name: t for t in graph.initializer}
     for n in graph.node:
         if n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].name == "value":
             consts[n.output[0]] = n.attribute[0].t
+        elif n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].name in ("value_float",
+                                                                                             "value_floats"):
+            consts[n.output[0]] = np.asarray(onnx.helper.get_attribute_value(n.attribute[0]), np.float32)
     producer = {o: n for n in graph.node for o in n.output}
     readers: dict[str, list] = {}
     for n in graph.node:
@@ -366,7 +369,9 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
 
     def value(name: str) -> np.ndarray | None:
         t = consts.get(name)
-        if t is None or t.data_location == onnx.TensorProto.EXTERNAL:
+        if isinstance(t, np.ndarray):
+            return t
+        if not isinstance(t, onnx.TensorProto) or t.data_location == onnx.TensorProto.EXTERNAL:
             return None
         try:
             return onnx.numpy_helper.to_array(t)
