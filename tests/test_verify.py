@@ -696,8 +696,11 @@ def test_qdq_allowance_is_withheld_where_onnxruntime_fuses_a_gemm_with_its_bias_
     v = verify(m, wrong)
     assert v.status == "failed" and v.requantized, v.detail
     assert "no QDQ allowance: onnxruntime fuses Gemm" in v.detail
-    # at a_scale * b_scale: the allowance stands (onnxruntime's QGemm moves what rounds otherwise)
+    # at a_scale * b_scale, or zeros at any scale: the allowance stands (onnxruntime's QGemm moves
+    # what rounds otherwise)
     assert qdq_allowance_withheld(test_qdq.gemm_model(a_type="uint8")) == ""
+    assert qdq_allowance_withheld(test_qdq.conv_model(x_type="uint8", bias_scale=0.5, zero_bias=True)) == ""
+    assert "onnxruntime fuses Conv" in qdq_allowance_withheld(test_qdq.conv_model(x_type="uint8", bias_scale=0.5))
 
 
 def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_a_float_gemm_bias_coarsely():
@@ -717,6 +720,25 @@ def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_a_float_gemm_bias_co
     c = ", ".join(f"{v:.3f}" for v in rng.standard_normal(5) * 0.3)
     assert "onnxruntime fuses Gemm" in qdq_allowance_withheld(parse_model(text.format(b=b, c=c, ys="0.01")))
     assert qdq_allowance_withheld(parse_model(text.format(b=b, c=c, ys="100.0"))) == ""
+
+
+def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_a_float_conv_bias_coarsely():
+    # the same for a Conv: onnxruntime quantizes its float bias at x_scale * w_scale = 1 and fuses
+    # a QLinearConv (38 output steps of 0.01 measured where the codes are 128); at an output step of
+    # 100 the rounding is a hundredth of a step, and the allowance stands
+    text = """
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (uint8[1, 4, 2, 2] a) => (uint8[1, 4, 2, 2] y) <float sa = {{1.0}}, uint8 za = {{128}},
+            int8[4, 4, 1, 1] w = {{{w}}}, float sw = {{1.0}}, int8 zw = {{0}}, float ys = {{{ys}}},
+            uint8 zy = {{128}}, float[4] c = {{0.3, -0.2, 0.25, 0.1}}> {{
+            ad = DequantizeLinear(a, sa, za)
+            wd = DequantizeLinear(w, sw, zw)
+            g = Conv(ad, wd, c)
+            y = QuantizeLinear(g, ys, zy)
+        }}"""
+    w = ", ".join(map(str, np.random.default_rng(0).integers(-2, 3, 16)))
+    assert "onnxruntime fuses Conv" in qdq_allowance_withheld(parse_model(text.format(w=w, ys="0.01")))
+    assert qdq_allowance_withheld(parse_model(text.format(w=w, ys="100.0"))) == ""
 
 
 def test_weight_only_4bit_model_gets_no_qdq_allowance():

@@ -341,6 +341,8 @@ class QdqAllowance:
 # normal, and so do the fused kernels' ratios of scales. An int32 DequantizeLinear (a bias) is
 # scaled by x_scale * w_scale: the range squared.
 REQUANT_SCALE_RANGE = (2.0 ** -40, 2.0 ** 40)
+# ops whose QDQ fusion adds the bias (input 2) in the accumulator's integers
+BIASED_QDQ_OPS = ("Conv", "ConvTranspose", "Gemm")
 
 
 def qdq_allowance_withheld(model: ModelProto) -> str:
@@ -348,11 +350,11 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
     may move (empty where it is one): a constant scale of a QuantizeLinear or DequantizeLinear
     outside REQUANT_SCALE_RANGE (zero, negative, subnormal, huge: onnxruntime fused DQ -> Add ->
     Q with a zero output scale or scales of 6.8e36, and moved codes by up to 255, the float form
-    overflowing where its kernel does not), or a Gemm that onnxruntime fuses into QGemm with a
-    bias it changes: an int32 bias at another scale than a_scale * b_scale (QGemm adds it at
-    a_scale * b_scale) or a float bias rounded to integers of a_scale * b_scale above a tenth of
-    the output's step (8.9 and 41 output steps measured). With either, the allowance accepted
-    any program as far off."""
+    overflowing where its kernel does not), or a Conv, ConvTranspose or Gemm that onnxruntime
+    fuses with a bias it changes: an int32 bias, not all zeros, at another scale than
+    x_scale * w_scale (QGemm adds it at x_scale * w_scale) or a float bias rounded to integers
+    of x_scale * w_scale above a tenth of the output's step (a Gemm's output moved 178 and 41
+    steps, a Conv's 38). With either, the allowance accepted any program as far off."""
     graph = model.graph
     consts: dict[str, object] = {t.name: t for t in graph.initializer}
     for n in graph.node:
@@ -403,22 +405,29 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
             return (f"the scale of {n.op_type} '{n.name or n.output[0]}' is not positive within [2^-40, 2^40] "
                     "(onnxruntime's fusions there compute other values than the float form, not a rounding apart)")
     for n in graph.node:
-        if n.op_type != "Gemm" or n.domain not in ("", "ai.onnx") or len(n.input) < 3 or not n.input[2]:
+        if n.op_type not in BIASED_QDQ_OPS or n.domain not in ("", "ai.onnx") or len(n.input) < 3 or not n.input[2]:
             continue
         qs = [value(q.input[1]) for q in readers.get(n.output[0], []) if qdq(q) and len(q.input) > 1]
         sa, sb = dq_scale(n.input[0]), dq_scale(n.input[1])
         if not qs or sa is None or sb is None:
             continue  # not a group onnxruntime fuses with known scales
         product = (sa * sb).astype(np.float32)
-        if producer.get(n.input[2]) is not None and producer[n.input[2]].op_type == "DequantizeLinear":
-            cs = dq_scale(n.input[2])
-            ok = cs is not None and np.allclose(cs, product, rtol=1e-6, atol=0.0)
-        else:
-            ok = all(q is not None and q.size and float(np.max(product)) <= 0.1 * float(np.min(np.abs(q)))
-                     for q in qs)
+        try:
+            bias = producer.get(n.input[2])
+            if bias is not None and bias.op_type == "DequantizeLinear":
+                cs = dq_scale(n.input[2])
+                codes = [value(i) if i else np.zeros(1) for i in list(bias.input[:1]) + list(bias.input[2:3])]
+                # a bias of zeros adds nothing at any scale (exporters share one among convs)
+                zero = all(c is not None and not np.any(c) for c in codes)
+                ok = zero or (cs is not None and bool(np.allclose(cs, product, rtol=1e-6, atol=0.0)))
+            else:
+                ok = all(q is not None and q.size and float(np.max(np.abs(product))) <= 0.1 * float(np.min(np.abs(q)))
+                         for q in qs)
+        except ValueError:  # shapes that do not broadcast: no known scale
+            ok = False
         if not ok:
-            return (f"onnxruntime fuses Gemm '{n.name or n.output[0]}' into QGemm with its bias changed (a bias "
-                    "not at a_scale * b_scale, or a float bias rounded at a_scale * b_scale above a tenth of the "
+            return (f"onnxruntime fuses {n.op_type} '{n.name or n.output[0]}' with its bias changed (an int32 bias "
+                    "not at x_scale * w_scale, or a float bias it rounds at x_scale * w_scale above a tenth of the "
                     "output's step)")
     return ""
 
