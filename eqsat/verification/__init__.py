@@ -340,7 +340,7 @@ class QdqAllowance:
 # alone (rules/qdq.egg's qdq-requant-scale): products and sums of DQ's values stay finite and
 # normal, and so do the fused kernels' ratios of scales. An int32 DequantizeLinear (a bias) is
 # scaled by x_scale * w_scale: the range squared.
-REQUANT_SCALE_RANGE = (2.0 ** -40, 2.0 ** 40)
+REQUANT_SCALE_RANGE = (2.0 ** -60, 2.0 ** 30)
 # ops whose QDQ fusion adds the bias (input 2) in the accumulator's integers
 BIASED_QDQ_OPS = ("Conv", "ConvTranspose", "Gemm")
 
@@ -402,7 +402,7 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
         a = np.abs(s.astype(np.float64))
         if not (np.isfinite(s.astype(np.float64)).all() and (s > 0).all()
                 and a.min() >= (lo * lo if wide else lo) and a.max() <= (hi * hi if wide else hi)):
-            return (f"the scale of {n.op_type} '{n.name or n.output[0]}' is not positive within [2^-40, 2^40] "
+            return (f"the scale of {n.op_type} '{n.name or n.output[0]}' is not positive within [2^-60, 2^30] "
                     "(onnxruntime's fusions there compute other values than the float form, not a rounding apart)")
     for n in graph.node:
         if n.op_type not in BIASED_QDQ_OPS or n.domain not in ("", "ai.onnx") or len(n.input) < 3 or not n.input[2]:
