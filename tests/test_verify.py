@@ -758,6 +758,34 @@ def test_weight_only_4bit_model_gets_no_qdq_allowance():
     assert "QDQ model" not in v.detail
 
 
+def test_weight_only_4bit_matmul_beside_a_quantizelinear_gets_no_allowance_from_its_own_fusion():
+    # a QuantizeLinear elsewhere in the model makes the allowance active; onnxruntime's own
+    # DQ -> MatMul fusion into MatMulNBits (accuracy level 4: activations rounded to int8) moved
+    # y by 0.028, and one block's scale 1 % off (0.026) passed. The allowance's run computes
+    # MatMulNBits in float32 (accuracy level 1), so y moves by rounding alone there
+    from onnx import TensorProto, helper  # noqa: PLC0415
+
+    from .rules import test_nbits  # noqa: PLC0415
+
+    m = test_nbits.nbits_model(k=64, n=8, block=32)
+    g = m.graph
+    g.input.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]))
+    g.initializer.extend([onnx.numpy_helper.from_array(np.array(0.05, np.float32), "qs"),
+                          onnx.numpy_helper.from_array(np.array(128, np.uint8), "qz")])
+    g.node.extend([helper.make_node("QuantizeLinear", ["x", "qs", "qz"], ["xq"]),
+                   helper.make_node("DequantizeLinear", ["xq", "qs", "qz"], ["q"])])
+    g.output.append(helper.make_tensor_value_info("q", TensorProto.FLOAT, [4]))
+    wrong = onnx.ModelProto.FromString(m.SerializeToString())
+    s = next(t for t in wrong.graph.initializer if t.name == "s")
+    a = onnx.numpy_helper.to_array(s).copy()
+    a[0, 0] *= 1.01
+    s.CopyFrom(onnx.numpy_helper.from_array(a, "s"))
+    assert verify(m, m).status == "passed"
+    v = verify(m, wrong)
+    assert v.status == "failed", v.detail
+    assert "output 'y'" in v.detail
+
+
 def test_an_index_into_a_dequantized_table_spans_the_table():
     # a quantized embedding: Gather(DequantizeLinear(int8 table [50, 2]), ids); the table's
     # shape is its int8 initializer's, not declared for the DQ's output: the ids must still
