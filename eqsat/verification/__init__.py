@@ -361,22 +361,32 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
     x_scale * w_scale (QGemm adds it at x_scale * w_scale) or a float bias rounded to integers
     of x_scale * w_scale above a tenth of the output's step (a Gemm's output moved 178 and 41
     steps, a Conv's 38). With either, the allowance accepted any program as far off."""
-    graph = model.graph
-    consts: dict[str, object] = {t.name: t for t in graph.initializer}
-    for n in graph.node:
-        if n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].name == "value":
-            consts[n.output[0]] = n.attribute[0].t
-        elif n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].name in ("value_float",
-                                                                                             "value_floats"):
-            consts[n.output[0]] = np.asarray(onnx.helper.get_attribute_value(n.attribute[0]), np.float32)
-    producer = {o: n for n in graph.node for o in n.output}
-    readers: dict[str, list] = {}
-    for n in graph.node:
-        for i in n.input:
-            readers.setdefault(i, []).append(n)
+    g = _QdqGraph(model.graph)
+    return g.scale_out_of_range() or g.bias_changed()
 
-    def value(name: str) -> np.ndarray | None:
-        t = consts.get(name)
+
+class _QdqGraph:
+    """The constants, producers and readers of a graph's values, for qdq_allowance_withheld."""
+
+    def __init__(self, graph) -> None:
+        self.nodes = list(graph.node)
+        self.consts: dict[str, object] = {t.name: t for t in graph.initializer}
+        for n in self.nodes:
+            if n.op_type != "Constant" or not n.output or not n.attribute:
+                continue
+            if n.attribute[0].name == "value":
+                self.consts[n.output[0]] = n.attribute[0].t
+            elif n.attribute[0].name in ("value_float", "value_floats"):
+                self.consts[n.output[0]] = np.asarray(onnx.helper.get_attribute_value(n.attribute[0]), np.float32)
+        self.producer = {o: n for n in self.nodes for o in n.output}
+        self.readers: dict[str, list] = {}
+        for n in self.nodes:
+            for i in n.input:
+                self.readers.setdefault(i, []).append(n)
+
+    def value(self, name: str) -> np.ndarray | None:
+        """The constant `name`'s array; None where it is not a constant held in the model."""
+        t = self.consts.get(name)
         if isinstance(t, np.ndarray):
             return t
         if not isinstance(t, onnx.TensorProto) or t.data_location == onnx.TensorProto.EXTERNAL:
@@ -386,56 +396,65 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
         except Exception:  # noqa: BLE001 - an unreadable constant: not known
             return None
 
+    @staticmethod
     def qdq(n) -> bool:
         return n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.domain in ("", "ai.onnx")
 
-    def dq_scale(name: str) -> np.ndarray | None:
-        d = producer.get(name)
-        if d is None or not qdq(d) or d.op_type != "DequantizeLinear" or len(d.input) < 2:
+    def dq_scale(self, name: str) -> np.ndarray | None:
+        """The constant scale of the DequantizeLinear that computes `name`, in float32."""
+        d = self.producer.get(name)
+        if d is None or not self.qdq(d) or d.op_type != "DequantizeLinear" or len(d.input) < 2:
             return None
-        s = value(d.input[1])
+        s = self.value(d.input[1])
         return None if s is None else s.astype(np.float32)
 
-    lo, hi = REQUANT_SCALE_RANGE
-    for n in graph.node:
-        if not qdq(n) or len(n.input) < 2:
-            continue
-        s = value(n.input[1])
-        if s is None or s.size == 0 or s.dtype.kind != "f":
-            continue
-        x = value(n.input[0])
-        wide = n.op_type == "DequantizeLinear" and x is not None and x.dtype == np.int32
-        a = np.abs(s.astype(np.float64))
-        if not (np.isfinite(s.astype(np.float64)).all() and (s > 0).all()
-                and a.min() >= (lo * lo if wide else lo) and a.max() <= (hi * hi if wide else hi)):
-            return (f"the scale of {n.op_type} '{n.name or n.output[0]}' is not positive within [2^-60, 2^30] "
-                    "(onnxruntime's fusions there compute other values than the float form, not a rounding apart)")
-    for n in graph.node:
-        if n.op_type not in BIASED_QDQ_OPS or n.domain not in ("", "ai.onnx") or len(n.input) < 3 or not n.input[2]:
-            continue
-        qs = [value(q.input[1]) for q in readers.get(n.output[0], []) if qdq(q) and len(q.input) > 1]
-        sa, sb = dq_scale(n.input[0]), dq_scale(n.input[1])
-        if not qs or sa is None or sb is None:
-            continue  # not a group onnxruntime fuses with known scales
-        product = (sa * sb).astype(np.float32)
+    def scale_out_of_range(self) -> str:
+        lo, hi = REQUANT_SCALE_RANGE
+        for n in self.nodes:
+            s = self.value(n.input[1]) if self.qdq(n) and len(n.input) > 1 else None
+            if s is None or s.size == 0 or s.dtype.kind != "f":
+                continue
+            x = self.value(n.input[0])
+            wide = n.op_type == "DequantizeLinear" and x is not None and x.dtype == np.int32
+            a = np.abs(s.astype(np.float64))
+            if not (np.isfinite(a).all() and (s > 0).all()
+                    and a.min() >= (lo * lo if wide else lo) and a.max() <= (hi * hi if wide else hi)):
+                return (f"the scale of {n.op_type} '{n.name or n.output[0]}' is not positive within [2^-60, 2^30] "
+                        "(onnxruntime's fusions there compute other values than the float form, not a rounding "
+                        "apart)")
+        return ""
+
+    def bias_changed(self) -> str:
+        for n in self.nodes:
+            if n.op_type not in BIASED_QDQ_OPS or n.domain not in ("", "ai.onnx") or len(n.input) < 3 \
+                    or not n.input[2]:
+                continue
+            qs = [self.value(q.input[1]) for q in self.readers.get(n.output[0], []) if self.qdq(q) and len(q.input) > 1]
+            sa, sb = self.dq_scale(n.input[0]), self.dq_scale(n.input[1])
+            if qs and sa is not None and sb is not None and not self._bias_kept(n.input[2], sa * sb, qs):
+                return (f"onnxruntime fuses {n.op_type} '{n.name or n.output[0]}' with its bias changed (an int32 "
+                        "bias not at x_scale * w_scale, or a float bias it rounds at x_scale * w_scale above a tenth "
+                        "of the output's step)")
+        return ""
+
+    def _bias_kept(self, name: str, product: np.ndarray, qs: list) -> bool:
+        """Whether onnxruntime's fusion adds the bias `name` as it is: an int32 DequantizeLinear of
+        zeros, or at the scale `product` (x_scale * w_scale), or a float bias whose rounding at
+        `product` is below a tenth of each output scale in `qs`."""
+        product = product.astype(np.float32)
         try:
-            bias = producer.get(n.input[2])
+            bias = self.producer.get(name)
             if bias is not None and bias.op_type == "DequantizeLinear":
-                cs = dq_scale(n.input[2])
-                codes = [value(i) if i else np.zeros(1) for i in list(bias.input[:1]) + list(bias.input[2:3])]
+                codes = [self.value(i) if i else np.zeros(1) for i in list(bias.input[:1]) + list(bias.input[2:3])]
                 # a bias of zeros adds nothing at any scale (exporters share one among convs)
-                zero = all(c is not None and not np.any(c) for c in codes)
-                ok = zero or (cs is not None and bool(np.allclose(cs, product, rtol=1e-6, atol=0.0)))
-            else:
-                ok = all(q is not None and q.size and float(np.max(np.abs(product))) <= 0.1 * float(np.min(np.abs(q)))
-                         for q in qs)
+                if all(c is not None and not np.any(c) for c in codes):
+                    return True
+                cs = self.dq_scale(name)
+                return cs is not None and bool(np.allclose(cs, product, rtol=1e-6, atol=0.0))
+            top = float(np.max(np.abs(product)))
+            return all(q is not None and q.size > 0 and top <= 0.1 * float(np.min(np.abs(q))) for q in qs)
         except ValueError:  # shapes that do not broadcast: no known scale
-            ok = False
-        if not ok:
-            return (f"onnxruntime fuses {n.op_type} '{n.name or n.output[0]}' with its bias changed (an int32 bias "
-                    "not at x_scale * w_scale, or a float bias it rounds at x_scale * w_scale above a tenth of the "
-                    "output's step)")
-    return ""
+            return False
 
 
 def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, runs: int, vary,
