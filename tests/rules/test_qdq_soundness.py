@@ -14,7 +14,11 @@ model and compares it with the original under onnxruntime with its graph optimiz
   guard also asks for a normal scale: onnxruntime's denormals-as-zero option would make a
   subnormal one 0). A scale computed at run time has no known range: the pair stays.
 - qdq-conv-zero-bias: an int32 bias of zeros adds nothing only at a finite scale (0 * inf
-  is NaN); that model was refused by verification, not written, but the fusion was wasted."""
+  is NaN); that model was refused by verification, not written, but the fusion was wasted.
+- the requantizing fusions (qdq-requant-scale): QLinearAdd, QLinearConcat and QLinearConv with
+  a huge, zero or subnormal scale compute what the float form does not (it overflows to inf or
+  underflows to 0 and Q saturates; the fused ratio of scales is 1 or inf), and verification's
+  allowance took it, as onnxruntime's own fusion computes the same: written with exit 0."""
 
 from __future__ import annotations
 
@@ -122,3 +126,74 @@ def test_conv_with_a_zero_bias_of_infinite_scale_keeps_the_bias():
     res = optimized(m, target="ort")  # written: no verification failure
     assert res.report["saturation"]["rule_matches"].get("qdq-conv-zero-bias", 0) == 0
     assert_same_outputs(m, res.model, ort_optimize=False)
+
+
+# ---- requantizing fusions: every scale in [2^-60, 2^30] (qdq-requant-scale)
+
+
+def requant_model(op: str, x_scale: float, y_scale: float) -> onnx.ModelProto:
+    """uint8 codes a, b -> DQ(a, x_scale, 128), DQ(b, x_scale, 128) -> `op` -> Q(y_scale, 128): Add
+    or Concat of the two, Conv of a by a uint8 1x1 filter of DQ(w, 0.02, 128) (b unused then), and
+    Sigmoid of a. The codes are graph inputs, so any code can be fed; the output is the uint8 code."""
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n) for v, n in ((x_scale, "s"), (y_scale, "ys"))]
+    inits.append(numpy_helper.from_array(np.array(128, np.uint8), "z"))
+    shape, nodes = [1, 4, 2, 2], [helper.make_node("DequantizeLinear", ["a", "s", "z"], ["ad"]),
+                                  helper.make_node("DequantizeLinear", ["b", "s", "z"], ["bd"])]
+    out_shape = list(shape)
+    if op == "Conv":
+        w = np.random.default_rng(0).integers(60, 197, (4, 4, 1, 1)).astype(np.uint8)
+        inits += [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array(0.02, np.float32), "ws")]
+        nodes += [helper.make_node("DequantizeLinear", ["w", "ws", "z"], ["wd"]),
+                  helper.make_node("Conv", ["ad", "wd"], ["c"])]
+    elif op == "Concat":
+        nodes.append(helper.make_node("Concat", ["ad", "bd"], ["c"], axis=1))
+        out_shape[1] *= 2
+    elif op == "Sigmoid":
+        nodes.append(helper.make_node("Sigmoid", ["ad"], ["c"]))
+    else:
+        nodes.append(helper.make_node(op, ["ad", "bd"], ["c"]))
+    nodes.append(helper.make_node("QuantizeLinear", ["c", "ys", "z"], ["y"]))
+    g = helper.make_graph(nodes, "requant", [helper.make_tensor_value_info(n, TensorProto.UINT8, shape) for n in "ab"],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, out_shape)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                          ir_version=8)
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+REQUANT_RULES = {"Add": "qdq-add-fuse", "Concat": "qdq-concat-fuse", "Conv": "qdq-conv-fuse",
+                 "Sigmoid": "qdq-sigmoid-fuse"}
+
+
+def every_code() -> dict:
+    """a and b: uint8 codes over the whole range, b reversed."""
+    a = np.arange(0, 256, 16, dtype=np.uint8).reshape(1, 4, 2, 2)
+    return {"a": a, "b": a[:, ::-1].copy()}
+
+
+@pytest.mark.parametrize("op, x_scale, y_scale", [
+    # the float form overflows ((a - 128) * 6.8e36 is inf beyond 50 codes) and Q saturates; the
+    # fused kernels' ratio x_scale / y_scale is 1: QLinearAdd, QLinearConcat and QLinearConv gave
+    # other codes (up to 191 apart)
+    ("Add", 6.8e36, 6.8e36), ("Concat", 6.8e36, 6.8e36), ("Conv", 6.8e36, 6.8e36),
+    # a zero output scale: Q(y / 0) saturates each sign; QLinearAdd's ratio is inf (255 for 0)
+    ("Add", 0.05, 0.0),
+    # subnormal scales: the float form's products underflow to 0; QLinearConv's ratio is 1 (128 for 0)
+    ("Conv", 1e-45, 1e-45),
+], ids=["add-huge", "concat-huge", "conv-huge", "add-zero-output-scale", "conv-subnormal"])
+def test_requantizing_fusion_with_a_scale_out_of_range_does_not_fuse(op, x_scale, y_scale):
+    m = requant_model(op, x_scale, y_scale)
+    res = optimized(m, target="ort")
+    assert res.report["saturation"]["rule_matches"].get(REQUANT_RULES[op], 0) == 0, op_list(res.model)
+    assert_same_outputs(m, res.model, every_code(), ort_optimize=False)
+
+
+@pytest.mark.parametrize("op", sorted(REQUANT_RULES))
+def test_requantizing_fusion_with_scales_in_range_still_fuses(op):
+    # the edges of the range: 2^-60 and 2^30
+    m = requant_model(op, 2.0 ** -60, 2.0 ** -60)
+    res = optimized(m, target="ort")
+    assert res.report["saturation"]["rule_matches"].get(REQUANT_RULES[op], 0) > 0, op_list(res.model)
+    m = requant_model(op, 0.05, 2.0 ** 30 if op != "Sigmoid" else 0.004)
+    res = optimized(m, target="ort")
+    assert res.report["saturation"]["rule_matches"].get(REQUANT_RULES[op], 0) > 0, op_list(res.model)

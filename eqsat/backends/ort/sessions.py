@@ -32,15 +32,18 @@ def ort():
 
 
 def session(model: ModelProto | str | os.PathLike, optimize: bool = True, threads: int = 1,
-            providers: list[str] | None = None, disabled_optimizers: list[str] | None = None):
+            providers: list[str] | None = None, disabled_optimizers: list[str] | None = None,
+            config: dict[str, str] | None = None):
     """An onnxruntime InferenceSession of `model` (a ModelProto or an ONNX file, whatever its
     name), with onnxruntime's graph optimizations unless `optimize` is False (less the
-    transformers named in `disabled_optimizers`)."""
+    transformers named in `disabled_optimizers`), and the session `config` entries given."""
     rt = ort()
     so = rt.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 4
+    for key, val in (config or {}).items():
+        so.add_session_config_entry(key, val)
     if not optimize:
         so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
     providers = providers or ["CPUExecutionProvider"]
