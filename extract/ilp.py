@@ -44,7 +44,11 @@ only at the fraction each alternative is chosen, compounding layer by layer: ove
 layout its bound fell to a few percent of the optimum; on QDQ graphs, where a Q or DQ moved
 past a Reshape or Transpose makes two forms of each value (and Q(DQ(x)) = x cycles between
 them), to 4 % (QDQ shufflenet_v2_x1_0: LP 116 against 2,684, 60 s and a 17-26 % gap; with
-the rows LP 1,853, proven optimal in 2-3 s).
+the rows LP 1,853, proven optimal in 2-3 s). A value's forms are one group (FORMS: its
+layouts, Transposes, Q and DQ; with channels-last QLinearConv each value has u8, s8, float,
+NCHW and NHWC forms), with a variable that says it is computed: without the forms the
+relaxation spread each value over them (channels-last QDQ shufflenet_v2_x1_0: LP 2,092
+against 3,267, 60 s and a 3 % gap; with them LP 3,129, proven optimal in about 1 s).
 
 Work. Where the e-graph records the input program (eqsat.input_nodes), one more row bounds
 the chosen contractions (convolutions, products, attention) by the input's
@@ -70,6 +74,13 @@ from .tree_greedy import TreeGreedy
 from .work import contraction_bound, contractions
 
 TERM_SORTS = ("Op", "OpList", "")
+# Ops that give their first child's value in another form, computing nothing new: the need rows
+# group each value with its forms (_value_groups). Layout reorders (NCHWc), Transposes (channels
+# last, rules/qdq_nhwc.egg; Transpose(Transpose(x)) = x) and Q / DQ (Q(DQ(x)) = x): without the
+# last two, QDQ shufflenet_v2_x1_0's channels-last e-graph had its relaxation at 2,092 against
+# the optimum 3,267 (each value's forms, u8 and s8, NCHW and NHWC, spread its need thinner at
+# every shuffle) and the ILP ran out of 60 s with a 3 % gap.
+FORMS = REORDERS | {"Transpose", "QuantizeLinear", "DequantizeLinear"}
 # DAG greedy's sets of nodes grow with the depth of the model: its time is quadratic (50 s on
 # a 10k-node transformer's 47k e-nodes, where the ILP takes 16 s); above this it is no fallback.
 DAG_GREEDY_MAX_NODES = 20_000
@@ -391,7 +402,6 @@ class _Program:
                     needs.setdefault((egraph.nodes[n].eclass, k), []).append(self.index[n])
         for (_c, k), parents in sorted(needs.items()):
             self.row([(i, 1.0) for i in parents] + [(j, -1.0) for j in self.by_class[k]], -np.inf, 0.0)
-        self._need_rows(egraph)
         # Value classes (integers, vectors, attributes) hold one node each: y_c = 1 when some
         # chosen node needs c. They are not decisions, but the DAG cost pays each once, so
         # they are in the objective (a model may charge them, as the CostModel contract allows).
@@ -417,22 +427,35 @@ class _Program:
         self.upper = np.ones(self.n_x)
         self.integral = np.ones(self.n_x)
         self.ordered = 0  # classes given an order variable (add_order)
+        self._need_rows(egraph)  # after the other columns: it adds the groups' variables
 
     def _need_rows(self, egraph: EGraph) -> None:
-        """Rows a chosen class must pay for its whole subtree: where every node of class c
-        needs, directly or through its descendants, one class of a group g (a value and its
-        reordered twins: classes joined by a layout reorder among the candidates, so none
-        where fix_layouts dropped it; else the class alone), the classes of g choose at
-        least as much as c does. Valid for every acyclic answer (by
-        induction along it: a chosen node's child classes are chosen, and each of them needs
-        what it needs). Without them the LP relaxation spread each value over alternatives
-        with different children (its layouts, a fused and an unfused form, a Q before or after
-        a Reshape) and paid each layer's subtree at a fraction of the layer above's share,
-        layer by layer. Only the nearest groups are rows: those no other needed group needs
-        (the rest follow), and none that the child-class rows already give."""
+        """Rows a chosen class must pay for its whole subtree. The classes are grouped: a value
+        and its other forms (classes joined by a FORMS node among the candidates: a layout
+        reorder, so none where fix_layouts dropped it, a Transpose, a Q or a DQ), any other
+        class alone. Where every node of class c needs, directly or through its descendants,
+        a class of group g, g is chosen at least as much as c; a group of several classes
+        has a variable v_g in [0, 1], at least each of its classes, at most its nodes that
+        are not a FORMS node of a class of g (`made`), and at least what the group needs (the
+        groups every class of it needs). Valid for every acyclic answer, whatever the
+        grouping, v_g being 1 where a class of g is chosen: a chosen node's child classes are
+        chosen, and each of them needs what it needs; from a chosen class of g, following
+        chosen FORMS nodes within g ends, the answer being acyclic, at a class of g that
+        chooses another node.
+
+        Without them the LP relaxation spread each value over alternatives with different
+        children (its layouts, a fused and an unfused form, a Q before or after a Reshape)
+        and paid each layer's subtree at a fraction of the layer above's share, layer by
+        layer; and without `made` it took a value's forms round their cycles (Q(DQ(x)) = x,
+        Transpose(Transpose(x)) = x) each at a fraction, the value computed nowhere. Only
+        the nearest groups are rows, of a class or of a group: those no other needed group
+        needs (the rest follow through the group's rows), and none that the child-class rows
+        already give. The rows are linear in the classes: a row from each class to every
+        group below it, as the groups of several forms made them, was 404,439 rows on QDQ
+        efficientnet_b0 (10,566 without the forms)."""
         import numpy as np
 
-        group = _layout_groups(egraph, {c: [self.nodes[i] for i in self.by_class[c]] for c in self.classes})
+        group = _value_groups(egraph, {c: [self.nodes[i] for i in self.by_class[c]] for c in self.classes})
         gid = {g: i for i, g in enumerate(sorted(set(group.values())))}
         members: dict[int, list[str]] = {}
         for c in self.classes:
@@ -471,30 +494,50 @@ class _Program:
             m = full
             for k in cls:
                 m &= need[k]
-            group_need[g] = m
+            group_need[g] = m & ~(1 << g)
+        # a variable per group of several classes, after the other columns
+        var = {g: self.n_x + j for j, g in enumerate(g for g in sorted(members) if len(members[g]) > 1)}
+        self.n_x += len(var)
+        self.c_vec = np.concatenate([self.c_vec, np.zeros(len(var))])
+        self.upper = np.concatenate([self.upper, np.ones(len(var))])
+        self.integral = np.concatenate([self.integral, np.zeros(len(var))])
+
+        def share(g: int) -> list[tuple[int, float]]:
+            """How much group g is chosen: its variable, or its one class's nodes."""
+            return [(var[g], 1.0)] if g in var else [(i, 1.0) for i in self.by_class[members[g][0]]]
+
+        def nearest(mask: int) -> int:
+            """The groups of mask that no other group of mask needs in full."""
+            implied = 0
+            for h in _bits(mask):
+                implied |= group_need[h]
+            return mask & ~implied
+
+        for g, v in var.items():
+            made = [i for k in members[g] for i in self.by_class[k] if not self._moves(i, group, group[k])]
+            self.row([(i, 1.0) for i in made] + [(v, -1.0)], 0.0, np.inf)
+            for k in members[g]:
+                self.row([(v, 1.0)] + [(i, -1.0) for i in self.by_class[k]], 0.0, np.inf)
+            for h in _bits(nearest(group_need[g])):
+                self.row(share(h) + [(v, -1.0)], 0.0, np.inf)
         for c in self.classes:
             kids = self.kids[self.by_class[c][0]]
             if len(self.by_class[c]) == 1 and all(len(members[gid[group[k]]]) == 1 for k in kids):
                 # one node, its child classes each a group of one: what it needs beyond them,
                 # they need (implied), and the child-class rows give them
                 continue
-            own = bit[c]
-            implied = 0
-            for h in _bits(need[c] & ~own):
-                if len(members[h]) == 1:  # y_h >= y_c by its own row, and h's rows follow
-                    implied |= group_need[h]
-            for g in _bits(need[c] & ~own & ~implied):
+            own = gid[group[c]]
+            # what c's own group needs follows from v_own >= c
+            for g in _bits(nearest(need[c] & ~(1 << own)) & ~(group_need[own] if own in var else 0)):
                 cls = members[g]
                 if len(cls) == 1 and all(cls[0] in self.kids[j] for j in self.by_class[c]):
                     continue  # the child-class row says it
-                # a reorder from inside the group computes nothing new: some class of the group
-                # chooses a node that is not one, else the group's choice is a cycle
-                made = [i for k in cls for i in self.by_class[k] if not self._moves(i, group, group[k])]
-                self.row([(i, 1.0) for i in made] + [(i, -1.0) for i in self.by_class[c]], 0.0, np.inf)
+                self.row(share(g) + [(i, -1.0) for i in self.by_class[c]], 0.0, np.inf)
 
     def _moves(self, i: int, group: dict[str, str], own: str) -> bool:
-        """Whether candidate i is a reorder of a value of its own group (a layout change)."""
-        return self.ops[i] in REORDERS and any(group.get(k) == own for k in self.kids[i])
+        """Whether candidate i gives a value of its own group in another form (a layout change,
+        a Transpose, a Q or a DQ)."""
+        return self.ops[i] in FORMS and any(group.get(k) == own for k in self.kids[i])
 
     def row(self, entries: list[tuple[int, float]], low: float, high: float) -> None:
         r = len(self.lo)
@@ -610,10 +653,10 @@ def _bits(mask: int):
         i = digits.find("1", i + 1)
 
 
-def _layout_groups(egraph: EGraph, classes: dict[str, list[str]]) -> dict[str, str]:
-    """Each class -> its group's representative: classes joined by a reorder node among their
-    nodes `classes[c]` (a value in one layout and the same value in another) share one; any
-    other class is its own."""
+def _value_groups(egraph: EGraph, classes: dict[str, list[str]]) -> dict[str, str]:
+    """Each class -> its group's representative: classes joined by a FORMS node among their
+    nodes `classes[c]` (a value and its first child in another form: layout, transposed,
+    quantized or not) share one; any other class is its own."""
     rep = {c: c for c in classes}
 
     def find(c: str) -> str:
@@ -625,7 +668,7 @@ def _layout_groups(egraph: EGraph, classes: dict[str, list[str]]) -> dict[str, s
     for c, members in classes.items():
         for nid in members:
             n = egraph.nodes[nid]
-            if n.op in REORDERS and n.children and n.children[0] in rep:
+            if n.op in FORMS and n.children and n.children[0] in rep:
                 a, b = find(c), find(n.children[0])
                 if a != b:
                     rep[max(a, b)] = min(a, b)
