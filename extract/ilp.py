@@ -462,33 +462,7 @@ class _Program:
             members.setdefault(gid[group[c]], []).append(c)
         bit = {c: 1 << gid[group[c]] for c in self.classes}
         full = (1 << len(gid)) - 1
-        need = {c: full for c in self.classes}
-        parents: dict[str, set[str]] = {}
-        for j, ks in enumerate(self.kids):
-            for k in ks:
-                parents.setdefault(k, set()).add(self.nodes_class[j])
-        # children before parents (Tarjan's components come out children first), so that
-        # outside cycles each class is computed once, from its children's final sets
-        edges: dict[str, set[str]] = {c: set() for c in self.classes}
-        for j, ks in enumerate(self.kids):
-            edges[self.nodes_class[j]].update(k for k in ks if k in edges)
-        work = [c for comp in _sccs(edges) for c in comp][::-1]  # popped from the end
-        queued = set(work)
-        while work:  # the greatest fixpoint of need(c) = AND over c's nodes of OR over their children
-            c = work.pop()
-            queued.discard(c)
-            new = full
-            for j in self.by_class[c]:
-                got = 0
-                for k in self.kids[j]:
-                    got |= bit.get(k, 0) | need.get(k, 0)
-                new &= got
-            if new != need[c]:
-                need[c] = new
-                for p in parents.get(c, ()):
-                    if p not in queued:
-                        queued.add(p)
-                        work.append(p)
+        need = self._needs(bit, full)
         group_need = {}  # what every class of a group needs
         for g, cls in members.items():
             m = full
@@ -533,6 +507,39 @@ class _Program:
                 if len(cls) == 1 and all(cls[0] in self.kids[j] for j in self.by_class[c]):
                     continue  # the child-class row says it
                 self.row(share(g) + [(i, -1.0) for i in self.by_class[c]], 0.0, np.inf)
+
+    def _needs(self, bit: dict[str, int], full: int) -> dict[str, int]:
+        """For each class, the groups (bits of `bit`'s masks) that every node of it needs,
+        directly or through its descendants: the greatest fixpoint of need(c) = AND over c's
+        nodes of OR over their child classes k of bit(k) | need(k)."""
+        need = {c: full for c in self.classes}
+        parents: dict[str, set[str]] = {}
+        for j, ks in enumerate(self.kids):
+            for k in ks:
+                parents.setdefault(k, set()).add(self.nodes_class[j])
+        # children before parents (Tarjan's components come out children first), so that
+        # outside cycles each class is computed once, from its children's final sets
+        edges: dict[str, set[str]] = {c: set() for c in self.classes}
+        for j, ks in enumerate(self.kids):
+            edges[self.nodes_class[j]].update(k for k in ks if k in edges)
+        work = [c for comp in _sccs(edges) for c in comp][::-1]  # popped from the end
+        queued = set(work)
+        while work:  # the greatest fixpoint of need(c) = AND over c's nodes of OR over their children
+            c = work.pop()
+            queued.discard(c)
+            new = full
+            for j in self.by_class[c]:
+                got = 0
+                for k in self.kids[j]:
+                    got |= bit.get(k, 0) | need.get(k, 0)
+                new &= got
+            if new != need[c]:
+                need[c] = new
+                for p in parents.get(c, ()):
+                    if p not in queued:
+                        queued.add(p)
+                        work.append(p)
+        return need
 
     def _moves(self, i: int, group: dict[str, str], own: str) -> bool:
         """Whether candidate i gives a value of its own group in another form (a layout change,
