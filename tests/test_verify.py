@@ -874,6 +874,29 @@ def test_a_right_program_passes_on_scaled_floats_where_only_the_intermediates_gr
     assert w.status == "failed" and "on floats times 100" in w.detail, w.detail
 
 
+def test_a_rewrite_exact_on_the_random_draw_and_off_beyond_it_gets_no_scaled_allowance():
+    # Tanh(x) taken as 0.995 Tanh(x) only where x > 10: exact on the random draw, 0.005 off
+    # on the floats times 100. Their absolute tolerance 100 times the random draw's (0.01 at
+    # an output of 1) passed it: the allowance is for rounding that grows with the terms
+    # summed, so it grows no further than SCALED times what the random draw showed
+    original = parse_model(H18 + """
+        g (float[16, 64] x) => (float[16, 64] y) {
+            y = Tanh(x)
+        }""")
+    wrong = parse_model(H18 + """
+        g (float[16, 64] x) => (float[16, 64] y) {
+            t = Tanh(x)
+            ten = Constant <value = float {10.0}> ()
+            big = Greater(x, ten)
+            k = Constant <value = float {0.995}> ()
+            s = Mul(t, k)
+            y = Where(big, s, t)
+        }""")
+    w = verify(original, wrong)
+    assert w.status == "failed" and "on floats times 100" in w.detail, w.detail
+    assert verify(original, original).status == "passed"
+
+
 def test_scaled_floats_skip_where_the_original_overflows():
     # exp(x * 100) overflows in a written-out softmax for x > 0.89, where a fused Softmax
     # (it subtracts the maximum) does not: not wrong there; elsewhere the tolerance holds

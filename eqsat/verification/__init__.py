@@ -77,8 +77,30 @@ def _scale(e: np.ndarray) -> float:
     return min(1.0, max(top, float(np.sqrt(np.finfo(e.dtype).tiny))))
 
 
+# compare's `noise`: the floats times SCALED may be off by up to this many times SCALED times an
+# output's largest difference on the random draw (rounding's spread between draws)
+NOISE_MARGIN = 10
+
+
+def max_difference(e: object, a: object) -> float:
+    """The largest absolute difference between two runs' finite floating-point values of one
+    output (tensors, sequences, maps); 0 where there are none."""
+    if isinstance(e, dict) and isinstance(a, dict):
+        return max((max_difference(e[k], a[k]) for k in e if k in a), default=0.0)
+    if isinstance(e, list) and isinstance(a, list):
+        return max((max_difference(x, y) for x, y in zip(e, a, strict=False)), default=0.0)
+    if not (isinstance(e, np.ndarray) and isinstance(a, np.ndarray)) or e.shape != a.shape \
+            or e.dtype != a.dtype or e.dtype.kind not in "fc" or e.size == 0:
+        return 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(a.astype(np.float64) - e.astype(np.float64))
+    d = d[np.isfinite(d)]
+    return float(d.max()) if d.size else 0.0
+
+
 def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol: float | None = 0.0,
-            atol: float | None = 0.0, finite_free: bool = False, scaled: bool = False) -> list[Mismatch]:
+            atol: float | None = 0.0, finite_free: bool = False, scaled: bool = False,
+            noise: dict[str, float] | None = None) -> list[Mismatch]:
     """Differences between two runs: names, dtypes, shapes, then values (exact when
     rtol = atol = 0, and always for integers and booleans; NaN equals NaN, inf equals inf of
     its sign and nothing else; None: `tolerance` of each output's element type).
@@ -89,17 +111,21 @@ def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol
     SCALED times as large (rounding grows with the terms a model sums, which the scaling
     makes up to SCALED times larger, while its outputs need not grow: a BatchNorm or a bias
     keeps a ResNet's logits near the random draw's; a rewrite wrong only beyond the random
-    draw's values is off by far more)."""
+    draw's values is off by far more). `noise`: each output's largest difference on the random
+    draw; the scaled tolerance grows by at most NOISE_MARGIN * SCALED times it (rounding
+    grows with the terms, so a right program's does no more; one exact on the random draw
+    and wrong beyond it, 0.5 % off at an output of 1, passed on the tolerance times 100)."""
     out: list[Mismatch] = []
     if list(expected) != list(actual):
         return [Mismatch(",".join(actual), f"output names differ: expected {list(expected)}")]
     for name, e in expected.items():
-        out.extend(_compare_value(name, e, actual[name], rtol, atol, finite_free, scaled))
+        out.extend(_compare_value(name, e, actual[name], rtol, atol, finite_free, scaled,
+                                  None if noise is None else noise.get(name, 0.0)))
     return out
 
 
 def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: float | None,
-                   finite_free: bool = False, scaled: bool = False) -> list[Mismatch]:
+                   finite_free: bool = False, scaled: bool = False, noise: float | None = None) -> list[Mismatch]:
     """One output: a tensor, a sequence (list) of tensors, a map, or None (optional)."""
     out: list[Mismatch] = []
     if e is None or a is None:
@@ -108,26 +134,27 @@ def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: fl
         if not (isinstance(e, dict) and isinstance(a, dict)) or list(e) != list(a):
             return [Mismatch(name, "maps differ in their keys")]
         for k in e:
-            out.extend(_compare_value(f"{name}[{k!r}]", e[k], a[k], rtol, atol, finite_free, scaled))
+            out.extend(_compare_value(f"{name}[{k!r}]", e[k], a[k], rtol, atol, finite_free, scaled, noise))
         return out
     if isinstance(e, list) or isinstance(a, list):
         if not (isinstance(e, list) and isinstance(a, list)) or len(e) != len(a):
             return [Mismatch(name, "sequences differ in length or kind")]
         for i, (x, y) in enumerate(zip(e, a, strict=True)):
-            out.extend(_compare_value(f"{name}[{i}]", x, y, rtol, atol, finite_free, scaled))
+            out.extend(_compare_value(f"{name}[{i}]", x, y, rtol, atol, finite_free, scaled, noise))
         return out
-    return _compare_tensor(name, np.asarray(e), np.asarray(a), rtol, atol, finite_free, scaled)
+    return _compare_tensor(name, np.asarray(e), np.asarray(a), rtol, atol, finite_free, scaled, noise)
 
 
 def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None, atol: float | None,
-                    finite_free: bool = False, scaled: bool = False) -> list[Mismatch]:
+                    finite_free: bool = False, scaled: bool = False, noise: float | None = None) -> list[Mismatch]:
     if e.dtype != a.dtype:
         return [Mismatch(name, f"dtype {a.dtype}, expected {e.dtype}")]
     if rtol is None or atol is None:
         r, t = tolerance(e.dtype)
         rtol, atol = r if rtol is None else rtol, t * _scale(e) if atol is None else atol
     if scaled:
-        atol *= SCALED
+        extra = (SCALED - 1) * atol
+        atol += extra if noise is None else min(extra, NOISE_MARGIN * SCALED * noise)
     if e.shape != a.shape:
         return [Mismatch(name, f"shape {a.shape}, expected {e.shape}")]
     if e.dtype == object or e.dtype.kind in "SUb":
@@ -254,12 +281,14 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
                         "values in both models: what the models compute around them is verified, not those nodes")
     vary = feeds.floating_overridable()
     qdq = QdqAllowance(original, files) if not cut else None
-    found = _random_runs(original, feeds, ref, opt, runs, vary, dims, rtol, atol, not_verified, qdq)
+    noise: dict[str, float] = {}  # each output's largest difference on the random draw
+    found = _random_runs(original, feeds, ref, opt, runs, vary, dims, rtol, atol, not_verified, qdq, noise)
     if isinstance(found, Verification):
         return found
     sizes, wide, dtypes, varied = found
     drawn = feeds.describe(sizes, wide, varied)
-    edges = _edge_runs(original, feeds, ref, opt, sizes, wide, dims, runs, rtol, atol, qdq) if EDGE_CASES else ""
+    edges = _edge_runs(original, feeds, ref, opt, sizes, wide, dims, runs, rtol, atol, qdq, noise) if EDGE_CASES \
+        else ""
     if isinstance(edges, Verification):
         return dataclasses.replace(edges, runs=runs + (1 if varied else 0), inputs=drawn, not_verified=not_verified)
     done = _passed(runs, rtol, atol, dtypes, sizes, drawn, edges, vary, varied, not_verified)
@@ -466,8 +495,10 @@ class _QdqGraph:
 
 def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, runs: int, vary,
                  dims: dict[str, int] | None, rtol: float | None, atol: float | None, not_verified: str,
-                 qdq: QdqAllowance | None = None) -> Verification | tuple[dict[str, int] | None, bool, set[str], bool]:
-    """(sizes, wide, float dtypes, varied) after the random runs agree, or the Verification that ends `verify`."""
+                 qdq: QdqAllowance | None = None, noise: dict[str, float] | None = None,
+                 ) -> Verification | tuple[dict[str, int] | None, bool, set[str], bool]:
+    """(sizes, wide, float dtypes, varied) after the random runs agree, or the Verification that ends `verify`;
+    `noise` gets each output's largest difference (compare's `noise`)."""
     sizes: dict[str, int] | None = None  # the symbolic sizes the original ran with
     wide = True  # integers drawn by their use (else 0 or 1)
     dtypes: set[str] = set()
@@ -504,6 +535,9 @@ def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, r
         bad = compare(expected, got, rtol, atol)
         if qdq is not None:
             bad = qdq.filter(bad, expected, got, f)
+        if noise is not None:
+            for name, e in expected.items():
+                noise[name] = max(noise.get(name, 0.0), max_difference(e, got.get(name)))
         if bad:
             drawn = feeds.describe(sizes, wide, other)
             return Verification("failed", "; ".join(map(str, bad[:3])) + f" (random inputs, seed {seed}"
@@ -535,7 +569,7 @@ ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
 
 def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, sizes: dict[str, int] | None,
                wide: bool, dims: dict[str, int] | None, seed: int, rtol: float | None, atol: float | None,
-               qdq: QdqAllowance | None = None) -> str | Verification:
+               qdq: QdqAllowance | None = None, noise: dict[str, float] | None = None) -> str | Verification:
     """Runs on inputs where some rewrites are wrong and the random ones are not: floats with
     zeros and with large magnitudes (eqsat.verification.feeds: Feeds.with_special_values; no inf or NaN,
     which onnxruntime's own kernels do not agree on), integer size inputs of 2 and 3 where
@@ -586,7 +620,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
         except Exception as e:  # noqa: BLE001
             return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
                                           f"the original: {_line(e)}", edge_cases=where)
-        bad = compare(expected, got, rtol, atol, finite_free=kind == "large", scaled=kind == "scaled")
+        bad = compare(expected, got, rtol, atol, finite_free=kind == "large", scaled=kind == "scaled",
+                      noise=noise)
         if qdq is not None:
             bad = qdq.filter(bad, expected, got, f)
         if bad:

@@ -325,7 +325,8 @@ class Feeds:
         - "scaled": every element times SCALED (100): standard normal values stay within 5, so
           what a model computes only beyond (a Where or If on x > 10) never ran, and the
           "large" case compares finiteness alone; rounding grows with the values summed, so the
-          absolute tolerance is SCALED times the random draw's (compare's `scaled`);
+          absolute tolerance is up to SCALED times the random draw's, as far as the random
+          draw's own differences times SCALED allow (compare's `scaled` and `noise`);
         - "large": one element +LARGE and one -LARGE, LARGE the type's largest value to the
           power 0.4 (about 2e15 in float32: its square, and a sum of a thousand squares, stay
           finite; its product by 1e30 does not); none in float16 or bfloat16 (LARGE would be
