@@ -259,3 +259,33 @@ def test_layouts_chosen_with_the_rest_match_brute_force(seed):
     assert ex.status == "optimal", ex.notes
     assert any("over every layout choice" in n for n in ex.notes), ex.notes
     assert ex.dag_cost == pytest.approx(best, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_random_egraphs_of_many_child_forms_and_two_roots_match_brute_force(seed):
+    """As above, with forms of up to three children (a Q's scale and zero point; the group is
+    joined by the first, a form "moves" where any child is in its group), children repeated,
+    NCHWc reorders among the forms (layouts chosen with the rest) and one or two roots: the
+    need rows cut off no acyclic answer, and the ILP proves the brute-force optimum."""
+    rng = random.Random(10_000 + seed)
+    names = [f"c{i}" for i in range(rng.randint(3, 8))]
+    forms = ["Transpose", "QuantizeLinear", "DequantizeLinear", "NchwcReorderInput", "NchwcReorderOutput", "Conv"]
+    classes: dict[str, list[tuple[str, float, list[str]]]] = {}
+    for c in names:
+        classes[c] = []
+        for _ in range(rng.randint(1, 3)):
+            kids = [rng.choice(names) for _ in range(rng.randint(0, 3))]
+            classes[c].append((rng.choice(forms) if kids else "Conv", rng.choice([0.0, 0.5, 1.0, 2.0, 3.0, 7.0]), kids))
+    roots = rng.sample(names, rng.randint(1, 2))
+    nodes = {f"{c}.{i}": {"op": op, "cost": cost, "eclass": c, "children": [f"{k}.0" for k in kids]}
+             for c, ns in classes.items() for i, (op, cost, kids) in enumerate(ns)}
+    g = EGraph.from_json({"nodes": nodes, "root_eclasses": roots})
+    best = brute_force({c: [(cost, kids) for _, cost, kids in ns] for c, ns in classes.items()}, roots)
+    if best is None:
+        return
+    stopped = ILP(time_limit=1e-9, fix_layouts=False).extract(g, FileCosts())
+    assert stopped.lower_bound is None or stopped.lower_bound <= best + 1e-6
+    ex = ILP(time_limit=30, fix_layouts=False).extract(g, FileCosts())
+    check(g, ex.choice)
+    assert ex.status == "optimal"
+    assert ex.dag_cost == pytest.approx(best, abs=1e-6)
