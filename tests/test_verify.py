@@ -897,6 +897,29 @@ def test_a_rewrite_exact_on_the_random_draw_and_off_beyond_it_gets_no_scaled_all
     assert verify(original, original).status == "passed"
 
 
+def test_qdq_allowance_is_withheld_where_onnxruntime_fuses_an_average_pool_that_counts_otherwise():
+    # ceil_mode 1 with count_include_pad 1: onnxruntime's QLinearAveragePool divides a window
+    # past the end by another count than its float AveragePool (87 output steps here), and its
+    # own optimization fuses it so: the allowance passed the fused form, measured against itself
+    def model(body: str, ops: str = "") -> onnx.ModelProto:
+        return parse_model(f"""
+            <ir_version: 8, opset_import: ["" : 19{ops}]>
+            g (uint8[1, 3, 7, 7] x) => (uint8[1, 3, 3, 3] y)
+                <float s = {{0.05}}, uint8 z = {{100}}, float ys = {{0.03}}, uint8 yz = {{120}}> {{
+                {body}
+            }}""")
+    attrs = "kernel_shape = [2, 2], strides = [3, 3], ceil_mode = 1, count_include_pad = 1"
+    original = model(f"d = DequantizeLinear(x, s, z)\n a = AveragePool <{attrs}> (d)\n y = QuantizeLinear(a, ys, yz)")
+    fused = model(f"y = com.microsoft.QLinearAveragePool <{attrs}> (x, s, z, ys, yz)", ', "com.microsoft" : 1')
+    assert "AveragePool" in qdq_allowance_withheld(original)
+    v = verify(original, fused)
+    assert v.status == "failed" and "no QDQ allowance" in v.detail, v.detail
+    # without ceil_mode the two count alike: the allowance stays
+    assert qdq_allowance_withheld(model("d = DequantizeLinear(x, s, z)\n a = AveragePool "
+                                        "<kernel_shape = [2, 2], strides = [3, 3], count_include_pad = 1> (d)\n"
+                                        " y = QuantizeLinear(a, ys, yz)")) == ""
+
+
 def test_scaled_floats_skip_where_the_original_overflows():
     # exp(x * 100) overflows in a written-out softmax for x > 0.89, where a fused Softmax
     # (it subtracts the maximum) does not: not wrong there; elsewhere the tolerance holds

@@ -396,9 +396,11 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
     fuses with a bias it changes: an int32 bias, not all zeros, at another scale than
     x_scale * w_scale (QGemm adds it at x_scale * w_scale) or a float bias rounded to integers
     of x_scale * w_scale above a tenth of the output's step (a Gemm's output moved 178 and 41
-    steps, a Conv's 38). With either, the allowance accepted any program as far off."""
+    steps, a Conv's 38); or an AveragePool after a DequantizeLinear with ceil_mode 1 and
+    count_include_pad 1, which onnxruntime's QLinearAveragePool counts otherwise (up to 87
+    steps). With any, the allowance accepted any program as far off."""
     g = _QdqGraph(model.graph)
-    return g.scale_out_of_range() or g.bias_changed()
+    return g.scale_out_of_range() or g.bias_changed() or g.pool_miscounted()
 
 
 class _QdqGraph:
@@ -471,6 +473,21 @@ class _QdqGraph:
                 return (f"onnxruntime fuses {n.op_type} '{n.name or n.output[0]}' with its bias changed (an int32 "
                         "bias not at x_scale * w_scale, or a float bias it rounds at x_scale * w_scale above a tenth "
                         "of the output's step)")
+        return ""
+
+    def pool_miscounted(self) -> str:
+        """An AveragePool after a DequantizeLinear with ceil_mode 1 and count_include_pad 1:
+        onnxruntime fuses it into QLinearAveragePool, which divides a window that ceil_mode
+        adds past the end by another count than its float AveragePool (42 to 87 output steps
+        apart): what its own optimization moves there is no rounding."""
+        for n in self.nodes:
+            if n.op_type != "AveragePool" or n.domain not in ("", "ai.onnx") or not n.input:
+                continue
+            a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
+            d = self.producer.get(n.input[0])
+            if a.get("ceil_mode", 0) and a.get("count_include_pad", 0) and d is not None and self.qdq(d):
+                return (f"onnxruntime fuses AveragePool '{n.name or n.output[0]}' (ceil_mode and count_include_pad) "
+                        "into QLinearAveragePool, which counts a window past the end otherwise")
         return ""
 
     def _bias_kept(self, name: str, product: np.ndarray, qs: list) -> bool:
