@@ -800,7 +800,9 @@ def test_dilated_average_pool_is_not_fused():
     ("kernel_shape = [2, 2], strides = [2, 2], auto_pad = \"VALID\", ceil_mode = 1, count_include_pad = 1",
      "[1, 4, 4, 4]"),
     ("kernel_shape = [3, 3], strides = [2, 2], pads = [1, 1, 0, 0], ceil_mode = 1, count_include_pad = 1",
-     "[1, 4, 4, 4]")])
+     "[1, 4, 4, 4]"),
+    # any nonzero ceil_mode is on for onnxruntime
+    ("kernel_shape = [2, 2], strides = [3, 3], ceil_mode = -1, count_include_pad = 1", "[1, 4, 3, 3]")])
 def test_average_pool_with_ceil_mode_and_count_include_pad_is_not_fused(attrs, out_shape):
     # where ceil_mode adds a window past the end, onnxruntime's float AveragePool and its
     # com.microsoft.QLinearAveragePool count that window's divisor apart (42 to 87 output steps
