@@ -338,3 +338,42 @@ def test_onnxruntimes_own_channels_last_model_is_read_and_written_back(tmp_path)
     pool = next(x for x in res.model.graph.node if x.op_type == "NhwcMaxPool")
     assert list(attr(pool, "kernel_shape")) == [2, 2] and list(attr(pool, "strides")) == [2, 2]
     assert_same_outputs(theirs, res.model, ort_optimize=False)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_qdq_nets_compute_the_same_codes_channels_last_as_nchw(seed):
+    # The layout change is exact: on random QDQ nets of convolutions (grouped, depthwise),
+    # Adds, Muls, LeakyRelus (alpha negative or > 1), MaxPools between one scale and Concats,
+    # uint8 or int8, the program with channels-last forms gives bit for bit the outputs of the
+    # program fused in NCHW (onnxruntime's optimizations off on both)
+    from eqsat.verification import random_inputs, run
+
+    rng = np.random.default_rng(seed)
+    n = Net(seed=seed, in_type=[T.UINT8, T.INT8][seed % 2])
+    vals = [n.conv(n.x)]
+    for _ in range(6):
+        k, a = int(rng.integers(0, 7)), vals[int(rng.integers(len(vals)))]
+        if k <= 1:
+            v = n.conv(a, group=int(rng.choice([1, 4, C])))
+        elif k == 2:
+            v = n.op("Add", [a, vals[-1]])
+        elif k == 3:  # a Concat, then a 1x1 conv back to C channels
+            c = n.op("Concat", [a, vals[-1]], axis=1)
+            w = n.rng.integers(-60, 61, (C, 2 * C, 1, 1)).astype(np.int8)
+            wq, ws = n.const("w", w), n.const("ws", np.array(0.003, np.float32))
+            wz, wd, y = n.const("wz", np.array(0, np.int8)), n.name("wd"), n.name("y")
+            n.nodes += [helper.make_node("DequantizeLinear", [wq, ws, wz], [wd]),
+                        helper.make_node("Conv", [c, wd], [y])]
+            v = n.qdq(y, 0.05)
+        elif k == 4:
+            v = n.op("MaxPool", [a], scale=n.scales[a], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+        elif k == 5:
+            v = n.op("LeakyRelu", [a], alpha=float(rng.choice([-0.5, 0.1, 2.0])))
+        else:
+            v = n.op("Mul", [a, vals[-1]])
+        vals.append(v)
+    m = n.model(n.op("GlobalAveragePool", [vals[-1]]), out_shape=(1, C, 1, 1))
+    last, nchw = optimized(m, layout="nchwc").model, optimized(m, layout="nchw").model
+    feeds = random_inputs(m)
+    got, want = run(last, feeds, False), run(nchw, feeds, False)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
