@@ -415,14 +415,9 @@ class Roofline(CostModel):
         if op == "MatMulNBits":  # A [..., K] times the dequantized [K, N]: a product in float
             k = self.dim(egraph, inputs[0], -1) if inputs else None
             return 2.0 * out_n * (k or 1.0), "matmul"
-        if op in CONV and len(inputs) >= 2:
-            w = egraph.class_data.get(inputs[1], {}).get("shape")
-            per_out = 1.0
-            for d in (w or [])[1:]:
-                per_out *= d if d >= 0 else DEFAULT_DIM
-            return 2.0 * out_n * per_out, "matmul"
-        if op in QCONV and len(inputs) >= 4:
-            w = egraph.class_data.get(inputs[3], {}).get("shape")
+        if (op in CONV and len(inputs) >= 2) or (op in QCONV and len(inputs) >= 4):
+            # the filter: input 1, or 3 of an 8-bit convolution (x x_scale x_zero_point w ...)
+            w = egraph.class_data.get(inputs[1 if op in CONV else 3], {}).get("shape")
             per_out = math.prod((d if d >= 0 else DEFAULT_DIM for d in (w or [])[1:]), start=1.0)
             return 2.0 * out_n * per_out, "matmul"
         if op in ATTENTION and inputs:
