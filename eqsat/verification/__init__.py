@@ -407,15 +407,19 @@ class _QdqGraph:
     """The constants, producers and readers of a graph's values, for qdq_allowance_withheld."""
 
     def __init__(self, graph) -> None:
+        from eqsat.core.encode import NotTyped, constant_node_tensor
+
         self.nodes = list(graph.node)
         self.consts: dict[str, object] = {t.name: t for t in graph.initializer}
         for n in self.nodes:
-            if n.op_type != "Constant" or not n.output or not n.attribute:
+            if n.op_type != "Constant" or not n.output:
                 continue
-            if n.attribute[0].name == "value":
-                self.consts[n.output[0]] = n.attribute[0].t
-            elif n.attribute[0].name in ("value_float", "value_floats"):
-                self.consts[n.output[0]] = np.asarray(onnx.helper.get_attribute_value(n.attribute[0]), np.float32)
+            try:
+                t = constant_node_tensor(n)  # each of its forms (value, value_float, value_floats, ...)
+            except NotTyped:  # several attributes, or an unknown one: not a constant known here
+                continue
+            if t is not None:
+                self.consts[n.output[0]] = t
         self.producer = {o: n for n in self.nodes for o in n.output}
         self.readers: dict[str, list] = {}
         for n in self.nodes:
