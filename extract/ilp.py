@@ -40,15 +40,10 @@ Need rows. Every program has them (_need_rows): where every node of a class need
 directly or through its descendants (in one layout or another), the value's classes choose
 at least as much as the class. Without them the LP relaxation spreads a class over
 alternatives with different children that all lead back to one value, and pays that value
-only at the fraction each alternative is chosen, compounding layer by layer: over every
-layout its bound fell to a few percent of the optimum; on QDQ graphs, where a Q or DQ moved
-past a Reshape or Transpose makes two forms of each value (and Q(DQ(x)) = x cycles between
-them), to 4 % (QDQ shufflenet_v2_x1_0: LP 116 against 2,684, 60 s and a 17-26 % gap; with
-the rows LP 1,853, proven optimal in 2-3 s). A value's forms are one group (FORMS: its
-layouts, Transposes, Q and DQ; with channels-last QLinearConv each value has u8, s8, float,
-NCHW and NHWC forms), with a variable that says it is computed: without the forms the
-relaxation spread each value over them (channels-last QDQ shufflenet_v2_x1_0: LP 2,092
-against 3,267, 60 s and a 3 % gap; with them LP 3,129, proven optimal in about 1 s).
+only at the fraction each alternative is chosen, compounding layer by layer. A value's forms
+(FORMS: its layouts, Transposes, Q and DQ, between which Q(DQ(x)) = x and
+Transpose(Transpose(x)) = x cycle) are one group, with a variable that says the value is
+computed. The bounds they gave are in benchmarks/results/extraction.md.
 
 Work. Where the e-graph records the input program (eqsat.input_nodes), one more row bounds
 the chosen contractions (convolutions, products, attention) by the input's
@@ -75,11 +70,8 @@ from .work import contraction_bound, contractions
 
 TERM_SORTS = ("Op", "OpList", "")
 # Ops that give their first child's value in another form, computing nothing new: the need rows
-# group each value with its forms (_value_groups). Layout reorders (NCHWc), Transposes (channels
-# last, rules/qdq_nhwc.egg; Transpose(Transpose(x)) = x) and Q / DQ (Q(DQ(x)) = x): without the
-# last two, QDQ shufflenet_v2_x1_0's channels-last e-graph had its relaxation at 2,092 against
-# the optimum 3,267 (each value's forms, u8 and s8, NCHW and NHWC, spread its need thinner at
-# every shuffle) and the ILP ran out of 60 s with a 3 % gap.
+# group each value with its forms (_value_groups): layout reorders (NCHWc), Transposes
+# (channels last, rules/qdq_nhwc.egg) and Q / DQ.
 FORMS = REORDERS | {"Transpose", "QuantizeLinear", "DequantizeLinear"}
 # DAG greedy's sets of nodes grow with the depth of the model: its time is quadratic (50 s on
 # a 10k-node transformer's 47k e-nodes, where the ILP takes 16 s); above this it is no fallback.
@@ -450,9 +442,7 @@ class _Program:
         Transpose(Transpose(x)) = x) each at a fraction, the value computed nowhere. Only
         the nearest groups are rows, of a class or of a group: those no other needed group
         needs (the rest follow through the group's rows), and none that the child-class rows
-        already give. The rows are linear in the classes: a row from each class to every
-        group below it, as the groups of several forms made them, was 404,439 rows on QDQ
-        efficientnet_b0 (10,566 without the forms)."""
+        already give, so the rows grow linearly with the classes."""
         import numpy as np
 
         group = _value_groups(egraph, {c: [self.nodes[i] for i in self.by_class[c]] for c in self.classes})
