@@ -28,13 +28,13 @@ one only up to DAG_GREEDY_MAX_NODES e-nodes; the bound is the best one proven, t
 relaxation's where no solve finished). The notes say which.
 
 Layouts. Where the e-graph holds a value both in NCHW and in onnxruntime's channel-blocked
-layout (rules/layout.egg), the ILP fixes each value's layout from the greedy answer before
-the program is built (fix_layouts: fast, never worse than the greedy answer, optimal for
-that layout choice, and the notes say so). `ILP(fix_layouts=False)` (the extractor
-ilp-layouts, extract/ilp_layouts.py) chooses the layouts with everything else (_joint):
-that program first, then the program over every layout in the time left, returning the
-latter's answer where it is proven optimal, else the better of the two with the latter's
-lower bound and gap.
+layout (rules/layout.egg), the ILP chooses the layouts with everything else (_joint): it
+solves the program with each value's layout fixed from the greedy answer first (fast: its
+LP relaxation is tight), then the program over every layout in the time left, and returns
+the latter's answer where it is proven optimal, else the better of the two with status
+`gap` and the bound over every layout. `ILP(fix_layouts=True)` (the extractor
+ilp-fixed-layouts, extract/ilp_fixed_layouts.py) solves only the first: optimal for that
+layout choice, and its notes say so.
 
 Need rows. Every program has them (_need_rows): where every node of a class needs a value,
 directly or through its descendants (in one layout or another), the value's classes choose
@@ -93,12 +93,12 @@ class ILP(Extractor):
     name = "ilp"
     optimal = True
 
-    def __init__(self, time_limit: float = 60.0, fix_layouts: bool = True, bound_work: bool = True) -> None:
+    def __init__(self, time_limit: float = 60.0, fix_layouts: bool = False, bound_work: bool = True) -> None:
         self.time_limit = time_limit
         self.bound_work = bound_work  # no more contractions than the input program, where the e-graph records it
-        # True: decide NCHW / NCHWc per e-class from the greedy answer and solve only that
-        # (fix_layouts()); False: that first, then the program over every layout (_joint;
-        # the extractor ilp-layouts)
+        # False (the ilp extractor): the program with the layouts fixed from the greedy answer
+        # first, then the program over every layout (_joint); True: only the first
+        # (fix_layouts(); the extractor ilp-fixed-layouts)
         self.fix_layouts = fix_layouts
         self.lazy_rounds = 20  # rounds of lazy cycle cuts before order variables on the cyclic part
 

@@ -8,18 +8,20 @@ from . import plugins
 from .base import Extractor
 from .dag_greedy import DagGreedy
 from .ilp import ILP
-from .ilp_layouts import ILPLayouts
+from .ilp_fixed_layouts import ILPFixedLayouts
 from .tree_greedy import TreeGreedy
 
 # the shipped ones; installed packages add theirs under eqsat.extractors (extract/plugins.py)
-EXTRACTORS: dict[str, type[Extractor]] = {cls.name: cls for cls in (TreeGreedy, DagGreedy, ILP, ILPLayouts)}
+EXTRACTORS: dict[str, type[Extractor]] = {cls.name: cls for cls in (TreeGreedy, DagGreedy, ILP, ILPFixedLayouts)}
 DEFAULT = ILP.name
+# names of earlier releases: ilp-layouts chose the layouts with everything else, as ilp now does
+ALIASES = {"ilp-layouts": ILP.name}
 
 
 def extractor_class(name: str) -> type[Extractor]:
     """The extractor class of that name: registered, or from an installed plugin.
     KeyError lists every name there is; PluginError says which package failed."""
-    return plugins.find(plugins.EXTRACTOR_GROUP, name, Extractor, EXTRACTORS, "extractor")
+    return plugins.find(plugins.EXTRACTOR_GROUP, ALIASES.get(name, name), Extractor, EXTRACTORS, "extractor")
 
 
 def get_extractor(name: str, time_limit: float | None = None) -> Extractor:

@@ -602,7 +602,7 @@ def test_results_are_written_as_a_plain_write_would(capsys, tmp_path):
 @pytest.mark.parametrize("option, value, message", [
     ("--cost-model", "nope",
      "unknown cost model 'nope'; choose one of roofline, node-count, measured, file-costs, learned"),
-    ("--extractor", "nope", "unknown extractor 'nope'; choose one of tree-greedy, dag-greedy, ilp, ilp-layouts"),
+    ("--extractor", "nope", "unknown extractor 'nope'; choose one of tree-greedy, dag-greedy, ilp, ilp-fixed-layouts"),
     ("--hardware", "nope", "no hardware profile 'nope' (known: cpu, cpu-avx2, h200, or a .json path)"),
 ])
 def test_bad_option_fails_before_the_model_is_read(capsys, tmp_path, option, value, message):

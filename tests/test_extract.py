@@ -124,8 +124,18 @@ def test_deep_reuse_past_float_range_still_extracts(name):
 def test_registry_says_which_extractors_are_optimal():
     assert "tree-greedy" in EXTRACTORS and EXTRACTORS["tree-greedy"].optimal is False
     assert EXTRACTORS["ilp"].optimal is True
+    # exact only for the layouts it fixed from the greedy answer
+    assert EXTRACTORS["ilp-fixed-layouts"].optimal is False
     with pytest.raises(KeyError, match="unknown extractor"):
         get_extractor("nope")
+
+
+def test_the_earlier_name_ilp_layouts_is_the_ilp():
+    """ilp-layouts chose the layouts with everything else before ilp did; old command lines
+    get the ILP, and the name is not listed as an extractor of its own."""
+    ex = get_extractor("ilp-layouts")
+    assert type(ex).name == "ilp" and ex.fix_layouts is False
+    assert "ilp-layouts" not in EXTRACTORS
 
 
 @st.composite

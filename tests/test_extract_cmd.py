@@ -38,10 +38,11 @@ def test_a_choice_made_from_the_saved_egraph_decodes_to_what_optimize_makes(caps
         assert rc == 0, err
         assert f": {extractor}" in out and f" under {cost}: " in out
         if extractor == "ilp":  # the demo's convolutions put both layouts in the e-graph: the ILP says so
-            assert "proven optimal for the fixed layouts" in out and "(optimal)" not in out
-            rc, out, err = run_cli(capsys, "extract", egraph, "--extractor", "ilp-layouts", "--cost-model", cost)
+            assert "proven optimal over every layout choice" in out
+            rc, out, err = run_cli(capsys, "extract", egraph, "--extractor", "ilp-fixed-layouts", "--cost-model", cost)
             assert rc == 0, err
-            assert ": ilp-layouts under" in out and "proven optimal over every layout choice" in out
+            assert ": ilp-fixed-layouts under" in out and "proven optimal for the fixed layouts" in out
+            assert "(optimal)" not in out
         data = json.loads(choice.read_text())
         assert data["extractor"] == extractor and data["cost_model"] == cost and data["egraph_digest"]
         rc, out, err = run_cli(capsys, "extract", egraph, "--check", choice, "--cost-model", cost)
@@ -184,7 +185,7 @@ def test_usage_errors(capsys, tmp_path, saved):
                          tmp_path / "d.json")
     assert rc == 2 and "-o writes one choice" in err and not (tmp_path / "d.json").exists()
     rc, _, err = run_cli(capsys, "extract", egraph, "--extractor", "nope")
-    assert rc == 2 and "unknown extractor 'nope'; choose one of tree-greedy, dag-greedy, ilp, ilp-layouts" in err
+    assert rc == 2 and "unknown extractor 'nope'; choose one of tree-greedy, dag-greedy, ilp, ilp-fixed-layouts" in err
 
 
 def test_a_choice_file_is_read_before_any_work(capsys, tmp_path, saved):

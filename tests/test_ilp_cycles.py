@@ -245,16 +245,15 @@ def layered_egraph(rng: random.Random) -> tuple[dict, dict[str, list[str]], list
 
 @pytest.mark.parametrize("seed", range(40))
 def test_layouts_chosen_with_the_rest_match_brute_force(seed):
-    """ilp-layouts (the need rows, the fixed-layout stage, then the program over every
-    layout) proves the same optimum as brute force over every acyclic choice."""
-    from eqsat.extract.ilp_layouts import ILPLayouts
+    """The ILP (the need rows, the fixed-layout stage, then the program over every layout)
+    proves the same optimum as brute force over every acyclic choice."""
 
     classes, ops, roots = layered_egraph(random.Random(seed))
     nodes = {f"{c}.{i}": {"op": ops[c][i], "cost": cost, "eclass": c, "children": [f"{k}.0" for k in kids]}
              for c, ns in classes.items() for i, (cost, kids) in enumerate(ns)}
     g = EGraph.from_json({"nodes": nodes, "root_eclasses": roots})
     best = brute_force(classes, roots)
-    ex = ILPLayouts(time_limit=30).extract(g, FileCosts())
+    ex = ILP(time_limit=30).extract(g, FileCosts())
     check(g, ex.choice)
     assert ex.status == "optimal", ex.notes
     assert any("over every layout choice" in n for n in ex.notes), ex.notes

@@ -134,7 +134,7 @@ def test_an_installed_extractor_and_cost_model_run_by_name(tmp_path, model_path)
     p = subprocess.run([sys.executable, "-m", "eqsat", "optimize", str(model_path), "--extractor", "first-node"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 2
-    assert "unknown extractor 'first-node'; choose one of tree-greedy, dag-greedy, ilp, ilp-layouts" in p.stderr
+    assert "unknown extractor 'first-node'; choose one of tree-greedy, dag-greedy, ilp, ilp-fixed-layouts" in p.stderr
 
 
 def test_an_extractors_own_cost_figures_are_not_taken_on_trust(tmp_path, model_path):
@@ -162,7 +162,7 @@ def test_an_unknown_name_lists_the_installed_plugins_too(tmp_path, model_path):
     install(site, "mine", PLUGIN, "[eqsat.extractors]\nfirst-node = mine:FirstNode\n")
     p = eqsat(site, "optimize", model_path, "--extractor", "fist-node")
     assert p.returncode == 2
-    assert ("unknown extractor 'fist-node'; choose one of tree-greedy, dag-greedy, ilp, ilp-layouts, "
+    assert ("unknown extractor 'fist-node'; choose one of tree-greedy, dag-greedy, ilp, ilp-fixed-layouts, "
             "first-node") in p.stderr
 
 

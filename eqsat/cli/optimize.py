@@ -91,10 +91,10 @@ def _limits(o: argparse.ArgumentParser) -> None:
 
 def _extraction(o: argparse.ArgumentParser) -> None:
     o.add_argument("--extractor", default=EXTRACTOR_DEFAULT,
-                   help="extraction algorithm: ilp (default, exact DAG cost, each value's layout fixed from the "
-                        "greedy answer), ilp-layouts (the layouts chosen too: proven optimal over every layout or "
-                        "a gap), dag-greedy, tree-greedy, or one an installed package declares (eqsat.extractors "
-                        "entry points; docs/extraction.md)")
+                   help="extraction algorithm: ilp (default, exact DAG cost, the layouts chosen with the rest: "
+                        "proven optimal or a gap), ilp-fixed-layouts (each value's layout fixed from the greedy "
+                        "answer first: faster, optimal for those layouts only), dag-greedy, tree-greedy, or one an "
+                        "installed package declares (eqsat.extractors entry points; docs/extraction.md)")
     o.add_argument("--extract-time-limit", type=positive_float, default=EXTRACT_TIME_LIMIT, metavar="S",
                    help="seconds for the ILP extractor; past it the best answer found, or the greedy one "
                         f"(default {EXTRACT_TIME_LIMIT:g})")

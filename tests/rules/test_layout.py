@@ -8,8 +8,8 @@ on by default for target ort. Channels that are not multiples of the block, targ
 the layout turned off (`--layout nchw`, EQSAT_NCHWC=0), and a hardware profile without the
 layout leave the model in NCHW, except that a conv whose output channels are not whole
 blocks may compute them padded to the block (as onnxruntime does), cropped by ReorderOutput. The
-exact extractor fixes the layouts from the greedy answer before solving (extract/ilp.py, fix_layouts);
-ilp-layouts chooses them with everything else."""
+exact extractor chooses them with everything else; ilp-fixed-layouts fixes them from the greedy
+answer before solving (extract/ilp.py, fix_layouts)."""
 
 from __future__ import annotations
 
@@ -686,24 +686,24 @@ def test_environment_turns_it_off(monkeypatch):
           not_fired=["nchwc-candidate-conv", "nchwc-conv"])
 
 
-def test_ilp_fixes_the_layouts_and_loses_nothing_here(blocked):
-    """The default ILP decides each value's layout from the greedy answer, then solves the
+def test_ilp_fixed_layouts_loses_nothing_here(blocked):
+    """ilp-fixed-layouts decides each value's layout from the greedy answer, then solves the
     rest exactly (extract/ilp.py, fix_layouts); its report says so. On this small network
-    the answer costs what ilp-layouts proves optimal over every layout choice."""
+    the answer costs what the default ILP proves optimal over every layout choice."""
     from eqsat.core.pipeline import cost_model, saturate
     from eqsat.extract import check as check_choice
     from eqsat.extract.ilp import ILP
-    from eqsat.extract.ilp_layouts import ILPLayouts
+    from eqsat.extract.ilp_fixed_layouts import ILPFixedLayouts
 
     st = saturate(_resnet_like(2 * blocked), Options())
     cost = cost_model(st.settings)
-    fixed = ILP(60.0).extract(st.egraph, cost)
-    free = ILPLayouts(60.0).extract(st.egraph, cost)
+    fixed = ILPFixedLayouts(60.0).extract(st.egraph, cost)
+    free = ILP(60.0).extract(st.egraph, cost)
     check_choice(st.egraph, fixed.choice)
     assert any("layouts fixed" in n for n in fixed.notes), fixed.notes
     assert not any("layouts fixed" in n for n in free.notes)
     assert free.status == "optimal" and any("over every layout choice" in n for n in free.notes), free.notes
-    assert (fixed.extractor, free.extractor) == ("ilp", "ilp-layouts")
+    assert (fixed.extractor, free.extractor) == ("ilp-fixed-layouts", "ilp")
     assert fixed.dag_cost == pytest.approx(free.dag_cost, rel=1e-12)
     assert any(st.egraph.nodes[n].op == "NchwcConv" for n in fixed.choice.values())
 

@@ -16,9 +16,9 @@ both. Where onnxruntime lacks the kernels (no onnxruntime, a CPU without AVX2) t
 says 0 and the model stays NCHW. A model that holds NCHWc ops and blocked filters runs
 correctly only where onnxruntime has the same block size, on its CPU execution provider
 (as onnxruntime's own saved ORT_ENABLE_ALL models): use `--layout nchw` for a model meant
-for another machine or provider. The exact (ILP) extractor fixes each value's layout from
-the greedy answer before solving (extract/ilp.py, fix_layouts): its optimum is then one for
-that layout choice; `--extractor ilp-layouts` chooses the layouts too. `EQSAT_NCHWC_BLOCK=N`
+for another machine or provider. The exact (ILP) extractor chooses each value's layout with the
+rest of the program (extract/ilp.py); `--extractor ilp-fixed-layouts` fixes them from the
+greedy answer first. `EQSAT_NCHWC_BLOCK=N`
 forces a block size (tests).
 Channels-last quantized convolutions (com.microsoft.QLinearConv with channels_last = 1, as
 onnxruntime's NhwcTransformer writes them; rules/qdq_nhwc.egg): for `ort` unless `--layout
