@@ -36,6 +36,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.backends.ort.latency import compare
+from eqsat.backends.ort.qlinear_conv import qlinear_conv_model
 from eqsat.backends.ort.target import NCHWC_DOMAIN, nchwc_block
 from eqsat.oracle.layout import reorder_filter
 
@@ -238,16 +239,10 @@ def qconv_model(c: int, k: int, pixels: int, group: int) -> tuple:
     rng = np.random.default_rng(0)
     shape = [1, pixels, pixels, c]
     consts = {"w": rng.integers(-60, 61, (c, c // group, k, k)).astype(np.int8),
-              "xs": np.array(0.02, np.float32), "xz": np.array(128, np.uint8),
-              "ws": np.array(0.01, np.float32), "wz": np.array(0, np.int8),
-              "ys": np.array(0.05, np.float32), "yz": np.array(128, np.uint8)}
-    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"],
-                            domain="com.microsoft", channels_last=1, kernel_shape=[k, k], pads=[k // 2] * 4,
-                            group=group)
-    g = helper.make_graph([node], "qconv", [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
-                          [helper.make_tensor_value_info("y", TensorProto.UINT8, shape)],
-                          [numpy_helper.from_array(v, n) for n, v in consts.items()])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+              "x_scale": np.float32(0.02), "x_zero_point": np.uint8(128),
+              "w_scale": np.float32(0.01), "w_zero_point": np.int8(0),
+              "y_scale": np.float32(0.05), "y_zero_point": np.uint8(128)}
+    model = qlinear_conv_model(shape, consts, channels_last=1, kernel_shape=[k, k], pads=[k // 2] * 4, group=group)
     return model, {"x": rng.integers(0, 256, shape).astype(np.uint8)}
 
 

@@ -111,17 +111,13 @@ def _probe_u8s8() -> bool:
         import numpy as np
         import onnxruntime as ort
 
+        from eqsat.backends.ort.qlinear_conv import qlinear_conv_model
+
         c = 64
-        consts = [helper.make_tensor("w", TensorProto.INT8, [1, c, 1, 1], [-128] * c),
-                  helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
-                  helper.make_tensor("ys", TensorProto.FLOAT, [], [16000.0]),
-                  helper.make_tensor("xz", TensorProto.UINT8, [], [0]),
-                  helper.make_tensor("wz", TensorProto.INT8, [], [0]),
-                  helper.make_tensor("yz", TensorProto.UINT8, [], [255])]
-        node = helper.make_node("QLinearConv", ["x", "one", "xz", "w", "one", "wz", "ys", "yz"], ["y"])
-        g = helper.make_graph([node], "probe", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, c, 1, 1])],
-                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], consts)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        m = qlinear_conv_model([1, c, 1, 1], {"w": np.full((1, c, 1, 1), -128, np.int8), "x_scale": np.float32(1),
+                                              "x_zero_point": np.uint8(0), "w_scale": np.float32(1),
+                                              "w_zero_point": np.int8(0), "y_scale": np.float32(16000),
+                                              "y_zero_point": np.uint8(255)})
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.log_severity_level = 3
