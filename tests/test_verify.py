@@ -13,7 +13,7 @@ import pytest
 
 from eqsat.verification import compare, qdq_allowance_withheld, tolerance, verification_dims, verify
 
-from .conftest import parse_model
+from .conftest import parse_model, run_cli
 
 
 def test_batch_and_sequence_get_different_sizes_so_confusing_them_shows():
@@ -684,8 +684,6 @@ def test_a_qdq_model_with_a_large_element_does_not_hide_a_wrong_output(body, tmp
     # 1e8, in a model with a QuantizeLinear: the allowance took 4 ulps of 1e8 (47) as slack for
     # every element, and `eqsat optimize --rules` wrote the Cos with exit 0. A float output
     # beside quantized ones gets no allowance at all; a quantized one gets it element by element
-    from .conftest import run_cli  # noqa: PLC0415
-
     m = parse_model(SIN_BESIDE_QDQ.format(op="Sin", body=body))
     wrong = parse_model(SIN_BESIDE_QDQ.format(op="Cos", body=body))
     assert verify(m, m).status == "passed"
@@ -696,6 +694,34 @@ def test_a_qdq_model_with_a_large_element_does_not_hide_a_wrong_output(body, tmp
                                       '(rewrite (Sin x) (Cos x) :ruleset sin-cos :name "sin-cos")\n')
     rc, _, _ = run_cli(capsys, "optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"),
                        "--rules", str(tmp_path / "sin.egg"), "-q")
+    assert rc != 0 and not (tmp_path / "o.onnx").exists()
+
+
+DOUBLE_QDQ = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[1000] x) => (float[1000] y) <float s1 = {0.01}, float s2 = {1.0}, uint8 z = {128}> {
+        a = QuantizeLinear(x, s1, z)
+        b = DequantizeLinear(a, s1, z)
+        %s
+    }"""
+
+
+def test_qdq_allowance_does_not_take_onnxruntimes_removal_of_a_double_pair_at_other_scales(tmp_path, capsys):
+    # Q(s1 = 0.01) -> DQ -> Q(s2 = 1) -> DQ: onnxruntime's DoubleQDQPairsRemover makes it one
+    # pair at 0.01, outputs up to half of s2 (50 steps of 0.01) from the original; an allowance
+    # measured against it accepted a rule file's DQ(Q(b, s2), s2) -> b with exit 0
+    m = parse_model(DOUBLE_QDQ % "c = QuantizeLinear(b, s2, z)\n y = DequantizeLinear(c, s2, z)")
+    dropped = parse_model(DOUBLE_QDQ % "y = Identity(b)")
+    assert verify(m, m).status == "passed"
+    assert verify(m, dropped).status == "failed"
+    onnx.save(m, tmp_path / "m.onnx")
+    (tmp_path / "drop.egg").write_text(
+        "(ruleset drop)\n; DQ(Q(DQ(y, s1, z), s2, z), s2, z) -> DQ(y, s1, z), unsound\n"
+        "(rule ((= e (QuantizeLinear d s2 z ax 0 0 0 sat)) (= d (DequantizeLinear y s1 z ax 0 0))\n"
+        "       (= f (DequantizeLinear e s2 z ax 0 0)))\n"
+        '      ((union f d)) :ruleset drop :name "double-qdq-drop")\n')
+    rc, _, _ = run_cli(capsys, "optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"),
+                       "--rules", str(tmp_path / "drop.egg"), "-q")
     assert rc != 0 and not (tmp_path / "o.onnx").exists()
 
 

@@ -301,8 +301,11 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
 # removes every DequantizeLinear -> QuantizeLinear pair of one scale and zero point, also where
 # it is no identity (a float32 scale of 6.8e36 overflows (y - z) * s for |y - z| > 50, which
 # Q saturates; a float16 one rounds int16 codes above 2048): with it, the allowance accepted
-# the same pair removed by a rewrite, on any input
-QDQ_UNSOUND_TRANSFORMERS = ["QDQFinalCleanupTransformer"]
+# the same pair removed by a rewrite, on any input. DoubleQDQPairsRemover makes
+# Q(s1) -> DQ -> Q(s2) -> DQ one pair at one of the scales: with s1 = 0.01 and s2 = 1 its outputs
+# lay up to half of s2 (50 steps of s1) from the original, and the allowance accepted a rule
+# file's removal of the second pair
+QDQ_UNSOUND_TRANSFORMERS = ["QDQFinalCleanupTransformer", "DoubleQDQPairsRemover"]
 # and its DequantizeLinear -> MatMul fusion into MatMulNBits computes in float32 there (accuracy
 # level 1), not with activations rounded to int8 (its default, 4): in a model with a
 # QuantizeLinear elsewhere, a 4-bit weight-only MatMul's output moved by 0.028 with it, and a
