@@ -746,6 +746,28 @@ def test_qdq_allowance_is_withheld_where_onnxruntimes_own_fusion_is_no_rounding_
     assert "no QDQ allowance: the scale of" in v.detail
 
 
+@pytest.mark.parametrize("computed", ["Identity(ys0)", "Mul(ys0, one)", "Constant <value_float = 0.0> ()",
+                                      "com.microsoft.Gelu(ys0)"])
+def test_qdq_allowance_is_withheld_where_a_scale_is_computed_from_constants(computed):
+    # an output scale of 0 computed from constants (Identity, Mul by 1): onnxruntime folds it
+    # and fuses QLinearAdd, 255 codes off, and the check read only stored constants: a
+    # QLinearAdd with that scale (a rule file's, unguarded) passed as no farther. One this check
+    # cannot compute (an onnxruntime op's) withholds the allowance too
+    text = """
+        <ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+        g (uint8[4, 64] a, uint8[4, 64] b) => (uint8[4, 64] y) <float s = {{0.05}}, float ys0 = {{0.0}},
+                                                                float one = {{1.0}}, uint8 z = {{128}}> {{
+            ys = {computed}
+            {body}
+        }}"""
+    m = parse_model(text.format(computed=computed, body="ad = DequantizeLinear(a, s, z)\n"
+                                " bd = DequantizeLinear(b, s, z)\n c = Add(ad, bd)\n y = QuantizeLinear(c, ys, z)"))
+    fused = parse_model(text.format(computed=computed, body="y = com.microsoft.QLinearAdd(a, s, z, b, s, z, ys, z)"))
+    assert "the scale of QuantizeLinear" in qdq_allowance_withheld(m)
+    v = verify(m, fused)
+    assert v.status == "failed" and v.requantized, v.detail
+
+
 def test_qdq_allowance_reads_scales_of_constant_nodes_in_each_form():
     # Constant <value_float = 0>: the same zero scale as an initializer or a Constant <value = ...>
     for scale in ("value_float = 0.0", "value_floats = [0.0]", "value = float {0.0}"):

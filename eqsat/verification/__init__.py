@@ -18,6 +18,7 @@ import onnx
 from onnx import ModelProto
 
 from eqsat.backends.ort.sessions import ort, session  # noqa: F401 - ort is imported from here too (eqsat.plan.execute)
+from eqsat.core.randomness import RANDOM_OPS
 from eqsat.errors import EqsatError
 from eqsat.verification.feeds import SCALED, Feeds
 
@@ -397,6 +398,8 @@ class QdqAllowance:
 # normal, and so do the fused kernels' ratios of scales. An int32 DequantizeLinear (a bias) is
 # scaled by x_scale * w_scale: the range squared.
 REQUANT_SCALE_RANGE = (2.0 ** -60, 2.0 ** 30)
+# the largest input (elements) _QdqGraph folds to learn a scale computed from constants
+FOLD_ELEMENTS = 4096
 # ops whose QDQ fusion adds the bias (input 2) in the accumulator's integers
 BIASED_QDQ_OPS = ("Conv", "ConvTranspose", "Gemm")
 
@@ -461,22 +464,65 @@ class _QdqGraph:
             if t is not None:
                 self.consts[n.output[0]] = t
         self.producer = {o: n for n in self.nodes for o in n.output}
+        self.folded: dict[str, np.ndarray | None] = {}
         self.readers: dict[str, list] = {}
         for n in self.nodes:
             for i in n.input:
                 self.readers.setdefault(i, []).append(n)
 
     def value(self, name: str) -> np.ndarray | None:
-        """The constant `name`'s array; None where it is not a constant held in the model."""
+        """The constant `name`'s array: stored in the model, or computed from stored constants
+        by nodes of small inputs (FOLD_ELEMENTS), as onnxruntime's constant folding computes
+        it before its QDQ fusions (an output scale of Identity(0) or 0 * 1 is a scale of 0
+        there); None where it is not known here."""
+        if name in self.folded:
+            return self.folded[name]
         t = self.consts.get(name)
         if isinstance(t, np.ndarray):
             return t
-        if not isinstance(t, onnx.TensorProto) or t.data_location == onnx.TensorProto.EXTERNAL:
+        if isinstance(t, onnx.TensorProto):
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                return None
+            try:
+                return onnx.numpy_helper.to_array(t)
+            except Exception:  # noqa: BLE001 - an unreadable constant: not known
+                return None
+        self.folded[name] = None  # while it is computed (and where it cannot be)
+        self.folded[name] = self._fold(name)
+        return self.folded[name]
+
+    def _fold(self, name: str) -> np.ndarray | None:
+        n = self.producer.get(name)
+        graphs = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        if (n is None or n.domain not in ("", "ai.onnx") or n.op_type in RANDOM_OPS
+                or any(a.type in graphs for a in n.attribute)):
+            return None
+        ins = [self.value(i) if i else None for i in n.input]
+        if any(i and (v is None or v.size > FOLD_ELEMENTS) for i, v in zip(n.input, ins, strict=True)):
             return None
         try:
-            return onnx.numpy_helper.to_array(t)
-        except Exception:  # noqa: BLE001 - an unreadable constant: not known
+            from onnx.reference import ReferenceEvaluator
+
+            outs = ReferenceEvaluator(n).run(None, {i: v for i, v in zip(n.input, ins, strict=True) if i})
+            return np.asarray(dict(zip(n.output, outs, strict=False))[name])
+        except Exception:  # noqa: BLE001 - an op the reference cannot compute: not known
             return None
+
+    def computed_from_constants(self, name: str) -> bool:
+        """Whether `name` depends on no graph input (onnxruntime folds it to a constant)."""
+        from eqsat.core.scopes import implicit_inputs
+
+        seen, todo = set(), [name]
+        while todo:
+            v = todo.pop()
+            if v in seen or v in self.consts:
+                continue
+            seen.add(v)
+            n = self.producer.get(v)
+            if n is None or n.op_type in RANDOM_OPS:
+                return False  # a graph input, or a value that differs per run
+            todo += [i for i in n.input if i] + implicit_inputs(n)
+        return True
 
     @staticmethod
     def qdq(n) -> bool:
@@ -494,6 +540,9 @@ class _QdqGraph:
         lo, hi = REQUANT_SCALE_RANGE
         for n in self.nodes:
             s = self.value(n.input[1]) if self.qdq(n) and len(n.input) > 1 else None
+            if s is None and self.qdq(n) and len(n.input) > 1 and self.computed_from_constants(n.input[1]):
+                return (f"the scale of {n.op_type} '{n.name or n.output[0]}' is computed from constants that "
+                        "onnxruntime folds and this check cannot (its fusions may take any scale)")
             if s is None or s.size == 0 or s.dtype.kind != "f":
                 continue
             x = self.value(n.input[0])
