@@ -768,6 +768,22 @@ def test_qdq_allowance_is_withheld_where_a_scale_is_computed_from_constants(comp
     assert v.status == "failed" and v.requantized, v.detail
 
 
+@pytest.mark.parametrize("scale", [0.0, 0.1])
+def test_qdq_allowance_check_follows_chains_thousands_of_nodes_deep(scale):
+    # the scale 3000 Identities from its constant, the quantized value 3000 Relus from the
+    # input: computed in graph order, not by recursion (which ran out of stack)
+    from onnx import TensorProto, helper  # noqa: PLC0415
+
+    nodes = [helper.make_node("Relu", ["x" if i == 0 else f"h{i - 1}"], [f"h{i}"]) for i in range(3000)]
+    nodes += [helper.make_node("Identity", [f"s{i}"], [f"s{i + 1}"]) for i in range(3000)]
+    nodes.append(helper.make_node("QuantizeLinear", ["h2999", "s3000"], ["y"]))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, [4])],
+                          [helper.make_tensor("s0", TensorProto.FLOAT, [], [scale])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert ("the scale of QuantizeLinear" in qdq_allowance_withheld(m)) == (scale == 0.0)
+
+
 def test_qdq_allowance_reads_scales_of_constant_nodes_in_each_form():
     # Constant <value_float = 0>: the same zero scale as an initializer or a Constant <value = ...>
     for scale in ("value_float = 0.0", "value_floats = [0.0]", "value = float {0.0}"):

@@ -398,8 +398,15 @@ class QdqAllowance:
 # normal, and so do the fused kernels' ratios of scales. An int32 DequantizeLinear (a bias) is
 # scaled by x_scale * w_scale: the range squared.
 REQUANT_SCALE_RANGE = (2.0 ** -60, 2.0 ** 30)
-# the largest input (elements) _QdqGraph folds to learn a scale computed from constants
-FOLD_ELEMENTS = 4096
+# what _QdqGraph folds to learn a scale computed from constants: ops whose output is no larger
+# than their inputs broadcast together (not ConstantOfShape, Expand, Tile, Range), each input of
+# at most FOLD_ELEMENTS elements
+FOLD_ELEMENTS = 1024
+FOLD_OPS = frozenset({
+    "Abs", "Add", "Cast", "CastLike", "Ceil", "Clip", "Concat", "Constant", "Div", "Erf", "Exp", "Flatten", "Floor",
+    "Gather", "Identity", "Log", "Max", "Mean", "Min", "Mul", "Neg", "Pow", "Reciprocal", "ReduceMax", "ReduceMean",
+    "ReduceMin", "ReduceProd", "ReduceSum", "Relu", "Reshape", "Round", "Sigmoid", "Sign", "Slice", "Sqrt", "Squeeze",
+    "Sub", "Sum", "Tanh", "Transpose", "Unsqueeze", "Where"})
 # ops whose QDQ fusion adds the bias (input 2) in the accumulator's integers
 BIASED_QDQ_OPS = ("Conv", "ConvTranspose", "Gemm")
 
@@ -451,6 +458,7 @@ class _QdqGraph:
 
     def __init__(self, graph) -> None:
         from eqsat.core.encode import NotTyped, constant_node_tensor
+        from eqsat.core.scopes import implicit_inputs
 
         self.nodes = list(graph.node)
         self.consts: dict[str, object] = {t.name: t for t in graph.initializer}
@@ -465,6 +473,11 @@ class _QdqGraph:
                 self.consts[n.output[0]] = t
         self.producer = {o: n for n in self.nodes for o in n.output}
         self.folded: dict[str, np.ndarray | None] = {}
+        # the values computed from a graph input or a random node (in graph order: ONNX's is topological)
+        self.dependent = {i.name for i in graph.input if i.name not in self.consts}
+        for n in self.nodes:
+            if n.op_type in RANDOM_OPS or any(i in self.dependent for i in list(n.input) + implicit_inputs(n)):
+                self.dependent.update(n.output)
         self.readers: dict[str, list] = {}
         for n in self.nodes:
             for i in n.input:
@@ -475,8 +488,6 @@ class _QdqGraph:
         by nodes of small inputs (FOLD_ELEMENTS), as onnxruntime's constant folding computes
         it before its QDQ fusions (an output scale of Identity(0) or 0 * 1 is a scale of 0
         there); None where it is not known here."""
-        if name in self.folded:
-            return self.folded[name]
         t = self.consts.get(name)
         if isinstance(t, np.ndarray):
             return t
@@ -487,42 +498,43 @@ class _QdqGraph:
                 return onnx.numpy_helper.to_array(t)
             except Exception:  # noqa: BLE001 - an unreadable constant: not known
                 return None
-        self.folded[name] = None  # while it is computed (and where it cannot be)
-        self.folded[name] = self._fold(name)
-        return self.folded[name]
-
-    def _fold(self, name: str) -> np.ndarray | None:
-        n = self.producer.get(name)
-        graphs = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-        if (n is None or n.domain not in ("", "ai.onnx") or n.op_type in RANDOM_OPS
-                or any(a.type in graphs for a in n.attribute)):
-            return None
-        ins = [self.value(i) if i else None for i in n.input]
-        if any(i and (v is None or v.size > FOLD_ELEMENTS) for i, v in zip(n.input, ins, strict=True)):
-            return None
-        try:
-            from onnx.reference import ReferenceEvaluator
-
-            outs = ReferenceEvaluator(n).run(None, {i: v for i, v in zip(n.input, ins, strict=True) if i})
-            return np.asarray(dict(zip(n.output, outs, strict=False))[name])
-        except Exception:  # noqa: BLE001 - an op the reference cannot compute: not known
-            return None
+        if name not in self.folded and self.computed_from_constants(name):
+            self._fold(name)
+        return self.folded.get(name)
 
     def computed_from_constants(self, name: str) -> bool:
-        """Whether `name` depends on no graph input (onnxruntime folds it to a constant)."""
-        from eqsat.core.scopes import implicit_inputs
+        """Whether `name` is computed by nodes from constants alone (onnxruntime folds it)."""
+        return name in self.producer and name not in self.dependent
 
-        seen, todo = set(), [name]
+    def _fold(self, name: str) -> None:
+        """Computes `name` and the values it needs (in graph order, without recursion: a
+        constant computation may be thousands of nodes deep) into `folded`; None for each
+        that a node of another domain, a subgraph, a large input or the reference evaluator's
+        refusal leaves unknown."""
+        from onnx.reference import ReferenceEvaluator
+
+        needed, todo = set(), [name]
         while todo:
-            v = todo.pop()
-            if v in seen or v in self.consts:
+            n = self.producer.get(todo.pop())
+            if n is None or id(n) in needed:
                 continue
-            seen.add(v)
-            n = self.producer.get(v)
-            if n is None or n.op_type in RANDOM_OPS:
-                return False  # a graph input, or a value that differs per run
-            todo += [i for i in n.input if i] + implicit_inputs(n)
-        return True
+            needed.add(id(n))
+            todo += [i for i in n.input if i and i not in self.consts and i not in self.folded]
+        graphs = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        for n in self.nodes:
+            if id(n) not in needed:
+                continue
+            ins = [self.value(i) if i else None for i in n.input]
+            outs = None
+            small = all(not i or (v is not None and v.size <= FOLD_ELEMENTS) for i, v in zip(n.input, ins, strict=True))
+            if n.domain in ("", "ai.onnx") and n.op_type in FOLD_OPS and small and not any(
+                    a.type in graphs for a in n.attribute):
+                try:
+                    outs = ReferenceEvaluator(n).run(None, {i: v for i, v in zip(n.input, ins, strict=True) if i})
+                except Exception:  # noqa: BLE001 - an op the reference cannot compute: not known
+                    outs = None
+            for k, o in enumerate(n.output):
+                self.folded[o] = np.asarray(outs[k]) if outs is not None and k < len(outs) else None
 
     @staticmethod
     def qdq(n) -> bool:
