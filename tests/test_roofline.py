@@ -64,7 +64,7 @@ def _window_pool_costs(block: int, hw: Hardware) -> dict[str, float]:
 def test_a_window_pool_visits_its_output_times_its_window_at_pool_gops(blocked):
     """With the profile's pool_gops, an NCHW MaxPool / AveragePool computes its output's elements
     times its kernel's area at that rate (not one FLOP an input element at the vector rate:
-    Inception-v3's AveragePools ran 2 to 2.5x slower than that memory-bound price), and its
+    Inception-v3's AveragePools ran 1.9 to 4.6x slower than that memory-bound price), and its
     blocked form that over pool_speedup."""
     hw = dataclasses.replace(_hw(pool_speedup=4.0), vector_gflops=1e6, pool_gops=0.01)  # compute-bound
     windows = 2 * blocked * 7 * 7 * 9
