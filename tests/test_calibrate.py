@@ -91,7 +91,7 @@ def test_layout_figures_are_measured_on_models_that_compute_the_nchw_result(tmp_
     assert all(nchwc[k] > 0 for k in ("conv_speedup", "depthwise_gflops", "pool_speedup", "global_pool_speedup",
                                       "pixel_conv_speedup",
                                       "reorder_gbps"))
-    assert got["depthwise_gflops"] > 0
+    assert got["depthwise_gflops"] > 0 and got["pool_gops"] > 0
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"name": "t", "matmul_gflops": 1.0, "vector_gflops": 1.0, "mem_gbps": 1.0,
                                 "kernel_overhead_us": 1.0, **got}))

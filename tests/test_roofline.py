@@ -48,6 +48,37 @@ def test_blocked_pooling_is_pool_speedup_times_faster(blocked):
     assert fast["MaxPool"] == pytest.approx(plain["MaxPool"])
 
 
+def _window_pool_costs(block: int, hw: Hardware) -> dict[str, float]:
+    """Costs of a 3x3 stride-2 AveragePool (no padding) of [1, 2 blocks, 15, 15] to 7 x 7, saturated."""
+    c = 2 * block
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, 15, 15])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, c, 7, 7])])
+    st = saturate(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), Options())
+    r = Roofline(hw)
+    r._setup(st.egraph)
+    return {n.op: r.node_cost(st.egraph, n) for n in st.egraph.nodes.values()
+            if n.op in ("AveragePool", "NchwcAveragePool")}
+
+
+def test_a_window_pool_visits_its_output_times_its_window_at_pool_gops(blocked):
+    """With the profile's pool_gops, an NCHW MaxPool / AveragePool computes its output's elements
+    times its kernel's area at that rate (not one FLOP an input element at the vector rate:
+    Inception-v3's AveragePools ran 1.9 to 4.6x slower than that memory-bound price), and its
+    blocked form that over pool_speedup."""
+    hw = dataclasses.replace(_hw(pool_speedup=4.0), vector_gflops=1e6, pool_gops=0.01)  # compute-bound
+    windows = 2 * blocked * 7 * 7 * 9
+    costs = _window_pool_costs(blocked, hw)
+    assert costs["AveragePool"] == pytest.approx(1.0 + windows / (0.01 * 1e3))  # 1 us overhead + windows
+    assert costs["NchwcAveragePool"] - 1.0 == pytest.approx((costs["AveragePool"] - 1.0) / 4.0)
+    same = _costs(blocked, hw)  # MaxPool 3x3, stride 1, same padding: the output is the input's size
+    assert same["MaxPool"] == pytest.approx(1.0 + 2 * blocked * 14 * 14 * 9 / (0.01 * 1e3))
+    # without pool_gops: one FLOP an input element at the vector rate, as before
+    plain = _window_pool_costs(blocked, dataclasses.replace(hw, vector_gflops=0.001, pool_gops=None))
+    assert plain["AveragePool"] == pytest.approx(1.0 + 2 * blocked * 15 * 15 / (0.001 * 1e3))
+    assert Hardware.load(HARDWARE_DIR / "cpu.json").pool_gops > 0
+
+
 def test_a_reorder_costs_its_bytes_at_reorder_gbps_not_its_elements_at_the_vector_rate(blocked):
     costs = _costs(blocked, _hw())
     moved = 2 * 4 * (2 * blocked) * 14 * 14  # read and written once, float32

@@ -12,7 +12,9 @@ Layouts: a profile lists the data layouts its hardware has kernels for beyond NC
 `conv_speedup`, the measured ratio of a blocked convolution's throughput to an NCHW one's on
 that machine: a NchwcConv computes at matmul_gflops * conv_speedup, a depthwise one at the
 layout's `depthwise_gflops`; a blocked MaxPool or AveragePool takes its NCHW form's time over
-the layout's `pool_speedup`, a blocked GlobalAveragePool its NCHW form's over
+the layout's `pool_speedup` (an NCHW MaxPool or AveragePool visits its output's elements times
+its window's area at the profile's `pool_gops` where it has one, else it is priced as an
+element-wise op), a blocked GlobalAveragePool its NCHW form's over
 `global_pool_speedup`, and a blocked convolution of a one-pixel image (squeeze-excite's
 products, which read a filter once for one pixel) its time over `pixel_conv_speedup` (each
 1 where the profile has none);
@@ -73,6 +75,8 @@ NORMALIZATION = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLaye
 VIEWS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Dropout"}
 # op -> (position of its mode attribute among the node's children, blocked)
 INTERPOLATION = {"Resize": (11, False), UPSAMPLE: (2, True)}
+# a window pool -> the position of its kernel_shape among the node's children (rules/lang.egg)
+KERNEL_SHAPE_AT = {"MaxPool": 4, "NchwcMaxPool": 4, "AveragePool": 5, "NchwcAveragePool": 5}
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,10 @@ class Hardware:
     # runs the channels-last kernel between two transposes of its own, priced as copies
     qconv_gops: float | None = None
     qconv_depthwise_gops: float | None = None
+    # NCHW MaxPool / AveragePool throughput in window elements a second (G/s): a pool's work
+    # is its output's elements times its kernel's area (onnxruntime's NCHW kernels visit each
+    # window, one element at a time); None: one FLOP per input element at vector_gflops
+    pool_gops: float | None = None
     # bandwidth of an op whose tensors (read and written) fit in cache_mib MiB: element-wise
     # ops on activations that stay in cache run well above the streaming mem_gbps; None: mem_gbps
     cache_gbps: float | None = None
@@ -195,7 +203,7 @@ def _check_profile(p: Path, d: dict, cls) -> None:
         if k in ("contraction_alias_slowdown", "stem_conv_slowdown") and not (positive(v) and math.isfinite(v)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a finite number > 0 (a time ratio; 1.0: no slower)")
         if k in ("transcendental_flops", "interpolation_flops", "depthwise_gflops", "conv_gflops", "cache_gbps",
-                 "cache_mib", "qconv_gops", "qconv_depthwise_gops") \
+                 "cache_mib", "qconv_gops", "qconv_depthwise_gops", "pool_gops") \
                 and not (positive(v) or (k not in ("transcendental_flops", "interpolation_flops", "cache_mib")
                                          and v is None)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number > 0")
@@ -515,6 +523,12 @@ class Roofline(CostModel):
         copied = 0.0 if last else 2.0 * (self.nbytes(egraph, inputs[0]) + self.out_bytes(egraph, node, inputs))
         return rate, copied
 
+    def _window_elements(self, egraph: EGraph, node: Node, inputs: list[str]) -> float:
+        """Elements a MaxPool or AveragePool visits: its output's elements times its kernel's area."""
+        at = KERNEL_SHAPE_AT[node.op]
+        ks = vector_ints(egraph, node.children[at]) if len(node.children) > at else None
+        return self.out_numel(egraph, node, inputs) * math.prod(ks or [1])
+
     def _gemm_k(self, egraph: EGraph, node: Node, inputs: list[str]) -> float | None:
         # Gemm A B C | alpha beta transA transB (FusedGemm has activation attributes first)
         trans_a_pos = 5 if node.op == "Gemm" else 9
@@ -554,6 +568,8 @@ class Roofline(CostModel):
             rate, copied = self._qconv(egraph, node, inputs, rate)
             copies_us = copied / (self.bandwidth(copied, "Transpose") * 1e3)
         compute_us = flops / (rate * 1e3)
+        if node.op in KERNEL_SHAPE_AT and hw.pool_gops:
+            compute_us = self._window_elements(egraph, node, inputs) / (hw.pool_gops * 1e3)
         memory_us = moved / (self.bandwidth(moved, node.op) * 1e3) + staged / (self.bandwidth(staged, "") * 1e3)
         if kind == "matmul" and hw.contraction_alias_slowdown != 1.0 \
                 and aliased_rows(egraph, node, lambda c: self.shape(egraph, c)):

@@ -364,6 +364,31 @@ def test_pooling_over_partial_blocks_stays(blocked):
           not_fired=["nchwc-max-pool", "nchwc-average-pool", "nchwc-global-average-pool", "nchwc-global-max-pool"])
 
 
+def test_a_lone_average_pool_runs_blocked_where_its_windows_outweigh_its_reorders(blocked):
+    """A 3x3 stride-1 AveragePool of 48 blocks of channels at 17 x 17 with nothing blocked
+    around it (Inception-v3's Mixed_6 pools, whose neighbours are quantized) runs blocked
+    between a ReorderInput and a ReorderOutput: on cpu.json its NCHW kernel visits 9 elements
+    an output at pool_gops (about 250 us), the blocked one 4.8 times faster, the two reorders
+    about 130 us (onnxruntime 1.32 on this shape, 1 thread: 272 us NCHW, 49 blocked and 60
+    for the two reorders, medians of 30 rounds)."""
+    c = 48 * blocked
+    g = G(c, 17)
+    y = g.op("AveragePool", "x", kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    check(g.model(y), at_profile_block(blocked, [f"{NCHWC}.ReorderInput", f"{NCHWC}.AveragePool",
+                                                 f"{NCHWC}.ReorderOutput"], ["AveragePool"]),
+          fired=["nchwc-average-pool"])
+
+
+def test_a_lone_small_max_pool_stays_nchw(blocked):
+    """A 3x3 stride-2 MaxPool of one block of channels at 8 x 8 is offered blocked but stays
+    NCHW: its 3 x 3 outputs a channel, 9 elements each, cost less than the two reorders
+    (onnxruntime 1.32, 1 thread, 16 channels: the blocked form with its reorders took 1.04x
+    the NCHW pool's CPU time, medians of 200 paired runs)."""
+    g = G(blocked, 8)
+    y = g.op("MaxPool", "x", kernel_shape=[3, 3], strides=[2, 2])
+    check(g.model(y), ["MaxPool"], fired=["nchwc-max-pool"])
+
+
 def test_a_depthwise_conv_reads_a_padded_value_directly(blocked):
     """A conv to 1.5 blocks (computed padded to 2, ReorderOutput crops), then a depthwise conv
     of 1.5 blocks, padded too, with and without Relu: each reads the padded blocked value
@@ -423,15 +448,17 @@ def test_ops_after_an_op_without_a_blocked_form_read_nchw(blocked):
     """A blocked conv, then Neg (no blocked form), then pooling, Relu and a conv: none reads
     ReorderInput(ReorderOutput(..)) (the blocked-input rules' pattern) or a ReorderOutput. The
     GlobalAveragePool runs blocked on the ReorderInput the conv reads (the blocked kernel is
-    three times faster on cpu.json, and its output is a [1, C, 1, 1] value, cheap to reorder)."""
+    three times faster on cpu.json, and its output is a [1, C, 1, 1] value, cheap to reorder),
+    and so do the 3x3 MaxPool and AveragePool (their NCHW kernels visit 9 elements an output
+    at pool_gops; the blocked ones are pool_speedup times faster, and pay one ReorderOutput)."""
     c = 2 * blocked
     g = G(c, 14)
     s = g.op("Neg", g.conv("x", c, c))
     outs = [g.op("MaxPool", s, kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
             g.op("AveragePool", s, kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
             g.op("GlobalAveragePool", s), g.op("GlobalMaxPool", s), g.op("Relu", s), g.conv(s, c, c)]
-    check(g.model(*outs), ["Neg", "MaxPool", "AveragePool", "GlobalMaxPool", "Relu", f"{NCHWC}.GlobalAveragePool",
-                           f"{NCHWC}.ReorderOutput"]
+    check(g.model(*outs), ["Neg", "GlobalMaxPool", "Relu", f"{NCHWC}.GlobalAveragePool", f"{NCHWC}.ReorderOutput"]
+          + [f"{NCHWC}.MaxPool", f"{NCHWC}.AveragePool"] + [f"{NCHWC}.ReorderOutput"] * 2
           + [f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"] * 2,
           not_fired=["nchwc-max-pool-blocked-input", "nchwc-average-pool-blocked-input",
                      "nchwc-global-average-pool-blocked-input", "nchwc-global-max-pool-blocked-input",

@@ -44,7 +44,7 @@ side by side (eqsat.backends.ort.latency.compare), and hold only where the fused
   an element at the vector rate);
 - interpolation_flops: a linear Resize's time an output element (eqsat/backends/ort/calibrate_layout.py,
   resize_ns) at the vector rate above: the FLOPs the roofline charges it.
-- depthwise_gflops and layouts.nchwc (block, conv_speedup, depthwise_gflops, pool_speedup,
+- depthwise_gflops, pool_gops and layouts.nchwc (block, conv_speedup, depthwise_gflops, pool_speedup,
   global_pool_speedup, pixel_conv_speedup, reorder_gbps, upsample_speedup): the channel-blocked layout's figures,
   where onnxruntime has
   those kernels on this machine (eqsat/backends/ort/calibrate_layout.py); a profile without them never

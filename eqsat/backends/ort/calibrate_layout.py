@@ -7,7 +7,9 @@ machine by `eqsat calibrate` with onnxruntime's graph optimizations off:
   over dense 1x1 and 3x3 convolutions of ResNet-50's widths, 7 to 56 pixels);
 - depthwise_gflops: a blocked depthwise 3x3 convolution's throughput (and, for the profile's
   top level, the NCHW one's: no GEMM, far below matmul_gflops);
-- pool_speedup: how much faster a blocked MaxPool or AveragePool (3x3 window) is;
+- pool_speedup: how much faster a blocked MaxPool or AveragePool (3x3 window) is (and, for
+  the profile's top level, pool_gops: the NCHW one's window elements visited a second, output
+  elements times 9, in G/s: its kernel visits each window, far below the vector rate's count);
 - pixel_conv_speedup: how much faster a blocked 1x1 convolution of a one-pixel image is
   (squeeze-excite's two products, 128 to 960 channels, filters read once each, as in a
   network): the NCHW kernel reads the filter at half the blocked one's rate;
@@ -271,8 +273,8 @@ def _geomean(xs: list[float]) -> float:
 
 
 def measure(threads: int = 1, runs: int = 40) -> dict | None:
-    """{"depthwise_gflops": NCHW rate, "layouts": {"nchwc": {...}}}, or None where onnxruntime
-    has no blocked kernels here."""
+    """{"depthwise_gflops": NCHW rate, "pool_gops": NCHW window rate, "layouts": {"nchwc":
+    {...}}}, or None where onnxruntime has no blocked kernels here."""
     block = nchwc_block()
     if not block:
         return None
@@ -286,10 +288,11 @@ def measure(threads: int = 1, runs: int = 40) -> dict | None:
         flops = 2.0 * c * 9 * p * p
         dw_nchw.append(flops / tn / 1e6)
         dw_blocked.append(flops / tb / 1e6)
-    pools, reorders = [], []
+    pools, pool_rates, reorders = [], [], []
     for op, c, p in POOLS:
         tn, tb, tr = _times(pool_models(op, c, p), runs, threads)
         pools.append(tn / tb)
+        pool_rates.append(9 * c * p * p / tn / 1e6)  # 3x3 windows, stride 1, same padding
         reorders.append(4 * 4 * c * p * p / tr / 1e6)  # each reorder reads and writes the tensor
     ups = []
     for c, p, f in UPSAMPLES:
@@ -300,6 +303,7 @@ def measure(threads: int = 1, runs: int = 40) -> dict | None:
     pixel, px = pixel_conv_speedup(block, threads, runs)
     return {
         "depthwise_gflops": round(_geomean(dw_nchw), 2),
+        "pool_gops": round(_geomean(pool_rates), 2),
         "layouts": {"nchwc": {
             "block": block,
             "conv_speedup": round(_geomean(dense), 3),
