@@ -1,0 +1,336 @@
+"""Verification's QDQ allowance (issue 30): where a rewrite requantizes, what onnxruntime's own
+optimization of the original moves is the measure of what the rewrite may move."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import ModelProto
+
+from eqsat.backends.ort.sessions import session
+from eqsat.core.randomness import RANDOM_OPS
+from eqsat.verification import Mismatch
+
+
+def announce(step: str) -> None:
+    """eqsat.verification's announce, as set when this runs (isolate_child sets it)."""
+    from eqsat import verification
+
+    verification.announce(step)
+
+
+# onnxruntime transformers left out of the allowance's reference run: QDQFinalCleanupTransformer
+# removes every DequantizeLinear -> QuantizeLinear pair of one scale and zero point, also where
+# it is no identity (a float32 scale of 6.8e36 overflows (y - z) * s for |y - z| > 50, which
+# Q saturates; a float16 one rounds int16 codes above 2048): with it, the allowance accepted
+# the same pair removed by a rewrite, on any input. DoubleQDQPairsRemover makes
+# Q(s1) -> DQ -> Q(s2) -> DQ one pair at one of the scales: with s1 = 0.01 and s2 = 1 its outputs
+# lay up to half of s2 (50 steps of s1) from the original, and the allowance accepted a rule
+# file's removal of the second pair
+QDQ_UNSOUND_TRANSFORMERS = ["QDQFinalCleanupTransformer", "DoubleQDQPairsRemover"]
+# and its DequantizeLinear -> MatMul fusion into MatMulNBits computes in float32 there (accuracy
+# level 1), not with activations rounded to int8 (its default, 4): in a model with a
+# QuantizeLinear elsewhere, a 4-bit weight-only MatMul's output moved by 0.028 with it, and a
+# block scale 1 % off (0.026) passed
+QDQ_ALLOWANCE_CONFIG = {"session.qdq_matmulnbits_accuracy_level": "1"}
+
+
+class QdqAllowance:
+    """Issue 30: in a quantized (QDQ) model, a rewrite that requantizes (DQ -> Conv -> Q into
+    QLinearConv, ...) moves an output that rounds differently by a whole quantization step, far
+    beyond verification's tolerance, and onnxruntime's own QDQ fusions move it so too. rules/qdq.egg
+    makes such rewrites only where onnxruntime's own transformers make them; here an output of a
+    model with QuantizeLinear nodes that differs beyond the tolerance passes where, element by
+    element, it is no farther from the original (all finite) than the original run with
+    onnxruntime's graph optimizations on (ORT_ENABLE_ALL, less QDQ_UNSOUND_TRANSFORMERS) is at
+    that element, on the same inputs, plus 4 float32 ulps of that element's magnitude (the same
+    number of quantization steps, each rounded by float32 a few ulps apart). Only for outputs
+    that a QuantizeLinear reaches (`quantized_outputs`): a float output beside them is held to
+    the tolerance. Element by element: with the largest difference of an output as the measure,
+    an output holding one element of 1e8 took 4 ulps of it (47) as slack for every other element,
+    and one element onnxruntime moved by a step let every other element move by as much. Not for
+    models run in stages."""
+
+    def __init__(self, original: ModelProto, files) -> None:
+        # requantization needs a QuantizeLinear: a weight-only model (DequantizeLinear of int4
+        # weights) is not requantized by any rewrite, and onnxruntime's own MatMulNBits fusion of
+        # it quantizes activations (accuracy level 4), far looser than any rewrite of eqsat's
+        self.active = any(n.op_type == "QuantizeLinear" and n.domain in ("", "ai.onnx") for n in original.graph.node)
+        # where onnxruntime's own fusions are no rounding change, what they move is no measure
+        self.withheld = qdq_allowance_withheld(original) if self.active else ""
+        self.quantized = quantized_outputs(original) if self.active else set()
+        self.source = files[0] or original
+        self.sess = None
+        self.used: list[str] = []
+
+    def _own(self, f: dict[str, np.ndarray]) -> dict[str, object] | None:
+        try:
+            if self.sess is None:
+                announce("load original, onnxruntime-optimized")
+                self.sess = session(self.source, optimize=True, disabled_optimizers=QDQ_UNSOUND_TRANSFORMERS,
+                                    config=QDQ_ALLOWANCE_CONFIG)
+            names = [o.name for o in self.sess.get_outputs()]
+            announce("run original, onnxruntime-optimized")
+            return dict(zip(names, self.sess.run(names, f), strict=True))
+        except Exception:  # noqa: BLE001 - no allowance then
+            return None
+
+    def filter(self, bad: list[Mismatch], expected: dict, got: dict, f: dict[str, np.ndarray]) -> list[Mismatch]:
+        """The mismatches that remain after the allowance."""
+        if not bad or not self.active:
+            return bad
+        if self.withheld:  # a program with fewer requantizing fusions may pass (eqsat.api.finish)
+            return [Mismatch(m.output, f"{m.detail}; no QDQ allowance: {self.withheld}", requantized=True)
+                    for m in bad]
+        own = self._own(f)
+        if own is None:
+            return bad
+        still = []
+        for m in bad:
+            e, g, o = (np.asarray(d[m.output]) if m.output in d else None for d in (expected, got, own))
+            if (m.output not in self.quantized or e is None or g is None or o is None
+                    or not e.shape == g.shape == o.shape or e.size == 0
+                    or not all(np.issubdtype(a.dtype, np.number) and np.isfinite(a).all() for a in (e, g, o))):
+                still.append(m)
+                continue
+            e, g, o = (a.astype(np.float64) for a in (e, g, o))
+            ours, theirs = np.abs(g - e), np.abs(o - e)
+            # the same number of quantization steps can differ by float32 rounding of the step
+            slack = 4 * float(np.finfo(np.float32).eps) * np.maximum(np.abs(e), np.abs(o))
+            beyond = ours > theirs + slack
+            if not beyond.any():
+                self.used.append(f"'{m.output}' {float(ours.max()):.3g} <= {float(theirs.max()):.3g}")
+                continue
+            at = tuple(int(i) for i in np.argwhere(beyond)[0])
+            still.append(Mismatch(m.output, f"{m.detail}; farther than onnxruntime's own optimization of the "
+                                            f"original moves it at {int(beyond.sum())} of them, first at {at}: "
+                                            f"{ours[at]:.3g} where it moves {theirs[at]:.3g}", requantized=True))
+        return still
+
+    def describe(self) -> str:
+        return ("QDQ model: outputs beyond the tolerance no farther from the original than onnxruntime's own "
+                "optimization of it at each element (largest difference, ours <= onnxruntime's: "
+                + ", ".join(self.used[:4])
+                + (", ..." if len(self.used) > 4 else "") + ")")
+
+
+# Scales of a QDQ model where onnxruntime's own fusions differ from the float form by rounding
+# alone (rules/qdq.egg's qdq-requant-scale): products and sums of DQ's values stay finite and
+# normal, and so do the fused kernels' ratios of scales. An int32 DequantizeLinear (a bias) is
+# scaled by x_scale * w_scale: the range squared.
+REQUANT_SCALE_RANGE = (2.0 ** -60, 2.0 ** 30)
+# what _QdqGraph folds to learn a scale computed from constants: ops whose output is no larger
+# than their inputs broadcast together (not ConstantOfShape, Expand, Tile, Range), each input of
+# at most FOLD_ELEMENTS elements
+FOLD_ELEMENTS = 1024
+FOLD_OPS = frozenset({
+    "Abs", "Add", "Cast", "CastLike", "Ceil", "Clip", "Concat", "Constant", "Div", "Erf", "Exp", "Flatten", "Floor",
+    "Gather", "Identity", "Log", "Max", "Mean", "Min", "Mul", "Neg", "Pow", "Reciprocal", "ReduceMax", "ReduceMean",
+    "ReduceMin", "ReduceProd", "ReduceSum", "Relu", "Reshape", "Round", "Sigmoid", "Sign", "Slice", "Sqrt", "Squeeze",
+    "Sub", "Sum", "Tanh", "Transpose", "Unsqueeze", "Where"})
+# ops whose QDQ fusion adds the bias (input 2) in the accumulator's integers
+BIASED_QDQ_OPS = ("Conv", "ConvTranspose", "Gemm")
+
+
+def quantized_outputs(model: ModelProto) -> set[str]:
+    """The graph outputs of `model` that a QuantizeLinear reaches: computed from one's output,
+    or from a node whose subgraphs or local function hold one (a requantizing rewrite moves
+    nothing else)."""
+    from eqsat.core.scopes import implicit_inputs, subgraphs
+
+    funcs = {(f.domain, f.name): f for f in model.functions}
+
+    def holds_q(nodes, seen: frozenset = frozenset()) -> bool:
+        for n in nodes:
+            if n.op_type == "QuantizeLinear" and n.domain in ("", "ai.onnx"):
+                return True
+            if any(holds_q(sub.node, seen) for a in n.attribute for sub in subgraphs(a)):
+                return True
+            key = (n.domain, n.op_type)
+            if key in funcs and key not in seen and holds_q(funcs[key].node, seen | {key}):
+                return True
+        return False
+
+    reached: set[str] = set()
+    for n in model.graph.node:
+        if holds_q([n]) or any(i in reached for i in list(n.input) + implicit_inputs(n)):
+            reached.update(o for o in n.output if o)
+    return {o.name for o in model.graph.output if o.name in reached}
+
+
+def qdq_allowance_withheld(model: ModelProto) -> str:
+    """Why onnxruntime's own optimization of `model` is no measure of what a requantizing rewrite
+    may move (empty where it is one): a constant scale of a QuantizeLinear or DequantizeLinear
+    outside REQUANT_SCALE_RANGE (zero, negative, subnormal, huge: onnxruntime fused DQ -> Add ->
+    Q with a zero output scale or scales of 6.8e36, and moved codes by up to 255, the float form
+    overflowing where its kernel does not), or a Conv, ConvTranspose or Gemm that onnxruntime
+    fuses with a bias it changes: an int32 bias, not all zeros, at another scale than
+    x_scale * w_scale (QGemm adds it at x_scale * w_scale) or a float bias rounded to integers
+    of x_scale * w_scale above a tenth of the output's step (a Gemm's output moved 178 and 41
+    steps, a Conv's 38); or an AveragePool after a DequantizeLinear with ceil_mode 1 and
+    count_include_pad 1, which onnxruntime's QLinearAveragePool counts otherwise (up to 87
+    steps). With any, the allowance accepted any program as far off."""
+    g = _QdqGraph(model.graph)
+    return g.scale_out_of_range() or g.bias_changed() or g.pool_miscounted()
+
+
+class _QdqGraph:
+    """The constants, producers and readers of a graph's values, for qdq_allowance_withheld."""
+
+    def __init__(self, graph) -> None:
+        from eqsat.core.encode import NotTyped, constant_node_tensor
+        from eqsat.core.scopes import implicit_inputs
+
+        self.nodes = list(graph.node)
+        self.consts: dict[str, object] = {t.name: t for t in graph.initializer}
+        for n in self.nodes:
+            if n.op_type != "Constant" or not n.output:
+                continue
+            try:
+                t = constant_node_tensor(n)  # each of its forms (value, value_float, value_floats, ...)
+            except NotTyped:  # several attributes, or an unknown one: not a constant known here
+                continue
+            if t is not None:
+                self.consts[n.output[0]] = t
+        self.producer = {o: n for n in self.nodes for o in n.output}
+        self.folded: dict[str, np.ndarray | None] = {}
+        # the values computed from a graph input or a random node (in graph order: ONNX's is topological)
+        self.dependent = {i.name for i in graph.input if i.name not in self.consts}
+        for n in self.nodes:
+            if n.op_type in RANDOM_OPS or any(i in self.dependent for i in list(n.input) + implicit_inputs(n)):
+                self.dependent.update(n.output)
+        self.readers: dict[str, list] = {}
+        for n in self.nodes:
+            for i in n.input:
+                self.readers.setdefault(i, []).append(n)
+
+    def value(self, name: str) -> np.ndarray | None:
+        """The constant `name`'s array: stored in the model, or computed from stored constants
+        by nodes of small inputs (FOLD_ELEMENTS), as onnxruntime's constant folding computes
+        it before its QDQ fusions (an output scale of Identity(0) or 0 * 1 is a scale of 0
+        there); None where it is not known here."""
+        t = self.consts.get(name)
+        if isinstance(t, np.ndarray):
+            return t
+        if isinstance(t, onnx.TensorProto):
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                return None
+            try:
+                return onnx.numpy_helper.to_array(t)
+            except Exception:  # noqa: BLE001 - an unreadable constant: not known
+                return None
+        if name not in self.folded and self.computed_from_constants(name):
+            self._fold(name)
+        return self.folded.get(name)
+
+    def computed_from_constants(self, name: str) -> bool:
+        """Whether `name` is computed by nodes from constants alone (onnxruntime folds it)."""
+        return name in self.producer and name not in self.dependent
+
+    def _fold(self, name: str) -> None:
+        """Computes `name` and the values it needs (in graph order, without recursion: a
+        constant computation may be thousands of nodes deep) into `folded`; None for each
+        that a node of another domain, a subgraph, a large input or the reference evaluator's
+        refusal leaves unknown."""
+        from onnx.reference import ReferenceEvaluator
+
+        needed, todo = set(), [name]
+        while todo:
+            n = self.producer.get(todo.pop())
+            if n is None or id(n) in needed:
+                continue
+            needed.add(id(n))
+            todo += [i for i in n.input if i and i not in self.consts and i not in self.folded]
+        graphs = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        for n in self.nodes:
+            if id(n) not in needed:
+                continue
+            ins = [self.value(i) if i else None for i in n.input]
+            outs = None
+            small = all(not i or (v is not None and v.size <= FOLD_ELEMENTS) for i, v in zip(n.input, ins, strict=True))
+            if n.domain in ("", "ai.onnx") and n.op_type in FOLD_OPS and small and not any(
+                    a.type in graphs for a in n.attribute):
+                try:
+                    outs = ReferenceEvaluator(n).run(None, {i: v for i, v in zip(n.input, ins, strict=True) if i})
+                except Exception:  # noqa: BLE001 - an op the reference cannot compute: not known
+                    outs = None
+            for k, o in enumerate(n.output):
+                self.folded[o] = np.asarray(outs[k]) if outs is not None and k < len(outs) else None
+
+    @staticmethod
+    def qdq(n) -> bool:
+        return n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.domain in ("", "ai.onnx")
+
+    def dq_scale(self, name: str) -> np.ndarray | None:
+        """The constant scale of the DequantizeLinear that computes `name`, in float32."""
+        d = self.producer.get(name)
+        if d is None or not self.qdq(d) or d.op_type != "DequantizeLinear" or len(d.input) < 2:
+            return None
+        s = self.value(d.input[1])
+        return None if s is None else s.astype(np.float32)
+
+    def scale_out_of_range(self) -> str:
+        lo, hi = REQUANT_SCALE_RANGE
+        for n in self.nodes:
+            s = self.value(n.input[1]) if self.qdq(n) and len(n.input) > 1 else None
+            if s is None and self.qdq(n) and len(n.input) > 1 and self.computed_from_constants(n.input[1]):
+                return (f"the scale of {n.op_type} '{n.name or n.output[0]}' is computed from constants that "
+                        "onnxruntime folds and this check cannot (its fusions may take any scale)")
+            if s is None or s.size == 0 or s.dtype.kind != "f":
+                continue
+            x = self.value(n.input[0])
+            wide = n.op_type == "DequantizeLinear" and x is not None and x.dtype == np.int32
+            a = np.abs(s.astype(np.float64))
+            if not (np.isfinite(a).all() and (s > 0).all()
+                    and a.min() >= (lo * lo if wide else lo) and a.max() <= (hi * hi if wide else hi)):
+                return (f"the scale of {n.op_type} '{n.name or n.output[0]}' is not positive within [2^-60, 2^30] "
+                        "(onnxruntime's fusions there compute other values than the float form, not a rounding "
+                        "apart)")
+        return ""
+
+    def bias_changed(self) -> str:
+        for n in self.nodes:
+            if n.op_type not in BIASED_QDQ_OPS or n.domain not in ("", "ai.onnx") or len(n.input) < 3 \
+                    or not n.input[2]:
+                continue
+            qs = [self.value(q.input[1]) for q in self.readers.get(n.output[0], []) if self.qdq(q) and len(q.input) > 1]
+            sa, sb = self.dq_scale(n.input[0]), self.dq_scale(n.input[1])
+            if qs and sa is not None and sb is not None and not self._bias_kept(n.input[2], sa * sb, qs):
+                return (f"onnxruntime fuses {n.op_type} '{n.name or n.output[0]}' with its bias changed (an int32 "
+                        "bias not at x_scale * w_scale, or a float bias it rounds at x_scale * w_scale above a tenth "
+                        "of the output's step)")
+        return ""
+
+    def pool_miscounted(self) -> str:
+        """An AveragePool after a DequantizeLinear with ceil_mode 1 and count_include_pad 1:
+        onnxruntime fuses it into QLinearAveragePool, which divides a window that ceil_mode
+        adds past the end by another count than its float AveragePool (42 to 87 output steps
+        apart): what its own optimization moves there is no rounding."""
+        for n in self.nodes:
+            if n.op_type != "AveragePool" or n.domain not in ("", "ai.onnx") or not n.input:
+                continue
+            a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
+            d = self.producer.get(n.input[0])
+            if a.get("ceil_mode", 0) and a.get("count_include_pad", 0) and d is not None and self.qdq(d):
+                return (f"onnxruntime fuses AveragePool '{n.name or n.output[0]}' (ceil_mode and count_include_pad) "
+                        "into QLinearAveragePool, which counts a window past the end otherwise")
+        return ""
+
+    def _bias_kept(self, name: str, product: np.ndarray, qs: list) -> bool:
+        """Whether onnxruntime's fusion adds the bias `name` as it is: an int32 DequantizeLinear of
+        zeros, or at the scale `product` (x_scale * w_scale), or a float bias whose rounding at
+        `product` is below a tenth of each output scale in `qs`."""
+        product = product.astype(np.float32)
+        try:
+            bias = self.producer.get(name)
+            if bias is not None and bias.op_type == "DequantizeLinear":
+                codes = [self.value(i) if i else np.zeros(1) for i in list(bias.input[:1]) + list(bias.input[2:3])]
+                # a bias of zeros adds nothing at any scale (exporters share one among convs)
+                if all(c is not None and not np.any(c) for c in codes):
+                    return True
+                cs = self.dq_scale(name)
+                return cs is not None and bool(np.allclose(cs, product, rtol=1e-6, atol=0.0))
+            top = float(np.max(np.abs(product)))
+            return all(q is not None and q.size > 0 and top <= 0.1 * float(np.min(np.abs(q))) for q in qs)
+        except ValueError:  # shapes that do not broadcast: no known scale
+            return False
