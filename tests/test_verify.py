@@ -666,6 +666,42 @@ def test_qdq_allowance_is_measured_element_by_element():
     assert len(_allowance(big).filter([Mismatch("y", "differs")], big, {"y": big["y"] + [0, 20, 20, 20]}, {})) == 1
 
 
+def _spread(seed: int, n: int = 1000, moved: float = 0.8, steps=(-2, -1, 1, 2)) -> np.ndarray:
+    """Rounding spread through a quantized network: `moved` of `n` elements a few steps of 0.0065
+    off, in either direction."""
+    rng = np.random.default_rng(seed)
+    return np.where(rng.random(n) < moved, rng.choice(steps, n), 0) * np.float32(0.0065)
+
+
+def test_qdq_allowance_takes_rounding_spread_like_onnxruntimes_own():
+    # A DenseNet-121 QDQ model: one step rounded otherwise early on moves 80 % of the logits by
+    # a few steps, in onnxruntime's own optimization and in eqsat's program alike, at other
+    # elements; element by element eqsat's was refused, and it fell back to no fusion at all
+    from eqsat.verification import Mismatch  # noqa: PLC0415
+
+    expected = {"y": np.random.default_rng(9).standard_normal(1000).astype(np.float32)}
+    own = {"y": expected["y"] + _spread(1)}
+    alike = {"y": expected["y"] + _spread(2)}
+    assert _allowance(own).filter([Mismatch("y", "differs")], expected, alike, {}) == []
+
+
+@pytest.mark.parametrize("case", ["bias", "wider", "more-elements", "farther", "few-moved-by-onnxruntime"])
+def test_qdq_allowance_refuses_what_rounding_spread_does_not_explain(case):
+    # a zero point one step off shifts every element the same way; a program that moves each
+    # element farther or more elements, or anything where onnxruntime's own optimization moves
+    # only a few elements, is no rounding spread
+    from eqsat.verification import Mismatch  # noqa: PLC0415
+
+    expected = {"y": np.random.default_rng(9).standard_normal(1000).astype(np.float32)}
+    own = {"y": expected["y"] + _spread(1, moved=0.01 if case == "few-moved-by-onnxruntime" else 0.8)}
+    ours = {"bias": _spread(2, steps=(1,)), "wider": _spread(2, steps=(-3, -2, 2, 3)),
+            "more-elements": _spread(2, moved=1.0, steps=(-2, -1, 1, 2)),
+            "farther": np.where(np.arange(1000) == 7, 0.0065 * 4, _spread(2)),
+            "few-moved-by-onnxruntime": _spread(2, moved=0.01)}[case]
+    still = _allowance(own).filter([Mismatch("y", "differs")], expected, {"y": expected["y"] + ours}, {})
+    assert len(still) == 1 and still[0].requantized, case
+
+
 SIN_BESIDE_QDQ = """
     <ir_version: 8, opset_import: ["" : 17]>
     g (float[64] x) => (float[65] y, uint8[64] q)
