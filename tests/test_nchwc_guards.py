@@ -72,3 +72,36 @@ def test_pools_with_an_empty_output_stay_nchw(blocked):
                   [vi("x", [1, blocked, 1, 8])], [vi("y", [1, blocked, 0, 3])])
         got = saturate(m, Options()).report["saturation"]["rule_matches"]
         assert not any(k.startswith("nchwc-") for k in got), (op, got)
+
+
+def test_average_pool_with_ceil_mode_and_count_include_pad_stays_nchw(blocked):
+    # ceil_mode 1 adds a window past the end; with count_include_pad 1 onnxruntime's
+    # AveragePool and its blocked AveragePool divide that window by other counts (half the
+    # value here: a 2x2 window over one column). Before, nchwc-average-pool rewrote it and
+    # verification refused the whole model (exit 1, nothing written). ceil_mode -1 is on too.
+    for cm in (1, -1):
+        attrs = dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=cm, count_include_pad=1)
+        m = model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                   helper.make_node("AveragePool", ["c"], ["p"], **attrs),
+                   helper.make_node("Conv", ["p", "w2"], ["y"])],
+                  [vi("x", [1, blocked, 7, 7])], [vi("y", [1, blocked, 4, 4])],
+                  [weight("w", [blocked, blocked, 3, 3]), weight("w2", [blocked, blocked, 1, 1])])
+        res = optimized(m)
+        assert res.report["saturation"]["rule_matches"].get("nchwc-average-pool", 0) == 0
+        assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
+        assert "com.microsoft.nchwc.Conv" in [f"{n.domain}.{n.op_type}" for n in res.model.graph.node]
+
+
+def test_average_pool_with_ceil_mode_alone_or_count_include_pad_alone_is_blocked(blocked):
+    # the guard's other side: either attribute alone keeps the blocked pool, which computes
+    # what the NCHW one does (a window past the end with count_include_pad 0)
+    for cm, cip in ((1, 0), (0, 1)):
+        attrs = dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=cm, count_include_pad=cip, pads=[0, 1, 1, 0])
+        m = model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                   helper.make_node("AveragePool", ["c"], ["p"], **attrs),
+                   helper.make_node("Conv", ["p", "w2"], ["y"])],
+                  [vi("x", [1, blocked, 8, 8])], [vi("y", [1, blocked, None, None])],
+                  [weight("w", [blocked, blocked, 3, 3]), weight("w2", [blocked, blocked, 1, 1])])
+        res = optimized(m)
+        assert res.report["saturation"]["rule_matches"].get("nchwc-average-pool", 0) > 0, (cm, cip)
+        assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
