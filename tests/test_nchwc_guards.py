@@ -72,3 +72,73 @@ def test_pools_with_an_empty_output_stay_nchw(blocked):
                   [vi("x", [1, blocked, 1, 8])], [vi("y", [1, blocked, 0, 3])])
         got = saturate(m, Options()).report["saturation"]["rule_matches"]
         assert not any(k.startswith("nchwc-") for k in got), (op, got)
+
+
+def test_average_pool_with_ceil_mode_and_count_include_pad_stays_nchw(blocked):
+    # ceil_mode 1 adds a window past the end; with count_include_pad 1 onnxruntime's
+    # AveragePool and its blocked AveragePool divide that window by other counts (half the
+    # value here: a 2x2 window over one column). Before, nchwc-average-pool rewrote it and
+    # verification refused the whole model (exit 1, nothing written). ceil_mode -1 is on too.
+    for cm in (1, -1):
+        attrs = dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=cm, count_include_pad=1)
+        m = model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                   helper.make_node("AveragePool", ["c"], ["p"], **attrs),
+                   helper.make_node("Conv", ["p", "w2"], ["y"])],
+                  [vi("x", [1, blocked, 7, 7])], [vi("y", [1, blocked, 4, 4])],
+                  [weight("w", [blocked, blocked, 3, 3]), weight("w2", [blocked, blocked, 1, 1])])
+        res = optimized(m)
+        assert res.report["saturation"]["rule_matches"].get("nchwc-average-pool", 0) == 0
+        assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
+        assert "com.microsoft.nchwc.Conv" in [f"{n.domain}.{n.op_type}" for n in res.model.graph.node]
+
+
+def test_average_pool_with_ceil_mode_alone_or_count_include_pad_alone_is_blocked(blocked):
+    # the guard's other side: either attribute alone keeps the blocked pool, which computes
+    # what the NCHW one does (a window past the end with count_include_pad 0)
+    for cm, cip in ((1, 0), (0, 1)):
+        attrs = dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=cm, count_include_pad=cip, pads=[0, 1, 1, 0])
+        m = model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                   helper.make_node("AveragePool", ["c"], ["p"], **attrs),
+                   helper.make_node("Conv", ["p", "w2"], ["y"])],
+                  [vi("x", [1, blocked, 8, 8])], [vi("y", [1, blocked, None, None])],
+                  [weight("w", [blocked, blocked, 3, 3]), weight("w2", [blocked, blocked, 1, 1])])
+        res = optimized(m)
+        assert res.report["saturation"]["rule_matches"].get("nchwc-average-pool", 0) > 0, (cm, cip)
+        assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
+
+
+def _pool_after_convs(op, c, **attrs):
+    """Conv -> Conv -> op over an image of symbolic height and width h, w."""
+    return model([helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Conv", ["a", "w2"], ["b"], pads=[1, 1, 1, 1]),
+                  helper.make_node(op, ["b"], ["y"], **attrs)],
+                 [vi("x", [1, c, "h", "w"])], [vi("y", [1, c, None, None])],
+                 [weight("w", [c, c, 3, 3]), weight("w2", [c, c, 3, 3])])
+
+
+def test_pools_whose_output_may_be_empty_for_some_size_stay_nchw(blocked):
+    # a 3x3 window without padding over a symbolic h x w: for h = 2 the output has 0 rows,
+    # which onnxruntime's MaxPool and AveragePool return; their blocked forms stop the
+    # process (SIGFPE) for h = w = 2. The static guard (no 0 in the output's shape) let the
+    # symbolic shape through: written with exit 0 (verification drew h = 2, w = 3, a size the
+    # blocked kernels happen to survive)
+    for op in ("MaxPool", "AveragePool"):
+        m = _pool_after_convs(op, 2 * blocked, kernel_shape=[3, 3])
+        res = optimized(m)
+        got = res.report["saturation"]["rule_matches"]
+        assert not any(k.startswith("nchwc-") and "pool" in k for k in got), (op, got)
+        assert not any(n.domain == "com.microsoft.nchwc" and "Pool" in n.op_type for n in res.model.graph.node)
+        for h, w in ((2, 2), (5, 6)):
+            assert_same_outputs(m, res.model, dims={"h": h, "w": w}, rtol=1e-4, atol=1e-4, ort_optimize=False)
+
+
+def test_pools_whose_window_fits_in_the_padding_stay_blocked_at_any_size(blocked):
+    # a window no taller than 1 + both pads (ResNet's 3x3 MaxPool with pads 1, a 5x5 one with
+    # pads 2 as in YOLO's SPPF) has an output row for every input row: blocked at any size
+    for op, k, p in (("MaxPool", 3, 1), ("MaxPool", 5, 2), ("AveragePool", 3, 1)):
+        m = _pool_after_convs(op, 2 * blocked, kernel_shape=[k, k], pads=[p] * 4, strides=[2, 2])
+        res = optimized(m)
+        fired = "nchwc-max-pool" if op == "MaxPool" else "nchwc-average-pool"
+        assert res.report["saturation"]["rule_matches"].get(fired, 0) > 0, (op, k)
+        for h, w in ((1, 1), (2, 3), (7, 5)):
+            assert_same_outputs(m, res.model, dims={"h": h, "w": w}, rtol=1e-4, atol=1e-4, ort_optimize=False)
