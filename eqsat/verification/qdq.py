@@ -41,11 +41,12 @@ QDQ_ALLOWANCE_CONFIG = {"session.qdq_matmulnbits_accuracy_level": "1"}
 # SPREAD_COUNT times as many elements (plus two standard deviations of a count)
 SPREAD_MIN, SPREAD_SHARE = 16, 0.05
 SPREAD_MAX, SPREAD_MEAN, SPREAD_COUNT = 1.5, 1.25, 1.1
-# and so in each slice of an output along each axis whose slices hold SPREAD_MIN elements or
-# more (a channel, a row, a column): ours may move there SPREAD_COUNT times as many elements as
-# onnxruntime's own optimization plus SLICE_SIGMAS standard deviations of a count (a slice it
-# leaves unmoved: a few; six, as an output has hundreds of slices, each one test), and, where it
-# moves SPREAD_MIN of them, SLICE_MAX times as far at the largest
+# and so in each slice of an output along each axis (a channel, a row, a column; a run of
+# consecutive indices where one index holds fewer than SPREAD_MIN elements): ours may move
+# there SPREAD_COUNT times as many elements as onnxruntime's own optimization plus
+# SLICE_SIGMAS standard deviations of a count (a slice it leaves unmoved: a few; six, as an
+# output has hundreds of slices, each one test), and, where it moves SPREAD_MIN of them,
+# SLICE_MAX times as far at the largest
 SLICE_SIGMAS, SLICE_MAX = 6.0, 3.0
 
 
