@@ -702,6 +702,90 @@ def test_qdq_allowance_refuses_what_rounding_spread_does_not_explain(case):
     assert len(still) == 1 and still[0].requantized, case
 
 
+@pytest.mark.parametrize("case", ["unmoved-column-flipped", "fine-column-moved-by-coarse-steps", "flat-head-flipped"])
+def test_qdq_allowance_takes_no_spread_from_other_elements(case):
+    # a (64, 17) output: columns 0..15 at steps of 0.0065, which onnxruntime's own optimization
+    # moves by rounding spread; column 16 small values (an output of another head beside them).
+    # The spread was measured over the whole output: column 16 negated, or moved by the other
+    # columns' steps where onnxruntime moves it by its own 0.0001, passed as spread; and so did
+    # 100 small values after 1000 logits in a flat output, negated
+    from eqsat.verification import Mismatch  # noqa: PLC0415
+
+    rng = np.random.default_rng(9)
+    rows, cols = (1, 1100) if case == "flat-head-flipped" else (64, 17)
+    main = np.arange(cols) < (1000 if case == "flat-head-flipped" else 16)
+    e = np.where(main, rng.standard_normal((rows, cols)), rng.uniform(-0.009, 0.009, (rows, cols)))
+    own, ours = np.zeros_like(e), np.zeros_like(e)
+    own[:, main] = _spread(1, rows * main.sum()).reshape(rows, -1)
+    ours[:, main] = _spread(2, rows * main.sum()).reshape(rows, -1)
+    if case == "fine-column-moved-by-coarse-steps":
+        own[:, ~main], ours[:, ~main] = _spread(3, rows).reshape(rows, 1) / 65, _spread(4, rows).reshape(rows, 1)
+    else:
+        ours[:, ~main] = -2 * e[:, ~main]
+    expected = {"y": e.astype(np.float32)}
+    theirs = {"y": (e + own).astype(np.float32)}
+    spread_alone = {"y": (e + np.where(main, ours, 0)).astype(np.float32)}
+    assert _allowance(theirs).filter([Mismatch("y", "differs")], expected, spread_alone, {}) == []
+    still = _allowance(theirs).filter([Mismatch("y", "differs")], expected, {"y": (e + ours).astype(np.float32)}, {})
+    assert len(still) == 1 and still[0].requantized, case
+
+
+def _conv_chain_beside_a_head(head: str) -> onnx.ModelProto:
+    """y (1, 8, 16, 17): eight DQ -> Conv -> Q layers (uint8 at 0.05, int8 weights, int32 biases at
+    x_scale * w_scale; onnxruntime fuses each into QLinearConv, and its rounding, saturated
+    layer after layer, moves 563 of their 2048 outputs by up to 47 steps, seed 0), with a last
+    column beside them: 0.5 * head(Sin(Conv1x1(ReduceMean(x))))."""
+    from onnx import helper as oh  # noqa: PLC0415
+    from onnx import numpy_helper as nh  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    inits = [nh.from_array(np.asarray(a), k) for k, a in
+             [("s", np.float32(0.05)), ("z", np.uint8(128)), ("wz", np.int8(0)), ("bz", np.int32(0)),
+              ("ws", np.float32(0.01)), ("bs", np.float32(0.05 * np.float32(0.01))), ("k", np.float32(0.5)),
+              ("ax", np.array([3], np.int64)), ("pw", rng.standard_normal((8, 3, 1, 1)).astype(np.float32))]]
+    nodes = [oh.make_node("QuantizeLinear", ["x", "s", "z"], ["q0"])]
+    for i in range(8):
+        inits += [nh.from_array(rng.integers(-60, 61, size=(8, 8 if i else 3, 3, 3)).astype(np.int8), f"w{i}"),
+                  nh.from_array(rng.integers(-200, 200, size=8).astype(np.int32), f"b{i}")]
+        nodes += [oh.make_node("DequantizeLinear", [f"q{i}", "s", "z"], [f"a{i}"]),
+                  oh.make_node("DequantizeLinear", [f"w{i}", "ws", "wz"], [f"wd{i}"]),
+                  oh.make_node("DequantizeLinear", [f"b{i}", "bs", "bz"], [f"bd{i}"]),
+                  oh.make_node("Conv", [f"a{i}", f"wd{i}", f"bd{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+                  oh.make_node("QuantizeLinear", [f"c{i}", "s", "z"], [f"q{i + 1}"])]
+    nodes += [oh.make_node("DequantizeLinear", ["q8", "s", "z"], ["chain"]),
+              oh.make_node("DequantizeLinear", ["q0", "s", "z"], ["xd"]),
+              oh.make_node("ReduceMean", ["xd", "ax"], ["xr"], keepdims=1),
+              oh.make_node("Conv", ["xr", "pw"], ["xc"]), oh.make_node("Sin", ["xc"], ["sn"]),
+              oh.make_node(head, ["sn"], ["hd"]), oh.make_node("Mul", ["hd", "k"], ["col"]),
+              oh.make_node("Concat", ["chain", "col"], ["y"], axis=3)]
+    g = oh.make_graph(nodes, "chain", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 16, 16])],
+                      [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8, 16, 17])], inits)
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 19)], ir_version=9)
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_a_wrong_column_beside_rounding_spread_is_refused(tmp_path, capsys):
+    # a user's unsound Neg(x) -> x negates the last column (values up to 0.5); onnxruntime's own
+    # optimization moves a quarter of the other columns' elements by up to 2.35 and none of it.
+    # Measured over the whole output the negation looked like rounding spread, and `eqsat
+    # optimize --rules` wrote it with exit 0
+    m, wrong = _conv_chain_beside_a_head("Neg"), _conv_chain_beside_a_head("Identity")
+    assert verify(m, m).status == "passed"
+    v = verify(m, wrong)
+    assert v.status == "failed" and v.requantized, v.detail
+    onnx.save(m, tmp_path / "m.onnx")
+    (tmp_path / "neg.egg").write_text('(ruleset neg-drop)\n; Neg(x) -> x, unsound\n'
+                                      '(rewrite (Neg x) x :ruleset neg-drop :name "neg-drop")\n')
+    for rules in (["--no-default-rules"], []):
+        rc, _, _ = run_cli(capsys, "optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"),
+                           "--rules", str(tmp_path / "neg.egg"), "-q", *rules)
+        assert rc != 0 and not (tmp_path / "o.onnx").exists(), rules
+    # the chain's own requantizing fusions still pass
+    rc, _, _ = run_cli(capsys, "optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"), "-q")
+    assert rc == 0 and "QLinearConv" in {n.op_type for n in onnx.load(tmp_path / "o.onnx").graph.node}
+
+
 SIN_BESIDE_QDQ = """
     <ir_version: 8, opset_import: ["" : 17]>
     g (float[64] x) => (float[65] y, uint8[64] q)

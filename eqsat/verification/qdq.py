@@ -41,6 +41,13 @@ QDQ_ALLOWANCE_CONFIG = {"session.qdq_matmulnbits_accuracy_level": "1"}
 # SPREAD_COUNT times as many elements (plus two standard deviations of a count)
 SPREAD_MIN, SPREAD_SHARE = 16, 0.05
 SPREAD_MAX, SPREAD_MEAN, SPREAD_COUNT = 1.5, 1.25, 1.1
+# and so in each slice of an output along each axis (a channel, a row, a column; a run of
+# consecutive indices where one index holds fewer than SPREAD_MIN elements): ours may move
+# there SPREAD_COUNT times as many elements as onnxruntime's own optimization plus
+# SLICE_SIGMAS standard deviations of a count (a slice it leaves unmoved: a few; six, as an
+# output has hundreds of slices, each one test), and, where it moves SPREAD_MIN of them,
+# SLICE_MAX times as far at the largest
+SLICE_SIGMAS, SLICE_MAX = 6.0, 3.0
 
 
 def spread_unlike(ours: np.ndarray, theirs: np.ndarray, slack: np.ndarray) -> str:
@@ -52,8 +59,47 @@ def spread_unlike(ours: np.ndarray, theirs: np.ndarray, slack: np.ndarray) -> st
     SPREAD_MIN elements and SPREAD_SHARE of them; ours moves no more elements (SPREAD_COUNT), no
     farther at most (SPREAD_MAX) or on average (SPREAD_MEAN), and without a bias: the mean
     signed difference within four standard errors of onnxruntime's (a zero point one step off
-    shifts every element one way)."""
-    ours, theirs, slack = (np.ravel(a) for a in (ours, theirs, slack))
+    shifts every element one way); and in each slice along each axis so too (`slice_unlike`):
+    measured over the whole output alone, a column that onnxruntime's own optimization leaves
+    unmoved or moves by its own small steps could take any values within the other columns'
+    spread (negated, of another head)."""
+    unlike = _whole_unlike(*(np.ravel(a) for a in (ours, theirs, slack)))
+    return unlike or slice_unlike(ours, theirs, slack)
+
+
+def slice_unlike(ours: np.ndarray, theirs: np.ndarray, slack: np.ndarray) -> str:
+    """Why, in some slice of an output along some axis (a run of consecutive indices of that
+    axis, all of the others: a channel, a row, a column; as few indices as hold SPREAD_MIN
+    elements, one where one does), ours moves more elements than onnxruntime's own
+    optimization moves there (SPREAD_COUNT, SLICE_SIGMAS) or, where it moves SPREAD_MIN of
+    them, farther at the largest (SLICE_MAX); empty where no slice does. A flat output (a
+    classifier's logits, another head's values beside them) is sliced in runs of SPREAD_MIN
+    elements."""
+    ours, theirs, slack = (np.asarray(a).reshape(np.shape(ours)) for a in (ours, theirs, slack))
+    moved_o, moved_t = np.abs(ours) > slack, np.abs(theirs) > slack
+    for axis, size in enumerate(ours.shape):
+        per = ours.size // size if size else 0
+        run = -(-SPREAD_MIN // per) if per else size
+        if run >= size:  # one slice: the whole output
+            continue
+        rest = tuple(a for a in range(ours.ndim) if a != axis)
+        starts = np.arange(0, size, run)
+        mo, mt = (np.add.reduceat(m.sum(axis=rest), starts) for m in (moved_o, moved_t))
+        big_o, big_t = (np.maximum.reduceat(np.abs(d).max(axis=rest), starts) for d in (ours, theirs))
+        over = mo > SPREAD_COUNT * mt + SLICE_SIGMAS * np.sqrt(mt + 1)
+        wide = (mt >= SPREAD_MIN) & (big_o > SLICE_MAX * big_t)
+        for bad, why in ((over, "moves {o} of its elements where onnxruntime's own optimization moves {t}"),
+                         (wide, "largest difference {bo:.3g} where onnxruntime's own optimization's is {bt:.3g}")):
+            if bad.any():
+                i = int(np.argmax(bad))
+                at = f"{starts[i]}" if run == 1 else f"{starts[i]}..{min(starts[i] + run, size) - 1}"
+                return f"at index {at} of axis {axis}: " + why.format(o=int(mo[i]), t=int(mt[i]), bo=float(big_o[i]),
+                                                                          bt=float(big_t[i]))
+    return ""
+
+
+def _whole_unlike(ours: np.ndarray, theirs: np.ndarray, slack: np.ndarray) -> str:
+    """spread_unlike over all elements of an output at once (flat arrays)."""
     n = ours.size
     moved_t = int(np.count_nonzero(np.abs(theirs) > slack))
     if moved_t < max(SPREAD_MIN, SPREAD_SHARE * n):
@@ -84,7 +130,8 @@ class QdqAllowance:
     element by element, plus 4 float32 ulps of that element's magnitude (the same number of
     quantization steps, each rounded by float32 a few ulps apart), or else as rounding spread
     (spread_unlike: where onnxruntime's own optimization moves many elements, ours moves as many,
-    as far, without a bias). Only for outputs that a QuantizeLinear reaches (`quantized_outputs`):
+    as far, without a bias, over the whole output and in each of its slices along an axis).
+    Only for outputs that a QuantizeLinear reaches (`quantized_outputs`):
     a float output beside them is held to the tolerance. Never by an output's largest difference
     alone: one element of 1e8 would give every other element 4 ulps of it as slack, and one
     element onnxruntime moves by a step would let every other element move by as much. Not for
