@@ -20,6 +20,14 @@ from onnx import ModelProto
 from eqsat.backends.ort.sessions import ort, session  # noqa: F401 - ort is imported from here too (eqsat.plan.execute)
 from eqsat.errors import EqsatError
 from eqsat.verification.feeds import SCALED, Feeds
+from eqsat.verification.mismatch import Mismatch
+from eqsat.verification.qdq import (  # noqa: F401 - also imported from here
+    QDQ_ALLOWANCE_CONFIG,
+    QDQ_UNSOUND_TRANSFORMERS,
+    QdqAllowance,
+    qdq_allowance_withheld,
+    quantized_outputs,
+)
 
 
 def run(model: ModelProto | str, feeds: dict[str, np.ndarray], optimize: bool = True) -> dict[str, np.ndarray]:
@@ -33,16 +41,6 @@ def random_inputs(model: ModelProto, dims: dict[str, int] | None = None, seed: i
     standard normal, integers 0 or 1 (eqsat.verification.feeds, without `wide`). Symbolic or unknown
     dimensions take their value from `dims` (by name), else 2."""
     return Feeds(model).draw(dims, seed, wide=False)
-
-
-@dataclass
-class Mismatch:
-    output: str
-    detail: str
-    requantized: bool = False  # beyond the QDQ allowance: farther than onnxruntime's own optimization moves it
-
-    def __str__(self) -> str:
-        return f"output '{self.output}': {self.detail}"
 
 
 # Verification's tolerance where the user gives none, by output element type: rewrites
@@ -280,7 +278,7 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
         not_verified = (f"the nodes onnxruntime cannot run or that are random ({listed}), fed the same stand-in "
                         "values in both models: what the models compute around them is verified, not those nodes")
     vary = feeds.floating_overridable()
-    qdq = QdqAllowance(original, files) if not cut else None
+    qdq = QdqAllowance(original, files, lambda step: announce(step)) if not cut else None
     noise: dict[str, float] = {}  # each output's largest difference on the random draw
     found = _random_runs(original, feeds, ref, opt, runs, vary, dims, rtol, atol, not_verified, qdq, noise)
     if isinstance(found, Verification):
@@ -637,13 +635,3 @@ def _tolerances(rtol: float | None, atol: float | None, dtypes: set[str]) -> str
 def _line(e: Exception) -> str:
     s = " ".join(str(e).split())
     return s[:240]
-
-
-# the QDQ allowance (eqsat/verification/qdq.py) uses Mismatch and announce from here
-from eqsat.verification.qdq import (  # noqa: E402, F401 - also imported from here
-    QDQ_ALLOWANCE_CONFIG,
-    QDQ_UNSOUND_TRANSFORMERS,
-    QdqAllowance,
-    qdq_allowance_withheld,
-    quantized_outputs,
-)

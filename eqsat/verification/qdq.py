@@ -3,21 +3,15 @@ optimization of the original moves is the measure of what the rewrite may move."
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import onnx
 from onnx import ModelProto
 
 from eqsat.backends.ort.sessions import session
 from eqsat.core.randomness import RANDOM_OPS
-from eqsat.verification import Mismatch
-
-
-def announce(step: str) -> None:
-    """eqsat.verification's announce, as set when this runs (isolate_child sets it)."""
-    from eqsat import verification
-
-    verification.announce(step)
-
+from eqsat.verification.mismatch import Mismatch
 
 # onnxruntime transformers left out of the allowance's reference run: QDQFinalCleanupTransformer
 # removes every DequantizeLinear -> QuantizeLinear pair of one scale and zero point, also where
@@ -137,7 +131,7 @@ class QdqAllowance:
     element onnxruntime moves by a step would let every other element move by as much. Not for
     models run in stages."""
 
-    def __init__(self, original: ModelProto, files) -> None:
+    def __init__(self, original: ModelProto, files, announce: Callable[[str], None] = lambda step: None) -> None:
         # requantization needs a QuantizeLinear: a weight-only model (DequantizeLinear of int4
         # weights) is not requantized by any rewrite, and onnxruntime's own MatMulNBits fusion of
         # it quantizes activations (accuracy level 4), far looser than any rewrite of eqsat's
@@ -148,15 +142,16 @@ class QdqAllowance:
         self.source = files[0] or original
         self.sess = None
         self.used: list[str] = []
+        self.announce = announce  # verification's progress (the isolated child reports it)
 
     def _own(self, f: dict[str, np.ndarray]) -> dict[str, object] | None:
         try:
             if self.sess is None:
-                announce("load original, onnxruntime-optimized")
+                self.announce("load original, onnxruntime-optimized")
                 self.sess = session(self.source, optimize=True, disabled_optimizers=QDQ_UNSOUND_TRANSFORMERS,
                                     config=QDQ_ALLOWANCE_CONFIG)
             names = [o.name for o in self.sess.get_outputs()]
-            announce("run original, onnxruntime-optimized")
+            self.announce("run original, onnxruntime-optimized")
             return dict(zip(names, self.sess.run(names, f), strict=True))
         except Exception:  # noqa: BLE001 - no allowance then
             return None
