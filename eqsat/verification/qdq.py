@@ -113,6 +113,11 @@ def _whole_unlike(ours: np.ndarray, theirs: np.ndarray, slack: np.ndarray) -> st
     return ""
 
 
+# integer outputs whose distance is a size: codes of the quantized types (any other integer, an
+# ArgMax's index, is right or not)
+QUANTIZED_CODES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
+
+
 class QdqAllowance:
     """Issue 30: in a quantized (QDQ) model, a rewrite that requantizes (DQ -> Conv -> Q into
     QLinearConv, ...) moves an output that rounds differently by a whole quantization step, far
@@ -173,6 +178,16 @@ class QdqAllowance:
                     or not e.shape == g.shape == o.shape or e.size == 0
                     or not all(np.issubdtype(a.dtype, np.number) and np.isfinite(a).all() for a in (e, g, o))):
                 still.append(m)
+                continue
+            if not (np.issubdtype(e.dtype, np.floating) or e.dtype in QUANTIZED_CODES):  # an index
+                off = (g != e) & (g != o)
+                if off.any():
+                    at = tuple(int(i) for i in np.argwhere(off)[0])
+                    still.append(Mismatch(m.output, f"{m.detail}; at {int(off.sum())} elements neither the "
+                                                    f"original's nor onnxruntime's own, first at {at}: {g[at]} where "
+                                                    f"they are {e[at]} and {o[at]}", requantized=True))
+                else:
+                    self.used.append(f"'{m.output}' onnxruntime's own at each element")
                 continue
             e, g, o = (a.astype(np.float64) for a in (e, g, o))
             ours, theirs = np.abs(g - e), np.abs(o - e)
