@@ -129,8 +129,10 @@ class QdqAllowance:
     element by element, plus 4 float32 ulps of that element's magnitude (the same number of
     quantization steps, each rounded by float32 a few ulps apart), or else as rounding spread
     (spread_unlike: where onnxruntime's own optimization moves many elements, ours moves as many,
-    as far, without a bias, over the whole output and in each of its slices along an axis).
-    Only for outputs that a QuantizeLinear reaches (`quantized_outputs`):
+    as far, without a bias, over the whole output and in each of its slices along an axis); an
+    integer output other than codes of the quantized types (an ArgMax's index) only where each
+    element is the original's or onnxruntime's own. Only for outputs that a QuantizeLinear
+    reaches (`quantized_outputs`):
     a float output beside them is held to the tolerance. Never by an output's largest difference
     alone: one element of 1e8 would give every other element 4 ulps of it as slack, and one
     element onnxruntime moves by a step would let every other element move by as much. Not for
