@@ -7,6 +7,7 @@ padding. Each model stopped verification (exit 1) or reached the rule before the
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
@@ -142,3 +143,60 @@ def test_pools_whose_window_fits_in_the_padding_stay_blocked_at_any_size(blocked
         assert res.report["saturation"]["rule_matches"].get(fired, 0) > 0, (op, k)
         for h, w in ((1, 1), (2, 3), (7, 5)):
             assert_same_outputs(m, res.model, dims={"h": h, "w": w}, rtol=1e-4, atol=1e-4, ort_optimize=False)
+
+
+_RUN_AT_SMALL_SIZES = """
+import sys, numpy as np, onnxruntime as ort
+def session(path):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+a, b = session(sys.argv[1]), session(sys.argv[2])
+c = a.get_inputs()[0].shape[1]
+compared = 0
+for h in range(7):
+    for w in range(7):
+        x = np.random.default_rng(h * 7 + w).standard_normal((1, c, h, w)).astype(np.float32)
+        try:
+            want = a.run(None, {"x": x})
+        except Exception:  # the original refuses this size (a Conv kernel taller than the input):
+            try:  # the optimized model may refuse it too, but must not stop the process
+                b.run(None, {"x": x})
+            except Exception:
+                pass
+            continue
+        got = b.run(None, {"x": x})
+        for u, v in zip(want, got):
+            assert u.shape == v.shape, (h, w, u.shape, v.shape)
+            np.testing.assert_allclose(v, u, rtol=1e-4, atol=1e-4, err_msg=f"h={h} w={w}")
+        compared += 1
+assert compared >= 16, compared
+print(compared)
+"""
+
+
+def test_blocked_ops_over_symbolic_sizes_run_as_the_original_at_every_small_size(blocked, tmp_path):
+    # the blocked forms that stay blocked over a symbolic h x w (a Conv whose output may have
+    # 0 rows, GlobalAveragePool of a 0-pixel map, a ceil-mode MaxPool whose window fits in its
+    # pads): for h, w in 0..6 they return what the NCHW ops return, in a child process, since
+    # a blocked kernel that divides by an empty extent stops the process (SIGFPE)
+    import subprocess
+    import sys
+
+    c = 2 * blocked
+    tail = {"Conv": [helper.make_node("Conv", ["a", "w2"], ["y"], kernel_shape=[3, 3], strides=[3, 3])],
+            "GlobalAveragePool": [helper.make_node("GlobalAveragePool", ["a"], ["y"])],
+            "MaxPool": [helper.make_node("MaxPool", ["a"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                         pads=[1, 1, 1, 1], ceil_mode=1)]}
+    for op, nodes in tail.items():
+        m = model([helper.make_node("Conv", ["x", "w"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]), *nodes],
+                  [vi("x", [1, c, "h", "w"])], [vi("y", [1, c, None, None])],
+                  [weight("w", [c, c, 3, 3]), weight("w2", [c, c, 3, 3])])
+        res = optimized(m)
+        assert any(n.domain == "com.microsoft.nchwc" and n.op_type == op for n in res.model.graph.node), op
+        onnx.save(m, tmp_path / "a.onnx")
+        onnx.save(res.model, tmp_path / "b.onnx")
+        p = subprocess.run([sys.executable, "-c", _RUN_AT_SMALL_SIZES, str(tmp_path / "a.onnx"),
+                            str(tmp_path / "b.onnx")], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, (op, p.returncode, p.stderr[-2000:])
+        assert int(p.stdout.split()[-1]) >= 16, (op, p.stdout)
