@@ -48,17 +48,22 @@ def test_blocked_pooling_is_pool_speedup_times_faster(blocked):
     assert fast["MaxPool"] == pytest.approx(plain["MaxPool"])
 
 
+def _pool_node_costs(node, shapes: tuple[list[int], list[int]], hw: Hardware, ops: tuple[str, str]) -> dict[str, float]:
+    """Roofline costs of the e-nodes of `ops` in the saturated e-graph of one pooling `node`
+    from x of shapes[0] to y of shapes[1]."""
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shapes[0])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, shapes[1])])
+    st = saturate(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), Options())
+    r = Roofline(hw)
+    r._setup(st.egraph)
+    return {n.op: r.node_cost(st.egraph, n) for n in st.egraph.nodes.values() if n.op in ops}
+
+
 def _window_pool_costs(block: int, hw: Hardware) -> dict[str, float]:
     """Costs of a 3x3 stride-2 AveragePool (no padding) of [1, 2 blocks, 15, 15] to 7 x 7, saturated."""
     c = 2 * block
     node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2])
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, 15, 15])],
-                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, c, 7, 7])])
-    st = saturate(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), Options())
-    r = Roofline(hw)
-    r._setup(st.egraph)
-    return {n.op: r.node_cost(st.egraph, n) for n in st.egraph.nodes.values()
-            if n.op in ("AveragePool", "NchwcAveragePool")}
+    return _pool_node_costs(node, ([1, c, 15, 15], [1, c, 7, 7]), hw, ("AveragePool", "NchwcAveragePool"))
 
 
 def test_a_window_pool_visits_its_output_times_its_window_at_pool_gops(blocked):
@@ -212,13 +217,7 @@ def test_regrouped_query_heads_get_their_shape_from_the_bound_sequence():
 def _global_pool_costs(block: int, hw: Hardware) -> dict[str, float]:
     c = 2 * block
     node = helper.make_node("GlobalAveragePool", ["x"], ["y"])
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, c, 28, 28])],
-                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, c, 1, 1])])
-    st = saturate(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), Options())
-    r = Roofline(hw)
-    r._setup(st.egraph)
-    return {n.op: r.node_cost(st.egraph, n) for n in st.egraph.nodes.values()
-            if n.op in ("GlobalAveragePool", "NchwcGlobalAveragePool")}
+    return _pool_node_costs(node, ([1, c, 28, 28], [1, c, 1, 1]), hw, ("GlobalAveragePool", "NchwcGlobalAveragePool"))
 
 
 def test_blocked_global_average_pooling_is_global_pool_speedup_times_faster(blocked):
