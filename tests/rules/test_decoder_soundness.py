@@ -112,3 +112,39 @@ def test_a_cache_of_fewer_rows_than_tokens_stays(form):
     feeds = {"q": rng.standard_normal((2, 2, 5, 8)).astype(np.float32), "pos": rng.integers(-4, 4, (2, 5))}
     assert_same_outputs(model, res.model, feeds, rtol=1e-4, atol=1e-5)
     eqsat.optimize(model, hardware="cpu")  # verified: not refused
+
+
+
+ROWS = ["com.microsoft.RotaryEmbedding", "Gather", "Gather", "Gather", "Range", "Reshape", "Reshape", "Reshape",
+        "Shape", "Shape"]
+
+
+@pytest.mark.parametrize("form", ["half", "pairs"])
+@pytest.mark.parametrize("batch, rule, extra", [
+    (2, "rope-rows-fuse", []),
+    ("B", "rope-rows-pad-fuse", ["Shape", "ConstantOfShape", "Concat", "Concat"]),  # S zero rows: B may be 0
+])
+def test_a_symbolic_sequence_longer_than_the_caches_runs(form, batch, rule, extra):
+    # q [batch, 2, S, 8] rotated by caches of 4 rows at position ids [batch, S] from an input: at
+    # S > 4 the original runs (Gather reads repeated positions), and the fused op must too;
+    # onnxruntime's RotaryEmbedding refuses a cache of fewer rows than the sequence ("Updating
+    # cos_cache and sin_cache ... is not currently supported"), so the op gets the rows gathered
+    # at the positions, [batch * S, h], and positions 0 .. batch * S - 1 into them. Before,
+    # it got the caches, and eqsat wrote a model that failed at S = 5 (verified at S = 3)
+    import eqsat
+
+    from ..conftest import assert_same_outputs, op_list
+    from .test_rotary import pairs_model, rope_model
+
+    model = parse_model((rope_model if form == "half" else pairs_model)(positions=4, batch=batch, seq="S"))
+    rng = np.random.default_rng(3)
+
+    def feeds(b, seq):
+        return {"q": rng.standard_normal((b, 2, seq, 8)).astype(np.float32), "pos": rng.integers(-4, 4, (b, seq))}
+
+    res = check_rewrite(model, ROWS + extra, feeds=feeds(2, 9), fired=[rule], not_fired=["rope-cache-fuse"])
+    sizes = [(2, 5), (2, 0), (2, 1)] + ([(1, 4), (0, 3), (3, 7), (0, 0)] if batch == "B" else [])
+    for b, seq in sizes:
+        assert_same_outputs(model, res.model, feeds(b, seq), rtol=1e-4, atol=1e-5)
+    written = eqsat.optimize(model, hardware="cpu").model  # verified
+    assert "com.microsoft.RotaryEmbedding" in op_list(written)

@@ -45,8 +45,8 @@ def _cache_rows(positions: int, d: int, cos: np.ndarray, sin: np.ndarray) -> str
 
 def rope_model(d: int = 8, positions: int = 16, batch: int = 2, pos_batch: int | None = None, cos=None, sin=None,
                rotation: str = "Concat <axis = -1> (n, x1)", first: str = "Mul(q, cu)", second: str = "Mul(r, su)",
-               total: str = "Add(a, b)", half: int | None = None, axis: int = 3) -> str:
-    """q [batch, 2, 5, d] rotated with caches [positions, d] at position ids [pos_batch, 5], as
+               total: str = "Add(a, b)", half: int | None = None, axis: int = 3, seq: int | str = 5) -> str:
+    """q [batch, 2, seq, d] rotated with caches [positions, d] at position ids [pos_batch, seq], as
     the TorchScript exporter writes HF's apply_rotary_pos_emb: x1 = q[..., :h],
     x2 = q[..., h:] (end INT64_MAX), n = -x2, cu/su the cache rows unsqueezed over the heads."""
     c, s = caches(positions, d)
@@ -55,7 +55,7 @@ def rope_model(d: int = 8, positions: int = 16, batch: int = 2, pos_batch: int |
     half = d // 2 if half is None else half
     pos_batch = batch if pos_batch is None else pos_batch
     return f'''<ir_version: 8, opset_import: ["" : 18]>
-    agraph (float[{batch}, 2, 5, {d}] q, int64[{pos_batch}, 5] pos) => (float[{batch}, 2, 5, {d}] y) {{
+    agraph (float[{batch}, 2, {seq}, {d}] q, int64[{pos_batch}, {seq}] pos) => (float[{batch}, 2, {seq}, {d}] y) {{
 {_cache_rows(positions, d, cos, sin)}
         zero = Constant <value = int64[1] {{0}}> ()
         h = Constant <value = int64[1] {{{half}}}> ()
@@ -82,7 +82,8 @@ def test_half_rotation_to_rotary_embedding():
     res = check_rewrite(parse_model(rope_model()), FUSED_OPS, feeds=feeds(),
                         fired=["rope-half-lo", "rope-half-hi", "rope-rotate-half", "rope-cache-rows", "rope-scaled",
                                "rope-cache-halves", "rope-cache-halves-sin",
-                               "rope-half-fuse"])
+                               "rope-half-fuse", "rope-cache-fuse"],
+                        not_fired=["rope-rows-fuse", "rope-rows-pad-fuse"])  # S = 5 <= 16 rows: the caches
     (node,) = [n for n in res.model.graph.node if n.op_type == "RotaryEmbedding"]
     assert node.input[0] == "q"
     attrs = {a.name: a.i for a in node.attribute}
@@ -173,14 +174,18 @@ def pair_caches(positions: int, d: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def pairs_model(d: int = 8, positions: int = 16, cos=None, sin=None, rotation: str = "Concat <axis = -1> (u1, u2)",
-                first: str = "Mul(q, cu)", second: str = "Mul(r, su)", total: str = "Add(a, b)") -> str:
-    """q [2, 2, 5, d] rotated pairwise as GPT-J's rotate_every_two exports:
-    r = flatten(stack(-q[..., 1::2], q[..., 0::2]), -2)."""
+                first: str = "Mul(q, cu)", second: str = "Mul(r, su)", total: str = "Add(a, b)",
+                batch: int | str = 2, seq: int | str = 5) -> str:
+    """q [batch, 2, seq, d] rotated pairwise as GPT-J's rotate_every_two exports:
+    r = flatten(stack(-q[..., 1::2], q[..., 0::2]), -2) (a symbolic batch or seq: the
+    flatten's target copies q's first dims, 0)."""
     c, s = pair_caches(positions, d)
+    static = isinstance(batch, int) and isinstance(seq, int)
+    target = f"{batch}, 2, {seq}, {d}" if static else f"0, 0, 0, {d}"
     cos = c if cos is None else cos
     sin = s if sin is None else sin
     return f'''<ir_version: 8, opset_import: ["" : 18]>
-    agraph (float[2, 2, 5, {d}] q, int64[2, 5] pos) => (float[2, 2, 5, {d}] y) {{
+    agraph (float[{batch}, 2, {seq}, {d}] q, int64[{batch}, {seq}] pos) => (float[{batch}, 2, {seq}, {d}] y) {{
 {_cache_rows(positions, d, cos, sin)}
         zero = Constant <value = int64[1] {{0}}> ()
         two = Constant <value = int64[1] {{2}}> ()
@@ -192,7 +197,7 @@ def pairs_model(d: int = 8, positions: int = 16, cos=None, sin=None, rotation: s
         u1 = Unsqueeze(n, ax)
         u2 = Unsqueeze(x0, ax)
         st = {rotation}
-        shape = Constant <value = int64[4] {{2, 2, 5, {d}}}> ()
+        shape = Constant <value = int64[4] {{{target}}}> ()
         r = Reshape(st, shape)
         a = {first}
         b = {second}
