@@ -274,9 +274,11 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
     of x_scale * w_scale above a tenth of the output's step (a Gemm's output moved 178 and 41
     steps, a Conv's 38); or an AveragePool after a DequantizeLinear with ceil_mode 1 and
     count_include_pad 1, which onnxruntime's QLinearAveragePool counts otherwise (up to 87
-    steps). With any, the allowance accepted any program as far off."""
+    steps); or a Conv or Gemm whose weight's DequantizeLinear has one scale per slice of another
+    axis than the output channels', which onnxruntime's fusion reads as one per output channel
+    (up to 44 steps). With any, the allowance accepted any program as far off."""
     g = _QdqGraph(model.graph)
-    return g.scale_out_of_range() or g.bias_changed() or g.pool_miscounted()
+    return g.scale_out_of_range() or g.bias_changed() or g.pool_miscounted() or g.weight_axis_misread()
 
 
 class _QdqGraph:
@@ -419,6 +421,28 @@ class _QdqGraph:
             if a.get("ceil_mode", 0) and a.get("count_include_pad", 0) and d is not None and self.qdq(d):
                 return (f"onnxruntime fuses AveragePool '{n.name or n.output[0]}' (ceil_mode and count_include_pad) "
                         "into QLinearAveragePool, which counts a window past the end otherwise")
+        return ""
+
+    def weight_axis_misread(self) -> str:
+        """A Conv or Gemm whose weight is a DequantizeLinear with a scale per slice along another
+        axis than the weight's output channels (a Conv's 0; a Gemm's 0 with transB, else 1):
+        onnxruntime's QLinearConv and QGemm fusions take a 1-D scale as one per output channel,
+        whatever the axis (30 to 44 output steps apart)."""
+        for n in self.nodes:
+            if n.op_type not in ("Conv", "Gemm") or n.domain not in ("", "ai.onnx") or len(n.input) < 2:
+                continue
+            d = self.producer.get(n.input[1])
+            s = self.dq_scale(n.input[1])
+            if d is None or s is None or s.size <= 1:
+                continue
+            a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
+            out_axis = 0 if n.op_type == "Conv" or a.get("transB", 0) else 1
+            axis = next((onnx.helper.get_attribute_value(x) for x in d.attribute if x.name == "axis"), 1)
+            w = self.value(d.input[0])
+            rank = w.ndim if w is not None else (4 if n.op_type == "Conv" else 2)  # a Conv's weight: at least 3-D
+            if axis < 0 and w is None and n.op_type == "Conv" or axis % max(rank, 1) != out_axis:
+                return (f"onnxruntime fuses {n.op_type} '{n.name or n.output[0]}' reading its weight's per-axis "
+                        f"scales (axis {axis}) as one per output channel")
         return ""
 
     def _bias_kept(self, name: str, product: np.ndarray, qs: list) -> bool:
