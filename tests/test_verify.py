@@ -1230,7 +1230,23 @@ def test_qdq_allowance_is_withheld_where_onnxruntime_misreads_per_axis_weight_sc
         wrong.graph.node[-1].input[2] = "yz3"
     v = verify(m, wrong)
     assert v.status == "failed" and "no QDQ allowance" in v.detail, v.detail
-    assert "per-axis scales" in qdq_allowance_withheld(m)
+    assert "per-axis scales" in qdq_allowance_withheld(m), qdq_allowance_withheld(m)
     # along the output channels the allowance stands
     assert qdq_allowance_withheld(test_qdq.conv_model(w_scale=[0.01, 0.02, 0.015, 0.03], cin=4, cout=4)) == ""
     assert qdq_allowance_withheld(_square_gemm(1, 0)) == qdq_allowance_withheld(_square_gemm(0, 1)) == ""
+
+
+def test_qdq_allowance_is_withheld_for_per_axis_scales_onnxruntime_reads_as_one():
+    # a QuantizeLinear after a Softmax with one scale per channel: onnxruntime's QLinearSoftmax
+    # takes one scale in all (its own model moved outputs by 5 steps)
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[1, 4, 4, 4] x) => (float[1, 4, 4, 4] z)
+            <float xs = {0.05}, uint8 xz = {128}, float[4] ys = {0.05, 0.1, 0.15, 0.2}, uint8[4] yz = {0, 0, 0, 0}> {
+            xq = QuantizeLinear(x, xs, xz)
+            xd = DequantizeLinear(xq, xs, xz)
+            c = Softmax(xd)
+            yq = QuantizeLinear <axis = 1> (c, ys, yz)
+            z = DequantizeLinear <axis = 1> (yq, ys, yz)
+        }""")
+    assert "per-axis scales" in qdq_allowance_withheld(m)
