@@ -213,7 +213,8 @@ def _fewer_requantizing(original: ModelProto, res: PipelineResult, dims: Mapping
         tried.append(f"{LEVEL_TEXT[level]}: {v.status}")
         if v.status != "failed":
             kept, blocked = split_level(level)
-            alt.report["requantization"] = {"kept": kept, "blocked_layout": blocked, "refused": refused.detail}
+            alt.report["requantization"] = {"kept": kept, "dequantized_convs_blocked": blocked,
+                                             "refused": refused.detail}
             alt.report["warnings"].append(
                 f"{LEVEL_TEXT[level]}: verification refused the program with more ({refused.detail})")
             res.model, res.report, res.random_pairs = alt.model, alt.report, alt.random_pairs

@@ -15,15 +15,17 @@ extracted again, its requantizing e-nodes kept (`restricted`):
   (`ort_requantized_values`), then
 - `none`: nowhere: every fusion left is exact.
 
-A float op in a QDQ model rounds too, where its output is quantized: onnxruntime's blocked
-(NCHWc) Conv sums in another order than the NCHW one, and moves an output past a rounding
-boundary where onnxruntime's own optimization (which blocks no Conv whose weight a
-DequantizeLinear computes) keeps it. So each level is tried with the blocked layout, then
-without (`-nchw`: no e-node that reads or writes it, eqsat.extract.nchwc), the first program's
-requantizing fusions too (`all-nchw`), in the order of LEVELS.
+A float op in a QDQ model rounds too, where its output is quantized: a Conv whose weight a
+DequantizeLinear computes has a constant float weight once the DequantizeLinear folds, and so a
+blocked (NCHWc) form, whose kernel sums in another order than the NCHW one; it moves an output
+past a rounding boundary where onnxruntime's own optimization (which keeps the
+DequantizeLinear, so no blocked Conv there) keeps it. So each level is tried with those blocked
+convs, then without (`-nchw`: no blocked Conv e-node whose filter a DequantizeLinear
+computes, `dequantized_convs`), the first program's requantizing fusions too (`all-nchw`), in
+the order of LEVELS.
 
-Contract: a level never offers a requantizing e-node that an earlier level of the same layout
-did not, `none` offers none, and an `-nchw` level no blocked e-node.
+Contract: a level never offers a requantizing e-node that an earlier level of the same suffix
+did not, `none` offers none, and an `-nchw` level no blocked Conv on a dequantized weight.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from pathlib import Path
 from onnx import ModelProto
 
 from eqsat.extract.egraph import EGraph
-from eqsat.extract.nchwc import is_blocked
+from eqsat.extract.nchwc import BLOCKED_CONVS
 from eqsat.lang.ops import REQUANTIZING_CTORS
 
 LEVELS = ("ort", "all-nchw", "ort-nchw", "none", "none-nchw")
@@ -43,12 +45,14 @@ _KEPT_TEXT = {"all": "the requantizing fusions of the first program",
               "ort": "requantizing fusions only where onnxruntime's own optimization of the model makes them",
               "none": "no requantizing fusion"}
 LEVEL_TEXT = {level: f"{_KEPT_TEXT[level.removesuffix('-nchw')]}"
-                     f"{', and no blocked layout' if level.endswith('-nchw') else ''}" for level in LEVELS}
+                     f"{', and every Conv on a dequantized weight NCHW' if level.endswith('-nchw') else ''}"
+              for level in LEVELS}
+
 
 
 def split_level(level: str) -> tuple[str, bool]:
-    """A level of LEVELS as (the requantizing fusions kept: all, ort or none; whether the
-    blocked layout is offered)."""
+    """A level of LEVELS as (the requantizing fusions kept: all, ort or none; whether blocked
+    convs on dequantized weights are offered)."""
     return level.removesuffix("-nchw"), not level.endswith("-nchw")
 # onnxruntime's fused QDQ ops (of any domain): the node keeps the name of the op it replaced
 _ORT_REQUANTIZING = ("QLinear", "QGemm")
@@ -129,16 +133,25 @@ def kept_classes(egraph: EGraph, value_names: dict[str, list[str]], values: set[
 
 def restricted(egraph: EGraph, keep: set[str] | None, blocked: bool = True) -> EGraph:
     """`egraph` without the requantizing e-nodes of the e-classes not in `keep` (None: all
-    kept), and without `blocked` the e-nodes that read or write the blocked layout, but for
-    the input program's own (a QLinearConv the input model holds stays choosable); the other
-    nodes, classes, roots and metadata shared, not copied."""
+    kept), and without `blocked` the `dequantized_convs`, but for the input program's own (a
+    QLinearConv the input model holds stays choosable); the other nodes, classes, roots and
+    metadata shared, not copied."""
     own = set(egraph.meta.get("input_nodes", ()))
     drop = {nid for nid, n in egraph.nodes.items()
-            if nid not in own and ((keep is not None and n.op in REQUANTIZING_CTORS and n.eclass not in keep)
-                                   or (not blocked and is_blocked(n.op)))}
+            if nid not in own and keep is not None and n.op in REQUANTIZING_CTORS and n.eclass not in keep}
+    if not blocked:
+        drop |= dequantized_convs(egraph) - own
     nodes = {nid: n for nid, n in egraph.nodes.items() if nid not in drop}
     classes = {c: [nid for nid in ids if nid not in drop] for c, ids in egraph.classes.items()}
     return EGraph(nodes, classes, egraph.roots, egraph.class_data, egraph.meta)
+
+
+def dequantized_convs(egraph: EGraph) -> set[str]:
+    """The blocked Conv e-nodes whose filter comes from a DequantizeLinear (the serialized
+    e-graph's class_data `dequantized`, eqsat.core.serialize)."""
+    return {nid for nid, n in egraph.nodes.items()
+            if n.op in BLOCKED_CONVS and len(n.children) > 1
+            and egraph.class_data.get(n.children[1], {}).get("dequantized")}
 
 
 def requantizing(egraph: EGraph, choice: dict[str, str]) -> set[str]:
@@ -147,7 +160,7 @@ def requantizing(egraph: EGraph, choice: dict[str, str]) -> set[str]:
 
 
 def blocks_quantized(model: ModelProto, egraph: EGraph, choice: dict[str, str]) -> bool:
-    """Whether `choice` picks a blocked e-node in a model with a QuantizeLinear (whose float
-    ops may then round otherwise than onnxruntime's own optimization of the model)."""
+    """Whether `choice` picks one of the `dequantized_convs` in a model with a QuantizeLinear
+    (whose output it may then round otherwise than onnxruntime's own optimization)."""
     return (any(n.op_type == "QuantizeLinear" for n in model.graph.node)
-            and any(is_blocked(egraph.nodes[nid].op) for nid in choice.values()))
+            and bool(dequantized_convs(egraph).intersection(choice.values())))
