@@ -198,11 +198,11 @@ def _fewer_requantizing(original: ModelProto, res: PipelineResult, dims: Mapping
     that passes verification replaces res.model and res.report (its `requantization` and a
     warning say so) and its Verification is returned; else `refused`, its detail naming the
     levels tried."""
-    from eqsat.core.requantize import LEVEL_TEXT, LEVELS
+    from eqsat.core.requantize import LEVEL_TEXT, LEVELS, split_level
 
     tried = []
     for level in LEVELS:
-        say(f"verification refused requantizing fusions; trying {LEVEL_TEXT[level]}")
+        say(f"verification refused rounding in a quantized output; trying {LEVEL_TEXT[level]}")
         alt = res.retry(level)
         if alt is None:
             say("the same program: next")
@@ -212,7 +212,9 @@ def _fewer_requantizing(original: ModelProto, res: PipelineResult, dims: Mapping
                           _files=(src, written), _random_pairs=alt.random_pairs)
         tried.append(f"{LEVEL_TEXT[level]}: {v.status}")
         if v.status != "failed":
-            alt.report["requantization"] = {"kept": level, "refused": refused.detail}
+            kept, blocked = split_level(level)
+            alt.report["requantization"] = {"kept": kept, "dequantized_convs_blocked": blocked,
+                                             "refused": refused.detail}
             alt.report["warnings"].append(
                 f"{LEVEL_TEXT[level]}: verification refused the program with more ({refused.detail})")
             res.model, res.report, res.random_pairs = alt.model, alt.report, alt.random_pairs

@@ -159,11 +159,16 @@ class Verification(Section):
 
 @dataclass(frozen=True)
 class Requantization(Section):
-    """Where verification refused the first program of a QDQ model for its requantizing
-    fusions and a program with fewer passed (eqsat.core.requantize)."""
+    """Where verification refused the first program of a QDQ model for its rounding of a
+    quantized output and a program with fewer requantizing fusions, or without blocked convs
+    on dequantized weights, passed (eqsat.core.requantize)."""
 
-    kept: Literal["ort", "none"] = field(metadata=_doc(
-        "the requantizing fusions kept: ort, where onnxruntime's own optimization of the input makes them; none"))
+    kept: Literal["all", "ort", "none"] = field(metadata=_doc(
+        "the requantizing fusions kept: all, the first program's; ort, where onnxruntime's own optimization of"
+        " the input makes them; none"))
+    dequantized_convs_blocked: bool = field(metadata=_doc(
+        "whether a Conv whose weight a DequantizeLinear computes may run blocked (NCHWc); false where that"
+        " rounded a quantized output otherwise"))
     refused: str = field(metadata=_doc("why verification refused the first program"))
 
 

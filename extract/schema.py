@@ -6,7 +6,7 @@ egraph-serialize JSON (egglog's) plus eqsat's metadata (eqsat/core/serialize.py)
                     "cost": number >= 0 (optional), "subsumed": bool (optional)}, ...},
      "root_eclasses": [E-CLASS, ...],                                          (optional)
      "class_data": {E-CLASS: {"type": str, "shape": [int, ...], "dtype": str,
-                              "unpadded_elements": number > 0}, ...},
+                              "unpadded_elements": number > 0, "dequantized": bool}, ...},
                                      (optional; required with "eqsat")
      "eqsat": {                                                                (optional)
         "format": int >= 1, "constructors": [str], "functions": [str], "forbidden": [str],
@@ -172,6 +172,8 @@ def _well_formed_class_data(cd: dict) -> bool:
             return False
         if "unpadded_elements" in d and not (is_number(d["unpadded_elements"]) and d["unpadded_elements"] > 0):
             return False
+        if type(d.get("dequantized", False)) is not bool:
+            return False
         shape = d.get("shape")
         if shape is not None:
             if type(shape) is not list:
@@ -222,6 +224,8 @@ def _class_data(cd: dict) -> None:
                 need_str(d[f], f"{where}.{f}")
         if "unpadded_elements" in d and not (is_number(d["unpadded_elements"]) and d["unpadded_elements"] > 0):
             raise EGraphFormatError(f"{where}.unpadded_elements", "a number > 0", d["unpadded_elements"])
+        if "dequantized" in d and type(d["dequantized"]) is not bool:
+            raise EGraphFormatError(f"{where}.dequantized", "true or false", d["dequantized"])
         if "shape" in d:
             shape = d["shape"]
             if not isinstance(shape, list):

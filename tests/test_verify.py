@@ -1190,3 +1190,63 @@ def test_scaled_floats_skip_where_the_original_overflows():
     assert compare(e, fused, None, None, scaled=True) == []
     assert compare(e, {"y": np.array([1.0, 0.0, 0.6, 1.0], np.float32)}, None, None, scaled=True) != []
     assert compare(e, {"y": np.array([1.0, 0.0, 0.5, np.inf], np.float32)}, None, None, scaled=True) != []
+
+
+def _square_gemm(trans_b: int, axis: int) -> onnx.ModelProto:
+    """DQ -> Gemm -> Q with a 5 x 5 int8 B whose DequantizeLinear has 5 scales along `axis`."""
+    b = np.random.default_rng(0).integers(-64, 65, (5, 5))
+    return parse_model(f"""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[3, 5] x) => (float[3, 5] z)
+            <int8[5, 5] b = {{{", ".join(map(str, b.ravel()))}}}, float[5] bs = {{0.01, 0.02, 0.015, 0.03, 0.025}},
+             int8[5] bz = {{0, 0, 0, 0, 0}}, float xs = {{0.05}}, uint8 xz = {{128}}, float ys = {{0.1}},
+             uint8 yz = {{120}}> {{
+            xq = QuantizeLinear(x, xs, xz)
+            xd = DequantizeLinear(xq, xs, xz)
+            bd = DequantizeLinear <axis = {axis}> (b, bs, bz)
+            c = Gemm <transB = {trans_b}> (xd, bd)
+            yq = QuantizeLinear(c, ys, yz)
+            z = DequantizeLinear(yq, ys, yz)
+        }}""")
+
+
+@pytest.mark.parametrize("op, axis", [("Conv", 1), ("Conv", -3), ("Gemm", 1)])
+def test_qdq_allowance_is_withheld_where_onnxruntime_misreads_per_axis_weight_scales(op, axis):
+    # scales along a Conv weight's input channels (4 of them, as many as its outputs):
+    # onnxruntime's QLinearConv fusion takes them as one per output channel and its own model
+    # moved the output by up to 44 steps, so a program with the bias negated passed as
+    # "as far as onnxruntime's own"; a Gemm's QGemm fusion alike (7 steps)
+    from .rules import test_qdq  # noqa: PLC0415
+
+    if op == "Conv":
+        m = test_qdq.conv_model(w_scale=[0.01, 0.02, 0.015, 0.03], w_axis=axis, cin=4, cout=4)
+        wrong = onnx.ModelProto.FromString(m.SerializeToString())
+        b = next(t for t in wrong.graph.initializer if t.name == "b")
+        b.CopyFrom(onnx.numpy_helper.from_array(-onnx.numpy_helper.to_array(b), "b"))
+    else:  # B with transB holds its output channels along axis 0
+        m = _square_gemm(1, axis)
+        wrong = onnx.ModelProto.FromString(m.SerializeToString())  # every output 3 steps up
+        wrong.graph.initializer.append(onnx.numpy_helper.from_array(np.array(123, np.uint8), "yz3"))
+        wrong.graph.node[-1].input[2] = "yz3"
+    v = verify(m, wrong)
+    assert v.status == "failed" and "no QDQ allowance" in v.detail, v.detail
+    assert "per-axis scales" in qdq_allowance_withheld(m), qdq_allowance_withheld(m)
+    # along the output channels the allowance stands
+    assert qdq_allowance_withheld(test_qdq.conv_model(w_scale=[0.01, 0.02, 0.015, 0.03], cin=4, cout=4)) == ""
+    assert qdq_allowance_withheld(_square_gemm(1, 0)) == qdq_allowance_withheld(_square_gemm(0, 1)) == ""
+
+
+def test_qdq_allowance_is_withheld_for_per_axis_scales_onnxruntime_reads_as_one():
+    # a QuantizeLinear after a Softmax with one scale per channel: onnxruntime's QLinearSoftmax
+    # takes one scale in all (its own model moved outputs by 5 steps)
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[1, 4, 4, 4] x) => (float[1, 4, 4, 4] z)
+            <float xs = {0.05}, uint8 xz = {128}, float[4] ys = {0.05, 0.1, 0.15, 0.2}, uint8[4] yz = {0, 0, 0, 0}> {
+            xq = QuantizeLinear(x, xs, xz)
+            xd = DequantizeLinear(xq, xs, xz)
+            c = Softmax(xd)
+            yq = QuantizeLinear <axis = 1> (c, ys, yz)
+            z = DequantizeLinear <axis = 1> (yq, ys, yz)
+        }""")
+    assert "per-axis scales" in qdq_allowance_withheld(m)

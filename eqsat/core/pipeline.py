@@ -406,7 +406,7 @@ def optimize(model: ModelProto, opts: Options | Settings, progress: Callable[[st
     st.times["extract"] = round(time.perf_counter() - t0, 4)
     res = _decoded(st, ex, subgraphs, progress)
     fused = set() if picked else requantize.requantizing(st.egraph, ex.choice)
-    if fused:
+    if fused or (not picked and requantize.blocks_quantized(st.model, st.egraph, ex.choice)):
         res.retry = _retries(st, fused, subgraphs, progress)
     return res
 
@@ -439,21 +439,30 @@ def _retries(st: Saturated, fused: set[str], subgraphs: list,
              progress: Callable[[str], None] | None) -> Callable[[str], Result | None]:
     """Result.retry for `st`, whose first extraction requantizes in the e-classes `fused`:
     each level of eqsat.core.requantize extracted again from the e-graph it restricts; None
-    where a level keeps every requantizing fusion the previous choice made."""
+    where a level gives a program an earlier one gave (with the blocked layout: it keeps every
+    requantizing fusion the previous choice made; without: the same choice)."""
     previous = [fused]
+    choices: list[dict[str, str]] = []
+    ort_values: list[set[str]] = []
 
     def retry(level: str) -> Result | None:
-        keep: set[str] = set()
-        if level == "ort":
-            values = requantize.ort_requantized_values(st.model)
-            keep = requantize.kept_classes(st.egraph, st.value_names, values)
-        if previous[-1] <= keep:
+        kept, blocked = requantize.split_level(level)
+        keep: set[str] | None = None if kept == "all" else set()
+        if kept == "ort":
+            if not ort_values:
+                ort_values.append(requantize.ort_requantized_values(st.model))
+            keep = requantize.kept_classes(st.egraph, st.value_names, ort_values[0])
+        if blocked and keep is not None and previous[-1] <= keep:
             return None
         s = st.settings
         t0 = time.perf_counter()
-        ex = run_extractor(requantize.restricted(st.egraph, keep), s.extractor, s.cost, s.extract_time_limit)
+        ex = run_extractor(requantize.restricted(st.egraph, keep, blocked), s.extractor, s.cost, s.extract_time_limit)
         st.times["extract"] = round(time.perf_counter() - t0, 4)
-        previous.append(requantize.requantizing(st.egraph, ex.choice))
+        if ex.choice in choices:
+            return None
+        choices.append(ex.choice)
+        if blocked:
+            previous.append(requantize.requantizing(st.egraph, ex.choice))
         return _decoded(st, ex, subgraphs, progress)
 
     return retry

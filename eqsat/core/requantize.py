@@ -15,8 +15,17 @@ extracted again, its requantizing e-nodes kept (`restricted`):
   (`ort_requantized_values`), then
 - `none`: nowhere: every fusion left is exact.
 
-Contract: a level never offers a requantizing e-node that an earlier level did not, and
-`none` offers none.
+A float op in a QDQ model rounds too, where its output is quantized: a Conv whose weight a
+DequantizeLinear computes has a constant float weight once the DequantizeLinear folds, and so a
+blocked (NCHWc) form, whose kernel sums in another order than the NCHW one; it moves an output
+past a rounding boundary where onnxruntime's own optimization (which keeps the
+DequantizeLinear, so no blocked Conv there) keeps it. So each level is tried with those blocked
+convs, then without (`-nchw`: no blocked Conv e-node whose filter a DequantizeLinear
+computes, `dequantized_convs`), the first program's requantizing fusions too (`all-nchw`), in
+the order of LEVELS.
+
+Contract: a level never offers a requantizing e-node that an earlier level of the same suffix
+did not, `none` offers none, and an `-nchw` level no blocked Conv on a dequantized weight.
 """
 
 from __future__ import annotations
@@ -28,11 +37,23 @@ from pathlib import Path
 from onnx import ModelProto
 
 from eqsat.extract.egraph import EGraph
+from eqsat.extract.nchwc import BLOCKED_CONVS
 from eqsat.lang.ops import REQUANTIZING_CTORS
 
-LEVELS = ("ort", "none")
-LEVEL_TEXT = {"ort": "requantizing fusions only where onnxruntime's own optimization of the model makes them",
+LEVELS = ("ort", "all-nchw", "ort-nchw", "none", "none-nchw")
+_KEPT_TEXT = {"all": "the requantizing fusions of the first program",
+              "ort": "requantizing fusions only where onnxruntime's own optimization of the model makes them",
               "none": "no requantizing fusion"}
+LEVEL_TEXT = {level: f"{_KEPT_TEXT[level.removesuffix('-nchw')]}"
+                     f"{', and every Conv on a dequantized weight NCHW' if level.endswith('-nchw') else ''}"
+              for level in LEVELS}
+
+
+
+def split_level(level: str) -> tuple[str, bool]:
+    """A level of LEVELS as (the requantizing fusions kept: all, ort or none; whether blocked
+    convs on dequantized weights are offered)."""
+    return level.removesuffix("-nchw"), not level.endswith("-nchw")
 # onnxruntime's fused QDQ ops (of any domain): the node keeps the name of the op it replaced
 _ORT_REQUANTIZING = ("QLinear", "QGemm")
 
@@ -110,18 +131,36 @@ def kept_classes(egraph: EGraph, value_names: dict[str, list[str]], values: set[
     return kept | permuted
 
 
-def restricted(egraph: EGraph, keep: set[str]) -> EGraph:
-    """`egraph` without the requantizing e-nodes of the e-classes not in `keep`, but for the
-    input program's own (a QLinearConv the input model holds stays choosable); the other
-    nodes, classes, roots and metadata shared, not copied."""
+def restricted(egraph: EGraph, keep: set[str] | None, blocked: bool = True) -> EGraph:
+    """`egraph` without the requantizing e-nodes of the e-classes not in `keep` (None: all
+    kept), and without `blocked` the `dequantized_convs`, but for the input program's own (a
+    QLinearConv the input model holds stays choosable); the other nodes, classes, roots and
+    metadata shared, not copied."""
     own = set(egraph.meta.get("input_nodes", ()))
     drop = {nid for nid, n in egraph.nodes.items()
-            if n.op in REQUANTIZING_CTORS and n.eclass not in keep and nid not in own}
+            if nid not in own and keep is not None and n.op in REQUANTIZING_CTORS and n.eclass not in keep}
+    if not blocked:
+        drop |= dequantized_convs(egraph) - own
     nodes = {nid: n for nid, n in egraph.nodes.items() if nid not in drop}
     classes = {c: [nid for nid in ids if nid not in drop] for c, ids in egraph.classes.items()}
     return EGraph(nodes, classes, egraph.roots, egraph.class_data, egraph.meta)
 
 
+def dequantized_convs(egraph: EGraph) -> set[str]:
+    """The blocked Conv e-nodes whose filter comes from a DequantizeLinear (the serialized
+    e-graph's class_data `dequantized`, eqsat.core.serialize)."""
+    return {nid for nid, n in egraph.nodes.items()
+            if n.op in BLOCKED_CONVS and len(n.children) > 1
+            and egraph.class_data.get(n.children[1], {}).get("dequantized")}
+
+
 def requantizing(egraph: EGraph, choice: dict[str, str]) -> set[str]:
     """The e-classes where `choice` picks a requantizing e-node."""
     return {c for c, nid in choice.items() if egraph.nodes[nid].op in REQUANTIZING_CTORS}
+
+
+def blocks_quantized(model: ModelProto, egraph: EGraph, choice: dict[str, str]) -> bool:
+    """Whether `choice` picks one of the `dequantized_convs` in a model with a QuantizeLinear
+    (whose output it may then round otherwise than onnxruntime's own optimization)."""
+    return (any(n.op_type == "QuantizeLinear" for n in model.graph.node)
+            and bool(dequantized_convs(egraph).intersection(choice.values())))

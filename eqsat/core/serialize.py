@@ -75,6 +75,7 @@ def serialize(eg: b.EGraph, root_ids: list[int], output_names: list[str], constr
             if d is not None:
                 cdata.setdefault(owner, {})["dtype"] = d
     _mark_padding(nodes, by_class, cdata)
+    _mark_dequantized(nodes, by_class, cdata)
     weights = _subgraph_weights(nodes, protos) if protos is not None else {}
     roots = [value_class[str(v)] for v in root_ids]
     data["root_eclasses"] = list(dict.fromkeys(roots))
@@ -153,6 +154,26 @@ def _mark_padding(nodes: dict, by_class: dict[str, list[str]], cdata: dict) -> N
     for c in by_class:
         if (kept := unpadded(c)) is not None and (full := elements(c)) is not None and kept < full:
             cdata.setdefault(c, {})["unpadded_elements"] = kept
+
+
+def _mark_dequantized(nodes: dict, by_class: dict[str, list[str]], cdata: dict) -> None:
+    """class_data[c]["dequantized"]: True for a value a DequantizeLinear computes, and for a
+    filter that PadChannels and ReorderFilter make of one (the blocked Conv's, whose internal
+    ops extraction never sees): eqsat.core.requantize retries a QDQ model with such convs NCHW."""
+    marked = {n["eclass"] for n in nodes.values() if n["op"] == "DequantizeLinear"}
+    parents: dict[str, list[str]] = {}
+    for n in nodes.values():
+        if n["op"] in PADDING_OPS and n["children"]:
+            parents.setdefault(nodes[n["children"][0]]["eclass"], []).append(n["eclass"])
+    todo = list(marked)
+    while todo:
+        for p in parents.get(todo.pop(), ()):
+            if p not in marked:
+                marked.add(p)
+                todo.append(p)
+    for c in marked:
+        if c in by_class:
+            cdata.setdefault(c, {})["dequantized"] = True
 
 
 def _subgraph_weights(nodes: dict, protos: ProtoStore) -> dict[str, int]:

@@ -48,9 +48,23 @@ from eqsat.core.store import ProtoStore, TensorStore
 from eqsat.lang import terms as T
 from eqsat.lang.dtypes import CTOR_TO_CODE, np_dtype
 from eqsat.lang.ops import BY_CTOR, LITERAL_CTORS
-from eqsat.oracle.layout import NEW_OPS
+from eqsat.oracle.layout import NEW_OPS as LAYOUT_OPS
 from eqsat.oracle.symbolic import SymValues
 from eqsat.oracle.view import View
+
+
+def _dequantize_linear_op() -> type:
+    """onnx's reference DequantizeLinear for every opset: onnx implements it only from opset 19
+    (1.23: 19, 21, 23, 25), so a model of opset 10 to 18 (quantize_static writes its model's
+    own opset) had no kernel and no weight dequantized at optimization time. The opset-23
+    kernel computes what the earlier opsets define for the types they allow (8-bit and int32,
+    per tensor or per axis); the fold is checked against onnxruntime's value."""
+    from onnx.reference.ops.op_dequantize_linear import DequantizeLinear_23
+
+    return type("DequantizeLinear", (DequantizeLinear_23,), {"op_domain": ""})
+
+
+NEW_OPS = [*LAYOUT_OPS, _dequantize_linear_op()]
 
 # Ops whose inputs must share one dtype (ONNX type constraint T on all of them).
 SAME_DTYPE = frozenset(

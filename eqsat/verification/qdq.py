@@ -274,9 +274,11 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
     of x_scale * w_scale above a tenth of the output's step (a Gemm's output moved 178 and 41
     steps, a Conv's 38); or an AveragePool after a DequantizeLinear with ceil_mode 1 and
     count_include_pad 1, which onnxruntime's QLinearAveragePool counts otherwise (up to 87
-    steps). With any, the allowance accepted any program as far off."""
+    steps); or a QuantizeLinear or DequantizeLinear with per-axis scales other than a weight's
+    along its output channels or a bias's, which onnxruntime's fusions read as one per output
+    channel or one in all (up to 44 steps). With any, the allowance accepted any program as far off."""
     g = _QdqGraph(model.graph)
-    return g.scale_out_of_range() or g.bias_changed() or g.pool_miscounted()
+    return g.scale_out_of_range() or g.bias_changed() or g.pool_miscounted() or g.weight_axis_misread()
 
 
 class _QdqGraph:
@@ -420,6 +422,40 @@ class _QdqGraph:
                 return (f"onnxruntime fuses AveragePool '{n.name or n.output[0]}' (ceil_mode and count_include_pad) "
                         "into QLinearAveragePool, which counts a window past the end otherwise")
         return ""
+
+    def weight_axis_misread(self) -> str:
+        """A QuantizeLinear or DequantizeLinear with a scale per slice (more than one), other than
+        a weight's DequantizeLinear along its output channels (a Conv's axis 0, a ConvTranspose's
+        1, a Gemm's 0 with transB else 1, a MatMul's last) and a bias's: onnxruntime's QLinearConv
+        and QGemm fusions take a 1-D weight scale as one per output channel whatever the axis (30
+        to 44 output steps apart), and QLinearSoftmax a per-axis output scale as one (5 steps)."""
+        for n in self.nodes:
+            s = self.value(n.input[1]) if self.qdq(n) and len(n.input) > 1 else None
+            if s is not None and s.size > 1 and not self._weight_along_outputs(n):
+                return (f"{n.op_type} '{n.name or n.output[0]}' has per-axis scales where onnxruntime's fusions "
+                        "read one per output channel or one in all")
+        return ""
+
+    def _weight_along_outputs(self, d) -> bool:
+        """Whether the DequantizeLinear `d` is read only as weights along their output channels or
+        as a bias (see weight_axis_misread)."""
+        readers = self.readers.get(d.output[0], [])
+        if d.op_type != "DequantizeLinear" or not readers:
+            return False
+        axis = next((onnx.helper.get_attribute_value(x) for x in d.attribute if x.name == "axis"), 1)
+        w = self.value(d.input[0])
+        if w is None:
+            return False
+        axis %= max(w.ndim, 1)
+        for r in readers:
+            a = {x.name: onnx.helper.get_attribute_value(x) for x in r.attribute}
+            slot = [k for k, i in enumerate(r.input) if i == d.output[0]]
+            out_axis = {"Conv": 0, "ConvTranspose": 1, "Gemm": 0 if a.get("transB", 0) else 1,
+                        "MatMul": w.ndim - 1}.get(r.op_type)
+            bias = slot == [2] and r.op_type in BIASED_QDQ_OPS and w.ndim == 1
+            if r.domain not in ("", "ai.onnx") or out_axis is None or not (slot == [1] and axis == out_axis or bias):
+                return False
+        return True
 
     def _bias_kept(self, name: str, product: np.ndarray, qs: list) -> bool:
         """Whether onnxruntime's fusion adds the bias `name` as it is: an int32 DequantizeLinear of
