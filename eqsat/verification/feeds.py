@@ -59,10 +59,12 @@ INDEX_USES: dict[tuple[str, str], dict[int, object]] = {
     ("", "ScatterElements"): {1: "axis"},
     ("", "Scatter"): {1: "axis"},
     ("", "ScatterND"): {1: "min"},
-    ("", "OneHot"): {0: None},
+    ("", "OneHot"): {0: "depth"},
     ("com.microsoft", "EmbedLayerNormalization"): {0: 2, 1: 3},
     ("com.microsoft", "GatherBlockQuantized"): {1: "axis"},
 }
+# the ops above whose indices may be negative (counted from the end): their indices are drawn in [-n, n)
+SIGNED_INDEX = {("", "Gather"), ("", "GatherElements"), ("", "ScatterElements"), ("", "Scatter"), ("", "OneHot")}
 MASK_USES: dict[tuple[str, str], set[int]] = {
     ("com.microsoft", "Attention"): {3},
     ("com.microsoft", "MultiHeadAttention"): {4},
@@ -113,11 +115,13 @@ INT_CODES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto
 @dataclass(frozen=True)
 class Table:
     """What an index indexes: the value, its axis ("min": the smallest of its axes), and
-    whether negative indices are allowed (Gather's)."""
+    whether negative indices are allowed (SIGNED_INDEX); or, for OneHot, its depth where that
+    is a constant (`size`)."""
 
     value: str | None  # None: not known (OneHot's depth is computed)
     axis: int | str = 0
     signed: bool = False
+    size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -226,8 +230,13 @@ class Feeds:
                 continue
             how = uses[k]
             axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+            signed = ("" if n.domain == "ai.onnx" else n.domain, n.op_type) in SIGNED_INDEX
             if how == "axis":
-                tables.append(Table(n.input[0], axis, n.op_type == "Gather"))
+                tables.append(Table(n.input[0], axis, signed))
+            elif how == "depth":
+                depth = self._constant(n.input[1]) if len(n.input) > 1 else None
+                tables.append(Table(None, 0, signed, int(depth.reshape(-1)[0]) if depth is not None
+                                    and depth.size == 1 and np.issubdtype(depth.dtype, np.number) else None))
             elif how == "min":
                 tables.append(Table(n.input[0], "min"))
             elif isinstance(how, int) and len(n.input) > how and n.input[how]:
@@ -235,6 +244,20 @@ class Feeds:
             else:
                 tables.append(Table(None))
         return Role("index", tuple(tables)) if tables else None
+
+    def _constant(self, name: str) -> np.ndarray | None:
+        """The value of an initializer or Constant node's output (None where `name` is neither, or
+        an overridable input)."""
+        if name in self.free:
+            return None
+        for t in self.model.graph.initializer:
+            if t.name == name:
+                return None if external.is_external(t) else numpy_helper.to_array(t)
+        for n in self.model.graph.node:
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output and n.output[0] == name \
+                    and n.attribute and n.attribute[0].name == "value":
+                return numpy_helper.to_array(n.attribute[0].t)
+        return None
 
     def _mask_use(self, name: str) -> bool:
         for n, k in self._carried(name):
@@ -251,6 +274,9 @@ class Feeds:
         size is not known."""
         ns = []
         for t in role.tables:
+            if t.size is not None:
+                ns.append(t.size)
+                continue
             dims = self.shapes.get(t.value) if t.value is not None else None
             if dims is None:
                 return None
