@@ -5,6 +5,11 @@ original against itself."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import numpy as np
+import onnx
 import pytest
 
 from eqsat.verification import verify
@@ -22,6 +27,26 @@ def _refused_and_passed(right: str, wrong: str, why: str):
     ok = verify(m, m)
     assert ok.status == "passed", ok.detail
     return v
+
+
+def test_a_scalar_condition_takes_both_values():
+    # a scalar bool drew False at seed 0 and at seed 1 (the edge cases' seed): Where(c, a, b)
+    # taken for b passed every run
+    _refused_and_passed("g (bool c, float[2, 3] a, float[2, 3] b) => (float[2, 3] y) { y = Where(c, a, b) }",
+                        "g (bool c, float[2, 3] a, float[2, 3] b) => (float[2, 3] y) { y = Identity(b) }",
+                        "booleans and masks negated")
+
+
+def test_a_scalar_mask_takes_both_values():
+    # a mask (by its name) is 0 or 1: a scalar one drew 1 in every run, so Where(mask == 1, -x, x)
+    # taken for -x passed
+    _refused_and_passed("""g (float[1] x, int64 mask) => (float[1] y) {
+                               z = Constant <value = int64 {1}> ()
+                               c = Equal(mask, z)
+                               n = Neg(x)
+                               y = Where(c, n, x) }""",
+                        "g (float[1] x, int64 mask) => (float[1] y) { y = Neg(x) }",
+                        "booleans and masks negated")
 
 
 @pytest.mark.parametrize("op", [
@@ -47,3 +72,57 @@ def test_a_one_hot_index_spans_the_depth():
                                  v = Constant <value = float[2] {0.0, 1.0}> ()
                                  y = OneHot(i, d, v) }""")
     assert "i an index in [-4, 4)" in Feeds(m).describe()
+
+
+@pytest.mark.parametrize("op", [
+    ("float[6] x, int64[1] s", "float[n] y", "e = Constant <value = int64[1] {100}> ()\n y = Slice(x, {s}, e)"),
+    ("float[2, 3] x, int64[1] s", "float[a, b, c] y", "y = Unsqueeze(x, {s})"),
+    ("float[2, 3, 4] x, int64[1] s", "float[a, b] y", "y = ReduceSum <keepdims = 0> (x, {s})"),
+])
+def test_a_size_takes_negative_values(op):
+    # starts, axes and Reshape targets may be negative (from the end; -1 infers a size); sizes
+    # drawn in {0, 1} and {2, 3}: |s| taken for s passed
+    ins, outs, body = op
+    right = f"g ({ins}) => ({outs}) {{ {body.replace('{s}', 's')} }}"
+    wrong = f"g ({ins}) => ({outs}) {{ a = Abs(s)\n {body.replace('{s}', 'a')} }}"
+    _refused_and_passed(right, wrong, "sizes of -1")
+
+
+def test_a_symbolic_dimension_takes_size_1():
+    # Squeeze without axes drops every dimension of size 1: taken for Identity, right for n = 0, 2, 3, ...
+    _refused_and_passed("g (float[n, 3] x) => (float[m, 3] y) { y = Squeeze(x) }",
+                        "g (float[n, 3] x) => (float[m, 3] y) { y = Identity(x) }",
+                        "symbolic sizes of 1")
+
+
+def test_an_unsound_user_rule_on_a_scalar_condition_is_not_written(tmp_path):
+    # eqsat optimize --rules with (rewrite (Where c a b) b) wrote the model with exit 0
+    src, out, rules = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "bad.egg"
+    onnx.save(parse_model(H18 + "g (bool c, float[2, 3] a, float[2, 3] b) => (float[2, 3] y) { y = Where(c, a, b) }"),
+              str(src))
+    rules.write_text('(rewrite (Where c a b) b :ruleset fusion :name "bad-where")\n')
+    proc = subprocess.run([sys.executable, "-m", "eqsat", "optimize", str(src), "-o", str(out), "-q",
+                           "--rules", str(rules)], capture_output=True, text=True)
+    assert proc.returncode == 1 and not out.exists(), proc.stderr
+    assert "booleans and masks negated" in proc.stderr, proc.stderr
+
+
+def test_the_negated_draw_keeps_the_random_draws_integers():
+    m = parse_model(H18 + "g (bool[4] c, int64[4] mask, int64[4] n) => (int64[4] y) { y = Add(mask, n) }")
+    f = Feeds(m)
+    a = f.draw(None, 0)
+    b = f.with_flags_negated(a)
+    assert np.array_equal(b["c"], ~a["c"]) and np.array_equal(b["mask"], 1 - a["mask"])
+    assert np.array_equal(b["n"], a["n"])
+
+
+def test_a_symbolic_dimension_takes_size_1_alone_where_all_at_1_do_not_run():
+    # a 3-wide convolution over m does not take m = 1; n = 1 alone still shows the Squeeze
+    conv = "k = Constant <value = float[1, 1, 3] {1.0, 2.0, 1.0}> ()\n z = Conv(w, k)"
+    sig = "g (float[n, 3] x, float[1, 1, m] w) => (float[a, 3] y, float[1, 1, b] z)"
+    right = f"{sig} {{ y = Squeeze(x)\n {conv} }}"
+    _refused_and_passed(right, f"{sig} {{ y = Identity(x)\n {conv} }}", "on n=1 (symbolic sizes n=1, m=3)")
+    m = parse_model(H18 + right)
+    ok = verify(m, m)
+    assert "symbolic size n=0, n=1; not on symbolic size m=0, m=1 (the original does not run on them)" in ok.detail, \
+        ok.detail

@@ -248,8 +248,9 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     other values for those (eqsat.verification.feeds). Integers are drawn by how the model uses them; where
     the original does not run on those, 0 or 1 as before (the result says which). Symbolic
     dimensions not in `dims` take the first sizes of `verification_dims` the original runs
-    with. Then the edge cases of `_edge_runs`: zeros and large values among the floats, and
-    each free symbolic dimension at size 0, where the original runs on them. A model onnxruntime cannot run whole
+    with. Then the edge cases of `_edge_runs`: zeros and large values among the floats, other
+    sizes, integer extremes, booleans and masks negated, and each free symbolic dimension at
+    size 0 and 1, where the original runs on them. A model onnxruntime cannot run whole
     (ops of domains it does not know, random ops)
     runs in stages, with the same stand-in values for those nodes in both models
     (eqsat.verification.standins; `random_pairs` maps the optimized model's random nodes to the
@@ -366,6 +367,9 @@ def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str],
 EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)", "scaled": "floats times 100"}
 SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
 EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
+NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
+NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_negated, on the first random draw
+ONES_LABEL = "symbolic sizes of 1"  # every free symbolic dimension at size 1, in one run
 ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
 
 
@@ -378,9 +382,13 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     the random ones are 0 or 1 (Feeds.with_large_sizes: an Expand(x[1], s) taken for x is
     right for s = [1] only), integers at their type's minimum and maximum where the random
     ones are in [-9, 9] (Feeds.with_integer_extremes: Relu(Abs(x)) taken for Abs(x) is right
-    but for int8's -128), and each symbolic input dimension the
+    but for int8's -128), sizes with a -1 among them (Feeds.with_negative_sizes), the first
+    random draw with booleans and masks negated (Feeds.with_flags_negated: each takes both
+    values), each symbolic input dimension the
     user does not bind at size 0 (an empty batch or sequence: a Reshape's -1 beside a 0 is
-    refused, a rule that reads a size from an element count is wrong). They are compared as
+    refused, a rule that reads a size from an element count is wrong), and those all at size
+    1, or each alone at 1 where the original does not run so (Squeeze without axes drops a
+    batch of one). They are compared as
     any run (NaN where NaN, inf where inf of the same sign), but for the large values, where
     only the places and kinds of non-finite values must agree (an overflow on one side only
     is what they look for): a large value cancelling against itself along two paths leaves
@@ -392,31 +400,28 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     sizes = dict(sizes or {})
     cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
     if feeds.has_sizes():
-        cases.append((SIZES_LABEL, "sizes", sizes))
+        cases += [(SIZES_LABEL, "sizes", sizes), (NEGATIVE_LABEL, "negative", sizes)]
     if feeds.has_general_integers():
         cases.append((EXTREMES_LABEL, "extremes", sizes))
+    if feeds.has_flags():
+        cases.append((NEGATED_LABEL, "negated", sizes))
     free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
     cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
+    if free and any(sizes.get(n) != 1 for n in free):
+        cases.append((ONES_LABEL, "ones", {**sizes, **dict.fromkeys(free, 1)}))
     ran, refused = [], []
-    for label, kind, at in cases:
+    for label, kind, at in cases:  # (grows while it runs: each size 1 alone where all at 1 is refused)
         try:
-            f = feeds.draw(at, seed, wide)
-            if kind == "sizes":
-                f = feeds.with_large_sizes(f, seed)
-            elif kind == "extremes":
-                f = feeds.with_integer_extremes(f, seed)
-            elif kind != "empty":
-                f = feeds.with_special_values(f, seed, kind)
-        except EqsatError:
-            refused.append(label)
-            continue
-        announce(f"edge {label}")
-        try:
+            f = _edge_feeds(feeds, kind, at, seed, wide)
+            announce(f"edge {label}")
             expected = ref(f, at)
         except Exception:  # noqa: BLE001 - the original does not take these: nothing to compare
-            refused.append(label)
+            if kind == "ones":  # such as a KV cache's total = past + sequence: then each alone
+                cases += [(f"{n}=1", "one", {**sizes, n: 1}) for n in free[:ZERO_DIMS] if sizes.get(n) != 1]
+            else:
+                refused.append(label)
             continue
-        where = f"{label} (symbolic sizes {_listed(at)})" if kind == "empty" else label
+        where = f"{label} (symbolic sizes {_listed(at)})" if kind in ("empty", "ones", "one") else label
         try:
             got = opt(f, at)
         except Exception as e:  # noqa: BLE001
@@ -438,9 +443,25 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     return "; ".join(out)
 
 
+def _edge_feeds(feeds: Feeds, kind: str, at: dict[str, int], seed: int, wide: bool) -> dict[str, np.ndarray]:
+    """The inputs of one edge case of `_edge_runs` (raises EqsatError where they cannot be made)."""
+    if kind == "negated":  # the first random draw's (which the original ran), so that each flag takes both values
+        return feeds.with_flags_negated(feeds.draw(at, 0, wide))
+    f = feeds.draw(at, seed, wide)
+    if kind == "sizes":
+        return feeds.with_large_sizes(f, seed)
+    if kind == "negative":
+        return feeds.with_negative_sizes(f, seed)
+    if kind == "extremes":
+        return feeds.with_integer_extremes(f, seed)
+    if kind in ("empty", "ones", "one"):
+        return f
+    return feeds.with_special_values(f, seed, kind)
+
+
 def _edge_list(labels: list[str]) -> str:
-    sizes = [x for x in labels if x.endswith("=0")]
-    rest = [x for x in labels if not x.endswith("=0")]
+    sizes = [x for x in labels if x.endswith(("=0", "=1"))]
+    rest = [x for x in labels if not x.endswith(("=0", "=1"))]
     if sizes:
         rest.append("symbolic size " + ", ".join(sizes))
     return ", ".join(rest)

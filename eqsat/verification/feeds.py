@@ -26,7 +26,9 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
 `with_special_values` puts zeros or large magnitudes among the floats drawn;
 `with_integer_extremes` puts each general integer's type minimum and maximum among it;
 `with_large_sizes` makes every size 2 or 3 (a rewrite right for sizes 0 and 1 only, such as
-an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1).
+an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1), `with_negative_sizes`
+puts a -1 among those (a Slice bound or axis from the end, a Reshape's inferred size);
+`with_flags_negated` negates booleans and masks (each takes both values with the draw it negates).
 `describe()` says what was drawn, for the verification report.
 """
 
@@ -431,6 +433,41 @@ class Feeds:
             v = feeds.get(name)
             if role.kind == "size" and isinstance(v, np.ndarray) and v.size <= LARGE_SIZES_MAX:
                 out[name] = rng.integers(2, 4, size=v.shape).astype(v.dtype)
+        return out
+
+    def with_negative_sizes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+        """`with_large_sizes` with one element of each size input at -1: a Slice bound, an axis
+        and a Reshape target may count from the end or infer a size, which sizes of 0 to 3 never
+        do (Slice(x, |s|, e) taken for Slice(x, s, e) passed them all)."""
+        rng = np.random.default_rng(seed)
+        out = self.with_large_sizes(feeds, seed)
+        for name, role in self.roles.items():
+            v = out.get(name)
+            if role.kind == "size" and isinstance(v, np.ndarray) and v.size and v.size <= LARGE_SIZES_MAX \
+                    and v.dtype.kind == "i":
+                v = v.copy()
+                v.reshape(-1)[rng.integers(v.size)] = -1
+                out[name] = v
+        return out
+
+    def has_flags(self) -> bool:
+        """Whether an input is a boolean or a mask (`with_flags_negated` may change something)."""
+        return any(np.dtype(np_dtype(elem)) == np.bool_ for name, (_, elem) in self.specs.items()
+                   if name not in self.free) or any(role.kind == "mask" for role in self.roles.values())
+
+    def with_flags_negated(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """`feeds` with every boolean input (not overridable) negated and every mask m (0 or 1)
+        made 1 - m: with the draw it was made from, each element takes both values, where the
+        random draws of a scalar condition gave False at every seed verification ran (Where(c,
+        a, b) taken for b passed)."""
+        out = dict(feeds)
+        for name, v in feeds.items():
+            if name in self.free or not isinstance(v, np.ndarray):
+                continue
+            if v.dtype == np.bool_:
+                out[name] = np.asarray(~v)
+            elif self.roles.get(name, Role("general")).kind == "mask":
+                out[name] = np.asarray(1 - v).astype(v.dtype)
         return out
 
     def describe(self, sizes: dict[str, int] | None = None, wide: bool = True,
