@@ -126,3 +126,28 @@ def test_a_symbolic_dimension_takes_size_1_alone_where_all_at_1_do_not_run():
     ok = verify(m, m)
     assert "symbolic size n=0, n=1; not on symbolic size m=0, m=1 (the original does not run on them)" in ok.detail, \
         ok.detail
+
+
+@pytest.mark.parametrize("dtype", ["float", "float16", "double"])
+def test_a_rewrite_wrong_only_between_scaled_and_large_values_fails(dtype):
+    # Clip(x, -1000, 1000) taken for x: floats times 100 stay within 1000, and the large case
+    # (+-2e15; none in float16) compares finiteness alone
+    code = {"float": 1, "float16": 10, "double": 11}[dtype]
+    clip = f"""l0 = Constant <value = float {{-1000.0}}> ()
+               h0 = Constant <value = float {{1000.0}}> ()
+               lo = Cast <to = {code}> (l0)
+               hi = Cast <to = {code}> (h0)"""
+    sig = f"g ({dtype}[2, 8] x) => ({dtype}[2, 8] y)"
+    _refused_and_passed(f"{sig} {{ {clip}\n y = Clip(x, lo, hi) }}", f"{sig} {{ y = Identity(x) }}",
+                        "on floats times 10000")
+
+
+def test_edge_cases_fall_back_to_the_random_draw_that_ran():
+    # s drew [1] at seed 0 (Expand of x[6] runs) and [0] at seed 1, the edge cases' seed, which
+    # the original refuses: every edge case was left out, and Clip(x, -10, 10) taken for x passed
+    sig = "g (float[6] x, int64[1] s) => (float[n] y)"
+    clip = """lo = Constant <value = float {-10.0}> ()
+              hi = Constant <value = float {10.0}> ()
+              c = Clip(x, lo, hi)"""
+    _refused_and_passed(f"{sig} {{ {clip}\n y = Expand(c, s) }}", f"{sig} {{ y = Expand(x, s) }}",
+                        "on floats times 100; seed 0")

@@ -49,6 +49,9 @@ from eqsat.lang.dtypes import np_dtype
 
 GENERAL = (-9, 10)  # integers drawn in [-9, 9]
 SCALED = 100  # Feeds.with_special_values(kind="scaled"): the floats drawn times this
+# Feeds.with_special_values(kind="far"): the floats drawn times this, or the type's largest value / 64
+# where that is less (float16: 1023, so that no draw overflows)
+SCALED_FAR = 10000
 LARGE_SIZES_MAX = 8  # elements of a size input that Feeds.with_large_sizes sets to 2 or 3 (a shape of rank 8)
 
 # (domain, op type) -> {input position: how the indexed axis is found}: "axis" reads the
@@ -355,6 +358,9 @@ class Feeds:
           "large" case compares finiteness alone; rounding grows with the values summed, so the
           absolute tolerance is up to SCALED times the random draw's, as far as the random
           draw's own differences times SCALED allow (compare's `scaled` and `noise`);
+        - "far": every element times SCALED_FAR (10000; float16: 1023), compared as "scaled":
+          between the values times 100 and the large ones, which compare finiteness alone, a
+          Clip(x, -1000, 1000) taken for x passed;
         - "large": one element +LARGE and one -LARGE, LARGE the type's largest value to the
           power 0.4 (about 2e15 in float32: its square, and a sum of a thousand squares, stay
           finite; its product by 1e30 does not); none in float16 or bfloat16 (LARGE would be
@@ -378,6 +384,8 @@ class Feeds:
                 flat[rng.random(flat.size) < 0.25] = 0
             elif kind == "scaled":
                 flat *= SCALED
+            elif kind == "far":
+                flat *= min(SCALED_FAR, float(np.finfo(v.dtype).max) / 64)
             elif kind == "large" and v.dtype.itemsize >= 4:
                 big = float(np.finfo(v.dtype).max) ** 0.4
                 picks = [big, -big]
