@@ -315,7 +315,8 @@ class Feeds:
                 t = self.defaults[name]
                 value = external.read(t) if external.is_external(t) else numpy_helper.to_array(t)
                 if vary_overridable and np.issubdtype(value.dtype, np.floating):
-                    value = (value * rng.uniform(0.5, 1.5, value.shape)).astype(value.dtype)
+                    # (np.asarray: a 0-d product is a numpy scalar, which onnxruntime does not take)
+                    value = np.asarray(value * rng.uniform(0.5, 1.5, value.shape)).astype(value.dtype)
                 feeds[name] = value
                 continue
             shape, dt = shapes[name]
