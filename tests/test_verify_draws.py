@@ -163,3 +163,17 @@ def test_a_scalar_overridable_input_is_fed_other_values():
     assert v.status == "passed" and v.runs == 2 and "w its default and scaled by [0.5, 1.5]" in v.inputs, v.detail
     v = verify(m, baked)  # the default baked in: right for the default only
     assert v.status == "failed" and v.runs == 2, v.detail
+
+
+def test_floats_times_10000_allow_rounding_relative_to_the_outputs_largest_magnitude():
+    # ResNet-50's logits reach 8e6 there, and one of -44 moved by 2.5 to 3.3 (about 3 float32
+    # steps of 8e6): rounding relative to the largest terms, beyond the random draw's
+    # differences (4e-5) times 10 x 10000; a Clip's 1000 taken for 3455 is no rounding
+    from eqsat.verification import compare
+    from eqsat.verification.feeds import SCALED_FAR
+
+    e, a = np.array([8e6, -44.0], np.float32), np.array([8e6, -41.25], np.float32)
+    assert compare({"y": e}, {"y": a}, None, None, scaled=SCALED_FAR, noise={"y": 4e-5}) == []
+    assert compare({"y": e}, {"y": a}, None, None, scaled=True, noise={"y": 4e-5}) != []
+    clipped, kept = np.array([1000.0, -1000.0, 2.0], np.float32), np.array([3455.8, -1000.0, 2.0], np.float32)
+    assert compare({"y": clipped}, {"y": kept}, None, None, scaled=SCALED_FAR, noise={"y": 0.0}) != []
