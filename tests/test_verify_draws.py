@@ -165,6 +165,14 @@ def test_a_scalar_overridable_input_is_fed_other_values():
     assert v.status == "failed" and v.runs == 2, v.detail
 
 
+@pytest.mark.parametrize("eps", ["0.0", "1e-4"])
+def test_an_epsilon_changed_under_a_square_root_fails_on_small_floats(eps):
+    # LayerNormalization's epsilon 1e-5 taken for 0 or 1e-4: on standard normal values the
+    # variance (about 1) hides it within the tolerance
+    ln = "g (float[2, 16] x, float[16] g0) => (float[2, 16] y) {{ y = LayerNormalization <epsilon = {e}> (x, g0) }}"
+    _refused_and_passed(ln.format(e="1e-5"), ln.format(e=eps), "on floats times 0.0001")
+
+
 def test_floats_times_10000_allow_rounding_relative_to_the_outputs_largest_magnitude():
     # ResNet-50's logits reach 8e6 there, and one of -44 moved by 2.5 to 3.3 (about 3 float32
     # steps of 8e6): rounding relative to the largest terms, beyond the random draw's

@@ -379,7 +379,7 @@ def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str],
 
 
 EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)", "scaled": "floats times 100",
-              "far": "floats times 10000"}
+              "far": "floats times 10000", "small": "floats times 0.0001"}
 SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
 EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
 NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
@@ -392,7 +392,7 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
                wide: bool, dims: dict[str, int] | None, seed: int, rtol: float | None, atol: float | None,
                qdq: QdqAllowance | None = None, noise: dict[str, float] | None = None) -> str | Verification:
     """Runs on inputs where some rewrites are wrong and the random ones are not: floats with
-    zeros, times 100 and 10000, and with large magnitudes (eqsat.verification.feeds:
+    zeros, times 100, 10000 and 0.0001, and with large magnitudes (eqsat.verification.feeds:
     Feeds.with_special_values; no inf or NaN,
     which onnxruntime's own kernels do not agree on), integer size inputs of 2 and 3 where
     the random ones are 0 or 1 (Feeds.with_large_sizes: an Expand(x[1], s) taken for x is

@@ -52,6 +52,10 @@ SCALED = 100  # Feeds.with_special_values(kind="scaled"): the floats drawn times
 # Feeds.with_special_values(kind="far"): the floats drawn times this, or the type's largest value / 64
 # where that is less (float16: 1023, so that no draw overflows)
 SCALED_FAR = 10000
+# Feeds.with_special_values(kind="small"): the floats drawn times this (float16 and bfloat16: SMALL_HALF,
+# so that they stay normal numbers)
+SMALL = 1e-4
+SMALL_HALF = 1e-2
 LARGE_SIZES_MAX = 8  # elements of a size input that Feeds.with_large_sizes sets to 2 or 3 (a shape of rank 8)
 
 # (domain, op type) -> {input position: how the indexed axis is found}: "axis" reads the
@@ -362,6 +366,9 @@ class Feeds:
         - "far": every element times SCALED_FAR (10000; float16: 1023), compared as "scaled":
           between the values times 100 and the large ones, which compare finiteness alone, a
           Clip(x, -1000, 1000) taken for x passed;
+        - "small": every element times SMALL (1e-4; float16, bfloat16: 1e-2): an epsilon
+          added to a variance (about 1 on the random draw) is within the tolerance there, so
+          a LayerNormalization whose epsilon a rewrite dropped passed;
         - "large": one element +LARGE and one -LARGE, LARGE the type's largest value to the
           power 0.4 (about 2e15 in float32: its square, and a sum of a thousand squares, stay
           finite; its product by 1e30 does not); none in float16 or bfloat16 (LARGE would be
@@ -387,6 +394,8 @@ class Feeds:
                 flat *= SCALED
             elif kind == "far":
                 flat *= min(SCALED_FAR, float(np.finfo(v.dtype).max) / 64)
+            elif kind == "small":
+                flat *= SMALL if v.dtype.itemsize >= 4 else SMALL_HALF
             elif kind == "large" and v.dtype.itemsize >= 4:
                 big = float(np.finfo(v.dtype).max) ** 0.4
                 picks = [big, -big]
