@@ -185,3 +185,11 @@ def test_floats_times_10000_allow_rounding_relative_to_the_outputs_largest_magni
     assert compare({"y": e}, {"y": a}, None, None, scaled=True, noise={"y": 4e-5}) != []
     clipped, kept = np.array([1000.0, -1000.0, 2.0], np.float32), np.array([3455.8, -1000.0, 2.0], np.float32)
     assert compare({"y": clipped}, {"y": kept}, None, None, scaled=SCALED_FAR, noise={"y": 0.0}) != []
+
+
+def test_a_size_the_original_takes_only_beyond_0_and_1_is_drawn_so():
+    # Reshape of 6 values to a size input ran on no draw of 0 or 1: verification was "not
+    # possible" and eqsat optimize wrote Reshape(x, |s|) with exit 0; -1 (among sizes of 2 and 3) runs
+    sig = "g (float[6] x, int64[1] s) => (float[n] y)"
+    v = _refused_and_passed(f"{sig} {{ y = Reshape(x, s) }}", f"{sig} {{ a = Abs(s)\n y = Reshape(x, a) }}", "")
+    assert v.inputs == "s a size, 2 or 3 with a -1", v.inputs

@@ -581,20 +581,28 @@ def _cut_inputs(ref: list, opt: list | None = None) -> dict[str, object]:
 
 def _first_that_runs(original: ModelProto, feeds: Feeds, ref: Runner, dims: dict[str, int] | None, seed: int):
     """(sizes, wide, feeds, outputs) of the first sizes of `verification_dims` and the first
-    way of drawing integers (by use, then 0 or 1) the original runs with; else a Verification
-    saying it is not possible."""
+    way of drawing integers (by use, then 0 or 1, then by use with sizes of 2 and 3 and with a
+    -1 among those: Feeds.size_mode, which `feeds` keeps) the original runs with; else a
+    Verification saying it is not possible (a Reshape of 6 values to a size input was, and
+    an unsound rewrite of that size was written unverified)."""
     first = None
     tried = verification_dims(original, dims)
+    ways = [(True, ""), (False, "")] if feeds.roles and WIDE_INTEGERS else [(False, "")]
+    if feeds.has_sizes() and WIDE_INTEGERS:
+        ways += [(True, "large"), (True, "negative")]
     for attempt in tried:
-        for wide in (True, False) if feeds.roles and WIDE_INTEGERS else (False,):
+        for wide, mode in ways:
+            feeds.size_mode = mode
             try:
                 f = feeds.draw(attempt, seed, wide)
             except EqsatError as e:
+                feeds.size_mode = ""
                 return Verification("not possible", str(e))
             try:
                 return attempt, wide, f, ref(f, attempt)
             except Exception as e:  # noqa: BLE001 - e.g. random ids out of a table's range, a size too small
                 first = first or e
+    feeds.size_mode = ""
     shown = "; ".join(_listed(t) for t in tried[:TRIES_SHOWN])
     if len(tried) > TRIES_SHOWN:
         shown += f"; and {len(tried) - TRIES_SHOWN} more"

@@ -161,6 +161,10 @@ class Feeds:
         self.shapes = self._known_shapes()
         self.roles = {name: self._role(name) for name, (_, elem) in self.specs.items()
                       if elem in INT_CODES and name not in self.free}
+        # how `draw` (with `wide`) draws sizes: "" 0 or 1, "large" 2 or 3 (with_large_sizes),
+        # "negative" those with a -1 (with_negative_sizes); set by verification where the
+        # original runs on no other
+        self.size_mode = ""
 
     # ---- how inputs are used
     def _known_shapes(self) -> dict[str, list[int | str | None]]:
@@ -334,6 +338,10 @@ class Feeds:
                 feeds[name] = np.array(["a"] * int(np.prod(shape)), dtype=object).reshape(shape)
             else:
                 feeds[name] = rng.standard_normal(shape).astype(dt)
+        if wide and self.size_mode == "large":
+            return self.with_large_sizes(feeds, seed)
+        if wide and self.size_mode == "negative":
+            return self.with_negative_sizes(feeds, seed)
         return feeds
 
     def _integers(self, name: str, shape: list[int], dt: np.dtype, rng, sizes: dict[str, int],
@@ -504,7 +512,9 @@ class Feeds:
                 parts.append(f"{name} quantized codes in [{info.min}, {info.max}]")
             else:
                 parts.append(f"{name} " + {"general": "in [-9, 9]", "mask": "a mask, 0 or 1",
-                                           "size": "a size, 0 or 1", "divisor": "in [-9, 9] but 0"}[role.kind])
+                                           "size": {"": "a size, 0 or 1", "large": "a size, 2 or 3",
+                                                    "negative": "a size, 2 or 3 with a -1"}[self.size_mode],
+                                           "divisor": "in [-9, 9] but 0"}[role.kind])
         for name in self.free:
             if name in self.specs:
                 floating = self.defaults[name].data_type in _FLOAT_CODES
