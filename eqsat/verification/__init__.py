@@ -19,7 +19,7 @@ from onnx import ModelProto
 
 from eqsat.backends.ort.sessions import ort, session  # noqa: F401 - ort is imported from here too (eqsat.plan.execute)
 from eqsat.errors import EqsatError
-from eqsat.verification.feeds import SCALED, Feeds
+from eqsat.verification.feeds import SCALED, SCALED_FAR, Feeds
 from eqsat.verification.mismatch import Mismatch
 from eqsat.verification.qdq import (  # noqa: F401 - also imported from here
     QDQ_ALLOWANCE_CONFIG,
@@ -78,6 +78,11 @@ def _scale(e: np.ndarray) -> float:
 # compare's `noise`: the floats times SCALED may be off by up to this many times SCALED times an
 # output's largest difference on the random draw (rounding's spread between draws)
 NOISE_MARGIN = 10
+# compare's `scaled` as a number (the floats times SCALED_FAR): the absolute tolerance is at least this
+# many float steps (eps) of the output's largest finite magnitude. Rounding at those magnitudes is
+# relative to the largest terms: ResNet-50's logits, up to 8e6 there, moved one of -44 by 2.5 to 3.3
+# (about 3 steps of 8e6; seeds 0-4), beyond the tolerance of the random draw's differences times 10 x 10000
+FAR_STEPS = 256
 
 
 def max_difference(e: object, a: object) -> float:
@@ -97,14 +102,16 @@ def max_difference(e: object, a: object) -> float:
 
 
 def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol: float | None = 0.0,
-            atol: float | None = 0.0, finite_free: bool = False, scaled: bool = False,
+            atol: float | None = 0.0, finite_free: bool = False, scaled: bool | float = False,
             noise: dict[str, float] | None = None) -> list[Mismatch]:
     """Differences between two runs: names, dtypes, shapes, then values (exact when
     rtol = atol = 0, and always for integers and booleans; NaN equals NaN, inf equals inf of
     its sign and nothing else; None: `tolerance` of each output's element type).
     `finite_free`: floating-point values need only be finite where the expected ones are, and
     the same NaN or infinity where they are not. `scaled`: the runs took the floats times
-    SCALED (Feeds.with_special_values): floating-point values are compared only where the
+    SCALED (Feeds.with_special_values; a number: times that number, which SCALED below then
+    means, and the absolute tolerance is at least FAR_STEPS float steps of the output's
+    largest finite magnitude): floating-point values are compared only where the
     expected ones are finite (the original overflowed elsewhere), with an absolute tolerance
     SCALED times as large (rounding grows with the terms a model sums, which the scaling
     makes up to SCALED times larger, while its outputs need not grow: a BatchNorm or a bias
@@ -123,7 +130,8 @@ def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol
 
 
 def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: float | None,
-                   finite_free: bool = False, scaled: bool = False, noise: float | None = None) -> list[Mismatch]:
+                   finite_free: bool = False, scaled: bool | float = False,
+                   noise: float | None = None) -> list[Mismatch]:
     """One output: a tensor, a sequence (list) of tensors, a map, or None (optional)."""
     out: list[Mismatch] = []
     if e is None or a is None:
@@ -144,15 +152,21 @@ def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: fl
 
 
 def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None, atol: float | None,
-                    finite_free: bool = False, scaled: bool = False, noise: float | None = None) -> list[Mismatch]:
+                    finite_free: bool = False, scaled: bool | float = False,
+                   noise: float | None = None) -> list[Mismatch]:
     if e.dtype != a.dtype:
         return [Mismatch(name, f"dtype {a.dtype}, expected {e.dtype}")]
     if rtol is None or atol is None:
         r, t = tolerance(e.dtype)
         rtol, atol = r if rtol is None else rtol, t * _scale(e) if atol is None else atol
     if scaled:
-        extra = (SCALED - 1) * atol
-        atol += extra if noise is None else min(extra, NOISE_MARGIN * SCALED * noise)
+        factor = SCALED if scaled is True else float(scaled)
+        extra = (factor - 1) * atol
+        atol += extra if noise is None else min(extra, NOISE_MARGIN * factor * noise)
+        if scaled is not True and e.dtype.kind == "f" and e.size:
+            with np.errstate(invalid="ignore", over="ignore"):
+                top = np.abs(e[np.isfinite(e)])
+            atol = max(atol, FAR_STEPS * float(np.finfo(e.dtype).eps) * float(top.max(initial=0.0)))
     if e.shape != a.shape:
         return [Mismatch(name, f"shape {a.shape}, expected {e.shape}")]
     if e.dtype == object or e.dtype.kind in "SUb":
@@ -248,8 +262,9 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     other values for those (eqsat.verification.feeds). Integers are drawn by how the model uses them; where
     the original does not run on those, 0 or 1 as before (the result says which). Symbolic
     dimensions not in `dims` take the first sizes of `verification_dims` the original runs
-    with. Then the edge cases of `_edge_runs`: zeros and large values among the floats, and
-    each free symbolic dimension at size 0, where the original runs on them. A model onnxruntime cannot run whole
+    with. Then the edge cases of `_edge_runs`: zeros and large values among the floats, other
+    sizes, integer extremes, booleans and masks negated, and each free symbolic dimension at
+    size 0 and 1, where the original runs on them. A model onnxruntime cannot run whole
     (ops of domains it does not know, random ops)
     runs in stages, with the same stand-in values for those nodes in both models
     (eqsat.verification.standins; `random_pairs` maps the optimized model's random nodes to the
@@ -363,9 +378,13 @@ def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str],
     return Verification("passed", detail, runs + (1 if varied else 0), drawn, not_verified, edges)
 
 
-EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)", "scaled": "floats times 100"}
+EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)", "scaled": "floats times 100",
+              "far": "floats times 10000", "small": "floats times 0.0001"}
 SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
 EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
+NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
+NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_negated, on the first random draw
+ONES_LABEL = "symbolic sizes of 1"  # every free symbolic dimension at size 1, in one run
 ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
 
 
@@ -373,61 +392,63 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
                wide: bool, dims: dict[str, int] | None, seed: int, rtol: float | None, atol: float | None,
                qdq: QdqAllowance | None = None, noise: dict[str, float] | None = None) -> str | Verification:
     """Runs on inputs where some rewrites are wrong and the random ones are not: floats with
-    zeros and with large magnitudes (eqsat.verification.feeds: Feeds.with_special_values; no inf or NaN,
+    zeros, times 100, 10000 and 0.0001, and with large magnitudes (eqsat.verification.feeds:
+    Feeds.with_special_values; no inf or NaN,
     which onnxruntime's own kernels do not agree on), integer size inputs of 2 and 3 where
     the random ones are 0 or 1 (Feeds.with_large_sizes: an Expand(x[1], s) taken for x is
     right for s = [1] only), integers at their type's minimum and maximum where the random
     ones are in [-9, 9] (Feeds.with_integer_extremes: Relu(Abs(x)) taken for Abs(x) is right
-    but for int8's -128), and each symbolic input dimension the
+    but for int8's -128), sizes with a -1 among them (Feeds.with_negative_sizes), the first
+    random draw with booleans and masks negated (Feeds.with_flags_negated: each takes both
+    values), each symbolic input dimension the
     user does not bind at size 0 (an empty batch or sequence: a Reshape's -1 beside a 0 is
-    refused, a rule that reads a size from an element count is wrong). They are compared as
+    refused, a rule that reads a size from an element count is wrong), and those all at size
+    1, or each alone at 1 where the original does not run so (Squeeze without axes drops a
+    batch of one). They are compared as
     any run (NaN where NaN, inf where inf of the same sign), but for the large values, where
     only the places and kinds of non-finite values must agree (an overflow on one side only
     is what they look for): a large value cancelling against itself along two paths leaves
     a result whose rounding error is relative to the large terms, not to it. A case the
     original does not run on (a Conv over 0 pixels, a mask that must be total = past +
-    sequence) is left out: the original's refusal is not the optimizer's fault. Each costs
+    sequence) is left out: the original's refusal is not the optimizer's fault; a case is
+    drawn at `seed`, and where the original refuses that draw, again at seed 0 (the first
+    random draw, which it ran: `_edge_expected`). Each costs
     one run of each model, on empty tensors for the sizes of 0. Returns what was checked and
     left out, as a clause, or the failed Verification."""
     sizes = dict(sizes or {})
     cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
     if feeds.has_sizes():
-        cases.append((SIZES_LABEL, "sizes", sizes))
+        cases += [(SIZES_LABEL, "sizes", sizes), (NEGATIVE_LABEL, "negative", sizes)]
     if feeds.has_general_integers():
         cases.append((EXTREMES_LABEL, "extremes", sizes))
+    if feeds.has_flags():
+        cases.append((NEGATED_LABEL, "negated", sizes))
     free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
     cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
+    if free and any(sizes.get(n) != 1 for n in free):
+        cases.append((ONES_LABEL, "ones", {**sizes, **dict.fromkeys(free, 1)}))
     ran, refused = [], []
-    for label, kind, at in cases:
-        try:
-            f = feeds.draw(at, seed, wide)
-            if kind == "sizes":
-                f = feeds.with_large_sizes(f, seed)
-            elif kind == "extremes":
-                f = feeds.with_integer_extremes(f, seed)
-            elif kind != "empty":
-                f = feeds.with_special_values(f, seed, kind)
-        except EqsatError:
-            refused.append(label)
+    for label, kind, at in cases:  # (grows while it runs: each size 1 alone where all at 1 is refused)
+        found = _edge_expected(feeds, ref, label, kind, at, seed, wide)
+        if found is None:  # the original does not take these: nothing to compare
+            if kind == "ones":  # such as a KV cache's total = past + sequence: then each alone
+                cases += [(f"{n}=1", "one", {**sizes, n: 1}) for n in free[:ZERO_DIMS] if sizes.get(n) != 1]
+            else:
+                refused.append(label)
             continue
-        announce(f"edge {label}")
-        try:
-            expected = ref(f, at)
-        except Exception:  # noqa: BLE001 - the original does not take these: nothing to compare
-            refused.append(label)
-            continue
-        where = f"{label} (symbolic sizes {_listed(at)})" if kind == "empty" else label
+        f, expected, used = found
+        where = f"{label} (symbolic sizes {_listed(at)})" if kind in ("empty", "ones", "one") else label
         try:
             got = opt(f, at)
         except Exception as e:  # noqa: BLE001
             return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
                                           f"the original: {_line(e)}", edge_cases=where)
-        bad = compare(expected, got, rtol, atol, finite_free=kind == "large", scaled=kind == "scaled",
-                      noise=noise)
+        bad = compare(expected, got, rtol, atol, finite_free=kind == "large",
+                      scaled={"scaled": True, "far": SCALED_FAR}.get(kind, False), noise=noise)
         if qdq is not None:
             bad = qdq.filter(bad, expected, got, f)
         if bad:
-            return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where}; seed {seed})",
+            return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where}; seed {used})",
                                 edge_cases=where, requantized=all(m.requantized for m in bad))
         ran.append(label)
     out = []
@@ -438,9 +459,40 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     return "; ".join(out)
 
 
+def _edge_expected(feeds: Feeds, ref: Runner, label: str, kind: str, at: dict[str, int], seed: int, wide: bool):
+    """(inputs, the original's outputs, seed) of one edge case of `_edge_runs`, drawn at `seed`, or
+    where the original does not run those, at seed 0, the first random draw, which it ran at these
+    sizes (a size input that drew [0] at the edge cases' seed, where it drew [1] before, left them
+    all out); None where it runs neither."""
+    for s in (0,) if kind == "negated" else dict.fromkeys((seed, 0)):
+        try:
+            f = _edge_feeds(feeds, kind, at, s, wide)
+            announce(f"edge {label}")
+            return f, ref(f, at), s
+        except Exception:  # noqa: BLE001, PERF203 - the original does not take these
+            continue
+    return None
+
+
+def _edge_feeds(feeds: Feeds, kind: str, at: dict[str, int], seed: int, wide: bool) -> dict[str, np.ndarray]:
+    """The inputs of one edge case of `_edge_runs` (raises EqsatError where they cannot be made)."""
+    if kind == "negated":  # the first random draw's (which the original ran), so that each flag takes both values
+        return feeds.with_flags_negated(feeds.draw(at, 0, wide))
+    f = feeds.draw(at, seed, wide)
+    if kind == "sizes":
+        return feeds.with_large_sizes(f, seed)
+    if kind == "negative":
+        return feeds.with_negative_sizes(f, seed)
+    if kind == "extremes":
+        return feeds.with_integer_extremes(f, seed)
+    if kind in ("empty", "ones", "one"):
+        return f
+    return feeds.with_special_values(f, seed, kind)
+
+
 def _edge_list(labels: list[str]) -> str:
-    sizes = [x for x in labels if x.endswith("=0")]
-    rest = [x for x in labels if not x.endswith("=0")]
+    sizes = [x for x in labels if x.endswith(("=0", "=1"))]
+    rest = [x for x in labels if not x.endswith(("=0", "=1"))]
     if sizes:
         rest.append("symbolic size " + ", ".join(sizes))
     return ", ".join(rest)
@@ -529,20 +581,28 @@ def _cut_inputs(ref: list, opt: list | None = None) -> dict[str, object]:
 
 def _first_that_runs(original: ModelProto, feeds: Feeds, ref: Runner, dims: dict[str, int] | None, seed: int):
     """(sizes, wide, feeds, outputs) of the first sizes of `verification_dims` and the first
-    way of drawing integers (by use, then 0 or 1) the original runs with; else a Verification
-    saying it is not possible."""
+    way of drawing integers (by use, then 0 or 1, then by use with sizes of 2 and 3 and with a
+    -1 among those: Feeds.size_mode, which `feeds` keeps) the original runs with; else a
+    Verification saying it is not possible (a Reshape of 6 values to a size input was, and
+    an unsound rewrite of that size was written unverified)."""
     first = None
     tried = verification_dims(original, dims)
+    ways = [(True, ""), (False, "")] if feeds.roles and WIDE_INTEGERS else [(False, "")]
+    if feeds.has_sizes() and WIDE_INTEGERS:
+        ways += [(True, "large"), (True, "negative")]
     for attempt in tried:
-        for wide in (True, False) if feeds.roles and WIDE_INTEGERS else (False,):
+        for wide, mode in ways:
+            feeds.size_mode = mode
             try:
                 f = feeds.draw(attempt, seed, wide)
             except EqsatError as e:
+                feeds.size_mode = ""
                 return Verification("not possible", str(e))
             try:
                 return attempt, wide, f, ref(f, attempt)
             except Exception as e:  # noqa: BLE001 - e.g. random ids out of a table's range, a size too small
                 first = first or e
+    feeds.size_mode = ""
     shown = "; ".join(_listed(t) for t in tried[:TRIES_SHOWN])
     if len(tried) > TRIES_SHOWN:
         shown += f"; and {len(tried) - TRIES_SHOWN} more"

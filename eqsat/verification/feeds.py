@@ -26,7 +26,9 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
 `with_special_values` puts zeros or large magnitudes among the floats drawn;
 `with_integer_extremes` puts each general integer's type minimum and maximum among it;
 `with_large_sizes` makes every size 2 or 3 (a rewrite right for sizes 0 and 1 only, such as
-an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1).
+an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1), `with_negative_sizes`
+puts a -1 among those (a Slice bound or axis from the end, a Reshape's inferred size);
+`with_flags_negated` negates booleans and masks (each takes both values with the draw it negates).
 `describe()` says what was drawn, for the verification report.
 """
 
@@ -47,6 +49,13 @@ from eqsat.lang.dtypes import np_dtype
 
 GENERAL = (-9, 10)  # integers drawn in [-9, 9]
 SCALED = 100  # Feeds.with_special_values(kind="scaled"): the floats drawn times this
+# Feeds.with_special_values(kind="far"): the floats drawn times this, or the type's largest value / 64
+# where that is less (float16: 1023, so that no draw overflows)
+SCALED_FAR = 10000
+# Feeds.with_special_values(kind="small"): the floats drawn times this (float16 and bfloat16: SMALL_HALF,
+# so that they stay normal numbers)
+SMALL = 1e-4
+SMALL_HALF = 1e-2
 LARGE_SIZES_MAX = 8  # elements of a size input that Feeds.with_large_sizes sets to 2 or 3 (a shape of rank 8)
 
 # (domain, op type) -> {input position: how the indexed axis is found}: "axis" reads the
@@ -59,10 +68,12 @@ INDEX_USES: dict[tuple[str, str], dict[int, object]] = {
     ("", "ScatterElements"): {1: "axis"},
     ("", "Scatter"): {1: "axis"},
     ("", "ScatterND"): {1: "min"},
-    ("", "OneHot"): {0: None},
+    ("", "OneHot"): {0: "depth"},
     ("com.microsoft", "EmbedLayerNormalization"): {0: 2, 1: 3},
     ("com.microsoft", "GatherBlockQuantized"): {1: "axis"},
 }
+# the ops above whose indices may be negative (counted from the end): their indices are drawn in [-n, n)
+SIGNED_INDEX = {("", "Gather"), ("", "GatherElements"), ("", "ScatterElements"), ("", "Scatter"), ("", "OneHot")}
 MASK_USES: dict[tuple[str, str], set[int]] = {
     ("com.microsoft", "Attention"): {3},
     ("com.microsoft", "MultiHeadAttention"): {4},
@@ -113,11 +124,13 @@ INT_CODES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto
 @dataclass(frozen=True)
 class Table:
     """What an index indexes: the value, its axis ("min": the smallest of its axes), and
-    whether negative indices are allowed (Gather's)."""
+    whether negative indices are allowed (SIGNED_INDEX); or, for OneHot, its depth where that
+    is a constant (`size`)."""
 
     value: str | None  # None: not known (OneHot's depth is computed)
     axis: int | str = 0
     signed: bool = False
+    size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +161,10 @@ class Feeds:
         self.shapes = self._known_shapes()
         self.roles = {name: self._role(name) for name, (_, elem) in self.specs.items()
                       if elem in INT_CODES and name not in self.free}
+        # how `draw` (with `wide`) draws sizes: "" 0 or 1, "large" 2 or 3 (with_large_sizes),
+        # "negative" those with a -1 (with_negative_sizes); set by verification where the
+        # original runs on no other
+        self.size_mode = ""
 
     # ---- how inputs are used
     def _known_shapes(self) -> dict[str, list[int | str | None]]:
@@ -226,8 +243,13 @@ class Feeds:
                 continue
             how = uses[k]
             axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+            signed = ("" if n.domain == "ai.onnx" else n.domain, n.op_type) in SIGNED_INDEX
             if how == "axis":
-                tables.append(Table(n.input[0], axis, n.op_type == "Gather"))
+                tables.append(Table(n.input[0], axis, signed))
+            elif how == "depth":
+                depth = self._constant(n.input[1]) if len(n.input) > 1 else None
+                tables.append(Table(None, 0, signed, int(depth.reshape(-1)[0]) if depth is not None
+                                    and depth.size == 1 and np.issubdtype(depth.dtype, np.number) else None))
             elif how == "min":
                 tables.append(Table(n.input[0], "min"))
             elif isinstance(how, int) and len(n.input) > how and n.input[how]:
@@ -235,6 +257,20 @@ class Feeds:
             else:
                 tables.append(Table(None))
         return Role("index", tuple(tables)) if tables else None
+
+    def _constant(self, name: str) -> np.ndarray | None:
+        """The value of an initializer or Constant node's output (None where `name` is neither, or
+        an overridable input)."""
+        if name in self.free:
+            return None
+        for t in self.model.graph.initializer:
+            if t.name == name:
+                return None if external.is_external(t) else numpy_helper.to_array(t)
+        for n in self.model.graph.node:
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output and n.output[0] == name \
+                    and n.attribute and n.attribute[0].name == "value":
+                return numpy_helper.to_array(n.attribute[0].t)
+        return None
 
     def _mask_use(self, name: str) -> bool:
         for n, k in self._carried(name):
@@ -251,6 +287,9 @@ class Feeds:
         size is not known."""
         ns = []
         for t in role.tables:
+            if t.size is not None:
+                ns.append(t.size)
+                continue
             dims = self.shapes.get(t.value) if t.value is not None else None
             if dims is None:
                 return None
@@ -284,7 +323,8 @@ class Feeds:
                 t = self.defaults[name]
                 value = external.read(t) if external.is_external(t) else numpy_helper.to_array(t)
                 if vary_overridable and np.issubdtype(value.dtype, np.floating):
-                    value = (value * rng.uniform(0.5, 1.5, value.shape)).astype(value.dtype)
+                    # (np.asarray: a 0-d product is a numpy scalar, which onnxruntime does not take)
+                    value = np.asarray(value * rng.uniform(0.5, 1.5, value.shape)).astype(value.dtype)
                 feeds[name] = value
                 continue
             shape, dt = shapes[name]
@@ -298,6 +338,10 @@ class Feeds:
                 feeds[name] = np.array(["a"] * int(np.prod(shape)), dtype=object).reshape(shape)
             else:
                 feeds[name] = rng.standard_normal(shape).astype(dt)
+        if wide and self.size_mode == "large":
+            return self.with_large_sizes(feeds, seed)
+        if wide and self.size_mode == "negative":
+            return self.with_negative_sizes(feeds, seed)
         return feeds
 
     def _integers(self, name: str, shape: list[int], dt: np.dtype, rng, sizes: dict[str, int],
@@ -327,6 +371,12 @@ class Feeds:
           "large" case compares finiteness alone; rounding grows with the values summed, so the
           absolute tolerance is up to SCALED times the random draw's, as far as the random
           draw's own differences times SCALED allow (compare's `scaled` and `noise`);
+        - "far": every element times SCALED_FAR (10000; float16: 1023), compared as "scaled":
+          between the values times 100 and the large ones, which compare finiteness alone, a
+          Clip(x, -1000, 1000) taken for x passed;
+        - "small": every element times SMALL (1e-4; float16, bfloat16: 1e-2): an epsilon
+          added to a variance (about 1 on the random draw) is within the tolerance there, so
+          a LayerNormalization whose epsilon a rewrite dropped passed;
         - "large": one element +LARGE and one -LARGE, LARGE the type's largest value to the
           power 0.4 (about 2e15 in float32: its square, and a sum of a thousand squares, stay
           finite; its product by 1e30 does not); none in float16 or bfloat16 (LARGE would be
@@ -350,6 +400,10 @@ class Feeds:
                 flat[rng.random(flat.size) < 0.25] = 0
             elif kind == "scaled":
                 flat *= SCALED
+            elif kind == "far":
+                flat *= min(SCALED_FAR, float(np.finfo(v.dtype).max) / 64)
+            elif kind == "small":
+                flat *= SMALL if v.dtype.itemsize >= 4 else SMALL_HALF
             elif kind == "large" and v.dtype.itemsize >= 4:
                 big = float(np.finfo(v.dtype).max) ** 0.4
                 picks = [big, -big]
@@ -407,6 +461,41 @@ class Feeds:
                 out[name] = rng.integers(2, 4, size=v.shape).astype(v.dtype)
         return out
 
+    def with_negative_sizes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+        """`with_large_sizes` with one element of each size input at -1: a Slice bound, an axis
+        and a Reshape target may count from the end or infer a size, which sizes of 0 to 3 never
+        do (Slice(x, |s|, e) taken for Slice(x, s, e) passed them all)."""
+        rng = np.random.default_rng(seed)
+        out = self.with_large_sizes(feeds, seed)
+        for name, role in self.roles.items():
+            v = out.get(name)
+            if role.kind == "size" and isinstance(v, np.ndarray) and v.size and v.size <= LARGE_SIZES_MAX \
+                    and v.dtype.kind == "i":
+                v = v.copy()
+                v.reshape(-1)[rng.integers(v.size)] = -1
+                out[name] = v
+        return out
+
+    def has_flags(self) -> bool:
+        """Whether an input is a boolean or a mask (`with_flags_negated` may change something)."""
+        return any(np.dtype(np_dtype(elem)) == np.bool_ for name, (_, elem) in self.specs.items()
+                   if name not in self.free) or any(role.kind == "mask" for role in self.roles.values())
+
+    def with_flags_negated(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """`feeds` with every boolean input (not overridable) negated and every mask m (0 or 1)
+        made 1 - m: with the draw it was made from, each element takes both values, where the
+        random draws of a scalar condition gave False at every seed verification ran (Where(c,
+        a, b) taken for b passed)."""
+        out = dict(feeds)
+        for name, v in feeds.items():
+            if name in self.free or not isinstance(v, np.ndarray):
+                continue
+            if v.dtype == np.bool_:
+                out[name] = np.asarray(~v)
+            elif self.roles.get(name, Role("general")).kind == "mask":
+                out[name] = np.asarray(1 - v).astype(v.dtype)
+        return out
+
     def describe(self, sizes: dict[str, int] | None = None, wide: bool = True,
                  vary_overridable: bool = False) -> str:
         """What `draw` feeds the integer and overridable inputs, as one clause."""
@@ -423,7 +512,9 @@ class Feeds:
                 parts.append(f"{name} quantized codes in [{info.min}, {info.max}]")
             else:
                 parts.append(f"{name} " + {"general": "in [-9, 9]", "mask": "a mask, 0 or 1",
-                                           "size": "a size, 0 or 1", "divisor": "in [-9, 9] but 0"}[role.kind])
+                                           "size": {"": "a size, 0 or 1", "large": "a size, 2 or 3",
+                                                    "negative": "a size, 2 or 3 with a -1"}[self.size_mode],
+                                           "divisor": "in [-9, 9] but 0"}[role.kind])
         for name in self.free:
             if name in self.specs:
                 floating = self.defaults[name].data_type in _FLOAT_CODES
