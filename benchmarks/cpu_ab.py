@@ -6,7 +6,7 @@
 Wall time (benchmarks/ab.py) counts the time other processes hold the core: on the shared
 2-core development machine an A/A control moved by 10 to 30 % there. The CPU time of the
 running process (time.process_time around each run) does not count it. One process,
-onnxruntime CPU, graph optimizations off, 1 thread, the first input standard normal (seed 0),
+onnxruntime CPU, graph optimizations off, 1 thread, every input drawn by qdq_models.random_feeds (seed 0),
 three warm-up runs; each round runs every model once in a fresh random order. Prints each
 model's median CPU and wall time, and each model after the first against the first: the
 median of the per-round ratios with a 95 % bootstrap interval (2000 resamples), CPU and
@@ -28,7 +28,9 @@ import tempfile
 import time
 
 import numpy as np
+import onnx
 import onnxruntime as ort
+from qdq_models import DIMS, random_feeds
 
 
 def _session(path: str, profile: str | None = None) -> ort.InferenceSession:
@@ -40,10 +42,11 @@ def _session(path: str, profile: str | None = None) -> ort.InferenceSession:
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def _feeds(s: ort.InferenceSession) -> dict:
-    i = s.get_inputs()[0]
-    shape = [d if isinstance(d, int) else 1 for d in i.shape]
-    return {i.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+def _feeds(path: str) -> dict:
+    """Every input of the model at `path` (qdq_models.random_feeds, seed 0: a float input
+    standard normal, a transformer's token ids, mask and token types; symbolic sizes batch 1,
+    sequence 128, others 1)."""
+    return random_feeds(onnx.load(path, load_external_data=False), np.random.default_rng(0), DIMS)
 
 
 def interval(ratios: list[float], seed: int = 1) -> tuple[float, float, float]:
@@ -56,7 +59,7 @@ def interval(ratios: list[float], seed: int = 1) -> tuple[float, float, float]:
 def measure(named: list[tuple[str, str]], rounds: int) -> dict[str, tuple[list[float], list[float]]]:
     """name -> (CPU seconds, wall seconds) of each round's run."""
     sess = {n: _session(p) for n, p in named}
-    feeds = _feeds(sess[named[0][0]])
+    feeds = _feeds(named[0][1])
     for s in sess.values():
         for _ in range(3):
             s.run(None, feeds)
@@ -77,7 +80,7 @@ def profile(path: str, rounds: int) -> dict[str, tuple[int, float]]:
     """op type -> (nodes, microseconds): each node's median kernel time, summed by op type."""
     with tempfile.TemporaryDirectory() as tmp:
         s = _session(path, os.path.join(tmp, "p"))
-        feeds = _feeds(s)
+        feeds = _feeds(path)
         for _ in range(rounds + 3):
             s.run(None, feeds)
         with open(s.end_profiling()) as f:
