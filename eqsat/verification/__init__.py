@@ -263,8 +263,8 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     the original does not run on those, 0 or 1 as before (the result says which). Symbolic
     dimensions not in `dims` take the first sizes of `verification_dims` the original runs
     with. Then the edge cases of `_edge_runs`: zeros and large values among the floats, other
-    sizes, integer extremes, booleans and masks negated, and each free symbolic dimension at
-    size 0 and 1, where the original runs on them. A model onnxruntime cannot run whole
+    sizes, integer extremes, booleans and masks negated, and each symbolic dimension at
+    size 0 and 1 (a bound one too), where the original runs on them. A model onnxruntime cannot run whole
     (ops of domains it does not know, random ops)
     runs in stages, with the same stand-in values for those nodes in both models
     (eqsat.verification.standins; `random_pairs` maps the optimized model's random nodes to the
@@ -400,8 +400,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     ones are in [-9, 9] (Feeds.with_integer_extremes: Relu(Abs(x)) taken for Abs(x) is right
     but for int8's -128), sizes with a -1 among them (Feeds.with_negative_sizes), the first
     random draw with booleans and masks negated (Feeds.with_flags_negated: each takes both
-    values), each symbolic input dimension the
-    user does not bind at size 0 (an empty batch or sequence: a Reshape's -1 beside a 0 is
+    values), each symbolic input dimension (those the user does not bind first; at most
+    ZERO_DIMS) at size 0 (an empty batch or sequence: a Reshape's -1 beside a 0 is
     refused, a rule that reads a size from an element count is wrong), and those all at size
     1, or each alone at 1 where the original does not run so (Squeeze without axes drops a
     batch of one). They are compared as
@@ -423,7 +423,10 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
         cases.append((EXTREMES_LABEL, "extremes", sizes))
     if feeds.has_flags():
         cases.append((NEGATED_LABEL, "negated", sizes))
+    # the free ones first; a bound one too (`dims` sizes the inputs, the written model keeps the
+    # symbol: a fused op that refuses an empty batch was written where --dim bound it)
     free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
+    free += [n for n in symbolic_input_dims(original) if n in (dims or {})]
     cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
     if free and any(sizes.get(n) != 1 for n in free):
         cases.append((ONES_LABEL, "ones", {**sizes, **dict.fromkeys(free, 1)}))
