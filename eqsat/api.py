@@ -212,8 +212,8 @@ def _fewer_requantizing(original: ModelProto, res: PipelineResult, dims: Mapping
                           _files=(src, written), _random_pairs=alt.random_pairs)
         tried.append(f"{LEVEL_TEXT[level]}: {v.status}")
         if v.status != "failed":
-            kept, blocked = split_level(level)
-            alt.report["requantization"] = {"kept": kept, "dequantized_convs_blocked": blocked,
+            kept, folded = split_level(level)
+            alt.report["requantization"] = {"kept": kept, "weights_folded": folded,
                                              "refused": refused.detail}
             alt.report["warnings"].append(
                 f"{LEVEL_TEXT[level]}: verification refused the program with more ({refused.detail})")

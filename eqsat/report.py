@@ -160,15 +160,16 @@ class Verification(Section):
 @dataclass(frozen=True)
 class Requantization(Section):
     """Where verification refused the first program of a QDQ model for its rounding of a
-    quantized output and a program with fewer requantizing fusions, or without blocked convs
-    on dequantized weights, passed (eqsat.core.requantize)."""
+    quantized output and a program with fewer requantizing fusions, or with weights
+    dequantized at run time, passed (eqsat.core.requantize)."""
 
     kept: Literal["all", "ort", "none"] = field(metadata=_doc(
         "the requantizing fusions kept: all, the first program's; ort, where onnxruntime's own optimization of"
         " the input makes them; none"))
-    dequantized_convs_blocked: bool = field(metadata=_doc(
-        "whether a Conv whose weight a DequantizeLinear computes may run blocked (NCHWc); false where that"
-        " rounded a quantized output otherwise"))
+    weights_folded: bool = field(metadata=_doc(
+        "whether weights that a DequantizeLinear computes are folded to float constants (with blocked convs on"
+        " them); false: dequantized at run time as the input has them, where the folded program rounded a"
+        " quantized output otherwise"))
     refused: str = field(metadata=_doc("why verification refused the first program"))
 
 

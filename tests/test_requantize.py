@@ -107,7 +107,7 @@ def test_the_cli_writes_the_program_with_onnxruntimes_own_fusions(capsys, tmp_pa
 
 def test_the_api_returns_the_same_and_says_so(m):
     r = api_optimize(m)
-    assert r.report.requantization["kept"] == "ort" and r.report.requantization["dequantized_convs_blocked"] is False
+    assert r.report.requantization["kept"] == "ort" and r.report.requantization["weights_folded"] is False
     assert r.report.verification["status"] == "passed"
     assert op_list(r.model).count("QLinearConv") == 1
 
@@ -127,13 +127,13 @@ def test_where_onnxruntimes_sites_change_nothing_no_requantizing_fusion_is_kept(
     alt = res.retry("none")
     assert "QLinearConv" not in op_list(alt.model)
     assert alt.report["nodes_after"] == len(alt.model.graph.node)
-    # its float convs blocked round otherwise (test below); NCHW, exact
-    alt = res.retry("none-nchw")
+    # its float convs blocked round otherwise (test below); dequantized at run time, exact
+    alt = res.retry("none-dq")
     assert "QLinearConv" not in op_list(alt.model) and not any(n.domain == NCHWC for n in alt.model.graph.node)
     assert verify_models(m, alt.model).status == "passed"
 
 
-def test_a_blocked_conv_on_a_dequantized_weight_that_rounds_otherwise_is_retried_nchw(m):
+def test_a_blocked_conv_on_a_folded_weight_that_rounds_otherwise_is_retried_as_the_input_has_it(m):
     # the second conv, unfused where onnxruntime does not fuse it, has a constant float weight
     # (its DequantizeLinear folded) and is blocked: onnxruntime's NCHWc Conv sums in another
     # order and moves 3 of its 512 quantized outputs a step, where onnxruntime's own
@@ -144,9 +144,12 @@ def test_a_blocked_conv_on_a_dequantized_weight_that_rounds_otherwise_is_retried
     assert any(n.domain == NCHWC for n in blocked.model.graph.node)
     v = verify_models(m, blocked.model)
     assert v.status == "failed" and v.requantized and "'zb'" in v.detail, v.detail
-    alt = res.retry("ort-nchw")
+    alt = res.retry("ort-dq")
     assert op_list(alt.model).count("QLinearConv") == 1
     assert not any(n.domain == NCHWC for n in alt.model.graph.node)
+    # the unfused conv's weight dequantized at run time, as the input has it
+    (conv,) = [n for n in alt.model.graph.node if n.op_type == "Conv"]
+    assert [n.op_type for n in alt.model.graph.node if n.output[0] == conv.input[1]] == ["DequantizeLinear"]
     assert verify_models(m, alt.model).status == "passed"
 
 

@@ -439,29 +439,29 @@ def _retries(st: Saturated, fused: set[str], subgraphs: list,
              progress: Callable[[str], None] | None) -> Callable[[str], Result | None]:
     """Result.retry for `st`, whose first extraction requantizes in the e-classes `fused`:
     each level of eqsat.core.requantize extracted again from the e-graph it restricts; None
-    where a level gives a program an earlier one gave (with the blocked layout: it keeps every
+    where a level gives a program an earlier one gave (with folded weights: it keeps every
     requantizing fusion the previous choice made; without: the same choice)."""
     previous = [fused]
     choices: list[dict[str, str]] = []
     ort_values: list[set[str]] = []
 
     def retry(level: str) -> Result | None:
-        kept, blocked = requantize.split_level(level)
+        kept, folded = requantize.split_level(level)
         keep: set[str] | None = None if kept == "all" else set()
         if kept == "ort":
             if not ort_values:
                 ort_values.append(requantize.ort_requantized_values(st.model))
             keep = requantize.kept_classes(st.egraph, st.value_names, ort_values[0])
-        if blocked and keep is not None and previous[-1] <= keep:
+        if folded and keep is not None and previous[-1] <= keep:
             return None
         s = st.settings
         t0 = time.perf_counter()
-        ex = run_extractor(requantize.restricted(st.egraph, keep, blocked), s.extractor, s.cost, s.extract_time_limit)
+        ex = run_extractor(requantize.restricted(st.egraph, keep, folded), s.extractor, s.cost, s.extract_time_limit)
         st.times["extract"] = round(time.perf_counter() - t0, 4)
         if ex.choice in choices:
             return None
         choices.append(ex.choice)
-        if blocked:
+        if folded:
             previous.append(requantize.requantizing(st.egraph, ex.choice))
         return _decoded(st, ex, subgraphs, progress)
 

@@ -19,13 +19,14 @@ A float op in a QDQ model rounds too, where its output is quantized: a Conv whos
 DequantizeLinear computes has a constant float weight once the DequantizeLinear folds, and so a
 blocked (NCHWc) form, whose kernel sums in another order than the NCHW one; it moves an output
 past a rounding boundary where onnxruntime's own optimization (which keeps the
-DequantizeLinear, so no blocked Conv there) keeps it. So each level is tried with those blocked
-convs, then without (`-nchw`: no blocked Conv e-node whose filter a DequantizeLinear
-computes, `dequantized_convs`), the first program's requantizing fusions too (`all-nchw`), in
-the order of LEVELS.
+DequantizeLinear, so no blocked Conv there) keeps it. So each level is tried with the folded
+weights, then as the input computes them (`-dq`: every weight a DequantizeLinear computes
+dequantized at run time, and no blocked Conv on it: `dequantized_convs`), the first program's
+requantizing fusions too (`all-dq`), in the order of LEVELS.
 
 Contract: a level never offers a requantizing e-node that an earlier level of the same suffix
-did not, `none` offers none, and an `-nchw` level no blocked Conv on a dequantized weight.
+did not, `none` offers none, and a `-dq` level neither a blocked Conv on a dequantized weight
+nor a constant in place of a DequantizeLinear.
 """
 
 from __future__ import annotations
@@ -38,22 +39,24 @@ from onnx import ModelProto
 
 from eqsat.extract.egraph import EGraph
 from eqsat.extract.nchwc import BLOCKED_CONVS
-from eqsat.lang.ops import REQUANTIZING_CTORS
+from eqsat.lang.ops import LITERAL_CTORS, REQUANTIZING_CTORS
 
-LEVELS = ("ort", "all-nchw", "ort-nchw", "none", "none-nchw")
+LEVELS = ("ort", "all-dq", "ort-dq", "none", "none-dq")
 _KEPT_TEXT = {"all": "the requantizing fusions of the first program",
               "ort": "requantizing fusions only where onnxruntime's own optimization of the model makes them",
               "none": "no requantizing fusion"}
-LEVEL_TEXT = {level: f"{_KEPT_TEXT[level.removesuffix('-nchw')]}"
-                     f"{', and every Conv on a dequantized weight NCHW' if level.endswith('-nchw') else ''}"
+LEVEL_TEXT = {level: f"{_KEPT_TEXT[level.removesuffix('-dq')]}"
+                     f"{', and weights dequantized at run time' if level.endswith('-dq') else ''}"
               for level in LEVELS}
 
 
 
 def split_level(level: str) -> tuple[str, bool]:
-    """A level of LEVELS as (the requantizing fusions kept: all, ort or none; whether blocked
-    convs on dequantized weights are offered)."""
-    return level.removesuffix("-nchw"), not level.endswith("-nchw")
+    """A level of LEVELS as (the requantizing fusions kept: all, ort or none; whether weights
+    that a DequantizeLinear computes are folded, with blocked convs on them)."""
+    return level.removesuffix("-dq"), not level.endswith("-dq")
+
+
 # onnxruntime's fused QDQ ops (of any domain): the node keeps the name of the op it replaced
 _ORT_REQUANTIZING = ("QLinear", "QGemm")
 
@@ -131,16 +134,19 @@ def kept_classes(egraph: EGraph, value_names: dict[str, list[str]], values: set[
     return kept | permuted
 
 
-def restricted(egraph: EGraph, keep: set[str] | None, blocked: bool = True) -> EGraph:
+def restricted(egraph: EGraph, keep: set[str] | None, folded: bool = True) -> EGraph:
     """`egraph` without the requantizing e-nodes of the e-classes not in `keep` (None: all
-    kept), and without `blocked` the `dequantized_convs`, but for the input program's own (a
-    QLinearConv the input model holds stays choosable); the other nodes, classes, roots and
-    metadata shared, not copied."""
+    kept), and without `folded` the `dequantized_convs` and the constants of the e-classes
+    that hold a DequantizeLinear e-node (so that it runs as the input has it); but for the
+    input program's own (a QLinearConv the input model holds stays choosable). The other
+    nodes, classes, roots and metadata shared, not copied."""
     own = set(egraph.meta.get("input_nodes", ()))
     drop = {nid for nid, n in egraph.nodes.items()
             if nid not in own and keep is not None and n.op in REQUANTIZING_CTORS and n.eclass not in keep}
-    if not blocked:
+    if not folded:
+        dq = {n.eclass for n in egraph.nodes.values() if n.op == "DequantizeLinear"}
         drop |= dequantized_convs(egraph) - own
+        drop |= {nid for nid, n in egraph.nodes.items() if n.op in LITERAL_CTORS and n.eclass in dq} - own
     nodes = {nid: n for nid, n in egraph.nodes.items() if nid not in drop}
     classes = {c: [nid for nid in ids if nid not in drop] for c, ids in egraph.classes.items()}
     return EGraph(nodes, classes, egraph.roots, egraph.class_data, egraph.meta)
