@@ -50,7 +50,6 @@ LEVEL_TEXT = {level: f"{_KEPT_TEXT[level.removesuffix('-dq')]}"
               for level in LEVELS}
 
 
-
 def split_level(level: str) -> tuple[str, bool]:
     """A level of LEVELS as (the requantizing fusions kept: all, ort or none; whether weights
     that a DequantizeLinear computes are folded, with blocked convs on them)."""
