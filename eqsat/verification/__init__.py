@@ -380,6 +380,7 @@ def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str],
 
 EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)", "scaled": "floats times 100",
               "far": "floats times 10000", "small": "floats times 0.0001"}
+ZEROS_LABEL = "zeros among the floats and integers"  # "zeros" where the model has general integers
 SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
 EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
 NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
@@ -417,6 +418,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     left out, as a clause, or the failed Verification."""
     sizes = dict(sizes or {})
     cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
+    if feeds.has_general_integers():
+        cases[0] = (ZEROS_LABEL, "zeros", sizes)
     if feeds.has_sizes():
         cases += [(SIZES_LABEL, "sizes", sizes), (NEGATIVE_LABEL, "negative", sizes)]
     if feeds.has_general_integers():

@@ -364,8 +364,10 @@ class Feeds:
 
     def with_special_values(self, feeds: dict[str, np.ndarray], seed: int, kind: str) -> dict[str, np.ndarray]:
         """`feeds` with special values among the floating-point inputs (not the overridable
-        ones: those are weights), for rewrites that are wrong only on such values:
-        - "zeros": a quarter of the elements 0;
+        ones: those are weights; zeros among general integers too), for rewrites that are wrong only on such values:
+        - "zeros": a quarter of the elements 0; general integer inputs too (role "general"),
+          with at least one 0 (a scalar one drawn in [-9, 9] was 0 one draw in 19: Where(n == 0,
+          -x, x) taken for x passed);
         - "scaled": every element times SCALED (100): standard normal values stay within 5, so
           what a model computes only beyond (a Where or If on x > 10) never ran, and the
           "large" case compares finiteness alone; rounding grows with the values summed, so the
@@ -390,6 +392,13 @@ class Feeds:
         rng = np.random.default_rng(seed)
         out = {}
         for name, v in feeds.items():
+            if kind == "zeros" and self._general(name, v):
+                v = v.copy()
+                flat = v.reshape(-1)
+                flat[rng.random(flat.size) < 0.25] = 0
+                flat[rng.integers(flat.size)] = 0
+                out[name] = v
+                continue
             if name in self.free or not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.size == 0:
                 out[name] = v
                 continue
@@ -411,6 +420,11 @@ class Feeds:
                 flat[pos] = val
             out[name] = v
         return out
+
+    def _general(self, name: str, v: object) -> bool:
+        """Whether `v`, the input `name`, is a non-empty general integer (role "general", not overridable)."""
+        return name not in self.free and self.roles.get(name, Role("")).kind == "general" \
+            and isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.size > 0
 
     def has_general_integers(self) -> bool:
         """Whether an integer input is of role "general" (`with_integer_extremes` may change something)."""
