@@ -205,3 +205,13 @@ def test_a_scalar_general_integer_takes_0():
                                y = Where(c, m, x) }""",
                         "g (float[3] x, int64 n) => (float[3] y) { y = Identity(x) }",
                         "zeros among the floats and integers")
+
+
+def test_a_size_takes_values_beyond_3():
+    # sizes were drawn 0 to 3 (and -1): TopK(x, Min(k, 3)) taken for TopK(x, k) passed
+    sig = "g (float[2, 10] x, int64[1] k) => (float[2, n] y, int64[2, n] i)"
+    _refused_and_passed(f"{sig} {{ y, i = TopK(x, k) }}",
+                        f"""{sig} {{ t = Constant <value = int64[1] {{3}}> ()
+                                     m = Min(k, t)
+                                     y, i = TopK(x, m) }}""",
+                        "sizes of 4 to 9")

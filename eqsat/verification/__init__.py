@@ -382,6 +382,7 @@ EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)
               "far": "floats times 10000", "small": "floats times 0.0001"}
 ZEROS_LABEL = "zeros among the floats and integers"  # "zeros" where the model has general integers
 SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
+LARGER_LABEL = "sizes of 4 to 9"  # the run of Feeds.with_larger_sizes
 EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
 NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
 NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_negated, on the first random draw
@@ -421,7 +422,7 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     if feeds.has_general_integers():
         cases[0] = (ZEROS_LABEL, "zeros", sizes)
     if feeds.has_sizes():
-        cases += [(SIZES_LABEL, "sizes", sizes), (NEGATIVE_LABEL, "negative", sizes)]
+        cases += [(SIZES_LABEL, "sizes", sizes), (LARGER_LABEL, "larger", sizes), (NEGATIVE_LABEL, "negative", sizes)]
     if feeds.has_general_integers():
         cases.append((EXTREMES_LABEL, "extremes", sizes))
     if feeds.has_flags():
@@ -487,6 +488,8 @@ def _edge_feeds(feeds: Feeds, kind: str, at: dict[str, int], seed: int, wide: bo
     f = feeds.draw(at, seed, wide)
     if kind == "sizes":
         return feeds.with_large_sizes(f, seed)
+    if kind == "larger":
+        return feeds.with_larger_sizes(f, seed)
     if kind == "negative":
         return feeds.with_negative_sizes(f, seed)
     if kind == "extremes":

@@ -26,7 +26,8 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
 `with_special_values` puts zeros or large magnitudes among the floats drawn;
 `with_integer_extremes` puts each general integer's type minimum and maximum among it;
 `with_large_sizes` makes every size 2 or 3 (a rewrite right for sizes 0 and 1 only, such as
-an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1), `with_negative_sizes`
+an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1), `with_larger_sizes`
+4 to 9 (TopK(x, Min(k, 3)) taken for TopK(x, k) passed those), `with_negative_sizes`
 puts a -1 among those (a Slice bound or axis from the end, a Reshape's inferred size);
 `with_flags_negated` negates booleans and masks (each takes both values with the draw it negates).
 `describe()` says what was drawn, for the verification report.
@@ -56,6 +57,8 @@ SCALED_FAR = 10000
 # so that they stay normal numbers)
 SMALL = 1e-4
 SMALL_HALF = 1e-2
+LARGER_SIZES = (4, 10)  # Feeds.with_larger_sizes: sizes in [4, 9]
+LARGER_SIZES_MAX = 4  # elements of a size input that Feeds.with_larger_sizes sets so
 LARGE_SIZES_MAX = 8  # elements of a size input that Feeds.with_large_sizes sets to 2 or 3 (a shape of rank 8)
 
 # (domain, op type) -> {input position: how the indexed axis is found}: "axis" reads the
@@ -459,7 +462,16 @@ class Feeds:
         """Whether an integer input is a size (`with_large_sizes` may change something)."""
         return any(role.kind == "size" for role in self.roles.values())
 
-    def with_large_sizes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+    def with_larger_sizes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+        """`with_large_sizes` with sizes in [4, 9]: a rewrite right for sizes up to 3 alone
+        (TopK(x, Min(k, 3)) taken for TopK(x, k)) passed every draw of 0 to 3. Sizes the
+        original does not run with (a k beyond its axis, a Reshape target that does not fit)
+        are the caller's to leave out. An input of more than LARGER_SIZES_MAX elements keeps
+        its draw (9 at each of 8 axes is 43 million elements)."""
+        return self.with_large_sizes(feeds, seed, LARGER_SIZES, LARGER_SIZES_MAX)
+
+    def with_large_sizes(self, feeds: dict[str, np.ndarray], seed: int,
+                         span: tuple[int, int] = (2, 4), most: int = LARGE_SIZES_MAX) -> dict[str, np.ndarray]:
         """`feeds` with every size input (role "size", not overridable) drawn from {2, 3}
         instead of {0, 1}: an Expand, Tile, Slice or Reshape that a rule took for a no-op by a
         shape it assumed computes as much as the original only for sizes it can hold. Sizes
@@ -471,8 +483,8 @@ class Feeds:
         out = dict(feeds)
         for name, role in self.roles.items():
             v = feeds.get(name)
-            if role.kind == "size" and isinstance(v, np.ndarray) and v.size <= LARGE_SIZES_MAX:
-                out[name] = rng.integers(2, 4, size=v.shape).astype(v.dtype)
+            if role.kind == "size" and isinstance(v, np.ndarray) and v.size <= most:
+                out[name] = rng.integers(*span, size=v.shape).astype(v.dtype)
         return out
 
     def with_negative_sizes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
