@@ -154,6 +154,15 @@ FIXED_BY_CONSTANTS = {
     "window": ("g (float[batch, 1, samples] x) => (float[batch, 1, 9] y) { w = Constant <value = float[1, 1, 8] "
                "{1, 2, 3, 4, 4, 3, 2, 1}> ()  t = Constant <value = float[1, 1, 9] {1, 2, 3, 4, 5, 6, 7, 8, 9}> () "
                " c = Conv <strides = [8]> (x, w)  y = Add(c, t) }", "samples=72"),
+    # a VGG: three 2-wide pools before a Flatten into a [12, 3] weight: 3 channels x 2 x 2 positions, 16 x 16 pixels
+    "chain": ("g (float[batch, 1, h, w] x) => (float[batch, 3] y) { "
+              "a = Constant <value = float[3, 1, 3, 3] {" + ", ".join(["0.5", "-0.25", "0.125"] * 9) + "}> () "
+              "b = Constant <value = float[3, 3, 3, 3] {" + ", ".join(["0.25", "0.5", "-0.5"] * 27) + "}> () "
+              "m = Constant <value = float[12, 3] {" + ", ".join(["1.0", "-1.0", "0.5"] * 12) + "}> () "
+              "c = Conv <pads = [1, 1, 1, 1]> (x, a)  p = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (c) "
+              "d = Conv <pads = [1, 1, 1, 1]> (p, b)  q = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (d) "
+              "r = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (q)  f = Flatten(r)  y = MatMul(f, m) }",
+              "h=16, w=16"),
 }
 
 

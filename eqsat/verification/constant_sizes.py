@@ -86,7 +86,10 @@ def _shape_numbers(a: np.ndarray) -> set[int]:
 
 
 def _windows(model: ModelProto) -> set[tuple[int, int]]:
-    """(kernel, stride) of each spatial axis of the main graph's Conv and pool nodes, where known."""
+    """(kernel, stride) of each spatial axis of the main graph's Conv and pool nodes, where known,
+    and (P, P) for P the product of their strides (a VGG's five pools of stride 2 before a
+    Flatten: 7 x 7 positions need 224 pixels; a chain of windows as one)."""
+    chained: list[int] = []
     weights = {t.name: list(t.dims) for t in model.graph.initializer}
     weights |= {n.output[0]: list(a.t.dims) for n in model.graph.node if n.op_type == "Constant"
                 for a in n.attribute if a.name == "value"}
@@ -100,6 +103,10 @@ def _windows(model: ModelProto) -> set[tuple[int, int]]:
             kernel = weights.get(n.input[1], [])[2:]
         strides = attrs.get("strides") or [1] * len(kernel or [])
         out |= {(int(k), int(s)) for k, s in zip(kernel or [], strides, strict=False) if k > 0 and s > 0}
+        chained.append(max([1, *strides]))
+    total = math.prod(chained)
+    if total > max((s for _, s in out), default=1):
+        out.add((total, total))
     return out
 
 
