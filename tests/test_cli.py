@@ -396,6 +396,38 @@ def test_verification_not_possible_is_reported_not_passed(capsys, tmp_path):
     assert rc == 2 and "contradict each other" in err
 
 
+# a ViT's patch embedding: 4 x 4 patches of [batch, 1, h, w] and position embeddings for 2 x 2
+# of them fix h = w = 8, which no size of verification_dims is
+VIT_PATCHES = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[batch, 1, h, w] x) => (float[batch, 4, 2] y)
+      <float[2, 1, 4, 4] wt = {0.1, -0.2, 0.3, -0.4, 0.5, -0.6, 0.7, -0.8, 0.9, -1.0, 1.1, -1.2, 1.3, -1.4, 1.5,
+                               -1.6, 1.6, -1.5, 1.4, -1.3, 1.2, -1.1, 1.0, -0.9, 0.8, -0.7, 0.6, -0.5, 0.4, -0.3,
+                               0.2, -0.1},
+       float[1, 4, 2] pos = {0.5, -0.5, 0.25, -0.25, 1.0, -1.0, 0.75, -0.75}, int64[3] sh = {0, 2, -1}> {
+        c = Conv <strides = [4, 4]> (x, wt)
+        f = Reshape(c, sh)
+        t = Transpose <perm = [0, 2, 1]> (f)
+        e = Add(t, pos)
+        y = Relu(e) }"""
+
+
+def test_a_wrong_rewrite_of_a_model_whose_constants_fix_its_sizes_is_not_written(capsys, tmp_path):
+    # the position embeddings fix the patch count: no size verification_dims tries runs the
+    # original, so verification was "not possible" and the unsound rule's model was written
+    # with exit 0; sizes read from the constants (eqsat.verification.constant_sizes) run it
+    src, out, rep, rules = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json", tmp_path / "wrong.egg"
+    onnx.save(onnx.parser.parse_model(VIT_PATCHES), str(src))
+    rules.write_text('(ruleset wrong)\n(rewrite (Relu x) x :ruleset wrong :name "relu-is-identity")\n')
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", rules, "--report", rep)
+    assert rc == 1 and not out.exists(), err
+    assert error_line(err).startswith("eqsat: error: verification failed, nothing written: output 'y': ")
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--report", rep, "-q")
+    assert rc == 0, err
+    v = json.loads(rep.read_text())["verification"]
+    assert v["status"] == "passed" and "symbolic sizes batch=2, h=8, w=8" in v["detail"]
+
+
 def test_a_closed_pipe_is_not_a_traceback():
     # `eqsat rules list | head -1`: the reader leaves early
     p = subprocess.Popen([sys.executable, "-m", "eqsat", "rules", "list"], stdout=subprocess.PIPE,

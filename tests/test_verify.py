@@ -12,6 +12,7 @@ import onnx
 import pytest
 
 from eqsat.verification import compare, qdq_allowance_withheld, tolerance, verification_dims, verify
+from eqsat.verification.constant_sizes import CONSTANT_TRIES, constant_sizes
 
 from .conftest import parse_model, run_cli
 
@@ -115,17 +116,76 @@ def test_a_float16_models_verification_uses_and_reports_the_float16_tolerance():
 
 
 def test_sizes_no_try_fits_is_not_possible_and_says_to_pass_dim():
-    # the export fixed 16 elements behind a symbolic name: no size tried is 16
+    # the export fixed 13 elements behind a symbolic name (3 more make the 16 of a [4, 4]): no
+    # size tried is 13, not even those read from the constants (4, 16, 3, 2, ...)
     m = parse_model("""
         <ir_version: 8, opset_import: ["" : 17]>
         g (float[n] x) => (float[4, 4] y) { s = Constant <value = int64[2] {4, 4}> ()
-                                             y = Reshape(x, s) }""")
+                                             p = Constant <value = float[3] {1, 2, 3}> ()
+                                             c = Concat <axis = 0> (x, p)
+                                             y = Reshape(c, s) }""")
     v = verify(m, m)
     assert v.status == "not possible"
-    assert v.detail.endswith("(symbolic sizes tried: n=2; n=32; n=256; pass --dim NAME=SIZE for the sizes "
-                             "the model needs)")
-    assert verify(m, m, dims={"n": 16}).status == "passed"
+    n = _tried(m)
+    assert v.detail.endswith(f"(symbolic sizes tried: n=2; n=32; n=256; n=3; and {n - 4} more; pass --dim "
+                             "NAME=SIZE for the sizes the model needs)")
+    assert verify(m, m, dims={"n": 13}).status == "passed"
 
+
+def _tried(m: onnx.ModelProto) -> int:
+    """How many sizes verification tries on a model that runs on none."""
+    tried = verification_dims(m)
+    names = list(tried[0])
+    return len(tried) + len(constant_sizes(m, names, tried[0], tried))
+
+
+# models whose constants fix their symbolic sizes, none of which verification_dims tries
+FIXED_BY_CONSTANTS = {
+    # a Reshape to [4, 4]: 16 elements (the product of a shape)
+    "reshape": ("g (float[n] x) => (float[4, 4] y) { s = Constant <value = int64[2] {4, 4}> ()  y = Reshape(x, s) }",
+                "n=16"),
+    # a position table [1, 197, 2] added to a sequence
+    "table": ("g (float[batch, seq, 2] x) => (float[batch, seq, 2] y) { p = Constant <value = float[1, 197, 2] "
+              "{" + ", ".join(["0.5"] * 394) + "}> ()  y = Add(x, p) }", "seq=197"),
+    # a MatMul weight [24, 3]: k = 24
+    "matmul": ("g (float[batch, k] x) => (float[batch, 3] y) { w = Constant <value = float[24, 3] {"
+               + ", ".join(["0.25"] * 72) + "}> ()  y = MatMul(x, w) }", "k=24"),
+    # 8-wide windows of audio samples and a table of 9 of them: 72 samples (48 give 6 windows, 384 give 48)
+    "window": ("g (float[batch, 1, samples] x) => (float[batch, 1, 9] y) { w = Constant <value = float[1, 1, 8] "
+               "{1, 2, 3, 4, 4, 3, 2, 1}> ()  t = Constant <value = float[1, 1, 9] {1, 2, 3, 4, 5, 6, 7, 8, 9}> () "
+               " c = Conv <strides = [8]> (x, w)  y = Add(c, t) }", "samples=72"),
+    # a VGG: three 2-wide pools before a Flatten into a [12, 3] weight: 3 channels x 2 x 2 positions, 16 x 16 pixels
+    "chain": ("g (float[batch, 1, h, w] x) => (float[batch, 3] y) { "
+              "a = Constant <value = float[3, 1, 3, 3] {" + ", ".join(["0.5", "-0.25", "0.125"] * 9) + "}> () "
+              "b = Constant <value = float[3, 3, 3, 3] {" + ", ".join(["0.25", "0.5", "-0.5"] * 27) + "}> () "
+              "m = Constant <value = float[12, 3] {" + ", ".join(["1.0", "-1.0", "0.5"] * 12) + "}> () "
+              "c = Conv <pads = [1, 1, 1, 1]> (x, a)  p = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (c) "
+              "d = Conv <pads = [1, 1, 1, 1]> (p, b)  q = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (d) "
+              "r = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (q)  f = Flatten(r)  y = MatMul(f, m) }",
+              "h=16, w=16"),
+}
+
+
+@pytest.mark.parametrize("name", list(FIXED_BY_CONSTANTS))
+def test_sizes_the_constants_fix_are_tried_where_no_other_runs(name):
+    body, found = FIXED_BY_CONSTANTS[name]
+    m = parse_model('<ir_version: 8, opset_import: ["" : 17]>\n' + body)
+    v = verify(m, m)
+    assert v.status == "passed" and found in v.detail, v.detail
+
+
+def test_sizes_from_constants_are_bounded_and_only_tried_after_the_others():
+    # a model that runs at the first sizes never reads its constants (tests/test_cli.py:
+    # VIT_PATCHES for a wrong rewrite refused); the candidates stay within the largest
+    # inputs verification_dims makes, and CONSTANT_TRIES in number
+    from .test_cli import VIT_PATCHES
+
+    m = parse_model(VIT_PATCHES)
+    tried = verification_dims(m)
+    more = constant_sizes(m, ["batch", "h", "w"], tried[0], tried)
+    assert more[0] == {"batch": 2, "h": 8, "w": 8}  # 2 x 2 patches of 4, from the positions' 4
+    assert 0 < len(more) <= CONSTANT_TRIES and not any(t in tried for t in more)
+    assert max(t["h"] * t["w"] for t in more) <= 384 * 640
 
 
 KV_STEP = """
@@ -165,7 +225,7 @@ def test_not_possible_lists_the_first_sizes_tried_and_counts_the_rest():
     m = parse_model(KV_STEP.format(extra=1))
     v = verify(m, m)
     assert v.status == "not possible", v.detail
-    n = len(verification_dims(m))
+    n = _tried(m)
     assert n > 4 and f"; and {n - 4} more; pass --dim NAME=SIZE" in v.detail
     assert verify(m, m, dims={"past": 3, "sequence": 5, "total": 9}).status == "passed"
 

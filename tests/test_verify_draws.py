@@ -193,3 +193,25 @@ def test_a_size_the_original_takes_only_beyond_0_and_1_is_drawn_so():
     sig = "g (float[6] x, int64[1] s) => (float[n] y)"
     v = _refused_and_passed(f"{sig} {{ y = Reshape(x, s) }}", f"{sig} {{ a = Abs(s)\n y = Reshape(x, a) }}", "")
     assert v.inputs == "s a size, 2 or 3 with a -1", v.inputs
+
+
+def test_a_scalar_general_integer_takes_0():
+    # a general integer is drawn in [-9, 9]: a scalar one was 0 about one draw in 19, and its
+    # extremes are the type's minimum and maximum, so Where(n == 0, -x, x) taken for x passed
+    _refused_and_passed("""g (float[3] x, int64 n) => (float[3] y) {
+                               z = Constant <value = int64 {0}> ()
+                               c = Equal(n, z)
+                               m = Neg(x)
+                               y = Where(c, m, x) }""",
+                        "g (float[3] x, int64 n) => (float[3] y) { y = Identity(x) }",
+                        "zeros among the floats and integers")
+
+
+def test_a_size_takes_values_beyond_3():
+    # sizes were drawn 0 to 3 (and -1): TopK(x, Min(k, 3)) taken for TopK(x, k) passed
+    sig = "g (float[2, 10] x, int64[1] k) => (float[2, n] y, int64[2, n] i)"
+    _refused_and_passed(f"{sig} {{ y, i = TopK(x, k) }}",
+                        f"""{sig} {{ t = Constant <value = int64[1] {{3}}> ()
+                                     m = Min(k, t)
+                                     y, i = TopK(x, m) }}""",
+                        "sizes of 4 to 9")

@@ -380,7 +380,9 @@ def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str],
 
 EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)", "scaled": "floats times 100",
               "far": "floats times 10000", "small": "floats times 0.0001"}
+ZEROS_LABEL = "zeros among the floats and integers"  # "zeros" where the model has general integers
 SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
+LARGER_LABEL = "sizes of 4 to 9"  # the run of Feeds.with_larger_sizes
 EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
 NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
 NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_negated, on the first random draw
@@ -417,8 +419,10 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     left out, as a clause, or the failed Verification."""
     sizes = dict(sizes or {})
     cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
+    if feeds.has_general_integers():
+        cases[0] = (ZEROS_LABEL, "zeros", sizes)
     if feeds.has_sizes():
-        cases += [(SIZES_LABEL, "sizes", sizes), (NEGATIVE_LABEL, "negative", sizes)]
+        cases += [(SIZES_LABEL, "sizes", sizes), (LARGER_LABEL, "larger", sizes), (NEGATIVE_LABEL, "negative", sizes)]
     if feeds.has_general_integers():
         cases.append((EXTREMES_LABEL, "extremes", sizes))
     if feeds.has_flags():
@@ -484,6 +488,8 @@ def _edge_feeds(feeds: Feeds, kind: str, at: dict[str, int], seed: int, wide: bo
     f = feeds.draw(at, seed, wide)
     if kind == "sizes":
         return feeds.with_large_sizes(f, seed)
+    if kind == "larger":
+        return feeds.with_larger_sizes(f, seed)
     if kind == "negative":
         return feeds.with_negative_sizes(f, seed)
     if kind == "extremes":
@@ -583,13 +589,37 @@ def _cut_inputs(ref: list, opt: list | None = None) -> dict[str, object]:
 
 
 def _first_that_runs(original: ModelProto, feeds: Feeds, ref: Runner, dims: dict[str, int] | None, seed: int):
-    """(sizes, wide, feeds, outputs) of the first sizes of `verification_dims` and the first
-    way of drawing integers (by use, then 0 or 1, then by use with sizes of 2 and 3 and with a
-    -1 among those: Feeds.size_mode, which `feeds` keeps) the original runs with; else a
-    Verification saying it is not possible (a Reshape of 6 values to a size input was, and
-    an unsound rewrite of that size was written unverified)."""
-    first = None
+    """(sizes, wide, feeds, outputs) of the first sizes of `verification_dims`, then of
+    `constant_sizes` (only where none of those runs: sizes the model's constants fix, such as
+    a ViT's patch count), and the first way of drawing integers (by use, then 0 or 1, then by
+    use with sizes of 2 and 3 and with a -1 among those: Feeds.size_mode, which `feeds` keeps)
+    the original runs with; else a Verification saying it is not possible (a Reshape of 6
+    values to a size input was, and an unsound rewrite of that size was written unverified)."""
+    from eqsat.verification.constant_sizes import constant_sizes
+
     tried = verification_dims(original, dims)
+    found = _first_of(feeds, ref, tried, seed)
+    if isinstance(found, Exception):
+        free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
+        more = constant_sizes(original, free, tried[0], tried) if free else []
+        first = found
+        found = _first_of(feeds, ref, more, seed) if more else found
+        tried += more
+        found = first if isinstance(found, Exception) else found
+    if not isinstance(found, Exception):
+        return found
+    shown = "; ".join(_listed(t) for t in tried[:TRIES_SHOWN])
+    if len(tried) > TRIES_SHOWN:
+        shown += f"; and {len(tried) - TRIES_SHOWN} more"
+    hint = (f" (symbolic sizes tried: {shown}; pass --dim NAME=SIZE "
+            "for the sizes the model needs)") if tried != [dict(dims or {})] else ""
+    return Verification("not possible", f"onnxruntime cannot run the original on random inputs: {_line(found)}{hint}")
+
+
+def _first_of(feeds: Feeds, ref: Runner, tried: list[dict[str, int]], seed: int):
+    """`_first_that_runs` over these sizes: its tuple, the "not possible" Verification where the
+    inputs cannot be made, or the first exception of onnxruntime where none runs."""
+    first: Exception | None = None
     ways = [(True, ""), (False, "")] if feeds.roles and WIDE_INTEGERS else [(False, "")]
     if feeds.has_sizes() and WIDE_INTEGERS:
         ways += [(True, "large"), (True, "negative")]
@@ -606,12 +636,7 @@ def _first_that_runs(original: ModelProto, feeds: Feeds, ref: Runner, dims: dict
             except Exception as e:  # noqa: BLE001 - e.g. random ids out of a table's range, a size too small
                 first = first or e
     feeds.size_mode = ""
-    shown = "; ".join(_listed(t) for t in tried[:TRIES_SHOWN])
-    if len(tried) > TRIES_SHOWN:
-        shown += f"; and {len(tried) - TRIES_SHOWN} more"
-    hint = (f" (symbolic sizes tried: {shown}; pass --dim NAME=SIZE "
-            "for the sizes the model needs)") if tried != [dict(dims or {})] else ""
-    return Verification("not possible", f"onnxruntime cannot run the original on random inputs: {_line(first)}{hint}")
+    return first or EqsatError("no sizes to try")
 
 
 TRIES_SHOWN = 4  # sizes a "not possible" message lists

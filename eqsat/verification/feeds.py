@@ -26,7 +26,8 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
 `with_special_values` puts zeros or large magnitudes among the floats drawn;
 `with_integer_extremes` puts each general integer's type minimum and maximum among it;
 `with_large_sizes` makes every size 2 or 3 (a rewrite right for sizes 0 and 1 only, such as
-an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1), `with_negative_sizes`
+an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1), `with_larger_sizes`
+4 to 9 (TopK(x, Min(k, 3)) taken for TopK(x, k) passed those), `with_negative_sizes`
 puts a -1 among those (a Slice bound or axis from the end, a Reshape's inferred size);
 `with_flags_negated` negates booleans and masks (each takes both values with the draw it negates).
 `describe()` says what was drawn, for the verification report.
@@ -56,6 +57,8 @@ SCALED_FAR = 10000
 # so that they stay normal numbers)
 SMALL = 1e-4
 SMALL_HALF = 1e-2
+LARGER_SIZES = (4, 10)  # Feeds.with_larger_sizes: sizes in [4, 9]
+LARGER_SIZES_MAX = 4  # elements of a size input that Feeds.with_larger_sizes sets so
 LARGE_SIZES_MAX = 8  # elements of a size input that Feeds.with_large_sizes sets to 2 or 3 (a shape of rank 8)
 
 # (domain, op type) -> {input position: how the indexed axis is found}: "axis" reads the
@@ -364,8 +367,10 @@ class Feeds:
 
     def with_special_values(self, feeds: dict[str, np.ndarray], seed: int, kind: str) -> dict[str, np.ndarray]:
         """`feeds` with special values among the floating-point inputs (not the overridable
-        ones: those are weights), for rewrites that are wrong only on such values:
-        - "zeros": a quarter of the elements 0;
+        ones: those are weights; zeros among general integers too), for rewrites that are wrong only on such values:
+        - "zeros": a quarter of the elements 0; general integer inputs too (role "general"),
+          with at least one 0 (a scalar one drawn in [-9, 9] was 0 one draw in 19: Where(n == 0,
+          -x, x) taken for x passed);
         - "scaled": every element times SCALED (100): standard normal values stay within 5, so
           what a model computes only beyond (a Where or If on x > 10) never ran, and the
           "large" case compares finiteness alone; rounding grows with the values summed, so the
@@ -390,6 +395,13 @@ class Feeds:
         rng = np.random.default_rng(seed)
         out = {}
         for name, v in feeds.items():
+            if kind == "zeros" and self._general(name, v):
+                v = v.copy()
+                flat = v.reshape(-1)
+                flat[rng.random(flat.size) < 0.25] = 0
+                flat[rng.integers(flat.size)] = 0
+                out[name] = v
+                continue
             if name in self.free or not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.size == 0:
                 out[name] = v
                 continue
@@ -411,6 +423,11 @@ class Feeds:
                 flat[pos] = val
             out[name] = v
         return out
+
+    def _general(self, name: str, v: object) -> bool:
+        """Whether `v`, the input `name`, is a non-empty general integer (role "general", not overridable)."""
+        return name not in self.free and self.roles.get(name, Role("")).kind == "general" \
+            and isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.size > 0
 
     def has_general_integers(self) -> bool:
         """Whether an integer input is of role "general" (`with_integer_extremes` may change something)."""
@@ -445,7 +462,16 @@ class Feeds:
         """Whether an integer input is a size (`with_large_sizes` may change something)."""
         return any(role.kind == "size" for role in self.roles.values())
 
-    def with_large_sizes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+    def with_larger_sizes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+        """`with_large_sizes` with sizes in [4, 9]: a rewrite right for sizes up to 3 alone
+        (TopK(x, Min(k, 3)) taken for TopK(x, k)) passed every draw of 0 to 3. Sizes the
+        original does not run with (a k beyond its axis, a Reshape target that does not fit)
+        are the caller's to leave out. An input of more than LARGER_SIZES_MAX elements keeps
+        its draw (9 at each of 8 axes is 43 million elements)."""
+        return self.with_large_sizes(feeds, seed, LARGER_SIZES, LARGER_SIZES_MAX)
+
+    def with_large_sizes(self, feeds: dict[str, np.ndarray], seed: int,
+                         span: tuple[int, int] = (2, 4), most: int = LARGE_SIZES_MAX) -> dict[str, np.ndarray]:
         """`feeds` with every size input (role "size", not overridable) drawn from {2, 3}
         instead of {0, 1}: an Expand, Tile, Slice or Reshape that a rule took for a no-op by a
         shape it assumed computes as much as the original only for sizes it can hold. Sizes
@@ -457,8 +483,8 @@ class Feeds:
         out = dict(feeds)
         for name, role in self.roles.items():
             v = feeds.get(name)
-            if role.kind == "size" and isinstance(v, np.ndarray) and v.size <= LARGE_SIZES_MAX:
-                out[name] = rng.integers(2, 4, size=v.shape).astype(v.dtype)
+            if role.kind == "size" and isinstance(v, np.ndarray) and v.size <= most:
+                out[name] = rng.integers(*span, size=v.shape).astype(v.dtype)
         return out
 
     def with_negative_sizes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:

@@ -1,0 +1,119 @@
+"""Sizes for a model's symbolic dimensions read from its constants, for verification to try
+where none of `verification_dims` runs the original.
+
+An export can fix a symbolic size by the constants the symbol meets: a ViT's position
+embeddings [1, 5, d] fix the patch count (2 x 2 patches and a class token: 32 x 32 pixels
+under a 16-wide patch Conv), a Reshape to [4, 4] or a MatMul with a [24, 10] weight fixes a
+product, an Add of a [1, 197, d] table fixes a sequence. Such a model was "not possible" to
+verify, and a wrong rewrite of it was written unchecked. `constant_sizes` lists candidate
+sizes drawn from those constants, each tried for every free symbolic dimension that is not
+a batch at once, bounded in number (CONSTANT_TRIES) and in the elements of the inputs (at
+most those of the largest size `verification_dims` tries).
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import chain
+
+import numpy as np
+from onnx import ModelProto, numpy_helper
+
+CONSTANT_TRIES = 16  # sizes constant_sizes returns, at most
+SHAPE_LIKE = 16  # integer constants of at most this many elements are read as shapes (their values and product)
+WINDOW_OPS = {"Conv", "MaxPool", "AveragePool", "LpPool"}
+
+
+def constant_sizes(model: ModelProto, free: list[str], base: dict[str, int],
+                   tried: list[dict[str, int]]) -> list[dict[str, int]]:
+    """Sizes to try after `tried`: `base` with every dimension of `free` that is not a batch
+    (all of `free` where each is a batch) set to one candidate c, for the candidates in this
+    order, each tier ascending: sizes a Conv or pool window needs to give an output of r
+    (`(r - 1) * stride + kernel`), r the square root of a constant's dimension or of that
+    minus one (a class token), then r one of the numbers (dimensions of constants, values and
+    products of small integer constants, quotients of two of those); then those numbers and
+    roots themselves; then windows' sizes for an output of 1 (which broadcasts against
+    anything: a ViT runs on one patch, which leaves the patches' order unverified). Sizes
+    already in `tried`, and those whose inputs have more elements than the largest of
+    `tried`, are left out."""
+    names = [n for n in free if "batch" not in n.lower()] or list(free)
+    if not names:
+        return []
+    numbers = _numbers(model)
+    numbers |= {a // b for a in numbers for b in numbers if b > 1 and a > b and a % b == 0}
+    roots = {r for v in numbers for r in (math.isqrt(v), math.isqrt(v - 1)) if r > 1 and r * r in (v, v - 1)}
+    windows = _windows(model)
+    sized = [sorted({(r - 1) * s + k for k, s in windows for r in rs}) for rs in (roots, numbers, {1})]
+    budget = max((_elements(model, t) for t in tried), default=0)
+    out: list[dict[str, int]] = []
+    for c in chain(sized[0], sized[1], sorted(numbers | roots), sized[2]):
+        at = {**base, **dict.fromkeys(names, c)}
+        if at in tried or at in out or _elements(model, at) > budget:
+            continue
+        out.append(at)
+        if len(out) == CONSTANT_TRIES:
+            break
+    return out
+
+
+def _numbers(model: ModelProto) -> set[int]:
+    """Numbers above 1 the main graph's constants hold as sizes: every dimension of an
+    initializer or Constant, and the values and product of the positive values of an integer
+    one of at most SHAPE_LIKE elements."""
+    out: set[int] = set()
+    tensors = list(model.graph.initializer)
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            for a in n.attribute:
+                if a.name == "value":
+                    tensors.append(a.t)
+                elif a.name in ("value_ints", "value_int"):
+                    vals = list(a.ints) if a.name == "value_ints" else [a.i]
+                    out |= _shape_numbers(np.array(vals, np.int64))
+    for t in tensors:
+        out |= {int(d) for d in t.dims if d > 1}
+        if t.data_type in (6, 7) and math.prod(t.dims) <= SHAPE_LIKE and not t.data_location:
+            out |= _shape_numbers(numpy_helper.to_array(t))
+    return out
+
+
+def _shape_numbers(a: np.ndarray) -> set[int]:
+    vals = [int(v) for v in a.reshape(-1) if v > 0]
+    out = {v for v in vals if v > 1}
+    if len(vals) > 1 and math.prod(vals) > 1:
+        out.add(math.prod(vals))
+    return out
+
+
+def _windows(model: ModelProto) -> set[tuple[int, int]]:
+    """(kernel, stride) of each spatial axis of the main graph's Conv and pool nodes, where known,
+    and (P, P) for P the product of their strides (a VGG's five pools of stride 2 before a
+    Flatten: 7 x 7 positions need 224 pixels; a chain of windows as one)."""
+    chained: list[int] = []
+    weights = {t.name: list(t.dims) for t in model.graph.initializer}
+    weights |= {n.output[0]: list(a.t.dims) for n in model.graph.node if n.op_type == "Constant"
+                for a in n.attribute if a.name == "value"}
+    out: set[tuple[int, int]] = set()
+    for n in model.graph.node:
+        if n.op_type not in WINDOW_OPS or n.domain not in ("", "ai.onnx"):
+            continue
+        attrs = {a.name: list(a.ints) for a in n.attribute}
+        kernel = attrs.get("kernel_shape")
+        if not kernel and n.op_type == "Conv" and len(n.input) > 1:
+            kernel = weights.get(n.input[1], [])[2:]
+        strides = attrs.get("strides") or [1] * len(kernel or [])
+        out |= {(int(k), int(s)) for k, s in zip(kernel or [], strides, strict=False) if k > 0 and s > 0}
+        chained.append(max([1, *strides]))
+    total = math.prod(chained)
+    if total > max((s for _, s in out), default=1):
+        out.add((total, total))
+    return out
+
+
+def _elements(model: ModelProto, sizes: dict[str, int]) -> int:
+    """Elements of the graph's inputs at these symbolic sizes (an unknown dimension counts 2)."""
+    total = 0
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        total += math.prod(d.dim_value if d.HasField("dim_value") else sizes.get(d.dim_param, 2) for d in dims)
+    return total
