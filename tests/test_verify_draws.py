@@ -37,16 +37,22 @@ def test_a_scalar_condition_takes_both_values():
                         "booleans and masks negated")
 
 
-def test_a_scalar_mask_takes_both_values():
+@pytest.mark.parametrize("n, name, value, taken, why", [
     # a mask (by its name) is 0 or 1: a scalar one drew 1 in every run, so Where(mask == 1, -x, x)
     # taken for -x passed
-    _refused_and_passed("""g (float[1] x, int64 mask) => (float[1] y) {
-                               z = Constant <value = int64 {1}> ()
-                               c = Equal(mask, z)
-                               n = Neg(x)
-                               y = Where(c, n, x) }""",
-                        "g (float[1] x, int64 mask) => (float[1] y) { y = Neg(x) }",
-                        "booleans and masks negated")
+    (1, "mask", 1, "Neg(x)", "booleans and masks negated"),
+    # a general integer is drawn in [-9, 9]: a scalar one was 0 about one draw in 19, and its
+    # extremes are the type's minimum and maximum, so Where(n == 0, -x, x) taken for x passed
+    (3, "n", 0, "Identity(x)", "zeros among the floats and integers"),
+], ids=["mask", "general"])
+def test_a_scalar_integer_takes_the_value_a_where_tests(n, name, value, taken, why):
+    sig = f"g (float[{n}] x, int64 {name}) => (float[{n}] y)"
+    _refused_and_passed(f"""{sig} {{
+                               z = Constant <value = int64 {{{value}}}> ()
+                               c = Equal({name}, z)
+                               m = Neg(x)
+                               y = Where(c, m, x) }}""",
+                        f"{sig} {{ y = {taken} }}", why)
 
 
 @pytest.mark.parametrize("op", [
@@ -193,18 +199,6 @@ def test_a_size_the_original_takes_only_beyond_0_and_1_is_drawn_so():
     sig = "g (float[6] x, int64[1] s) => (float[n] y)"
     v = _refused_and_passed(f"{sig} {{ y = Reshape(x, s) }}", f"{sig} {{ a = Abs(s)\n y = Reshape(x, a) }}", "")
     assert v.inputs == "s a size, 2 or 3 with a -1", v.inputs
-
-
-def test_a_scalar_general_integer_takes_0():
-    # a general integer is drawn in [-9, 9]: a scalar one was 0 about one draw in 19, and its
-    # extremes are the type's minimum and maximum, so Where(n == 0, -x, x) taken for x passed
-    _refused_and_passed("""g (float[3] x, int64 n) => (float[3] y) {
-                               z = Constant <value = int64 {0}> ()
-                               c = Equal(n, z)
-                               m = Neg(x)
-                               y = Where(c, m, x) }""",
-                        "g (float[3] x, int64 n) => (float[3] y) { y = Identity(x) }",
-                        "zeros among the floats and integers")
 
 
 def test_a_size_takes_values_beyond_3():

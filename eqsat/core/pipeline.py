@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import math
@@ -405,9 +406,9 @@ def optimize(model: ModelProto, opts: Options | Settings, progress: Callable[[st
     ex = st.choose(picked, s.choice, s.cost) if picked else st.extract(s.cost)
     st.times["extract"] = round(time.perf_counter() - t0, 4)
     res = _decoded(st, ex, subgraphs, progress)
-    fused = set() if picked else requantize.requantizing(st.egraph, ex.choice)
-    if fused or (not picked and requantize.blocks_quantized(st.model, st.egraph, ex.choice)):
-        res.retry = _retries(st, fused, subgraphs, progress)
+    if not picked and (requantize.requantizing(st.egraph, ex.choice)
+                       or requantize.blocks_quantized(st.model, st.egraph, ex.choice)):
+        res.retry = _retries(st, ex.choice, subgraphs, progress)
     return res
 
 
@@ -435,24 +436,26 @@ def _decoded(st: Saturated, ex: Extraction, subgraphs: list, progress: Callable[
     return Result(out, report, pairs)
 
 
-def _retries(st: Saturated, fused: set[str], subgraphs: list,
+def _retries(st: Saturated, first: dict[str, str], subgraphs: list,
              progress: Callable[[str], None] | None) -> Callable[[str], Result | None]:
-    """Result.retry for `st`, whose first extraction requantizes in the e-classes `fused`:
-    each level of eqsat.core.requantize extracted again from the e-graph it restricts; None
-    where a level gives a program an earlier one gave (with folded weights: it keeps every
-    requantizing fusion the previous choice made; without: the same choice)."""
-    previous = [fused]
-    choices: list[dict[str, str]] = []
-    ort_values: list[set[str]] = []
+    """Result.retry for `st`, whose first extraction chose `first`: each level of
+    eqsat.core.requantize extracted again from the e-graph it restricts; None where a level
+    gives a program an earlier one gave (with folded weights: it keeps every requantizing
+    fusion the previous choice made; without: the same choice, or no program so far ran a
+    blocked Conv on a folded weight, so that a `-dq` level differs only in exact folds)."""
+    previous = [requantize.requantizing(st.egraph, first)]
+    choices = [first]
+    dq_convs = requantize.dequantized_convs(st.egraph)
+    ort_values = functools.cache(lambda: requantize.ort_requantized_values(st.model))
 
     def retry(level: str) -> Result | None:
         kept, folded = requantize.split_level(level)
         keep: set[str] | None = None if kept == "all" else set()
         if kept == "ort":
-            if not ort_values:
-                ort_values.append(requantize.ort_requantized_values(st.model))
-            keep = requantize.kept_classes(st.egraph, st.value_names, ort_values[0])
+            keep = requantize.kept_classes(st.egraph, st.value_names, ort_values())
         if folded and keep is not None and previous[-1] <= keep:
+            return None
+        if not folded and not any(dq_convs.intersection(c.values()) for c in choices):
             return None
         s = st.settings
         t0 = time.perf_counter()

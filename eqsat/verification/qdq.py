@@ -278,7 +278,7 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
     along its output channels or a bias's, which onnxruntime's fusions read as one per output
     channel or one in all (up to 44 steps). With any, the allowance accepted any program as far off."""
     g = _QdqGraph(model.graph)
-    return g.scale_out_of_range() or g.bias_changed() or g.pool_miscounted() or g.weight_axis_misread()
+    return g.scale_out_of_range() or g.bias_changed() or g.pool_miscounted() or g.per_axis_misread()
 
 
 class _QdqGraph:
@@ -365,6 +365,10 @@ class _QdqGraph:
                 self.folded[o] = np.asarray(outs[k]) if outs is not None and k < len(outs) else None
 
     @staticmethod
+    def attrs(n) -> dict:
+        return {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
+
+    @staticmethod
     def qdq(n) -> bool:
         return n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.domain in ("", "ai.onnx")
 
@@ -416,14 +420,14 @@ class _QdqGraph:
         for n in self.nodes:
             if n.op_type != "AveragePool" or n.domain not in ("", "ai.onnx") or not n.input:
                 continue
-            a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
+            a = self.attrs(n)
             d = self.producer.get(n.input[0])
             if a.get("ceil_mode", 0) and a.get("count_include_pad", 0) and d is not None and self.qdq(d):
                 return (f"onnxruntime fuses AveragePool '{n.name or n.output[0]}' (ceil_mode and count_include_pad) "
                         "into QLinearAveragePool, which counts a window past the end otherwise")
         return ""
 
-    def weight_axis_misread(self) -> str:
+    def per_axis_misread(self) -> str:
         """A QuantizeLinear or DequantizeLinear with a scale per slice (more than one), other than
         a weight's DequantizeLinear along its output channels (a Conv's axis 0, a ConvTranspose's
         1, a Gemm's 0 with transB else 1, a MatMul's last) and a bias's: onnxruntime's QLinearConv
@@ -438,17 +442,17 @@ class _QdqGraph:
 
     def _weight_along_outputs(self, d) -> bool:
         """Whether the DequantizeLinear `d` is read only as weights along their output channels or
-        as a bias (see weight_axis_misread)."""
+        as a bias (see per_axis_misread)."""
         readers = self.readers.get(d.output[0], [])
         if d.op_type != "DequantizeLinear" or not readers:
             return False
-        axis = next((onnx.helper.get_attribute_value(x) for x in d.attribute if x.name == "axis"), 1)
+        axis = self.attrs(d).get("axis", 1)
         w = self.value(d.input[0])
         if w is None:
             return False
         axis %= max(w.ndim, 1)
         for r in readers:
-            a = {x.name: onnx.helper.get_attribute_value(x) for x in r.attribute}
+            a = self.attrs(r)
             slot = [k for k, i in enumerate(r.input) if i == d.output[0]]
             out_axis = {"Conv": 0, "ConvTranspose": 1, "Gemm": 0 if a.get("transB", 0) else 1,
                         "MatMul": w.ndim - 1}.get(r.op_type)
