@@ -81,11 +81,35 @@ def input_dims(model: ModelProto, dims: dict[str, int]) -> dict[str, int]:
     return used
 
 
+# domains whose ops onnx's shape inference or onnxruntime's run size; any other domain's
+# outputs (a custom op's) are sized by their declarations alone
+KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
+
+
+def _declared_only(model: ModelProto) -> set[str]:
+    """Outputs of the nodes of the main graph that nothing but a declaration sizes: those of
+    custom-domain ops that are not model-local functions."""
+    local = {(f.domain, f.name) for f in model.functions}
+    return {y for n in model.graph.node if n.domain not in KNOWN_DOMAINS and (n.domain, n.op_type) not in local
+            for y in n.output if y}
+
+
 def _bind(model: ModelProto, dims: dict[str, int]) -> ModelProto:
+    """A skeleton for inference with `dims` bound. A declared type (value_info, a graph
+    output's) is kept only for a custom op's output: elsewhere it may lie (onnxruntime only
+    warns), and onnx's inference keeps a declared float[1] of Relu(x[4]), which sized r 4
+    bytes in the arena."""
     from eqsat.core.shapes import _skeleton  # a copy without the data of large initializers
 
-    sk = _skeleton(model, declared=True)  # a custom op's output is sized by its declaration alone
+    sk = _skeleton(model, declared=True)
     g = sk.graph
+    keep = _declared_only(model)
+    vis = [vi for vi in g.value_info if vi.name in keep]
+    del g.value_info[:]
+    g.value_info.extend(vis)
+    for o in g.output:
+        if o.name not in keep:
+            o.ClearField("type")
     for vi in [*g.input, *g.value_info, *g.output]:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             for d in vi.type.tensor_type.shape.dim:
