@@ -3,6 +3,7 @@ and sizes it must name as following from input values (eqsat.plan.sizes, eqsat.p
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -53,3 +54,46 @@ def test_a_custom_ops_output_is_still_sized_by_its_declaration():
     m.opset_import.append(helper.make_opsetid("my.domain", 1))
     sizes = {t["name"]: t["size"] for t in plan_model(m, {}).to_dict()["tensors"]}
     assert sizes == {"r": 8 * F32, "f": 12 * F32, "y": 12 * F32}, sizes
+
+
+def _shaped_by(case: str) -> onnx.ModelProto:
+    """A tensor whose shape an input's (or an overridable default's) values give."""
+    x, s = V("x", TensorProto.FLOAT, [4]), V("s", TensorProto.INT64, [2])
+    y = V("y", TensorProto.FLOAT, None)
+    relu = helper.make_node("Relu", ["x"], ["r"], name="relu")
+    if case == "Expand by an input":
+        return _model([relu, helper.make_node("Expand", ["r", "s"], ["e"], name="e"),
+                       helper.make_node("Neg", ["e"], ["y"], name="neg")], [x, s], [y])
+    if case == "ConstantOfShape of an input":
+        return _model([relu, helper.make_node("ConstantOfShape", ["s"], ["e"], name="e"),
+                       helper.make_node("Neg", ["e"], ["y"], name="neg")], [x, s], [y])
+    if case == "Tile by an input plus one":
+        one = onnx.numpy_helper.from_array(np.ones(1, np.int64), "one")
+        return _model([relu, helper.make_node("Add", ["k", "one"], ["k1"], name="k1"),
+                       helper.make_node("Tile", ["r", "k1"], ["e"], name="e"),
+                       helper.make_node("Neg", ["e"], ["y"], name="neg")],
+                      [x, V("k", TensorProto.INT64, [1])], [y], inits=[one])
+    # Reshape to an overridable default: an initializer also listed as an input
+    shape = onnx.numpy_helper.from_array(np.array([2, 2], np.int64), "s")
+    return _model([relu, helper.make_node("Reshape", ["r", "s"], ["e"], name="e"),
+                   helper.make_node("Neg", ["e"], ["y"], name="neg")], [x, s], [y], inits=[shape])
+
+
+@pytest.mark.parametrize("case", ["Expand by an input", "ConstantOfShape of an input", "Tile by an input plus one",
+                                  "Reshape to an overridable default"])
+def test_a_size_an_input_value_gives_is_named_as_value_dependent(case):
+    # e's size follows from the values of s (or k): measured on one random input (s drawn
+    # [0, 0] gave e 0 bytes) without a warning, and Expand(r, [3, 4]) overflowed the arena
+    p = plan_model(_shaped_by(case), {})
+    dep = p.value_dependent
+    assert dep.get("e") == "e" and dep.get("y") == "e", dep
+    assert "r" not in dep
+
+
+def test_sizes_that_follow_input_shapes_only_are_not_value_dependent():
+    # Expand to the shape of an input: inferred, no run; Reshape to a constant: inferred
+    x, z = V("x", TensorProto.FLOAT, [4]), V("z", TensorProto.FLOAT, [3, 4])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Shape", ["z"], ["s"], name="shape"),
+             helper.make_node("Expand", ["r", "s"], ["e"], name="e"), helper.make_node("Neg", ["e"], ["y"], name="neg")]
+    p = plan_model(_model(nodes, [x, z], [V("y", TensorProto.FLOAT, None)]), {})
+    assert p.value_dependent == {}
