@@ -45,6 +45,44 @@ def test_a_declared_shape_that_lies_does_not_size_a_tensor(case):
     assert ex.status == "passed", ex.detail
 
 
+def _lying_beside(op: str) -> onnx.ModelProto:
+    """x[1, 8, 4, 4] through a node onnx's inference does not size, whose output b is declared
+    float[1, 1, 1, 1], with a tensor live beside it."""
+    if op == "nchwc ReorderInput":
+        mid = [helper.make_node("ReorderInput", ["a"], ["b"], name="ri", domain="com.microsoft.nchwc"),
+               helper.make_node("ReorderOutput", ["b"], ["c"], name="ro", domain="com.microsoft.nchwc", channels=8)]
+        opsets, functions = [helper.make_opsetid("com.microsoft.nchwc", 1)], []
+    else:  # a model-local function
+        fn = helper.make_function("local", "Twice", ["i"], ["o"], [helper.make_node("Relu", ["i"], ["r"]),
+                                                                  helper.make_node("Neg", ["r"], ["o"])],
+                                  [helper.make_opsetid("", 17)])
+        mid = [helper.make_node("Twice", ["a"], ["b"], name="twice", domain="local"),
+               helper.make_node("Neg", ["b"], ["c"], name="neg")]
+        opsets, functions = [helper.make_opsetid("local", 1)], [fn]
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"), *mid,
+             helper.make_node("Relu", ["x"], ["r2"], name="relu2"),
+             helper.make_node("Add", ["c", "r2"], ["y"], name="add")]
+    s = [1, 8, 4, 4]
+    m = _model(nodes, [V("x", TensorProto.FLOAT, s)], [V("y", TensorProto.FLOAT, s)],
+               [V("b", TensorProto.FLOAT, [1] * 4)])
+    m.opset_import.extend(opsets)
+    m.functions.extend(functions)
+    return m
+
+
+@pytest.mark.parametrize("op", ["nchwc ReorderInput", "local function"])
+def test_a_declaration_that_lies_about_an_op_onnxruntime_runs_does_not_size_it(op):
+    # onnx's inference knows neither com.microsoft.nchwc nor (in this form) the function: b
+    # was sized by its declaration, 4 bytes for 512
+    m = _lying_beside(op)
+    p = plan_model(m, {})
+    check_plan(p)
+    size = {t["name"]: t["size"] for t in p.to_dict()["tensors"]}["b"]
+    assert size >= 128 * F32  # the channels padded to the machine's block for nchwc
+    ex = execute_plan(m, p)
+    assert ex.status == "passed", ex.detail
+
+
 def test_a_custom_ops_output_is_still_sized_by_its_declaration():
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("Foo", ["r"], ["f"], name="foo", domain="my.domain"),

@@ -81,16 +81,21 @@ def input_dims(model: ModelProto, dims: dict[str, int]) -> dict[str, int]:
     return used
 
 
-# domains whose ops onnx's shape inference or onnxruntime's run size; any other domain's
-# outputs (a custom op's) are sized by their declarations alone
+# domains whose ops onnx's shape inference or onnxruntime's run size (com.microsoft.* too:
+# com.microsoft.nchwc, ...); any other domain's outputs (a custom op's) are sized by their
+# declarations alone
 KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
+
+
+def _known_domain(domain: str) -> bool:
+    return domain in KNOWN_DOMAINS or domain.startswith("com.microsoft.")
 
 
 def _declared_only(model: ModelProto) -> set[str]:
     """Outputs of the nodes of the main graph that nothing but a declaration sizes: those of
     custom-domain ops that are not model-local functions."""
     local = {(f.domain, f.name) for f in model.functions}
-    return {y for n in model.graph.node if n.domain not in KNOWN_DOMAINS and (n.domain, n.op_type) not in local
+    return {y for n in model.graph.node if not _known_domain(n.domain) and (n.domain, n.op_type) not in local
             for y in n.output if y}
 
 
