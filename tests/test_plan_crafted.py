@@ -135,3 +135,17 @@ def test_sizes_that_follow_input_shapes_only_are_not_value_dependent():
              helper.make_node("Expand", ["r", "s"], ["e"], name="e"), helper.make_node("Neg", ["e"], ["y"], name="neg")]
     p = plan_model(_model(nodes, [x, z], [V("y", TensorProto.FLOAT, None)]), {})
     assert p.value_dependent == {}
+
+
+def test_an_if_whose_branches_differ_in_shape_is_value_dependent_whatever_its_declaration():
+    # then gives x[4], else x[:2]; y declared float[2]: the declaration sized y (8 bytes) with
+    # no warning, and c = True wrote 16
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["o"])], "then", [], [V("o", TensorProto.FLOAT, [4])])
+    ends = [onnx.numpy_helper.from_array(np.array([k], np.int64), n) for n, k in (("st", 0), ("en", 2))]
+    else_g = helper.make_graph([helper.make_node("Slice", ["x", "st", "en"], ["o"])], "else", [],
+                               [V("o", TensorProto.FLOAT, [2])], initializer=ends)
+    nodes = [helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_g, else_branch=else_g),
+             helper.make_node("Neg", ["y"], ["z"], name="neg")]
+    m = _model(nodes, [V("x", TensorProto.FLOAT, [4]), V("c", TensorProto.BOOL, [])], [V("z", TensorProto.FLOAT, None)],
+               [V("y", TensorProto.FLOAT, [2])])
+    assert plan_model(m, {}).value_dependent == {"y": "if", "z": "if"}
