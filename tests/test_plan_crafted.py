@@ -149,3 +149,15 @@ def test_an_if_whose_branches_differ_in_shape_is_value_dependent_whatever_its_de
     m = _model(nodes, [V("x", TensorProto.FLOAT, [4]), V("c", TensorProto.BOOL, [])], [V("z", TensorProto.FLOAT, None)],
                [V("y", TensorProto.FLOAT, [2])])
     assert plan_model(m, {}).value_dependent == {"y": "if", "z": "if"}
+
+
+@pytest.mark.parametrize("size", [2.5, True, -1, "3"])
+def test_a_dimension_that_is_not_a_size_is_a_usage_error(size):
+    # eqsat.plan(dims={"N": 2.5}) planned for N = 2 (and True for 1); -1 was numpy's ValueError
+    from eqsat.errors import UsageError
+
+    m = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [V("x", TensorProto.FLOAT, ["N", 4])],
+               [V("y", TensorProto.FLOAT, ["N", 4])])
+    with pytest.raises(UsageError, match="dimension 'N'"):
+        plan_model(m, {"N": size})
+    assert plan_model(m, {"N": np.int64(3)}).to_dict()["tensors"][0]["size"] == 12 * F32

@@ -52,6 +52,14 @@ def np_dtype(elem_type: int) -> np.dtype:
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
 
 
+def _size(name: str, value: object) -> int:
+    """A dimension's size as given: an integer >= 0 (eqsat.plan(dims={"N": 2.5}) was planned
+    for N = 2, and True for N = 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise UsageError(f"dimension '{name}': size {value!r} is not an integer >= 0")
+    return int(value)
+
+
 def input_dims(model: ModelProto, dims: dict[str, int]) -> dict[str, int]:
     """The symbolic dimensions of the graph inputs, bound from `dims`; raises UsageError for
     the first one that is not bound (or for a dimension with neither name nor size)."""
@@ -72,7 +80,7 @@ def input_dims(model: ModelProto, dims: dict[str, int]) -> dict[str, int]:
                 name = d.dim_param
                 if name not in dims:
                     raise UsageError(f"dimension '{name}' is symbolic: give its size with --dim {name}=N")
-                used[name] = int(dims[name])
+                used[name] = _size(name, dims[name])
             else:
                 raise UsageError(
                     f"input '{vi.name}' has a dimension without name or size (axis {axis}): "
