@@ -161,3 +161,30 @@ def test_a_dimension_that_is_not_a_size_is_a_usage_error(size):
     with pytest.raises(UsageError, match="dimension 'N'"):
         plan_model(m, {"N": size})
     assert plan_model(m, {"N": np.int64(3)}).to_dict()["tensors"][0]["size"] == 12 * F32
+
+
+def _concat_overridable(declared) -> onnx.ModelProto:
+    """Concat(x[4], w) with w overridable, its default float[4], declared `declared`."""
+    w = onnx.numpy_helper.from_array(np.ones(4, np.float32), "w")
+    nodes = [helper.make_node("Concat", ["x", "w"], ["c"], name="concat", axis=0),
+             helper.make_node("Neg", ["c"], ["y"], name="neg")]
+    return _model(nodes, [V("x", TensorProto.FLOAT, [4]), V("w", TensorProto.FLOAT, declared)],
+                  [V("y", TensorProto.FLOAT, None)], inits=[w])
+
+
+def test_an_overridable_input_is_planned_for_the_shape_its_dimensions_are_given():
+    # w declared float[K], its default float[4]: with K = 6 given, c was still sized by the
+    # default (32 bytes for 40) and the proof ran on the default
+    m = _concat_overridable(["K"])
+    p = plan_model(m, {"K": 6})
+    sizes = {t["name"]: t["size"] for t in p.to_dict()["tensors"]}
+    assert sizes == {"c": 10 * F32, "y": 10 * F32}, sizes
+    assert p.to_dict()["dims"] == {"K": 6}
+    ex = execute_plan(m, p)
+    assert ex.status == "passed", ex.detail
+    # not given: the default's size, and the plan says so
+    p = plan_model(m, {})
+    assert p.to_dict()["dims"] == {"K": 4}
+    assert {t["name"]: t["size"] for t in p.to_dict()["tensors"]}["c"] == 8 * F32
+    # declared without a shape: the default's
+    assert {t["name"]: t["size"] for t in plan_model(_concat_overridable(None), {}).to_dict()["tensors"]}["c"] == 32
