@@ -457,6 +457,7 @@ def test_contrib_ops_sized_by_a_run_and_executed_under_onnxruntime():
     t = by_name(p)
     assert t["c"]["shape"] == [2, 4, 8, 8] and "shape_source" not in t["c"]  # inferred
     assert t["y"]["shape"] == [2, 4, 8, 8] and t["y"]["shape_source"] == "run"
+    assert p.value_dependent == {}  # BiasGelu's shape follows its inputs' shapes, not their values
     assert (t["c"]["alias_of"], t["c"]["alias_kind"]) == ("a", "inplace")  # FusedConv writes over Z
     assert (t["y"]["alias_of"], t["y"]["alias_kind"]) == ("c", "inplace")
     check_plan(p)

@@ -270,18 +270,19 @@ def execute_plan(model: ModelProto, plan, feeds: dict[str, np.ndarray] | None = 
                  atol: float | None = None, poison: bool = True, ort_ops: frozenset[str] = ORT_OPS,
                  graph: Graph | None = None) -> Execution:
     """Run `model` through the arena of `plan` (a Plan or its dict form) and compare with
-    onnxruntime. Random inputs at the plan's dims unless `feeds` are given. Returns an
-    Execution whose status is `passed`, `failed` (with the differing output, or the node
-    whose output did not fit its planned shape) or `not possible` (onnxruntime cannot run
-    the whole model, or a node runs alone under neither engine: the detail says which and
-    why; onnxruntime's errors never propagate). `rtol`/`atol` None: DEFAULT_TOLERANCE, or
+    onnxruntime. Random inputs at the plan's dims (eqsat.plan.sizes.plan_feeds) unless `feeds`
+    are given. Returns an Execution whose status is `passed`, `failed` (with the differing
+    output, or the node whose output did not fit its planned shape) or `not possible`
+    (onnxruntime cannot run the whole model, or a node runs alone under neither engine: the
+    detail says which and why; onnxruntime's errors never propagate). `rtol`/`atol` None: DEFAULT_TOLERANCE, or
     HALF_TOLERANCE for a model with half-precision tensors."""
-    from eqsat.verification import random_inputs, run
+    from eqsat.plan.sizes import plan_feeds
+    from eqsat.verification import run
     from eqsat.verification.isolate import probe
 
     d, dims, graph, order, tensors = _resolve_plan(model, plan, graph)
     if feeds is None:
-        feeds = random_inputs(model, dims)
+        feeds = plan_feeds(model, dims)
     names = [o.name for o in model.graph.output]
     # onnxruntime on the whole model first: where it cannot run it, there is nothing to compare with
     # (and where it crashes, in a child process: a crash would end eqsat)

@@ -29,6 +29,43 @@ from eqsat.plan.errors import PlanError
 # ops whose output shapes depend on input values, not only on input shapes
 VALUE_SHAPED_OPS = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression", "If", "Loop", "TopK"})
 
+# ops whose output shapes follow from their input shapes (and attributes) alone: standard
+# ones, then onnxruntime's that eqsat writes
+_STANDARD_SHAPE_OPS = ((
+    "Abs Acos Acosh Add And ArgMax ArgMin Asin Asinh Atan Atanh AveragePool BatchNormalization BitShift "
+    "BitwiseAnd BitwiseNot BitwiseOr BitwiseXor Cast CastLike Ceil Celu Clip Concat Conv ConvInteger "
+    "ConvTranspose Cos Cosh DepthToSpace DequantizeLinear Div Dropout Einsum Elu Equal Erf Exp Flatten Floor "
+    "Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalLpPool GlobalMaxPool Greater "
+    "GreaterOrEqual GroupNormalization HardSigmoid HardSwish Hardmax Identity InstanceNormalization IsInf "
+    "IsNaN LRN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax LpNormalization LpPool MatMul "
+    "MatMulInteger Max MaxPool Mean MeanVarianceNormalization Min Mish Mod Mul Neg Not Or PRelu Pow "
+    "QLinearConv QLinearMatMul QuantizeLinear Reciprocal Relu Round Selu Shape Shrink Sigmoid Sign Sin "
+    "Sinh Size Softmax Softplus Softsign SpaceToDepth Sqrt Sub Sum Tan Tanh ThresholdedRelu Transpose "
+    "Trilu Where Xor"
+).split())
+_CONTRIB_SHAPE_OPS = {
+    "com.microsoft": (
+        "BiasGelu FastGelu FusedConv FusedGemm FusedMatMul Gelu MatMulNBits MultiHeadAttention NhwcMaxPool QGemm "
+        "QLinearAdd QLinearAveragePool QLinearConcat QLinearConv QLinearGlobalAveragePool QLinearLeakyRelu "
+        "QLinearMul QLinearSigmoid QLinearSoftmax QuickGelu RotaryEmbedding SkipLayerNormalization "
+        "SkipSimplifiedLayerNormalization BiasAdd"
+    ).split(),
+    "com.microsoft.nchwc": "AveragePool Conv GlobalAveragePool GlobalMaxPool MaxPool ReorderInput ReorderOutput "
+                           "Upsample".split(),
+}
+SHAPE_FOLLOWS_SHAPES = frozenset({*(("", op) for op in _STANDARD_SHAPE_OPS),
+                                  *((d, op) for d, ops in _CONTRIB_SHAPE_OPS.items() for op in ops)})
+# ops whose output shapes follow from the values at these input slots (and from input shapes)
+SIZE_SLOTS: dict[tuple[str, str], tuple[int, ...]] = {
+    ("", "Reshape"): (1,), ("", "Expand"): (1,), ("", "Tile"): (1,), ("", "ConstantOfShape"): (0,),
+    ("", "Range"): (0, 1, 2), ("", "Slice"): (1, 2, 3, 4), ("", "Pad"): (1, 3), ("", "Resize"): (1, 2, 3),
+    ("", "Upsample"): (1,), ("", "OneHot"): (1,), ("", "Split"): (1,), ("", "Squeeze"): (1,),
+    ("", "Unsqueeze"): (1,), ("", "CenterCropPad"): (1, 2),
+    **{("", op): (1,) for op in (
+        "ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum "
+        "ReduceSumSquare").split()},
+}
+
 
 @dataclass(frozen=True)
 class Node:
@@ -57,6 +94,7 @@ class Graph:
     outputs: tuple[str, ...] = ()  # graph output names (only intermediates matter)
     generated_names: list[str] = field(default_factory=list)
     dims: dict[str, int] = field(default_factory=dict)  # symbolic dimensions bound for the sizes
+    fed: frozenset[str] = frozenset()  # values the caller feeds: graph inputs, overridable defaults included
     consumers: dict[str, list[int]] = field(init=False)  # tensor -> node indices reading it
 
     def __post_init__(self) -> None:
@@ -106,24 +144,42 @@ def node_names(nodes: Iterable[onnx.NodeProto]) -> tuple[list[str], list[str]]:
     return names, generated
 
 
+def _reads_fed_values(node: Node, fed: set[str]) -> bool:
+    """Whether the shape of `node`'s outputs may follow from the values in `fed` it reads:
+    at the slots of SIZE_SLOTS for the ops there, at any input for ops of neither table."""
+    if (node.domain, node.op_type) in SHAPE_FOLLOWS_SHAPES:
+        return False
+    slots = SIZE_SLOTS.get((node.domain, node.op_type))
+    if slots is not None:
+        return any(k < len(node.input_slots) and node.input_slots[k] in fed for k in slots)
+    return any(x in fed for x in node.inputs)
+
+
 def value_dependent_sizes(graph: Graph) -> dict[str, str]:
     """Tensors sized by the measuring run (shape_source `run`) whose shape may follow from
     input values: downstream of a node of VALUE_SHAPED_OPS that shape inference could not
-    size (through any tensor, a Shape of one included). Maps each to the name of that node.
-    Their sizes hold for the run's inputs only."""
+    size (through any tensor, a Shape of one included), or of a node that shape inference
+    could not size and that reads a value the caller feeds, or one computed from such values
+    (`Graph.fed`; Shape and Size give shapes only), where its output's shape may follow
+    from it: Expand(r, s) with s an input was sized by the run's random s. Maps each to the
+    name of that node. Their sizes hold for the run's inputs only."""
 
     def run_sized(y: str) -> bool:
         t = graph.tensors.get(y)
         return t is not None and t.shape_source == "run"
 
+    fed = set(graph.fed)  # values computed from what the caller feeds
     origin: dict[str, str] = {}
     for node in graph.nodes:  # the model's order is topological
-        if node.op_type in VALUE_SHAPED_OPS and any(run_sized(y) for y in node.outputs):
+        unsized = any(run_sized(y) for y in node.outputs)
+        if unsized and (node.op_type in VALUE_SHAPED_OPS or _reads_fed_values(node, fed)):
             src = node.name
         else:
             src = next((origin[x] for x in node.inputs if x in origin), None)
         if src is not None:
             origin.update((y, src) for y in node.outputs)
+        if not (node.domain == "" and node.op_type in ("Shape", "Size")) and any(x in fed for x in node.inputs):
+            fed.update(node.outputs)
     return {y: src for y, src in origin.items() if run_sized(y)}
 
 
@@ -147,4 +203,5 @@ def graph_from_model(model: ModelProto, dims: dict[str, int] | None = None) -> G
         for y in outs:
             t = types[y]
             tensors[y] = TensorInfo(y, t.size, i, t.elem_type, t.shape, t.source)
-    return Graph(nodes, tensors, tuple(o.name for o in g.output), generated, used_dims)
+    fed = frozenset(i.name for i in g.input)
+    return Graph(nodes, tensors, tuple(o.name for o in g.output), generated, used_dims, fed)

@@ -52,6 +52,14 @@ def np_dtype(elem_type: int) -> np.dtype:
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
 
 
+def _size(name: str, value: object) -> int:
+    """A dimension's size as given: an integer >= 0 (eqsat.plan(dims={"N": 2.5}) was planned
+    for N = 2, and True for N = 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise UsageError(f"dimension '{name}': size {value!r} is not an integer >= 0")
+    return int(value)
+
+
 def input_dims(model: ModelProto, dims: dict[str, int]) -> dict[str, int]:
     """The symbolic dimensions of the graph inputs, bound from `dims`; raises UsageError for
     the first one that is not bound (or for a dimension with neither name nor size)."""
@@ -72,25 +80,96 @@ def input_dims(model: ModelProto, dims: dict[str, int]) -> dict[str, int]:
                 name = d.dim_param
                 if name not in dims:
                     raise UsageError(f"dimension '{name}' is symbolic: give its size with --dim {name}=N")
-                used[name] = int(dims[name])
+                used[name] = _size(name, dims[name])
             else:
                 raise UsageError(
                     f"input '{vi.name}' has a dimension without name or size (axis {axis}): "
                     "the planner needs static shapes"
                 )
+    for vi, default in _overridable(model):
+        for d, n in zip(_dims_of(vi), default, strict=False):
+            if d.HasField("dim_param") and d.dim_param and d.dim_param not in used:
+                name = d.dim_param
+                used[name] = _size(name, dims[name]) if name in dims else n
     return used
 
 
-def _bind(model: ModelProto, dims: dict[str, int]) -> ModelProto:
+def _dims_of(vi: onnx.ValueInfoProto) -> list:
+    tt = vi.type.tensor_type
+    return list(tt.shape.dim) if vi.type.HasField("tensor_type") and tt.HasField("shape") else []
+
+
+def _overridable(model: ModelProto) -> list[tuple[onnx.ValueInfoProto, tuple[int, ...]]]:
+    """The overridable inputs (an initializer is their default) with their defaults' dims."""
+    from eqsat.core.initializers import overridable_inputs
+
+    free = overridable_inputs(model)
+    defaults = {t.name: tuple(int(d) for d in t.dims) for t in model.graph.initializer if t.name in free}
+    return [(vi, defaults[vi.name]) for vi in model.graph.input if vi.name in defaults]
+
+
+def overridable_shapes(model: ModelProto, dims: dict[str, int]) -> dict[str, tuple[int, ...]]:
+    """The shape each overridable input is planned for: its declared dimensions, a symbolic
+    one bound by `dims` (input_dims binds one not given to the default's), an unknown one
+    (or an undeclared shape) the default's. A caller may feed another shape than the
+    default's: Concat(x, w) with w declared float[K] was sized by w's default even where
+    K was given."""
+    out: dict[str, tuple[int, ...]] = {}
+    for vi, default in _overridable(model):
+        declared = _dims_of(vi)
+        if len(declared) != len(default):
+            out[vi.name] = default
+            continue
+        out[vi.name] = tuple(int(d.dim_value) if d.HasField("dim_value") else
+                             int(dims[d.dim_param]) if d.HasField("dim_param") and d.dim_param in dims else n
+                             for d, n in zip(declared, default, strict=True))
+    return out
+
+
+# domains whose ops onnx's shape inference or onnxruntime's run size (com.microsoft.* too:
+# com.microsoft.nchwc, ...); any other domain's outputs (a custom op's) are sized by their
+# declarations alone
+KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft"})
+
+
+def _known_domain(domain: str) -> bool:
+    return domain in KNOWN_DOMAINS or domain.startswith("com.microsoft.")
+
+
+def _declared_only(model: ModelProto) -> set[str]:
+    """Outputs of the nodes of the main graph that nothing but a declaration sizes: those of
+    custom-domain ops that are not model-local functions."""
+    local = {(f.domain, f.name) for f in model.functions}
+    return {y for n in model.graph.node if not _known_domain(n.domain) and (n.domain, n.op_type) not in local
+            for y in n.output if y}
+
+
+def _bind(model: ModelProto, dims: dict[str, int], free: dict[str, tuple[int, ...]]) -> ModelProto:
+    """A skeleton for inference with `dims` bound. A declared type (value_info, a graph
+    output's) is kept only for a custom op's output: elsewhere it may lie (onnxruntime only
+    warns), and onnx's inference keeps a declared float[1] of Relu(x[4]), which sized r 4
+    bytes in the arena."""
     from eqsat.core.shapes import _skeleton  # a copy without the data of large initializers
 
-    sk = _skeleton(model, declared=True)  # a custom op's output is sized by its declaration alone
+    sk = _skeleton(model, declared=True)
     g = sk.graph
+    keep = _declared_only(model)
+    vis = [vi for vi in g.value_info if vi.name in keep]
+    del g.value_info[:]
+    g.value_info.extend(vis)
+    for o in g.output:
+        if o.name not in keep:
+            o.ClearField("type")
     for vi in [*g.input, *g.value_info, *g.output]:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             for d in vi.type.tensor_type.shape.dim:
                 if d.HasField("dim_param") and d.dim_param in dims:
                     d.dim_value = int(dims[d.dim_param])
+    for vi in g.input:  # an overridable input, the shape it is planned for (`free`)
+        if vi.name in free and vi.type.HasField("tensor_type"):
+            vi.type.tensor_type.ClearField("shape")
+            for n in free[vi.name]:
+                vi.type.tensor_type.shape.dim.add().dim_value = n
     return sk
 
 
@@ -111,7 +190,8 @@ def _static(vi: onnx.ValueInfoProto) -> tuple[int, tuple[int, ...]] | None:
 def tensor_types(model: ModelProto, dims: dict[str, int]) -> tuple[dict[str, TensorType], dict[str, int]]:
     """Types of every node output of the main graph. Returns (types, the dims used)."""
     used = input_dims(model, dims)
-    sk = _bind(model, used)
+    free = overridable_shapes(model, used)
+    sk = _bind(model, used, free)
     try:
         inferred = native.infer_shapes(sk, check_type=False, strict_mode=False, data_prop=True)
         g = inferred.graph
@@ -145,12 +225,31 @@ def _make(name: str, elem: int, shape: tuple[int, ...], source: str) -> TensorTy
     return TensorType(elem, shape, math.prod(shape) * itemsize(elem), source)
 
 
-def _types_from_run(model: ModelProto, names: list[str],
-                    dims: dict[str, int]) -> dict[str, tuple[int, tuple[int, ...]]]:
-    """Measure the types of `names` by one onnxruntime run (graph optimizations off)."""
-    from eqsat.verification import random_inputs, session
+def plan_feeds(model: ModelProto, dims: dict[str, int]) -> dict[str, np.ndarray]:
+    """Random inputs at `dims` (eqsat.verification.random_inputs: overridable inputs get their
+    defaults), and random values for an overridable input planned for another shape than
+    its default's (overridable_shapes)."""
+    from eqsat.verification import random_inputs
 
     feeds = random_inputs(model, dims)  # refuses inputs larger than half the machine's memory
+    free = overridable_shapes(model, dims)
+    rng = np.random.default_rng(0)
+    for t in model.graph.initializer:
+        shape = free.get(t.name)
+        if shape is not None and shape != tuple(t.dims):
+            dt = np_dtype(t.data_type)
+            v = rng.standard_normal(shape) if dt.kind in "fc" else rng.integers(0, 2, size=shape)
+            feeds[t.name] = v.astype(dt)
+    return feeds
+
+
+def _types_from_run(model: ModelProto, names: list[str],
+                    dims: dict[str, int]) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """Measure the types of `names` by one onnxruntime run (graph optimizations off) on
+    plan_feeds."""
+    from eqsat.verification import session
+
+    feeds = plan_feeds(model, dims)
     n_out = len(model.graph.output)
     have = {o.name for o in model.graph.output}
     extra = [x for x in names if x not in have]
