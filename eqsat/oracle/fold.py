@@ -269,12 +269,13 @@ class Folder:
 def _onnxruntime_values(model: ModelProto, values: Mapping[str, object]) -> list[np.ndarray | None]:
     """The fold model's outputs under onnxruntime (graph optimizations off), None for each one
     it was not run for: all of them where the model holds only EXACT_OPS, where onnxruntime
-    cannot run it or is not installed; those computed from eqsat's internal ops, and an integer
-    Div or Mod itself. `values` are the reference's, intermediate ones included.
+    cannot run it or is not installed; those computed from eqsat's internal ops, and a Div or
+    Mod itself. `values` are the reference's, intermediate ones included.
 
     An integer Div or Mod stops the process (SIGFPE) in onnxruntime on a division by zero or
-    INT_MIN / -1: onnxruntime is not given it, but the reference's quotient as a constant, so
-    that what is computed from it is still checked."""
+    INT_MIN / -1, and onnxruntime refuses a float Mod with fmod 0 before opset 28: onnxruntime
+    is given no Div or Mod, but the reference's result as a constant (IEEE division and fmod,
+    C's integer division: the same values), so that what is computed from it is still checked."""
     from eqsat.lang.contrib import INTERNAL_DOMAIN
 
     g = model.graph
@@ -282,11 +283,11 @@ def _onnxruntime_values(model: ModelProto, values: Mapping[str, object]) -> list
     if all(n.op_type in EXACT_OPS and n.domain in ("", "ai.onnx") for n in g.node):
         return none
     internal: set[str] = set()  # values left to the reference: eqsat's internal ops
-    fed: set[str] = set()  # an integer Div's or Mod's outputs: the reference's, fed as constants
+    fed: set[str] = set()  # a Div's or Mod's outputs: the reference's, fed as constants
     for n in g.node:  # decoded in a topological order
         if n.domain == INTERNAL_DOMAIN or any(i in internal for i in n.input):
             internal.update(n.output)
-        elif n.op_type in ("Div", "Mod") and any(np.asarray(values.get(o, 0.0)).dtype.kind != "f" for o in n.output):
+        elif n.op_type in ("Div", "Mod") and n.domain in ("", "ai.onnx") and all(o in values for o in n.output):
             fed.update(n.output)
     wanted = [o.name for o in g.output if o.name not in internal and o.name not in fed]
     if not wanted:
