@@ -73,3 +73,26 @@ def test_a_random_node_with_constant_inputs_is_not_folded():
         }""")
     res = optimized(m)
     assert "RandomNormalLike" in op_list(res.model)
+
+
+def test_a_seeded_training_dropout_is_random_and_not_folded():
+    # a seed fixes onnxruntime's first mask in a session, not the next ones: Dropout <seed = 2>
+    # of [1, 2, 3] gives [0, 0, 6] on the first run, then [0, 0, 0], [0, 4, 0], ...; the reference
+    # evaluator's mask was [0, 0, 6] too, so the fold check agreed and the written model always
+    # added [0, 0, 6] (red15)
+    m = parse_model(H + """
+        agraph (float[3] x) => (float[3] y) {
+            c = Constant <value = float[3] {1.0, 2.0, 3.0}> ()
+            r = Constant <value = float {0.5}> ()
+            t = Constant <value = bool {1}> ()
+            d = Dropout <seed = 2> (c, r, t)
+            y = Add(x, d)
+        }""")
+    from eqsat.verification import session
+
+    s = session(m, optimize=False)
+    x = {"x": np.zeros(3, np.float32)}
+    assert len({tuple(s.run(None, x)[0].tolist()) for _ in range(10)}) > 1  # run to run, one session
+    assert random_ops(m) == {"Dropout (training mode)"}
+    res = optimized(m)
+    assert "Dropout" in op_list(res.model)

@@ -291,7 +291,8 @@ def test_what_a_model_computes_around_its_random_ops_is_verified():
             y = Dropout <seed = 0> (x, r, t)
         }""")
     v = verify(seeded, seeded)
-    assert v.status == "passed" and not v.not_verified  # a seed repeats the mask run to run
+    # a seed repeats onnxruntime's first mask of a session, not the masks of the runs after it
+    assert v.status == "passed" and "Dropout x1" in v.not_verified
 
 
 CUSTOM = """

@@ -7,9 +7,10 @@ its own index that the decoder drops; the fold oracle never evaluates a tagged n
 verification feeds a random node's outputs instead of running it (eqsat.verification).
 
 A node is random when its op is one of RANDOM_OPS; a Dropout whose training_mode input is
-given and is not a constant false (an initializer a caller may override is not constant)
-and that has no seed; a node with a subgraph that holds a random node; and a call of one of
-the model's local functions that holds one.
+given and is not a constant false (an initializer a caller may override is not constant),
+with or without a seed (onnxruntime's seed fixes the first mask of a session, not the next
+runs'); a node with a subgraph that holds a random node; and a call of one of the model's
+local functions that holds one.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ class RandomNodes:
         if n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx"):
             return n.op_type
         if (n.op_type == "Dropout" and n.domain in ("", "ai.onnx") and len(n.input) > 2 and n.input[2]
-                and n.input[2] not in self.false and not any(a.name == "seed" for a in n.attribute)):
-            return "Dropout (training mode)"  # a seeded one repeats itself
+                and n.input[2] not in self.false):
+            return "Dropout (training mode)"
         return None
 
     def why(self, n: NodeProto) -> str | None:

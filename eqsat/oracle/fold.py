@@ -231,8 +231,10 @@ class Folder:
         model = dec.decode(targets)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            outs = ReferenceEvaluator(model, new_ops=NEW_OPS).run(None, {})
-        checked = _onnxruntime_values(model)
+            ref = ReferenceEvaluator(model, new_ops=NEW_OPS)
+            values = ref.run(None, {}, intermediate=True)
+        outs = [values[o] for o in ref.output_names]
+        checked = _onnxruntime_values(model, values)
         result = {}
         for c, arr, rt in zip(targets, outs, checked, strict=True):
             if not isinstance(arr, np.ndarray | np.generic):  # a sequence, map or optional: no tensor literal
@@ -264,27 +266,35 @@ class Folder:
                 T.set_fn("dtype", [lit], T.dtype(_code(arr)))] + uniform_facts(t, lit)
 
 
-def _onnxruntime_values(model: ModelProto) -> list[np.ndarray | None]:
+def _onnxruntime_values(model: ModelProto, values: Mapping[str, object]) -> list[np.ndarray | None]:
     """The fold model's outputs under onnxruntime (graph optimizations off), None for each one
     it was not run for: all of them where the model holds only EXACT_OPS, where onnxruntime
-    cannot run it or is not installed; those computed from eqsat's internal ops or a Div or Mod."""
+    cannot run it or is not installed; those computed from eqsat's internal ops, and a Div or
+    Mod itself. `values` are the reference's, intermediate ones included.
+
+    An integer Div or Mod stops the process (SIGFPE) in onnxruntime on a division by zero or
+    INT_MIN / -1, and onnxruntime refuses a float Mod with fmod 0 before opset 28: onnxruntime
+    is given no Div or Mod, but the reference's result as a constant (IEEE division and fmod,
+    C's integer division: the same values), so that what is computed from it is still checked."""
     from eqsat.lang.contrib import INTERNAL_DOMAIN
 
     g = model.graph
     none: list[np.ndarray | None] = [None] * len(g.output)
     if all(n.op_type in EXACT_OPS and n.domain in ("", "ai.onnx") for n in g.node):
         return none
-    internal: set[str] = set()  # values left to the reference: eqsat's internal ops, and Div and Mod,
-    # which stop the process (SIGFPE) in onnxruntime on an integer division by zero, or fail it
+    internal: set[str] = set()  # values left to the reference: eqsat's internal ops
+    fed: set[str] = set()  # a Div's or Mod's outputs: the reference's, fed as constants
     for n in g.node:  # decoded in a topological order
-        if n.domain == INTERNAL_DOMAIN or n.op_type in ("Div", "Mod") or any(i in internal for i in n.input):
+        if n.domain == INTERNAL_DOMAIN or any(i in internal for i in n.input):
             internal.update(n.output)
-    wanted = [o.name for o in g.output if o.name not in internal]
+        elif n.op_type in ("Div", "Mod") and n.domain in ("", "ai.onnx") and all(o in values for o in n.output):
+            fed.update(n.output)
+    wanted = [o.name for o in g.output if o.name not in internal and o.name not in fed]
     if not wanted:
         return none
     need, keep = set(wanted), []
     for n in reversed(g.node):
-        if any(o in need for o in n.output):
+        if any(o in need and o not in fed for o in n.output):
             keep.append(n)
             need.update(i for i in n.input if i)
     sub = ModelProto()
@@ -293,6 +303,7 @@ def _onnxruntime_values(model: ModelProto) -> list[np.ndarray | None]:
     sub.graph.name = g.name
     sub.graph.node.extend(reversed(keep))
     sub.graph.initializer.extend(t for t in g.initializer if t.name in need)
+    sub.graph.initializer.extend(numpy_helper.from_array(np.asarray(values[o]), o) for o in sorted(fed & need))
     sub.graph.output.extend(o for o in g.output if o.name in wanted)
     try:
         from eqsat.verification import session

@@ -122,6 +122,13 @@ def test_int64_scalar_overflow_wraps_as_the_runtime_does(a, op, b):
     ("float[2] c = {1000.0, 0.0}", "l = LogSoftmax(c)", -2000.0),
     # NaN in an ArgMax: the reference takes the NaN's index 1, onnxruntime 2
     ("float[1, 3] c = {1.0, nan, 3.0}", "a = ArgMax <axis = 1, keepdims = 0> (c)\n l = Cast <to = 1> (a)", 1.5),
+    # the same behind a Div, which the check once left to the reference with all it reaches
+    ("float[1, 3] c = {2.0, nan, 6.0}, float two = {2.0}",
+     "d = Div(c, two)\n a = ArgMax <axis = 1, keepdims = 0> (d)\n l = Cast <to = 1> (a)", 1.5),
+    # an int32 sum that overflows: the reference wraps to -2^31, onnxruntime gives 2^31 - 1;
+    # behind an integer Div, which onnxruntime is not given (SIGFPE): the reference's quotient
+    ("int32[2] c = {2147483647, 1}, int32 one = {1}",
+     "d = Div(c, one)\n r = ReduceSum <keepdims = 1> (d)\n l = Cast <to = 1> (r)", 0.0),
 ])
 def test_a_constant_the_reference_evaluator_gets_wrong_is_not_folded(const, op, probe):
     # y = x < the constant: random normal inputs never see the difference, x = probe does

@@ -40,6 +40,7 @@ LAYERNORM = """
         k = Mul(n, g)
         y = Add(k, b)
     }"""
+LAYERNORM_OPS = ["ReduceMean", "Sub", "Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul", "Add"]
 
 
 def test_layernorm_from_primitives():
@@ -89,6 +90,19 @@ def test_layernorm_over_a_non_last_axis_stays():
         }""")
     check_rewrite(m, ["ReduceMean", "Sub", "Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul"],
                   not_fired=["tf-layernorm-div", "layernorm-fuse", "rmsnorm-fuse-ort"])
+
+
+@pytest.mark.parametrize("form", ["layernorm", "rmsnorm"])
+def test_a_normalization_in_double_stays(form):
+    # the fused ops take epsilon as a float32 attribute: 1e-5 in double became 9.99999974738e-06,
+    # 1.3e-8 off relative to a variance of 1e-8 (inputs times 0.0001), beyond double's tolerance,
+    # so every double model with these primitives failed verification (exit 1, nothing written)
+    text = (LAYERNORM.replace("e = Constant <value = float {1e-3}>", "e = Constant <value = float {1e-5}>")
+            if form == "layernorm" else RMSNORM.replace("{1e-6}", "{1e-5}"))
+    m = parse_model(header(23) + text.replace("float[", "double[").replace("float ", "double "))
+    check_rewrite(m, LAYERNORM_OPS if form == "layernorm" else RMS_OPS, target="onnx",
+                  not_fired=["layernorm-fuse", "rmsnorm-fuse-left"], rtol=1e-9, atol=0.0,
+                  feeds={"x": np.random.default_rng(0).normal(size=(2, 5, 8)) * 1e-4})
 
 
 def test_layernorm_with_a_full_tensor_scale_stays():
