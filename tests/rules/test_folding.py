@@ -214,3 +214,25 @@ def test_a_dequantize_of_a_runtime_value_is_not_folded():
         }""")
     res = check_rewrite(m, ["DequantizeLinear"], feeds={"x": np.array([-128, -1, 0, 127], np.int8)})
     assert res.report["oracle"]["fold_refused"] == {}
+
+
+def test_a_value_onnxruntime_lacks_leaves_the_rest_of_its_fold_batch_checked():
+    # one fold batch: Tan in double (onnxruntime has no kernel) beside a ReduceMax over a NaN,
+    # where the reference gives NaN and onnxruntime 2. The batch's session failed as a whole,
+    # which left the ReduceMax to the reference, unchecked
+    from onnx.reference import ReferenceEvaluator
+
+    from eqsat.oracle.fold import _onnxruntime_values
+
+    m = parse_model(H + """
+        agraph () => (double[2] t, float[3] r) <double[2] c = {1.0, 2.0},
+                                                  float[2, 3] n = {nan, 1.0, 2.0, 3.0, 4.0, nan}> {
+            t = Tan(c)
+            a = Constant <value = int64[1] {0}> ()
+            r = ReduceMax <keepdims = 0> (n, a)
+        }""")
+    ref = ReferenceEvaluator(m)
+    values = ref.run(None, {}, intermediate=True)
+    tan, rmax = _onnxruntime_values(m, values)
+    assert tan is None  # onnxruntime cannot run it: the reference's value stands
+    assert rmax is not None and rmax[2] == 2.0 and np.isnan(values["r"][2])
