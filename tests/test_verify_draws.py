@@ -72,6 +72,25 @@ def test_an_index_takes_negative_values_where_its_op_allows_them(op):
     assert v.inputs.startswith("i an index in [-"), v.inputs  # |i| is out of range or another element
 
 
+@pytest.mark.parametrize("op", [
+    ("float[20, 3] x, int64[6, 1] i", "float[6, 3] y", "y = GatherND(x, {i})"),
+    ("float[2, 20, 3] x, int64[2, 6, 1] i", "float[2, 6, 3] y", "y = GatherND <batch_dims = 1> (x, {i})"),
+    ("float[20, 3] x, int64[6, 1] i, float[6, 3] u", "float[20, 3] y", "y = ScatterND(x, {i}, u)"),
+    ("float[20, 3] x, int64[6, 1] i, float[6, 3] u", "float[20, 3] y",
+     "y = ScatterND <reduction = \"add\"> (x, {i}, u)"),
+], ids=["gathernd", "gathernd-batch-dims", "scatternd", "scatternd-add"])
+def test_an_nd_index_spans_its_table_from_the_end_too(op):
+    # GatherND's and ScatterND's indices were drawn as sizes (0 to 3, one -1): Min(i, 3) taken for
+    # i passed on a table of 20 rows; they take [-n, n) along the axes they index (after batch_dims)
+    ins, outs, body = op
+    right = f"g ({ins}) => ({outs}) {{ {body.replace('{i}', 'i')} }}"
+    wrong = f"""g ({ins}) => ({outs}) {{ t = Constant <value = int64 {{3}}> ()
+                                          a = Min(i, t)
+                                          {body.replace('{i}', 'a')} }}"""
+    v = _refused_and_passed(right, wrong, "")
+    assert v.inputs.startswith("i an index in [-20, 20)"), v.inputs
+
+
 def test_a_one_hot_index_spans_the_depth():
     m = parse_model(H18 + """g (int64[6] i) => (float[6, 4] y) {
                                  d = Constant <value = int64 {4}> ()

@@ -5,9 +5,11 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
 - floating-point inputs: standard normal values; booleans: fair coin flips; strings: "a";
 - with `wide`, integers are drawn by how the model uses them (`Feeds.roles`), so that an
   unsound integer rewrite shows while every input stays valid:
-  - an index (Gather's, GatherElements', ScatterND's, OneHot's, an embedding's ids, possibly
-    through Cast/Reshape/Unsqueeze/...) stays within its table: [-n, n) for Gather, [0, n)
-    for the others, n the indexed axis's size where it is known, else [0, 2);
+  - an index (Gather's, GatherElements', GatherND's, ScatterND's, OneHot's, an embedding's
+    ids, possibly through Cast/Reshape/Unsqueeze/...) stays within its table: [-n, n) where
+    its op counts from the end (SIGNED_INDEX), [0, n) for the others, n the indexed axis's
+    size where it is known (GatherND's, ScatterND's: the smallest of the axes they index),
+    else [0, 2);
   - a mask (a name holding "mask", or an attention op's mask input) is 0 or 1;
   - a size (it reaches a Reshape target, Slice bound, axes, repeats, pads, ... through
     integer arithmetic) is 0 or 1 as before, or its default where it has one;
@@ -62,21 +64,23 @@ LARGER_SIZES_MAX = 4  # elements of a size input that Feeds.with_larger_sizes se
 LARGE_SIZES_MAX = 8  # elements of a size input that Feeds.with_large_sizes sets to 2 or 3 (a shape of rank 8)
 
 # (domain, op type) -> {input position: how the indexed axis is found}: "axis" reads the
-# node's axis attribute on input 0, an int names that input's first axis, "min" the smallest
-# axis of input 0 (GatherND's leading dims)
+# node's axis attribute on input 0, an int names that input's first axis, "nd" the smallest
+# of the axes of input 0 that the indices' last dimension spans after batch_dims (GatherND's,
+# ScatterND's)
 INDEX_USES: dict[tuple[str, str], dict[int, object]] = {
     ("", "Gather"): {1: "axis"},
     ("", "GatherElements"): {1: "axis"},
-    ("", "GatherND"): {1: "min"},
+    ("", "GatherND"): {1: "nd"},
     ("", "ScatterElements"): {1: "axis"},
     ("", "Scatter"): {1: "axis"},
-    ("", "ScatterND"): {1: "min"},
+    ("", "ScatterND"): {1: "nd"},
     ("", "OneHot"): {0: "depth"},
     ("com.microsoft", "EmbedLayerNormalization"): {0: 2, 1: 3},
     ("com.microsoft", "GatherBlockQuantized"): {1: "axis"},
 }
 # the ops above whose indices may be negative (counted from the end): their indices are drawn in [-n, n)
-SIGNED_INDEX = {("", "Gather"), ("", "GatherElements"), ("", "ScatterElements"), ("", "Scatter"), ("", "OneHot")}
+SIGNED_INDEX = {("", "Gather"), ("", "GatherElements"), ("", "ScatterElements"), ("", "Scatter"), ("", "OneHot"),
+                ("", "GatherND"), ("", "ScatterND")}
 MASK_USES: dict[tuple[str, str], set[int]] = {
     ("com.microsoft", "Attention"): {3},
     ("com.microsoft", "MultiHeadAttention"): {4},
@@ -90,7 +94,7 @@ SIZE_USES: dict[str, set[int]] = {
     "NonMaxSuppression": {2}, "ReduceSum": {1}, "ReduceMean": {1}, "ReduceMax": {1}, "ReduceMin": {1},
     "ReduceProd": {1}, "ReduceSumSquare": {1}, "ReduceL1": {1}, "ReduceL2": {1}, "ReduceLogSum": {1},
     "ReduceLogSumExp": {1}, "SplitToSequence": {1}, "RoiAlign": {2}, "Compress": {1},
-    "Loop": {0}, "ScatterND": {1}, "GatherND": {1}, "Mod": set(),
+    "Loop": {0}, "Mod": set(),
 }
 DIVISOR_USES = {"Div": {1}, "Mod": {1}}
 # (domain, op type) -> the input positions that read quantized codes (any value of the type is valid)
@@ -126,12 +130,12 @@ INT_CODES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto
 
 @dataclass(frozen=True)
 class Table:
-    """What an index indexes: the value, its axis ("min": the smallest of its axes), and
-    whether negative indices are allowed (SIGNED_INDEX); or, for OneHot, its depth where that
-    is a constant (`size`)."""
+    """What an index indexes: the value, its axis (a pair (first, end): the smallest of the axes
+    first to end, end None for the last), and whether negative indices are allowed
+    (SIGNED_INDEX); or, for OneHot, its depth where that is a constant (`size`)."""
 
     value: str | None  # None: not known (OneHot's depth is computed)
-    axis: int | str = 0
+    axis: int | tuple[int, int | None] = 0
     signed: bool = False
     size: int | None = None
 
@@ -253,8 +257,10 @@ class Feeds:
                 depth = self._constant(n.input[1]) if len(n.input) > 1 else None
                 tables.append(Table(None, 0, signed, int(depth.reshape(-1)[0]) if depth is not None
                                     and depth.size == 1 and np.issubdtype(depth.dtype, np.number) else None))
-            elif how == "min":
-                tables.append(Table(n.input[0], "min"))
+            elif how == "nd":  # the indices' last dimension k spans axes batch_dims to batch_dims + k
+                b = next((a.i for a in n.attribute if a.name == "batch_dims"), 0)
+                k = (self.shapes.get(n.input[1]) or [None])[-1]
+                tables.append(Table(n.input[0], (b, b + k if isinstance(k, int) and k > 0 else None), signed))
             elif isinstance(how, int) and len(n.input) > how and n.input[how]:
                 tables.append(Table(n.input[how], 0))
             else:
@@ -297,8 +303,9 @@ class Feeds:
             if dims is None:
                 return None
             dims = self._dims(dims, sizes)
-            if t.axis == "min":
-                ns.append(min(dims) if dims else 0)
+            if isinstance(t.axis, tuple):
+                spanned = dims[t.axis[0]:t.axis[1]]
+                ns.append(min(spanned) if spanned else 0)
                 continue
             axis = t.axis + len(dims) if t.axis < 0 else t.axis
             if not 0 <= axis < len(dims):
