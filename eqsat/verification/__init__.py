@@ -591,21 +591,24 @@ def _cut_inputs(ref: list, opt: list | None = None) -> dict[str, object]:
 def _first_that_runs(original: ModelProto, feeds: Feeds, ref: Runner, dims: dict[str, int] | None, seed: int):
     """(sizes, wide, feeds, outputs) of the first sizes of `verification_dims`, then of
     `constant_sizes` (only where none of those runs: sizes the model's constants fix, such as
-    a ViT's patch count), and the first way of drawing integers (by use, then 0 or 1, then by
+    a ViT's patch count), then of `separate_sizes` (only where none of those runs: a height
+    and a width the constants fix apart), and the first way of drawing integers (by use, then 0 or 1, then by
     use with sizes of 2 and 3 and with a -1 among those: Feeds.size_mode, which `feeds` keeps)
     the original runs with; else a Verification saying it is not possible (a Reshape of 6
     values to a size input was, and an unsound rewrite of that size was written unverified)."""
-    from eqsat.verification.constant_sizes import constant_sizes
+    from eqsat.verification.constant_sizes import constant_sizes, separate_sizes
 
     tried = verification_dims(original, dims)
     found = _first_of(feeds, ref, tried, seed)
-    if isinstance(found, Exception):
-        free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
-        more = constant_sizes(original, free, tried[0], tried) if free else []
-        first = found
+    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
+    first = found
+    for read in (constant_sizes, separate_sizes) if free else ():
+        if not isinstance(found, Exception):
+            break
+        more = read(original, free, tried[0], tried)
         found = _first_of(feeds, ref, more, seed) if more else found
         tried += more
-        found = first if isinstance(found, Exception) else found
+    found = first if isinstance(found, Exception) else found
     if not isinstance(found, Exception):
         return found
     shown = "; ".join(_listed(t) for t in tried[:TRIES_SHOWN])
