@@ -132,6 +132,18 @@ def test_an_unsound_user_rule_on_a_scalar_condition_is_not_written(tmp_path):
     assert "(on booleans and masks negated; seed 0)" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8"])
+def test_a_mask_takes_values_beyond_0_and_1(dtype):
+    # masks (attention_mask by its name) were drawn 0 or 1, negated 1 - m: an unsound user rule
+    # that took Min(mask, 1) for the mask was written with exit 0; the original runs on any mask
+    sig = f"g (float[2, 6] x, {dtype}[2, 6] attention_mask) => (float[2, 6] y)"
+    _refused_and_passed(f"""{sig} {{ one = Constant <value = {dtype} {{1}}> ()
+                                     c = Min(attention_mask, one)
+                                     f = Cast <to = 1> (c)
+                                     y = Mul(x, f) }}""",
+                        f"{sig} {{ f = Cast <to = 1> (attention_mask)\n y = Mul(x, f) }}", "masks beyond 0 and 1")
+
+
 def test_the_negated_draw_keeps_the_random_draws_integers():
     m = parse_model(H18 + "g (bool[4] c, int64[4] mask, int64[4] n) => (int64[4] y) { y = Add(mask, n) }")
     f = Feeds(m)

@@ -31,7 +31,8 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
 an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1), `with_larger_sizes`
 4 to 9 (TopK(x, Min(k, 3)) taken for TopK(x, k) passed those), `with_negative_sizes`
 puts a -1 among those (a Slice bound or axis from the end, a Reshape's inferred size);
-`with_flags_negated` negates booleans and masks (each takes both values with the draw it negates).
+`with_flags_negated` negates booleans and masks (each takes both values with the draw it negates);
+`with_masks_widened` draws masks in [-2, 3] (a rule right for masks of 0 and 1 alone passed those).
 `describe()` says what was drawn, for the verification report.
 """
 
@@ -61,6 +62,7 @@ SMALL = 1e-4
 SMALL_HALF = 1e-2
 LARGER_SIZES = (4, 10)  # Feeds.with_larger_sizes: sizes in [4, 9]
 LARGER_SIZES_MAX = 4  # elements of a size input that Feeds.with_larger_sizes sets so
+MASK_WIDE = (-2, 4)  # Feeds.with_masks_widened: masks in [-2, 3]
 LARGE_SIZES_MAX = 8  # elements of a size input that Feeds.with_large_sizes sets to 2 or 3 (a shape of rank 8)
 
 # (domain, op type) -> {input position: how the indexed axis is found}: "axis" reads the
@@ -507,6 +509,30 @@ class Feeds:
                 v = v.copy()
                 v.reshape(-1)[rng.integers(v.size)] = -1
                 out[name] = v
+        return out
+
+    def has_masks(self) -> bool:
+        """Whether an integer input is a mask (`with_masks_widened` may change something)."""
+        return any(role.kind == "mask" for role in self.roles.values())
+
+    def with_masks_widened(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+        """`feeds` with every mask input (role "mask", not overridable) drawn in MASK_WIDE (unsigned:
+        from 0) instead of {0, 1}, with one element at 2 and, where signed, one at -1: a user rule
+        right for masks of 0 and 1 alone (Min(mask, 1) taken for the mask) passed every draw and
+        its negation, while the original runs on any integer there. The caller leaves the case
+        out where the original refuses it (an op that reads the mask as lengths)."""
+        rng = np.random.default_rng(seed)
+        out = dict(feeds)
+        for name, role in self.roles.items():
+            v = feeds.get(name)
+            if role.kind != "mask" or not isinstance(v, np.ndarray) or v.size == 0 or v.dtype.kind not in "iu":
+                continue
+            signed = v.dtype.kind == "i"
+            w = rng.integers(MASK_WIDE[0] if signed else 0, MASK_WIDE[1], size=v.shape)
+            flat = w.reshape(-1)
+            for pos, val in zip(rng.permutation(flat.size)[:2], (2, -1) if signed else (2,), strict=False):
+                flat[pos] = val
+            out[name] = w.astype(v.dtype)
         return out
 
     def has_flags(self) -> bool:
