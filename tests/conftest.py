@@ -143,11 +143,12 @@ def op_list(model: onnx.ModelProto) -> list[str]:
 
 
 def check_rewrite(model: onnx.ModelProto, expect_ops, fired=(), not_fired=(), feeds=None, dims=None,
-                  rtol=1e-4, atol=1e-5, ort_optimize=True, **opts):
+                  rtol=1e-4, atol=1e-5, ort_optimize=True, unverified: str = "", **opts):
     """Optimize `model` and check: the op list (sorted, so graph order does not matter) is
     `expect_ops`; each rule in `fired` matched and each in `not_fired` did not; the onnx
-    checker accepts the result; onnxruntime gives the original's outputs. `expect_ops` may be a
-    tuple of op lists, any of which is right. Returns the Result."""
+    checker accepts the result; onnxruntime gives the original's outputs; and eqsat's own
+    verification passes (`assert_verified`), unless `unverified` says why it cannot.
+    `expect_ops` may be a tuple of op lists, any of which is right. Returns the Result."""
     res = optimized(model, **opts)
     got = sorted(op_list(res.model))
     alternatives = expect_ops if isinstance(expect_ops, tuple) else (expect_ops,)
@@ -158,4 +159,33 @@ def check_rewrite(model: onnx.ModelProto, expect_ops, fired=(), not_fired=(), fe
     for name in not_fired:
         assert matches.get(name, 0) == 0, f"rule {name} fired but must not"
     assert_same_outputs(model, res.model, feeds, dims, rtol=rtol, atol=atol, ort_optimize=ort_optimize)
+    if not unverified:
+        assert_verified(model, res, dims)
     return res
+
+
+def assert_verified(model: onnx.ModelProto, res, dims=None) -> None:
+    """eqsat's verification (eqsat.verification.verify, as `eqsat optimize` runs it, in this
+    process) passes on `res` (a Result) against `model`: first with every symbolic size free, as
+    the CLI without --dim; where that is "not possible", with `dims` bound, as with --dim. A
+    rule test whose model the CLI refuses (an op that refuses the sizes verification tries)
+    passed onnxruntime's comparison on the test's own inputs alone."""
+    import time
+
+    from eqsat.verification import verify
+
+    start = time.perf_counter()
+    v = verify(model, res.model, random_pairs=res.random_pairs)
+    if v.status == "not possible" and dims:
+        v = verify(model, res.model, dims=dims, random_pairs=res.random_pairs)
+    VERIFY_SECONDS.append(time.perf_counter() - start)
+    assert v.status == "passed", f"eqsat's verification {v.status}: {v.detail}"
+
+
+VERIFY_SECONDS: list[float] = []  # the time assert_verified took, each call (tests/conftest.py's summary)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if VERIFY_SECONDS:
+        terminalreporter.write_line(f"eqsat verification in rule tests: {len(VERIFY_SECONDS)} calls, "
+                                    f"{sum(VERIFY_SECONDS):.1f} s")

@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from eqsat.verification import compare, qdq_allowance_withheld, tolerance, verification_dims, verify
-from eqsat.verification.constant_sizes import CONSTANT_TRIES, constant_sizes
+from eqsat.verification.constant_sizes import CONSTANT_TRIES, constant_sizes, separate_sizes
 
 from .conftest import parse_model, run_cli
 
@@ -136,7 +136,8 @@ def _tried(m: onnx.ModelProto) -> int:
     """How many sizes verification tries on a model that runs on none."""
     tried = verification_dims(m)
     names = list(tried[0])
-    return len(tried) + len(constant_sizes(m, names, tried[0], tried))
+    tried += constant_sizes(m, names, tried[0], tried)
+    return len(tried) + len(separate_sizes(m, names, tried[0], tried))
 
 
 # models whose constants fix their symbolic sizes, none of which verification_dims tries
@@ -163,6 +164,14 @@ FIXED_BY_CONSTANTS = {
               "d = Conv <pads = [1, 1, 1, 1]> (p, b)  q = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (d) "
               "r = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (q)  f = Flatten(r)  y = MatMul(f, m) }",
               "h=16, w=16"),
+    # two sizes apart: 4-wide patches, a [4, 3] weight on the patch columns and a [2, 3] one on
+    # the rows fix w = 16 and h = 8; every size read from the constants was tried for both at once
+    "apart": ("g (float[batch, 1, h, w] x) => (float[batch, 1, 3, 3] y) { "
+              "k = Constant <value = float[1, 1, 4, 4] {" + ", ".join(["0.5", "-0.25"] * 8) + "}> () "
+              "a = Constant <value = float[4, 3] {" + ", ".join(["1.0", "-1.0", "0.5"] * 4) + "}> () "
+              "b = Constant <value = float[2, 3] {" + ", ".join(["0.25", "0.5", "-0.5"] * 2) + "}> () "
+              "c = Conv <strides = [4, 4]> (x, k)  r = MatMul(c, a)  t = Transpose <perm = [0, 1, 3, 2]> (r) "
+              "y = MatMul(t, b) }", "h=8, w=16"),
 }
 
 

@@ -72,6 +72,25 @@ def test_an_index_takes_negative_values_where_its_op_allows_them(op):
     assert v.inputs.startswith("i an index in [-"), v.inputs  # |i| is out of range or another element
 
 
+@pytest.mark.parametrize("op", [
+    ("float[20, 3] x, int64[6, 1] i", "float[6, 3] y", "y = GatherND(x, {i})"),
+    ("float[2, 20, 3] x, int64[2, 6, 1] i", "float[2, 6, 3] y", "y = GatherND <batch_dims = 1> (x, {i})"),
+    ("float[20, 3] x, int64[6, 1] i, float[6, 3] u", "float[20, 3] y", "y = ScatterND(x, {i}, u)"),
+    ("float[20, 3] x, int64[6, 1] i, float[6, 3] u", "float[20, 3] y",
+     "y = ScatterND <reduction = \"add\"> (x, {i}, u)"),
+], ids=["gathernd", "gathernd-batch-dims", "scatternd", "scatternd-add"])
+def test_an_nd_index_spans_its_table_from_the_end_too(op):
+    # GatherND's and ScatterND's indices were drawn as sizes (0 to 3, one -1): Min(i, 3) taken for
+    # i passed on a table of 20 rows; they take [-n, n) along the axes they index (after batch_dims)
+    ins, outs, body = op
+    right = f"g ({ins}) => ({outs}) {{ {body.replace('{i}', 'i')} }}"
+    wrong = f"""g ({ins}) => ({outs}) {{ t = Constant <value = int64 {{3}}> ()
+                                          a = Min(i, t)
+                                          {body.replace('{i}', 'a')} }}"""
+    v = _refused_and_passed(right, wrong, "")
+    assert v.inputs.startswith("i an index in [-20, 20)"), v.inputs
+
+
 def test_a_one_hot_index_spans_the_depth():
     m = parse_model(H18 + """g (int64[6] i) => (float[6, 4] y) {
                                  d = Constant <value = int64 {4}> ()
@@ -111,6 +130,18 @@ def test_an_unsound_user_rule_on_a_scalar_condition_is_not_written(tmp_path):
                            "--rules", str(rules)], capture_output=True, text=True)
     assert proc.returncode == 1 and not out.exists(), proc.stderr
     assert "(on booleans and masks negated; seed 0)" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8"])
+def test_a_mask_takes_values_beyond_0_and_1(dtype):
+    # masks (attention_mask by its name) were drawn 0 or 1, negated 1 - m: an unsound user rule
+    # that took Min(mask, 1) for the mask was written with exit 0; the original runs on any mask
+    sig = f"g (float[2, 6] x, {dtype}[2, 6] attention_mask) => (float[2, 6] y)"
+    _refused_and_passed(f"""{sig} {{ one = Constant <value = {dtype} {{1}}> ()
+                                     c = Min(attention_mask, one)
+                                     f = Cast <to = 1> (c)
+                                     y = Mul(x, f) }}""",
+                        f"{sig} {{ f = Cast <to = 1> (attention_mask)\n y = Mul(x, f) }}", "masks beyond 0 and 1")
 
 
 def test_the_negated_draw_keeps_the_random_draws_integers():

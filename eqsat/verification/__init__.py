@@ -386,6 +386,7 @@ LARGER_LABEL = "sizes of 4 to 9"  # the run of Feeds.with_larger_sizes
 EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
 NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
 NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_negated, on the first random draw
+MASKS_LABEL = "masks beyond 0 and 1"  # the run of Feeds.with_masks_widened
 ONES_LABEL = "symbolic sizes of 1"  # every free symbolic dimension at size 1, in one run
 ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
 
@@ -402,7 +403,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     ones are in [-9, 9] (Feeds.with_integer_extremes: Relu(Abs(x)) taken for Abs(x) is right
     but for int8's -128), sizes with a -1 among them (Feeds.with_negative_sizes), the first
     random draw with booleans and masks negated (Feeds.with_flags_negated: each takes both
-    values), each symbolic input dimension (those the user does not bind first; at most
+    values), masks of -2 to 3 where the random ones are 0 or 1 (Feeds.with_masks_widened),
+    each symbolic input dimension (those the user does not bind first; at most
     ZERO_DIMS) at size 0 (an empty batch or sequence: a Reshape's -1 beside a 0 is
     refused, a rule that reads a size from an element count is wrong), and those all at size
     1, or each alone at 1 where the original does not run so (Squeeze without axes drops a
@@ -427,6 +429,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
         cases.append((EXTREMES_LABEL, "extremes", sizes))
     if feeds.has_flags():
         cases.append((NEGATED_LABEL, "negated", sizes))
+    if feeds.has_masks():
+        cases.append((MASKS_LABEL, "masks", sizes))
     # the free ones first; a bound one too (`dims` sizes the inputs, the written model keeps the
     # symbol: a fused op that refuses an empty batch was written where --dim bound it)
     free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
@@ -494,6 +498,8 @@ def _edge_feeds(feeds: Feeds, kind: str, at: dict[str, int], seed: int, wide: bo
         return feeds.with_negative_sizes(f, seed)
     if kind == "extremes":
         return feeds.with_integer_extremes(f, seed)
+    if kind == "masks":
+        return feeds.with_masks_widened(f, seed)
     if kind in ("empty", "ones", "one"):
         return f
     return feeds.with_special_values(f, seed, kind)
@@ -591,21 +597,24 @@ def _cut_inputs(ref: list, opt: list | None = None) -> dict[str, object]:
 def _first_that_runs(original: ModelProto, feeds: Feeds, ref: Runner, dims: dict[str, int] | None, seed: int):
     """(sizes, wide, feeds, outputs) of the first sizes of `verification_dims`, then of
     `constant_sizes` (only where none of those runs: sizes the model's constants fix, such as
-    a ViT's patch count), and the first way of drawing integers (by use, then 0 or 1, then by
+    a ViT's patch count), then of `separate_sizes` (only where none of those runs: a height
+    and a width the constants fix apart), and the first way of drawing integers (by use, then 0 or 1, then by
     use with sizes of 2 and 3 and with a -1 among those: Feeds.size_mode, which `feeds` keeps)
     the original runs with; else a Verification saying it is not possible (a Reshape of 6
     values to a size input was, and an unsound rewrite of that size was written unverified)."""
-    from eqsat.verification.constant_sizes import constant_sizes
+    from eqsat.verification.constant_sizes import constant_sizes, separate_sizes
 
     tried = verification_dims(original, dims)
     found = _first_of(feeds, ref, tried, seed)
-    if isinstance(found, Exception):
-        free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
-        more = constant_sizes(original, free, tried[0], tried) if free else []
-        first = found
+    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
+    first = found
+    for read in (constant_sizes, separate_sizes) if free else ():
+        if not isinstance(found, Exception):
+            break
+        more = read(original, free, tried[0], tried)
         found = _first_of(feeds, ref, more, seed) if more else found
         tried += more
-        found = first if isinstance(found, Exception) else found
+    found = first if isinstance(found, Exception) else found
     if not isinstance(found, Exception):
         return found
     shown = "; ".join(_listed(t) for t in tried[:TRIES_SHOWN])

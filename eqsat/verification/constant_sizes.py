@@ -8,18 +8,25 @@ product, an Add of a [1, 197, d] table fixes a sequence. Such a model was "not p
 verify, and a wrong rewrite of it was written unchecked. `constant_sizes` lists candidate
 sizes drawn from those constants, each tried for every free symbolic dimension that is not
 a batch at once, bounded in number (CONSTANT_TRIES) and in the elements of the inputs (at
-most those of the largest size `verification_dims` tries).
+most those of the largest size `verification_dims` tries). Where none of those runs,
+`separate_sizes` gives each such dimension its own candidate: a height and a width that two
+weights fix apart take no one size.
 """
 
 from __future__ import annotations
 
 import math
-from itertools import chain
+from itertools import chain, product
 
 import numpy as np
+import onnx
+import onnx.shape_inference
 from onnx import ModelProto, numpy_helper
 
-CONSTANT_TRIES = 16  # sizes constant_sizes returns, at most
+CONSTANT_TRIES = 16  # sizes constant_sizes (and separate_sizes) returns, at most
+SEPARATE_DIMS = 4  # separate_sizes gives each its own candidate for at most this many dimensions
+SEPARATE_EACH = 4  # candidates separate_sizes keeps for each dimension
+SEPARATE_PROBES = 64  # candidates separate_sizes looks at for each dimension, at most
 SHAPE_LIKE = 16  # integer constants of at most this many elements are read as shapes (their values and product)
 WINDOW_OPS = {"Conv", "MaxPool", "AveragePool", "LpPool"}
 
@@ -36,17 +43,12 @@ def constant_sizes(model: ModelProto, free: list[str], base: dict[str, int],
     anything: a ViT runs on one patch, which leaves the patches' order unverified). Sizes
     already in `tried`, and those whose inputs have more elements than the largest of
     `tried`, are left out."""
-    names = [n for n in free if "batch" not in n.lower()] or list(free)
+    names = _names(free)
     if not names:
         return []
-    numbers = _numbers(model)
-    numbers |= {a // b for a in numbers for b in numbers if b > 1 and a > b and a % b == 0}
-    roots = {r for v in numbers for r in (math.isqrt(v), math.isqrt(v - 1)) if r > 1 and r * r in (v, v - 1)}
-    windows = _windows(model)
-    sized = [sorted({(r - 1) * s + k for k, s in windows for r in rs}) for rs in (roots, numbers, {1})]
     budget = max((_elements(model, t) for t in tried), default=0)
     out: list[dict[str, int]] = []
-    for c in chain(sized[0], sized[1], sorted(numbers | roots), sized[2]):
+    for c in _candidates(model):
         at = {**base, **dict.fromkeys(names, c)}
         if at in tried or at in out or _elements(model, at) > budget:
             continue
@@ -54,6 +56,101 @@ def constant_sizes(model: ModelProto, free: list[str], base: dict[str, int],
         if len(out) == CONSTANT_TRIES:
             break
     return out
+
+
+def separate_sizes(model: ModelProto, free: list[str], base: dict[str, int],
+                   tried: list[dict[str, int]]) -> list[dict[str, int]]:
+    """Sizes to try after `constant_sizes`, where two or more of `free` are not a batch: each
+    of those at its own candidate. A candidate fits a dimension where onnx's shape inference
+    (strict) takes the model with that dimension alone set to it (the others symbolic: a
+    16-wide patch Conv, then a [4, 5] weight on the patch columns and a [2, 3] one on the rows
+    take w = 64 and h = 32, which no one size for both gives); the first SEPARATE_EACH that fit
+    each dimension (or the first candidates, where inference refuses the model as it is), then
+    their combinations, those of the earlier candidates first, at most CONSTANT_TRIES in
+    number, none in `tried` nor with more elements than its largest."""
+    names = _names(free)
+    if len(names) < 2 or len(names) > SEPARATE_DIMS:
+        return []
+    candidates = _candidates(model)
+    probe = _ShapeProbe(model)
+    fits = {n: _fitting(probe, n, candidates) for n in names} if probe.takes({}) else \
+        dict.fromkeys(names, candidates[:SEPARATE_EACH])
+    if any(not f for f in fits.values()):
+        return []
+    budget = max((_elements(model, t) for t in tried), default=0)
+    combos = sorted(product(*(range(len(fits[n])) for n in names)), key=lambda ranks: (sum(ranks), ranks))
+    out: list[dict[str, int]] = []
+    for ranks in combos:
+        at = {**base, **{n: fits[n][r] for n, r in zip(names, ranks, strict=True)}}
+        if at in tried or at in out or _elements(model, at) > budget:
+            continue
+        out.append(at)
+        if len(out) == CONSTANT_TRIES:
+            break
+    return out
+
+
+def _fitting(probe: _ShapeProbe, name: str, candidates: list[int]) -> list[int]:
+    """The first SEPARATE_EACH candidates with which shape inference takes the model, `name` set
+    to each (at most SEPARATE_PROBES looked at)."""
+    out = []
+    for c in candidates[:SEPARATE_PROBES]:
+        if probe.takes({name: c}):
+            out.append(c)
+            if len(out) == SEPARATE_EACH:
+                break
+    return out
+
+
+class _ShapeProbe:
+    """onnx's strict shape inference on the model's graph with some symbolic input dimensions
+    set to numbers: a copy without the initializers' data (those of more than SHAPE_LIKE
+    elements become inputs of their type and shape), the graph's outputs and value_info
+    without their shapes (inference finds them)."""
+
+    def __init__(self, model: ModelProto) -> None:
+        g = model.graph
+        graph = onnx.GraphProto(name=g.name)
+        graph.node.extend(g.node)
+        graph.input.extend(g.input)
+        names = {vi.name for vi in g.input}
+        for t in g.initializer:
+            if math.prod(t.dims) <= SHAPE_LIKE and not t.data_location:
+                graph.initializer.append(t)
+            elif t.name not in names:
+                graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        graph.output.extend(onnx.helper.make_empty_tensor_value_info(o.name) for o in g.output)
+        self.model = onnx.helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
+        self.model.functions.extend(model.functions)
+
+    def takes(self, sizes: dict[str, int]) -> bool:
+        m = onnx.ModelProto()
+        m.CopyFrom(self.model)
+        for vi in m.graph.input:
+            for d in vi.type.tensor_type.shape.dim:
+                if d.dim_param in sizes:
+                    d.dim_value = sizes[d.dim_param]
+        try:
+            onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True, data_prop=True)
+        except Exception:  # noqa: BLE001 - onnx raises several kinds (InferenceError, ValidationError, ...)
+            return False
+        return True
+
+
+def _names(free: list[str]) -> list[str]:
+    """The dimensions of `free` that get a candidate: those that are not a batch (all, where each is)."""
+    return [n for n in free if "batch" not in n.lower()] or list(free)
+
+
+def _candidates(model: ModelProto) -> list[int]:
+    """Candidate sizes in `constant_sizes`' order: windows' sizes for outputs of the roots, then of
+    the numbers, then the numbers and roots, then windows' sizes for an output of 1."""
+    numbers = _numbers(model)
+    numbers |= {a // b for a in numbers for b in numbers if b > 1 and a > b and a % b == 0}
+    roots = {r for v in numbers for r in (math.isqrt(v), math.isqrt(v - 1)) if r > 1 and r * r in (v, v - 1)}
+    windows = _windows(model)
+    sized = [sorted({(r - 1) * s + k for k, s in windows for r in rs}) for rs in (roots, numbers, {1})]
+    return list(dict.fromkeys(chain(sized[0], sized[1], sorted(numbers | roots), sized[2])))
 
 
 def _numbers(model: ModelProto) -> set[int]:

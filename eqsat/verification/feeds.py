@@ -5,9 +5,11 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
 - floating-point inputs: standard normal values; booleans: fair coin flips; strings: "a";
 - with `wide`, integers are drawn by how the model uses them (`Feeds.roles`), so that an
   unsound integer rewrite shows while every input stays valid:
-  - an index (Gather's, GatherElements', ScatterND's, OneHot's, an embedding's ids, possibly
-    through Cast/Reshape/Unsqueeze/...) stays within its table: [-n, n) for Gather, [0, n)
-    for the others, n the indexed axis's size where it is known, else [0, 2);
+  - an index (Gather's, GatherElements', GatherND's, ScatterND's, OneHot's, an embedding's
+    ids, possibly through Cast/Reshape/Unsqueeze/...) stays within its table: [-n, n) where
+    its op counts from the end (SIGNED_INDEX), [0, n) for the others, n the indexed axis's
+    size where it is known (GatherND's, ScatterND's: the smallest of the axes they index),
+    else [0, 2);
   - a mask (a name holding "mask", or an attention op's mask input) is 0 or 1;
   - a size (it reaches a Reshape target, Slice bound, axes, repeats, pads, ... through
     integer arithmetic) is 0 or 1 as before, or its default where it has one;
@@ -29,7 +31,8 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
 an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1), `with_larger_sizes`
 4 to 9 (TopK(x, Min(k, 3)) taken for TopK(x, k) passed those), `with_negative_sizes`
 puts a -1 among those (a Slice bound or axis from the end, a Reshape's inferred size);
-`with_flags_negated` negates booleans and masks (each takes both values with the draw it negates).
+`with_flags_negated` negates booleans and masks (each takes both values with the draw it negates);
+`with_masks_widened` draws masks in [-2, 3] (a rule right for masks of 0 and 1 alone passed those).
 `describe()` says what was drawn, for the verification report.
 """
 
@@ -59,24 +62,27 @@ SMALL = 1e-4
 SMALL_HALF = 1e-2
 LARGER_SIZES = (4, 10)  # Feeds.with_larger_sizes: sizes in [4, 9]
 LARGER_SIZES_MAX = 4  # elements of a size input that Feeds.with_larger_sizes sets so
+MASK_WIDE = (-2, 4)  # Feeds.with_masks_widened: masks in [-2, 3]
 LARGE_SIZES_MAX = 8  # elements of a size input that Feeds.with_large_sizes sets to 2 or 3 (a shape of rank 8)
 
 # (domain, op type) -> {input position: how the indexed axis is found}: "axis" reads the
-# node's axis attribute on input 0, an int names that input's first axis, "min" the smallest
-# axis of input 0 (GatherND's leading dims)
+# node's axis attribute on input 0, an int names that input's first axis, "nd" the smallest
+# of the axes of input 0 that the indices' last dimension spans after batch_dims (GatherND's,
+# ScatterND's)
 INDEX_USES: dict[tuple[str, str], dict[int, object]] = {
     ("", "Gather"): {1: "axis"},
     ("", "GatherElements"): {1: "axis"},
-    ("", "GatherND"): {1: "min"},
+    ("", "GatherND"): {1: "nd"},
     ("", "ScatterElements"): {1: "axis"},
     ("", "Scatter"): {1: "axis"},
-    ("", "ScatterND"): {1: "min"},
+    ("", "ScatterND"): {1: "nd"},
     ("", "OneHot"): {0: "depth"},
     ("com.microsoft", "EmbedLayerNormalization"): {0: 2, 1: 3},
     ("com.microsoft", "GatherBlockQuantized"): {1: "axis"},
 }
 # the ops above whose indices may be negative (counted from the end): their indices are drawn in [-n, n)
-SIGNED_INDEX = {("", "Gather"), ("", "GatherElements"), ("", "ScatterElements"), ("", "Scatter"), ("", "OneHot")}
+SIGNED_INDEX = {("", "Gather"), ("", "GatherElements"), ("", "ScatterElements"), ("", "Scatter"), ("", "OneHot"),
+                ("", "GatherND"), ("", "ScatterND")}
 MASK_USES: dict[tuple[str, str], set[int]] = {
     ("com.microsoft", "Attention"): {3},
     ("com.microsoft", "MultiHeadAttention"): {4},
@@ -90,7 +96,7 @@ SIZE_USES: dict[str, set[int]] = {
     "NonMaxSuppression": {2}, "ReduceSum": {1}, "ReduceMean": {1}, "ReduceMax": {1}, "ReduceMin": {1},
     "ReduceProd": {1}, "ReduceSumSquare": {1}, "ReduceL1": {1}, "ReduceL2": {1}, "ReduceLogSum": {1},
     "ReduceLogSumExp": {1}, "SplitToSequence": {1}, "RoiAlign": {2}, "Compress": {1},
-    "Loop": {0}, "ScatterND": {1}, "GatherND": {1}, "Mod": set(),
+    "Loop": {0}, "Mod": set(),
 }
 DIVISOR_USES = {"Div": {1}, "Mod": {1}}
 # (domain, op type) -> the input positions that read quantized codes (any value of the type is valid)
@@ -126,12 +132,12 @@ INT_CODES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto
 
 @dataclass(frozen=True)
 class Table:
-    """What an index indexes: the value, its axis ("min": the smallest of its axes), and
-    whether negative indices are allowed (SIGNED_INDEX); or, for OneHot, its depth where that
-    is a constant (`size`)."""
+    """What an index indexes: the value, its axis (a pair (first, end): the smallest of the axes
+    first to end, end None for the last), and whether negative indices are allowed
+    (SIGNED_INDEX); or, for OneHot, its depth where that is a constant (`size`)."""
 
     value: str | None  # None: not known (OneHot's depth is computed)
-    axis: int | str = 0
+    axis: int | tuple[int, int | None] = 0
     signed: bool = False
     size: int | None = None
 
@@ -253,8 +259,10 @@ class Feeds:
                 depth = self._constant(n.input[1]) if len(n.input) > 1 else None
                 tables.append(Table(None, 0, signed, int(depth.reshape(-1)[0]) if depth is not None
                                     and depth.size == 1 and np.issubdtype(depth.dtype, np.number) else None))
-            elif how == "min":
-                tables.append(Table(n.input[0], "min"))
+            elif how == "nd":  # the indices' last dimension k spans axes batch_dims to batch_dims + k
+                b = next((a.i for a in n.attribute if a.name == "batch_dims"), 0)
+                k = (self.shapes.get(n.input[1]) or [None])[-1]
+                tables.append(Table(n.input[0], (b, b + k if isinstance(k, int) and k > 0 else None), signed))
             elif isinstance(how, int) and len(n.input) > how and n.input[how]:
                 tables.append(Table(n.input[how], 0))
             else:
@@ -297,8 +305,9 @@ class Feeds:
             if dims is None:
                 return None
             dims = self._dims(dims, sizes)
-            if t.axis == "min":
-                ns.append(min(dims) if dims else 0)
+            if isinstance(t.axis, tuple):
+                spanned = dims[t.axis[0]:t.axis[1]]
+                ns.append(min(spanned) if spanned else 0)
                 continue
             axis = t.axis + len(dims) if t.axis < 0 else t.axis
             if not 0 <= axis < len(dims):
@@ -500,6 +509,30 @@ class Feeds:
                 v = v.copy()
                 v.reshape(-1)[rng.integers(v.size)] = -1
                 out[name] = v
+        return out
+
+    def has_masks(self) -> bool:
+        """Whether an integer input is a mask (`with_masks_widened` may change something)."""
+        return any(role.kind == "mask" for role in self.roles.values())
+
+    def with_masks_widened(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+        """`feeds` with every mask input (role "mask", not overridable) drawn in MASK_WIDE (unsigned:
+        from 0) instead of {0, 1}, with one element at 2 and, where signed, one at -1: a user rule
+        right for masks of 0 and 1 alone (Min(mask, 1) taken for the mask) passed every draw and
+        its negation, while the original runs on any integer there. The caller leaves the case
+        out where the original refuses it (an op that reads the mask as lengths)."""
+        rng = np.random.default_rng(seed)
+        out = dict(feeds)
+        for name, role in self.roles.items():
+            v = feeds.get(name)
+            if role.kind != "mask" or not isinstance(v, np.ndarray) or v.size == 0 or v.dtype.kind not in "iu":
+                continue
+            signed = v.dtype.kind == "i"
+            w = rng.integers(MASK_WIDE[0] if signed else 0, MASK_WIDE[1], size=v.shape)
+            flat = w.reshape(-1)
+            for pos, val in zip(rng.permutation(flat.size)[:2], (2, -1) if signed else (2,), strict=False):
+                flat[pos] = val
+            out[name] = w.astype(v.dtype)
         return out
 
     def has_flags(self) -> bool:

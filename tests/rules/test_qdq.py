@@ -233,8 +233,11 @@ def test_conv_with_a_zero_bias_of_another_scale_fuses_without_the_bias():
     # exporters share one int32 bias of zeros among convs whose x_scale * w_scale differ
     # (torchvision's MobileNetV2 through quantize_static): zero at any scale adds nothing
     m = conv_model(bias_scale=2 * np.float32(X_SCALE) * np.float32(W_SCALE), zero_bias=True, w_max=64)
+# a requantizing program eqsat optimize does not write: its verification refuses it and retries with
+    # fewer requantizing fusions (eqsat.api.finish); this tests the rule's program
     res = check_rewrite(m, ["QuantizeLinear", "QLinearConv", "DequantizeLinear"],
-                        fired=["qdq-conv-zero-bias", "qdq-conv-fuse"], not_fired=["qdq-conv-int32-bias"], **ONE_STEP)
+                        fired=["qdq-conv-zero-bias", "qdq-conv-fuse"], not_fired=["qdq-conv-int32-bias"], **ONE_STEP,
+                        unverified="requantizing: eqsat optimize retries")
     (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConv"]
     assert len(node.input) == 8  # no bias
 

@@ -288,7 +288,8 @@ def test_a_per_channel_dq_after_the_chain_reads_the_nchw_value():
     p = n.qdq(y, 0.05, axis=1)
     # (one step of the conv's requantization may move the per-channel output by one of its steps, up to 0.1)
     res = check_rewrite(n.model(p), ENTER_EXIT + [MS_CONV] * 3 + ["Relu", "QuantizeLinear", "DequantizeLinear"],
-                        fired=["qdq-conv-channels-last"], atol=0.101)
+                        fired=["qdq-conv-channels-last"], atol=0.101,
+                        unverified="requantizing: eqsat optimize retries (per-axis scales, no QDQ allowance)")
     sizes = {i.name: int(np.prod(i.dims)) for i in res.model.graph.initializer}
     per_channel = [x for x in res.model.graph.node if x.op_type in ("QuantizeLinear", "DequantizeLinear")
                    and sizes.get(x.input[1]) == C]
@@ -313,7 +314,8 @@ def test_a_transpose_that_is_no_layout_change_stays():
     ops = ["QuantizeLinear", "Transpose", MS_CONV, MS_CONV, "Transpose", "DequantizeLinear", "QuantizeLinear",
            "QLinearConv", "DequantizeLinear"]
     blocked = [f"{NCHWC}.{op}" for op in ("ReorderInput", "Conv", "ReorderOutput")]
-    res = check_rewrite(n.model(n.conv(n.conv(t))), (ops + ["Conv"], ops + blocked), fired=["qdq-conv-channels-last"])
+    res = check_rewrite(n.model(n.conv(n.conv(t))), (ops + ["Conv"], ops + blocked), fired=["qdq-conv-channels-last"],
+                        unverified="requantizing: eqsat optimize retries")
     assert transposes(res.model) == [[0, 2, 3, 1], [0, 3, 2, 1]]
 
 
