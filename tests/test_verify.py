@@ -929,6 +929,34 @@ def test_qdq_allowance_does_not_take_onnxruntimes_removal_of_a_double_pair_at_ot
     assert rc != 0 and not (tmp_path / "o.onnx").exists()
 
 
+CLIP_BEFORE_Q = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (uint8[256] x) => (uint8[256] y) <float s = {1e-9}, uint8 z = {128}, uint8 yz = {10},
+                                         float lo = {0.0}, float hi = {1.0}> {
+        d = DequantizeLinear(x, s, z)
+        %s
+        y = QuantizeLinear(c, s, yz)
+    }"""
+
+
+def test_qdq_allowance_does_not_take_onnxruntimes_removal_of_a_clip_that_matters(tmp_path, capsys):
+    # Clip(d, 0) -> Q(1e-9, 10): the Q's range starts at -1e-8, and onnxruntime's ClipQuantFusion
+    # removes a Clip whose min lies within float32's epsilon (1.2e-7, absolute) of it, so its own
+    # optimization moved codes 0..9 of the original's 10 (every negative d); an allowance measured
+    # against it accepted a rule file's Clip(x, lo, hi) -> x with exit 0
+    m = parse_model(CLIP_BEFORE_Q % "c = Clip(d, lo, hi)")
+    dropped = parse_model(CLIP_BEFORE_Q % "c = Identity(d)")
+    assert verify(m, m).status == "passed"
+    v = verify(m, dropped)
+    assert v.status == "failed", v.detail
+    onnx.save(m, tmp_path / "m.onnx")
+    (tmp_path / "drop.egg").write_text('(ruleset drop)\n; Clip(x, lo, hi) -> x, unsound\n'
+                                       '(rewrite (Clip x lo hi) x :ruleset drop :name "clip-drop")\n')
+    rc, _, _ = run_cli(capsys, "optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"),
+                       "--rules", str(tmp_path / "drop.egg"), "-q")
+    assert rc != 0 and not (tmp_path / "o.onnx").exists()
+
+
 @pytest.mark.parametrize("scales", [("6.8e36", "6.8e36"), ("0.05", "0.0")], ids=["huge", "zero-output-scale"])
 def test_qdq_allowance_is_withheld_where_onnxruntimes_own_fusion_is_no_rounding_change(scales):
     # DQ -> Add -> Q with scales of 6.8e36 (the float form overflows, Q saturates) or an output

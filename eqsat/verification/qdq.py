@@ -20,8 +20,11 @@ from eqsat.verification.mismatch import Mismatch
 # the same pair removed by a rewrite, on any input. DoubleQDQPairsRemover makes
 # Q(s1) -> DQ -> Q(s2) -> DQ one pair at one of the scales: with s1 = 0.01 and s2 = 1 its outputs
 # lay up to half of s2 (50 steps of s1) from the original, and the allowance accepted a rule
-# file's removal of the second pair
-QDQ_UNSOUND_TRANSFORMERS = ["QDQFinalCleanupTransformer", "DoubleQDQPairsRemover"]
+# file's removal of the second pair. ClipQuantRewrite (ClipQuantFusion) removes a Clip before a
+# QuantizeLinear where the Clip's bounds lie within float32's epsilon (1.2e-7, absolute) of the
+# Q's range: with a Q scale of 1e-9 and zero point 10 a Clip at 0 clamps the range's lowest ten
+# codes, and the allowance accepted a rule file's removal of that Clip (10 codes off)
+QDQ_UNSOUND_TRANSFORMERS = ["QDQFinalCleanupTransformer", "DoubleQDQPairsRemover", "ClipQuantRewrite"]
 # and its DequantizeLinear -> MatMul fusion into MatMulNBits computes in float32 there (accuracy
 # level 1), not with activations rounded to int8 (its default, 4): in a model with a
 # QuantizeLinear elsewhere, a 4-bit weight-only MatMul's output moved by 0.028 with it, and a
