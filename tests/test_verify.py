@@ -1095,6 +1095,36 @@ def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_a_float_conv_bias_co
     assert qdq_allowance_withheld(parse_model(text.format(w=w, ys="100.0"))) == ""
 
 
+MATMUL_ADD_BIAS = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (uint8[3, 8] a) => (uint8[3, 5] y) <float sa = {{1.0}}, uint8 za = {{128}}, int8[8, 5] b = {{{b}}},
+        float sb = {{1.0}}, int8 zb = {{0}}, float ys = {{{ys}}}, uint8 zy = {{128}}, float[5] c = {{{c}}}> {{
+        ad = DequantizeLinear(a, sa, za)
+        bd = DequantizeLinear(b, sb, zb)
+        m = MatMul(ad, bd)
+        {add}
+        y = QuantizeLinear(g, ys, zy)
+    }}"""
+
+
+@pytest.mark.parametrize("add", ["g = Add(m, c)", "g = Add(c, m)"], ids=["bias-second", "bias-first"])
+def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_the_bias_of_a_matmul_and_add(add):
+    # the Gemm's sibling written as MatMul + Add: onnxruntime fuses them into a Gemm
+    # (MatMulAddFusion) and then into QGemm, its float bias rounded to integers of a_scale *
+    # b_scale = 1 (9 output steps of 0.05 measured); a bias within half a step of 1 rounds to 0,
+    # so its own model was the program without the Add, and verification passed that program
+    rng = np.random.default_rng(0)
+    b = ", ".join(map(str, rng.integers(-1, 2, 40)))
+    c = ", ".join(f"{v:.3f}" for v in (0.45, -0.3, 0.2, -0.45, 0.35))
+    m = parse_model(MATMUL_ADD_BIAS.format(b=b, c=c, ys="0.05", add=add))
+    assert "onnxruntime fuses MatMul" in qdq_allowance_withheld(m)
+    dropped = parse_model(MATMUL_ADD_BIAS.format(b=b, c=c, ys="0.05", add="g = Identity(m)"))
+    v = verify(m, dropped)
+    assert v.status == "failed", v.detail
+    # at an output step of 100 the rounding is a two-hundredth of a step: the allowance stands
+    assert qdq_allowance_withheld(parse_model(MATMUL_ADD_BIAS.format(b=b, c=c, ys="100.0", add=add))) == ""
+
+
 def test_weight_only_4bit_model_gets_no_qdq_allowance():
     # no QuantizeLinear, no requantization: onnxruntime's own MatMulNBits fusion of the model
     # (accuracy level 4) moves outputs about 1e-2 relative, and must not become the tolerance.
