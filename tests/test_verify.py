@@ -1101,24 +1101,26 @@ MATMUL_ADD_BIAS = """
         float sb = {{1.0}}, int8 zb = {{0}}, float ys = {{{ys}}}, uint8 zy = {{128}}, float[5] c = {{{c}}}> {{
         ad = DequantizeLinear(a, sa, za)
         bd = DequantizeLinear(b, sb, zb)
-        m = MatMul(ad, bd)
         {add}
         y = QuantizeLinear(g, ys, zy)
     }}"""
 
 
-@pytest.mark.parametrize("add", ["g = Add(m, c)", "g = Add(c, m)"], ids=["bias-second", "bias-first"])
+@pytest.mark.parametrize("add", ["m = MatMul(ad, bd)\n g = Add(m, c)", "m = MatMul(ad, bd)\n g = Add(c, m)",
+                                 "m = Gemm(ad, bd)\n g = Sum(m, c)", "m = Gemm(ad, bd)\n g = Sum(c, m)"],
+                         ids=["matmul-add", "matmul-add-bias-first", "gemm-sum", "gemm-sum-bias-first"])
 def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_the_bias_of_a_matmul_and_add(add):
-    # the Gemm's sibling written as MatMul + Add: onnxruntime fuses them into a Gemm
-    # (MatMulAddFusion) and then into QGemm, its float bias rounded to integers of a_scale *
-    # b_scale = 1 (9 output steps of 0.05 measured); a bias within half a step of 1 rounds to 0,
-    # so its own model was the program without the Add, and verification passed that program
+    # the Gemm's siblings written as MatMul + Add or as a Gemm without a bias + Sum: onnxruntime
+    # fuses them into a Gemm with the bias (MatMulAddFusion, GemmSumFusion) and then into QGemm,
+    # its float bias rounded to integers of a_scale * b_scale = 1 (9 and 10 output steps of 0.05
+    # measured); a bias within half of 1 rounds to 0, so its own model was the program without
+    # the Add, and verification passed that program
     rng = np.random.default_rng(0)
     b = ", ".join(map(str, rng.integers(-1, 2, 40)))
     c = ", ".join(f"{v:.3f}" for v in (0.45, -0.3, 0.2, -0.45, 0.35))
     m = parse_model(MATMUL_ADD_BIAS.format(b=b, c=c, ys="0.05", add=add))
-    assert "onnxruntime fuses MatMul" in qdq_allowance_withheld(m)
-    dropped = parse_model(MATMUL_ADD_BIAS.format(b=b, c=c, ys="0.05", add="g = Identity(m)"))
+    assert "with its bias changed" in qdq_allowance_withheld(m)
+    dropped = parse_model(MATMUL_ADD_BIAS.format(b=b, c=c, ys="0.05", add=add.split("\n")[0] + "\n g = Identity(m)"))
     v = verify(m, dropped)
     assert v.status == "failed", v.detail
     # at an output step of 100 the rounding is a two-hundredth of a step: the allowance stands

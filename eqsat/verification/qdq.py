@@ -271,11 +271,11 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
     may move (empty where it is one): a constant scale of a QuantizeLinear or DequantizeLinear
     outside REQUANT_SCALE_RANGE (zero, negative, subnormal, huge: onnxruntime fused DQ -> Add ->
     Q with a zero output scale or scales of 6.8e36, and moved codes by up to 255, the float form
-    overflowing where its kernel does not), or a Conv, ConvTranspose, Gemm or MatMul + Add (`_biased`) that onnxruntime
-    fuses with a bias it changes: an int32 bias, not all zeros, at another scale than
-    x_scale * w_scale (QGemm adds it at x_scale * w_scale) or a float bias rounded to integers
-    of x_scale * w_scale above a tenth of the output's step (a Gemm's output moved 178 and 41
-    steps, a Conv's 38); or an AveragePool after a DequantizeLinear with ceil_mode 1 and
+    overflowing where its kernel does not), or a Conv, ConvTranspose, Gemm, MatMul + Add or
+    Gemm + Sum (`_biased`) that onnxruntime fuses with a bias it changes: an int32 bias, not
+    all zeros, at another scale than x_scale * w_scale (QGemm adds it at x_scale * w_scale) or
+    a float bias rounded to integers of x_scale * w_scale above a tenth of the output's step (a
+    Gemm's output moved 178 and 41 steps, a Conv's 38); or an AveragePool after a DequantizeLinear with ceil_mode 1 and
     count_include_pad 1, which onnxruntime's QLinearAveragePool counts otherwise (up to 87
     steps); or a QuantizeLinear or DequantizeLinear with per-axis scales other than a weight's
     along its output channels or a bias's, which onnxruntime's fusions read as one per output
@@ -415,15 +415,18 @@ class _QdqGraph:
     def _biased(self):
         """(node, x, w, bias, output) of each product whose QDQ fusion adds a bias in the
         accumulator's integers: a Conv, ConvTranspose or Gemm with its bias, and a MatMul read
-        only by an Add of a bias onnxruntime takes (`_gemm_bias`): it makes the two a Gemm
-        (MatMulAddFusion, a 3-D MatMul between Reshapes) and then a QGemm."""
+        only by an Add, or a Gemm without a bias read only by a Sum of two, of a bias onnxruntime
+        takes (`_gemm_bias`): it makes the two a Gemm with that bias (MatMulAddFusion, a 3-D
+        MatMul between Reshapes; GemmSumFusion) and then a QGemm."""
         for n in self.nodes:
             if n.domain not in ("", "ai.onnx") or len(n.input) < 2:
                 continue
             if n.op_type in BIASED_QDQ_OPS and len(n.input) > 2 and n.input[2]:
                 yield n, n.input[0], n.input[1], n.input[2], n.output[0]
+                continue
             readers = self.readers.get(n.output[0], [])
-            if n.op_type == "MatMul" and len(readers) == 1 and readers[0].op_type == "Add" \
+            adder = {"MatMul": "Add", "Gemm": "Sum"}.get(n.op_type)
+            if adder and len(readers) == 1 and readers[0].op_type == adder \
                     and readers[0].domain in ("", "ai.onnx") and len(readers[0].input) == 2:
                 add = readers[0]
                 bias = add.input[1] if add.input[0] == n.output[0] else add.input[0]
