@@ -939,6 +939,34 @@ def test_qdq_allowance_does_not_take_onnxruntimes_removal_of_a_double_pair_at_ot
     assert rc != 0 and not (tmp_path / "o.onnx").exists()
 
 
+CLIP_BEFORE_Q = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (uint8[256] x) => (uint8[256] y) <float s = {1e-9}, uint8 z = {128}, uint8 yz = {10},
+                                         float lo = {0.0}, float hi = {1.0}> {
+        d = DequantizeLinear(x, s, z)
+        %s
+        y = QuantizeLinear(c, s, yz)
+    }"""
+
+
+def test_qdq_allowance_does_not_take_onnxruntimes_removal_of_a_clip_that_matters(tmp_path, capsys):
+    # Clip(d, 0) -> Q(1e-9, 10): the Q's range starts at -1e-8, and onnxruntime's ClipQuantFusion
+    # removes a Clip whose min lies within float32's epsilon (1.2e-7, absolute) of it, so its own
+    # optimization moved codes 0..9 of the original's 10 (every negative d); an allowance measured
+    # against it accepted a rule file's Clip(x, lo, hi) -> x with exit 0
+    m = parse_model(CLIP_BEFORE_Q % "c = Clip(d, lo, hi)")
+    dropped = parse_model(CLIP_BEFORE_Q % "c = Identity(d)")
+    assert verify(m, m).status == "passed"
+    v = verify(m, dropped)
+    assert v.status == "failed", v.detail
+    onnx.save(m, tmp_path / "m.onnx")
+    (tmp_path / "drop.egg").write_text('(ruleset drop)\n; Clip(x, lo, hi) -> x, unsound\n'
+                                       '(rewrite (Clip x lo hi) x :ruleset drop :name "clip-drop")\n')
+    rc, _, _ = run_cli(capsys, "optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"),
+                       "--rules", str(tmp_path / "drop.egg"), "-q")
+    assert rc != 0 and not (tmp_path / "o.onnx").exists()
+
+
 @pytest.mark.parametrize("scales", [("6.8e36", "6.8e36"), ("0.05", "0.0")], ids=["huge", "zero-output-scale"])
 def test_qdq_allowance_is_withheld_where_onnxruntimes_own_fusion_is_no_rounding_change(scales):
     # DQ -> Add -> Q with scales of 6.8e36 (the float form overflows, Q saturates) or an output
@@ -1075,6 +1103,38 @@ def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_a_float_conv_bias_co
     w = ", ".join(map(str, np.random.default_rng(0).integers(-2, 3, 16)))
     assert "onnxruntime fuses Conv" in qdq_allowance_withheld(parse_model(text.format(w=w, ys="0.01")))
     assert qdq_allowance_withheld(parse_model(text.format(w=w, ys="100.0"))) == ""
+
+
+MATMUL_ADD_BIAS = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (uint8[3, 8] a) => (uint8[3, 5] y) <float sa = {{1.0}}, uint8 za = {{128}}, int8[8, 5] b = {{{b}}},
+        float sb = {{1.0}}, int8 zb = {{0}}, float ys = {{{ys}}}, uint8 zy = {{128}}, float[5] c = {{{c}}}> {{
+        ad = DequantizeLinear(a, sa, za)
+        bd = DequantizeLinear(b, sb, zb)
+        {add}
+        y = QuantizeLinear(g, ys, zy)
+    }}"""
+
+
+@pytest.mark.parametrize("add", ["m = MatMul(ad, bd)\n g = Add(m, c)", "m = MatMul(ad, bd)\n g = Add(c, m)",
+                                 "m = Gemm(ad, bd)\n g = Sum(m, c)", "m = Gemm(ad, bd)\n g = Sum(c, m)"],
+                         ids=["matmul-add", "matmul-add-bias-first", "gemm-sum", "gemm-sum-bias-first"])
+def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_the_bias_of_a_matmul_and_add(add):
+    # the Gemm's siblings written as MatMul + Add or as a Gemm without a bias + Sum: onnxruntime
+    # fuses them into a Gemm with the bias (MatMulAddFusion, GemmSumFusion) and then into QGemm,
+    # its float bias rounded to integers of a_scale * b_scale = 1 (9 and 10 output steps of 0.05
+    # measured); a bias within half of 1 rounds to 0, so its own model was the program without
+    # the Add, and verification passed that program
+    rng = np.random.default_rng(0)
+    b = ", ".join(map(str, rng.integers(-1, 2, 40)))
+    c = ", ".join(f"{v:.3f}" for v in (0.45, -0.3, 0.2, -0.45, 0.35))
+    m = parse_model(MATMUL_ADD_BIAS.format(b=b, c=c, ys="0.05", add=add))
+    assert "with its bias changed" in qdq_allowance_withheld(m)
+    dropped = parse_model(MATMUL_ADD_BIAS.format(b=b, c=c, ys="0.05", add=add.split("\n")[0] + "\n g = Identity(m)"))
+    v = verify(m, dropped)
+    assert v.status == "failed", v.detail
+    # at an output step of 100 the rounding is a two-hundredth of a step: the allowance stands
+    assert qdq_allowance_withheld(parse_model(MATMUL_ADD_BIAS.format(b=b, c=c, ys="100.0", add=add))) == ""
 
 
 def test_weight_only_4bit_model_gets_no_qdq_allowance():

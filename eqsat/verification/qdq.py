@@ -20,8 +20,11 @@ from eqsat.verification.mismatch import Mismatch
 # the same pair removed by a rewrite, on any input. DoubleQDQPairsRemover makes
 # Q(s1) -> DQ -> Q(s2) -> DQ one pair at one of the scales: with s1 = 0.01 and s2 = 1 its outputs
 # lay up to half of s2 (50 steps of s1) from the original, and the allowance accepted a rule
-# file's removal of the second pair
-QDQ_UNSOUND_TRANSFORMERS = ["QDQFinalCleanupTransformer", "DoubleQDQPairsRemover"]
+# file's removal of the second pair. ClipQuantRewrite (ClipQuantFusion) removes a Clip before a
+# QuantizeLinear where the Clip's bounds lie within float32's epsilon (1.2e-7, absolute) of the
+# Q's range: with a Q scale of 1e-9 and zero point 10 a Clip at 0 clamps the range's lowest ten
+# codes, and the allowance accepted a rule file's removal of that Clip (10 codes off)
+QDQ_UNSOUND_TRANSFORMERS = ["QDQFinalCleanupTransformer", "DoubleQDQPairsRemover", "ClipQuantRewrite"]
 # and its DequantizeLinear -> MatMul fusion into MatMulNBits computes in float32 there (accuracy
 # level 1), not with activations rounded to int8 (its default, 4): in a model with a
 # QuantizeLinear elsewhere, a 4-bit weight-only MatMul's output moved by 0.028 with it, and a
@@ -268,11 +271,11 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
     may move (empty where it is one): a constant scale of a QuantizeLinear or DequantizeLinear
     outside REQUANT_SCALE_RANGE (zero, negative, subnormal, huge: onnxruntime fused DQ -> Add ->
     Q with a zero output scale or scales of 6.8e36, and moved codes by up to 255, the float form
-    overflowing where its kernel does not), or a Conv, ConvTranspose or Gemm that onnxruntime
-    fuses with a bias it changes: an int32 bias, not all zeros, at another scale than
-    x_scale * w_scale (QGemm adds it at x_scale * w_scale) or a float bias rounded to integers
-    of x_scale * w_scale above a tenth of the output's step (a Gemm's output moved 178 and 41
-    steps, a Conv's 38); or an AveragePool after a DequantizeLinear with ceil_mode 1 and
+    overflowing where its kernel does not), or a Conv, ConvTranspose, Gemm, MatMul + Add or
+    Gemm + Sum (`_biased`) that onnxruntime fuses with a bias it changes: an int32 bias, not
+    all zeros, at another scale than x_scale * w_scale (QGemm adds it at x_scale * w_scale) or
+    a float bias rounded to integers of x_scale * w_scale above a tenth of the output's step (a
+    Gemm's output moved 178 and 41 steps, a Conv's 38); or an AveragePool after a DequantizeLinear with ceil_mode 1 and
     count_include_pad 1, which onnxruntime's QLinearAveragePool counts otherwise (up to 87
     steps); or a QuantizeLinear or DequantizeLinear with per-axis scales other than a weight's
     along its output channels or a bias's, which onnxruntime's fusions read as one per output
@@ -400,17 +403,45 @@ class _QdqGraph:
         return ""
 
     def bias_changed(self) -> str:
-        for n in self.nodes:
-            if n.op_type not in BIASED_QDQ_OPS or n.domain not in ("", "ai.onnx") or len(n.input) < 3 \
-                    or not n.input[2]:
-                continue
-            qs = [self.value(q.input[1]) for q in self.readers.get(n.output[0], []) if self.qdq(q) and len(q.input) > 1]
-            sa, sb = self.dq_scale(n.input[0]), self.dq_scale(n.input[1])
-            if qs and sa is not None and sb is not None and not self._bias_kept(n.input[2], sa * sb, qs):
+        for n, a, b, bias, out in self._biased():
+            qs = [self.value(q.input[1]) for q in self.readers.get(out, []) if self.qdq(q) and len(q.input) > 1]
+            sa, sb = self.dq_scale(a), self.dq_scale(b)
+            if qs and sa is not None and sb is not None and not self._bias_kept(bias, sa * sb, qs):
                 return (f"onnxruntime fuses {n.op_type} '{n.name or n.output[0]}' with its bias changed (an int32 "
                         "bias not at x_scale * w_scale, or a float bias it rounds at x_scale * w_scale above a tenth "
                         "of the output's step)")
         return ""
+
+    def _biased(self):
+        """(node, x, w, bias, output) of each product whose QDQ fusion adds a bias in the
+        accumulator's integers: a Conv, ConvTranspose or Gemm with its bias, and a MatMul read
+        only by an Add, or a Gemm without a bias read only by a Sum of two, of a bias onnxruntime
+        takes (`_gemm_bias`): it makes the two a Gemm with that bias (MatMulAddFusion, a 3-D
+        MatMul between Reshapes; GemmSumFusion) and then a QGemm."""
+        for n in self.nodes:
+            if n.domain not in ("", "ai.onnx") or len(n.input) < 2:
+                continue
+            if n.op_type in BIASED_QDQ_OPS and len(n.input) > 2 and n.input[2]:
+                yield n, n.input[0], n.input[1], n.input[2], n.output[0]
+                continue
+            readers = self.readers.get(n.output[0], [])
+            adder = {"MatMul": "Add", "Gemm": "Sum"}.get(n.op_type)
+            if adder and len(readers) == 1 and readers[0].op_type == adder \
+                    and readers[0].domain in ("", "ai.onnx") and len(readers[0].input) == 2:
+                add = readers[0]
+                bias = add.input[1] if add.input[0] == n.output[0] else add.input[0]
+                if bias != n.output[0] and self._gemm_bias(bias):
+                    yield n, n.input[0], n.input[1], bias, add.output[0]
+
+    def _gemm_bias(self, name: str) -> bool:
+        """Whether onnxruntime takes `name`, added to a MatMul, as QGemm's bias: an int32
+        DequantizeLinear, or a float constant it quantizes (not an activation, nor an 8-bit
+        DequantizeLinear: it leaves those Gemms unfused)."""
+        d = self.producer.get(name)
+        if d is not None and self.qdq(d):
+            x = self.value(d.input[0]) if d.op_type == "DequantizeLinear" else None
+            return x is not None and x.dtype == np.int32
+        return name not in self.dependent
 
     def pool_miscounted(self) -> str:
         """An AveragePool after a DequantizeLinear with ceil_mode 1 and count_include_pad 1:

@@ -393,7 +393,8 @@ BINARY = [("Add", "com.microsoft.QLinearAdd", "qdq-add-fuse"), ("Mul", "com.micr
 @pytest.mark.parametrize("dtype", ["int8", "uint8"])
 def test_add_and_mul_fuse_into_their_qlinear_forms(dtype, op, fused_op, rule):
     m = add_model(dtype, dtype, op)
-    check_rewrite(m, QUANTIZED_INPUTS + [fused_op], fired=[rule], rtol=0.0, atol=0.05 * 1.001, ort_optimize=False)
+    check_rewrite(m, QUANTIZED_INPUTS + [fused_op], fired=[rule, "qdq-scalar-params-dq", "qdq-scalar-params-q"],
+                  rtol=0.0, atol=0.05 * 1.001, ort_optimize=False)
     assert fused_op in ort_extended_ops(m)
 
 

@@ -18,7 +18,10 @@ model and compares it with the original under onnxruntime with its graph optimiz
 - the requantizing fusions (qdq-requant-scale): QLinearAdd, QLinearConcat and QLinearConv with
   a huge, zero or subnormal scale compute what the float form does not (it overflows to inf or
   underflows to 0 and Q saturates; the fused ratio of scales is 1 or inf), and verification's
-  allowance took it, as onnxruntime's own fusion computes the same: written with exit 0."""
+  allowance took it, as onnxruntime's own fusion computes the same: written with exit 0.
+- qdq-scalar-params: QLinearAdd, QLinearMul and QLinearAveragePool take scalar scales and zero
+  points only; with ones of shape [1] the fused model did not load, and the whole model was
+  refused (exit 1)."""
 
 from __future__ import annotations
 
@@ -197,3 +200,41 @@ def test_requantizing_fusion_with_scales_in_range_still_fuses(op):
     m = requant_model(op, 0.05, 2.0 ** 30 if op != "Sigmoid" else 0.004)
     res = optimized(m, target="ort")
     assert res.report["saturation"]["rule_matches"].get(REQUANT_RULES[op], 0) > 0, op_list(res.model)
+
+
+# ---- one-element scales and zero points of shape [1]: QLinearAdd, QLinearMul and
+# QLinearAveragePool take scalars only
+
+
+def one_element_model(op: str) -> onnx.ModelProto:
+    """uint8 codes a, b [1, 4, 2, 2] -> DQ -> `op` (Add or Mul of both, AveragePool of a) -> Q, each
+    scale and zero point a tensor of shape [1] (one element, as some exporters write them)."""
+    params = ((0.05, np.float32, "s"), (128, np.uint8, "z"), (0.1, np.float32, "ys"), (120, np.uint8, "yz"))
+    inits = [numpy_helper.from_array(np.array([v], t), n) for v, t, n in params]
+    nodes = [helper.make_node("DequantizeLinear", ["a", "s", "z"], ["ad"]),
+             helper.make_node("DequantizeLinear", ["b", "s", "z"], ["bd"])]
+    if op == "AveragePool":
+        nodes.append(helper.make_node("AveragePool", ["ad"], ["c"], kernel_shape=[2, 2], pads=[1, 1, 0, 0]))
+    else:
+        nodes.append(helper.make_node(op, ["ad", "bd"], ["c"]))
+    nodes.append(helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["y"]))
+    codes = [helper.make_tensor_value_info(n, TensorProto.UINT8, [1, 4, 2, 2]) for n in ("a", "b", "y")]
+    g = helper.make_graph(nodes, "one", codes[:2], codes[2:], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                          ir_version=8)
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+@pytest.mark.parametrize("op, rule", [("Add", "qdq-add-fuse"), ("Mul", "qdq-mul-fuse"),
+                                      ("AveragePool", "qdq-average-pool-fuse")])
+def test_scales_of_shape_one_do_not_fuse_into_ops_that_take_scalars(op, rule):
+    # onnxruntime's QLinearAdd / QLinearMul / QLinearAveragePool refuse a scale or zero point of
+    # shape [1] ("Scale and Zero-point must be a scalar") when the model loads, so the fused
+    # model did not run and verification refused the whole model (exit 1, nothing written).
+    # onnxruntime's own selectors leave Add and Mul unfused there (its AveragePool fusion builds
+    # the same unloadable node)
+    m = one_element_model(op)
+    res = optimized(m, target="ort")
+    assert res.report["saturation"]["rule_matches"].get(rule, 0) == 0, op_list(res.model)
+    assert_same_outputs(m, res.model, every_code(), ort_optimize=False)
