@@ -1385,3 +1385,26 @@ def test_qdq_allowance_is_withheld_for_per_axis_scales_onnxruntime_reads_as_one(
             z = DequantizeLinear <axis = 1> (yq, ys, yz)
         }""")
     assert "per-axis scales" in qdq_allowance_withheld(m)
+
+
+def test_the_inputs_of_sizes_that_do_not_run_die_with_the_verification():
+    """Where the original runs at none of the sizes tried ("not possible"), the inputs drawn for
+    them are freed when verify returns, not when the garbage collector next runs: the first
+    failure was kept with its traceback, whose frames held the inputs (550 MiB for this small
+    cached-attention model, whose RotaryEmbedding refuses positions of another batch)."""
+    import gc
+    import types
+
+    from .rules.test_rotary_cached import rotary_step_model
+
+    m = parse_model(rotary_step_model("op", keys_3d=False))
+    gc.collect()
+    gc.disable()
+    try:
+        v = verify(m, m)
+        alive = [o for o in gc.get_objects()  # the frame that drew them, and held them
+                 if isinstance(o, types.FrameType) and o.f_code.co_name == "_first_of"]
+    finally:
+        gc.enable()
+    assert v.status == "not possible", v.detail
+    assert not alive, f"{len(alive)} frames holding drawn inputs still alive"
