@@ -8,8 +8,29 @@ create on the same inputs, and runs everything once under onnxruntime. Both side
 union must agree (shape, dtype, values within a tolerance), and a set shape or dtype must
 be the one onnxruntime produces.
 
+Edge runs: an instance whose random run agrees runs again on the inputs where verification
+finds rewrites that are wrong beyond the random draw (integers in [-7, 7] without 0,
+standard normal floats), made by verification's own `Feeds` from the instance's graph
+(`eqsat.verification.feeds`; `EDGE_CASES` below): zeros among the floats and general
+integers, the floats times 100, 10000 and 0.0001, one float at +-2e15, integers at their
+type's minimum and maximum, booleans and masks negated. Only graph inputs change; constants
+the query matched keep their values. A case that changes no input is not run. Each is
+compared as verification compares it (`eqsat.verification.compare`, at this checker's
+tolerance): exactly for integers; NaN where NaN and inf where inf of the same sign for zeros
+and small floats (0 / 0 is NaN under IEEE 754, which ONNX follows: Div(x, x) -> 1 is wrong
+there); for the floats times 100 and 10000 with the tolerance times that factor (no more
+than 10 x factor x the random run's own largest difference), but at least 256 float steps
+of the output's largest finite magnitude (inputs scaled together multiply their factors:
+nchwc-conv-scaled-input's Conv of x * s sums terms 10000 times the random draw's, and an
+output of -6.7 moved by 0.03 there, beyond the tolerance times 100), and for +-2e15 on finiteness alone. An
+edge run is skipped where the matched side itself fails under onnxruntime (INT_MIN / -1)
+and, for the magnitude cases (times 100, times 10000, +-2e15), compared only at the
+elements where the matched side is finite: an overflow of the original from finite inputs
+is no fault of the rewrite (Sqrt(x * x * (x * x)) -> x * x at 2e15). A difference makes the rule
+unsound, with the edge case named first in the problem and its inputs in the counterexample.
+
 Contract: `check_rules(rules, prog, ...)` returns one `Result` per rule:
-- `ok`: checked on `runs` instantiations, no difference;
+- `ok`: checked on `runs` instantiations (each on its edge runs too), no difference;
 - `unsound`: a counterexample (`detail`: the inputs, both outputs);
 - `unchecked`: no instantiation found or possible (`detail` says why);
 - `facts`: the rule only derives facts (relations) for other rules; `covered_by` names the
@@ -165,6 +186,7 @@ def _run_once(inst: Instance) -> tuple[str | None, tuple[str, dict] | None]:
         except BuildError:
             raise Reject(str(e)) from None
         return "unsound", _counterexample(inst, f"the rewritten graph fails under onnxruntime: {e}", None, None)
+    inst.ran = (outs, res)
     for what, lhs, rhs in inst.checks:
         if isinstance(lhs, str) and lhs and isinstance(rhs, str) and rhs:
             problem = _compare(what, res[lhs], res[rhs])
@@ -190,6 +212,81 @@ def _run_once(inst: Instance) -> tuple[str | None, tuple[str, dict] | None]:
     return None, None
 
 
+def _edge_cases(feeds) -> list[tuple[str, str]]:
+    """(label, kind) of the edge runs `feeds` (verification's Feeds of the instance) may change."""
+    from eqsat.verification import EDGE_KINDS, EXTREMES_LABEL, MASKS_LABEL, NEGATED_LABEL, ZEROS_LABEL
+
+    cases = [(EDGE_KINDS[k], k) for k in EDGE_KINDS]
+    if feeds.has_general_integers():
+        cases[0] = (ZEROS_LABEL, "zeros")
+        cases.append((EXTREMES_LABEL, "extremes"))
+    if feeds.has_flags():
+        cases.append((NEGATED_LABEL, "negated"))
+    if feeds.has_masks():
+        cases.append((MASKS_LABEL, "masks"))
+    return cases
+
+
+def _edge_feeds(feeds, kind: str, base: dict, seed: int) -> dict:
+    if kind == "extremes":
+        return feeds.with_integer_extremes(base, seed)
+    if kind == "negated":
+        return feeds.with_flags_negated(base)
+    if kind == "masks":
+        return feeds.with_masks_widened(base, seed)
+    return feeds.with_special_values(base, seed, kind)
+
+
+def _same(a: dict, b: dict) -> bool:
+    return all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def _edge_runs(inst: Instance, seed: int) -> tuple[str | None, tuple[str, dict] | None]:
+    """The instance, whose random run agreed, on each edge case (the module's contract):
+    (None, None) or ('unsound', the counterexample on that case's inputs)."""
+    from eqsat.verification import SCALED, SCALED_FAR, compare, max_difference
+    from eqsat.verification.feeds import Feeds
+
+    outs, first = getattr(inst, "ran", (None, None))
+    pairs = [(w, a, b) for w, a, b in inst.checks if isinstance(a, str) and a and isinstance(b, str) and b]
+    if not outs or not pairs or not inst.gb.feeds:
+        return None, None
+    base = dict(inst.gb.feeds)
+    try:
+        feeds = Feeds(inst.gb.model(outs))
+    except Exception:  # noqa: BLE001 - an input verification cannot draw for: no edge runs
+        return None, None
+    for label, kind in _edge_cases(feeds):
+        edge = _edge_feeds(feeds, kind, base, seed)
+        if _same(base, edge):
+            continue
+        inst.gb.feeds = edge
+        try:
+            res = inst.gb.run(outs)
+        except BuildError:
+            lhs_only = list(dict.fromkeys(a for _, a, _ in pairs))
+            try:
+                inst.gb.run(lhs_only)
+            except BuildError:
+                continue  # the matched side fails there too
+            return "unsound", _counterexample(
+                inst, f"on {label}: the rewritten graph fails under onnxruntime, where the matched side runs",
+                None, None)
+        for what, lhs, rhs in pairs:
+            e, a = np.asarray(res[lhs]), np.asarray(res[rhs])
+            rtol, atol = _tol(e) if e.dtype.kind in "fc" else (0.0, 0.0)
+            magnitude = kind in ("scaled", "far", "large")
+            if magnitude and e.dtype.kind in "fc" and e.shape == a.shape:
+                a = np.where(np.isfinite(e), a, e)  # the matched side overflowed there: not compared
+            bad = compare({what: e}, {what: a}, rtol, atol, finite_free=kind == "large",
+                          scaled={"scaled": float(SCALED), "far": SCALED_FAR}.get(kind, False),
+                          noise={what: max_difference(np.asarray(first[lhs]), np.asarray(first[rhs]))})
+            if bad:
+                return "unsound", _counterexample(inst, f"on {label}: {bad[0]}", e, np.asarray(res[rhs]))
+    inst.gb.feeds = base
+    return None, None
+
+
 def check_rule(rule: Rule, prog: Program, seed: int = 0) -> Result:
     if not _has_checks(rule):
         return Result(rule, "facts", "derives facts for other rules only")
@@ -209,6 +306,8 @@ def check_rule(rule: Rule, prog: Program, seed: int = 0) -> Result:
                 inst = Instance(var, rule.actions, prog, rng, trial)
                 inst.build()
                 status, detail = _run_once(inst)
+                if status is None:
+                    status, detail = _edge_runs(inst, seed + trial)
             except Inconsistent as e:
                 inconsistent.append(str(e))
                 k -= 1
