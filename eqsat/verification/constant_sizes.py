@@ -16,6 +16,7 @@ weights fix apart take no one size.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from itertools import chain, product
 
 import numpy as np
@@ -46,16 +47,7 @@ def constant_sizes(model: ModelProto, free: list[str], base: dict[str, int],
     names = _names(free)
     if not names:
         return []
-    budget = max((_elements(model, t) for t in tried), default=0)
-    out: list[dict[str, int]] = []
-    for c in _candidates(model):
-        at = {**base, **dict.fromkeys(names, c)}
-        if at in tried or at in out or _elements(model, at) > budget:
-            continue
-        out.append(at)
-        if len(out) == CONSTANT_TRIES:
-            break
-    return out
+    return _new_within_budget(model, ({**base, **dict.fromkeys(names, c)} for c in _candidates(model)), tried)
 
 
 def separate_sizes(model: ModelProto, free: list[str], base: dict[str, int],
@@ -77,11 +69,18 @@ def separate_sizes(model: ModelProto, free: list[str], base: dict[str, int],
         dict.fromkeys(names, candidates[:SEPARATE_EACH])
     if any(not f for f in fits.values()):
         return []
-    budget = max((_elements(model, t) for t in tried), default=0)
     combos = sorted(product(*(range(len(fits[n])) for n in names)), key=lambda ranks: (sum(ranks), ranks))
+    return _new_within_budget(
+        model, ({**base, **{n: fits[n][r] for n, r in zip(names, ranks, strict=True)}} for ranks in combos), tried)
+
+
+def _new_within_budget(model: ModelProto, proposed: Iterable[dict[str, int]],
+                       tried: list[dict[str, int]]) -> list[dict[str, int]]:
+    """The first CONSTANT_TRIES of `proposed` that are new (not in `tried`, not repeated) and
+    have no more elements than the largest of `tried`."""
+    budget = max((_elements(model, t) for t in tried), default=0)
     out: list[dict[str, int]] = []
-    for ranks in combos:
-        at = {**base, **{n: fits[n][r] for n, r in zip(names, ranks, strict=True)}}
+    for at in proposed:
         if at in tried or at in out or _elements(model, at) > budget:
             continue
         out.append(at)
