@@ -65,3 +65,25 @@ def test_the_oracle_runs_after_the_only_round_a_limit_allows(monkeypatch):
     assert "Add" not in ops(res.model)  # folded although the rules were still changing
     assert len(calls) == 2  # the oracle's snapshot, then the final e-graph (changed since)
     assert_same_outputs(m, res.model)
+
+
+def test_rule_files_loaded_in_one_process_are_kept_to_a_bound(tmp_path):
+    """Each set of rule files loads an e-graph of its own (about 575 MiB with the default
+    rules), cached for the next optimization with the same files; a process that optimized
+    with many rule files kept all of them, and a test-suite worker was killed for memory. The
+    least recently used are dropped past MAX_LOADED; the default rules' stays while in use."""
+    import eqsat.core.saturate as sat
+
+    files = []
+    for k in range(sat.MAX_LOADED + 2):
+        f = tmp_path / f"r{k}.egg"
+        f.write_text(f'; Relu(Relu(x)) -> Relu(x)\n(rewrite (Relu (Relu x)) (Relu x) :name "mine-{k}")\n')
+        files.append(f)
+    default = sat.Saturator()
+    default.close()
+    for f in files:
+        s = sat.Saturator([f], default_rules=False)
+        s.close()
+        sat.Saturator().close()  # the default rules, used between
+    assert len(sat._LOADED) <= sat.MAX_LOADED
+    assert sat._key([], True) in sat._LOADED

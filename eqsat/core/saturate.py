@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,8 +72,12 @@ class _Loaded:
 
 # Rule files loaded once per process and set of files: loading type-checks and compiles
 # every rule (most of a small model's optimization time). Each optimization pushes the
-# e-graph, works on top, and pops back to the rules alone.
-_LOADED: dict[tuple, _Loaded] = {}
+# e-graph, works on top, and pops back to the rules alone. At most MAX_LOADED sets are kept,
+# the least recently used dropped first: each holds an e-graph of about 575 MiB, and a process
+# that optimized with many rule files (a test suite, a search over rules) grew by that much
+# for each one and was killed for memory.
+_LOADED: OrderedDict[tuple, _Loaded] = OrderedDict()
+MAX_LOADED = 2
 _BATCHES = itertools.count(1)  # names of run_batch's one-shot rulesets, unique per process
 
 
@@ -103,6 +107,9 @@ class Saturator:
         if loaded is None:
             loaded = _load(rule_files, default_rules, explain)
             _LOADED[self._key] = loaded
+            while len(_LOADED) > MAX_LOADED:  # a Saturator working on one keeps its e-graph
+                _LOADED.popitem(last=False)
+        _LOADED.move_to_end(self._key)
         self.eg = loaded.eg
         self.declared = loaded.declared
         self.schedule = loaded.schedule
