@@ -14,7 +14,7 @@ from pathlib import Path
 import onnx
 from onnx import GraphProto, ModelProto, TypeProto
 
-from eqsat.core import native
+from eqsat.core import native, ort_symbolic
 from eqsat.core.initializers import fixed_initializers, overridable_inputs
 from eqsat.core.scopes import implicit_inputs
 from eqsat.errors import InvalidModelError
@@ -348,18 +348,15 @@ def _ort_symbolic(model: ModelProto) -> ModelProto | None:
         return None
     import contextlib
     import io
-    import logging
     import tempfile
 
-    logging.getLogger("onnxruntime.tools.symbolic_shape_infer").setLevel(logging.CRITICAL)
     for auto_merge in (False, True):
         try:
-            # On incomplete inference it saves `sym_shape_infer_temp.onnx` (and external data
-            # files) into the working directory before raising: keep that out of the user's folder.
+            # Anything it writes into the working directory (its own infer_shapes saves
+            # `sym_shape_infer_temp.onnx` when incomplete) stays out of the user's folder.
             with tempfile.TemporaryDirectory(prefix="eqsat-shapes-") as scratch, contextlib.chdir(scratch), \
                     contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                out = SymbolicShapeInference.infer_shapes(model, int_max=2**31 - 1, auto_merge=auto_merge,
-                                                          guess_output_rank=False, verbose=0)
+                out = ort_symbolic.infer(SymbolicShapeInference, model, auto_merge)
         except Exception:  # noqa: BLE001 - unsupported ops, custom domains: onnx's inference still runs
             continue
         if auto_merge and _merged_named_dims(model, out):

@@ -1,0 +1,107 @@
+"""onnxruntime's symbolic shape inference, run so that what it claims holds.
+
+Its `SymbolicShapeInference` (onnxruntime/tools/symbolic_shape_infer.py) guesses where sympy
+cannot decide a comparison, and eqsat's rules take its shapes as facts:
+
+- Slice: where it cannot decide whether an end lies within the dimension it "treats them as
+  equal", and where it cannot decide whether an index is negative it takes it as not. The
+  Slice's length is then a guess (Slice(u, 0, N) on 2 * ceiling(N / 2) elements: it claims
+  2 * ceiling(N / 2), N + 1 where N is odd). `Sound` gives each axis of such a Slice a new
+  symbolic size of its own, related to nothing.
+- Conv and pooling with auto_pad SAME_UPPER / SAME_LOWER and a stride over a symbolic size:
+  where it cannot decide the size's remainder by the stride it assumes none, floor(N / s).
+  ONNX defines the size as ceiling(N / s) whatever the kernel; `Sound` gives that.
+
+`infer(cls, model, auto_merge)` runs `Sound` as `SymbolicShapeInference.infer_shapes` runs
+its own class, without the file it saves into the working directory on incomplete inference.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from onnx import ModelProto, helper
+
+
+class _Count(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.n = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.n += 1
+
+
+def _sound_class(base: type) -> type:
+    mod = sys.modules[base.__module__]
+    logger = mod.logger
+    logger.setLevel(logging.WARNING)  # its guesses are logged as warnings: they must reach _Count
+    logger.propagate = False
+
+    class Sound(base):
+        def _infer_Slice(self, node):  # noqa: N802  (onnxruntime's dispatcher name)
+            count = _Count()
+            logger.addHandler(count)
+            try:
+                super()._infer_Slice(node)
+            finally:
+                logger.removeHandler(count)
+            if count.n:
+                self._forget_axes(node, self._slice_axes(node))
+
+        def _slice_axes(self, node) -> list[int]:
+            if mod.get_opset(self.out_mp_) <= 9:
+                axes, starts = mod.get_attribute(node, "axes"), mod.get_attribute(node, "starts")
+            else:
+                axes, starts = self._try_get_value(node, 3), self._try_get_value(node, 1)
+                axes = mod.as_list(axes, keep_none=True)
+                starts = mod.as_list(starts, keep_none=True)
+            if not axes:
+                axes = list(range(len(starts or [])))
+            rank = len(self._get_shape(node, 0))
+            return [int(a) + rank if int(a) < 0 else int(a) for a in axes]
+
+        def _forget_axes(self, node, axes: list[int]) -> None:
+            vi = self.known_vi_[node.output[0]]
+            shape = mod.get_shape_from_value_info(vi)
+            if shape is None:
+                return
+            for a in axes:
+                if 0 <= a < len(shape):
+                    shape[a] = str(self._new_symbolic_dim_from_output(node, 0, a))
+            vi.CopyFrom(helper.make_tensor_value_info(node.output[0], vi.type.tensor_type.elem_type, shape))
+
+        def _compute_conv_pool_shape(self, node, channels_last=False):
+            shape = super()._compute_conv_pool_shape(node, channels_last)
+            auto_pad = mod.get_attribute(node, "auto_pad", b"NOTSET")
+            if (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) not in ("SAME_UPPER", "SAME_LOWER"):
+                return shape
+            sizes = self._get_sympy_shape(node, 0)
+            rank = len(sizes) - 2
+            strides = mod.get_attribute(node, "strides", [1] * rank)
+            first = 1 if channels_last else 2
+            for ax, s in zip(range(first, first + rank), strides, strict=False):
+                if not mod.is_literal(sizes[ax]):
+                    shape[ax] = mod.sympy.ceiling(sizes[ax] / s)
+            return shape
+
+    return Sound
+
+
+def infer(base: type, model: ModelProto, auto_merge: bool) -> ModelProto:
+    """`base.infer_shapes(model, auto_merge=auto_merge)` (int_max 2**31 - 1, no guessed output
+    ranks) with the guesses above made sound. Raises where the inference is incomplete."""
+    mod = sys.modules[base.__module__]
+    opset = mod.get_opset(model)
+    if not opset or opset < 7:
+        raise ValueError("onnxruntime's symbolic shape inference needs opset 7 or above")
+    inference = _sound_class(base)(2**31 - 1, auto_merge, False, 0)
+    inference._preprocess(model)
+    complete = False
+    while inference.run_:
+        complete = inference._infer_impl()
+    inference._update_output_from_vi()
+    if not complete:
+        raise RuntimeError("incomplete symbolic shape inference")
+    return inference.out_mp_
