@@ -15,7 +15,9 @@ and it is exported with the TorchScript exporter (opset 17; symbolic ``batch``, 
     python -m eqsat optimize M.onnx -o M.nchw.opt.onnx --target onnx --layout nchw -q
 
 The first run's report gives the verification status, the node counts and the phase times;
-of the second only the exit code is kept.  Writes FILE (default
+of the second only the exit code is kept. The first run's model is then compared with the
+original under onnxruntime at two other sizes (`cross_check`), which eqsat's verification
+did not choose.  Writes FILE (default
 benchmarks/results/architectures.md) and the records as DIR/results.json.
 
 Variants (for every selected architecture; the file names get the variant as a suffix):
@@ -191,18 +193,6 @@ def build_whisper():
     return Wrapper(m, ins, ("last_hidden_state",)), ins, {"input_features": {0: "batch"}}, "audio"
 
 
-def build_wav2vec2():
-    tf = _transformers()
-    cfg = tf.Wav2Vec2Config(vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                            intermediate_size=128, conv_dim=(32, 32, 32), conv_kernel=(10, 3, 3),
-                            conv_stride=(5, 2, 2), num_conv_pos_embeddings=16,
-                            num_conv_pos_embedding_groups=4, feat_extract_norm="group",
-                            mask_time_prob=0.0, attn_implementation="eager")
-    ins = {"input_values": torch.randn(1, 800, generator=torch.Generator().manual_seed(0))}
-    return (Wrapper(tf.Wav2Vec2Model(cfg), ins, ("last_hidden_state",)), ins,
-            {"input_values": {0: "batch", 1: "samples"}}, "audio")
-
-
 def build_detr():
     tf = _transformers()
     backbone = tf.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
@@ -213,6 +203,28 @@ def build_detr():
                         num_queries=10, attn_implementation="eager")
     ins = image_inputs(64)
     return Wrapper(tf.DetrModel(cfg), ins, ("last_hidden_state",)), ins, {"pixel_values": {0: "batch"}}, "image"
+
+
+def build_funnel():
+    tf = _transformers()
+    cfg = tf.FunnelConfig(vocab_size=VOCAB, d_model=64, n_head=4, d_head=16, d_inner=128, block_sizes=[1, 1],
+                          num_decoder_layers=1, max_position_embeddings=128)
+    ins = text_inputs()
+    return Wrapper(tf.FunnelModel(cfg), ins, ("last_hidden_state",)), ins, {k: TOK_AXES for k in ins}, "text"
+
+
+def audio(cls_name: str, cfg_name: str, extra: dict):
+    """A wav2vec2-style speech encoder on raw samples [batch, samples]."""
+    def build():
+        tf = _transformers()
+        cfg = getattr(tf, cfg_name)(vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                    intermediate_size=128, conv_dim=(32, 32, 32), conv_kernel=(10, 3, 3),
+                                    conv_stride=(5, 2, 2), num_conv_pos_embeddings=16,
+                                    num_conv_pos_embedding_groups=4, mask_time_prob=0.0, **extra)
+        ins = {"input_values": torch.randn(1, 800, generator=torch.Generator().manual_seed(0))}
+        return (Wrapper(getattr(tf, cls_name)(cfg), ins, ("last_hidden_state",)), ins,
+                {"input_values": {0: "batch", 1: "samples"}}, "audio")
+    return build
 
 
 ARCHS = {
@@ -262,7 +274,7 @@ ARCHS = {
     "mobilevit": vis("MobileViTModel", "MobileViTConfig",
                      dict(image_size=64, hidden_sizes=[32, 48, 64], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
                           num_attention_heads=2, patch_size=2), size=64, eager=False),
-    "wav2vec2": build_wav2vec2,
+    "wav2vec2": audio("Wav2Vec2Model", "Wav2Vec2Config", dict(feat_extract_norm="group", attn_implementation="eager")),
     "clip-vision": vis("CLIPVisionModel", "CLIPVisionConfig",
                        dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                             image_size=32, patch_size=8, projection_dim=32)),
@@ -273,6 +285,41 @@ ARCHS = {
                 dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                      image_size=32, patch_size=8, use_relative_position_bias=True, use_mean_pooling=True)),
     "detr": build_detr,
+    # first run 2026-12-06 (never used before then): the sweep of that day
+    "roformer": enc("RoFormerModel", "RoFormerConfig", dict(embedding_size=64)),
+    "funnel": build_funnel,
+    "convbert": enc("ConvBertModel", "ConvBertConfig", dict(embedding_size=64, head_ratio=2, conv_kernel_size=5),
+                    eager=False),
+    "squeezebert": enc("SqueezeBertModel", "SqueezeBertConfig",
+                       dict(embedding_size=64, q_groups=2, k_groups=2, v_groups=2, post_attention_groups=2,
+                            intermediate_groups=2, output_groups=2), eager=False),
+    "mpnet": enc("MPNetModel", "MPNetConfig", dict(relative_attention_num_buckets=32), eager=False),
+    "gptj": dec("GPTJModel", "GPTJConfig", dict(n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=128)),
+    "gptneo": dec("GPTNeoModel", "GPTNeoConfig", dict(attention_types=[[["global", "local"], 1]], num_layers=2,
+                                                      window_size=8)),
+    "codegen": dec("CodeGenModel", "CodeGenConfig", dict(n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
+                                                         n_positions=128, n_ctx=128)),
+    "stablelm": dec("StableLmModel", "StableLmConfig", dict(num_key_value_heads=2, partial_rotary_factor=0.25)),
+    "olmo": dec("OlmoModel", "OlmoConfig", dict(num_key_value_heads=2)),
+    "gemma2": dec("Gemma2Model", "Gemma2Config", dict(num_key_value_heads=2, head_dim=16, sliding_window=8,
+                                                      attn_logit_softcapping=50.0, final_logit_softcapping=30.0)),
+    "phi3": dec("Phi3Model", "Phi3Config", dict(num_key_value_heads=2, pad_token_id=0)),
+    "qwen3": dec("Qwen3Model", "Qwen3Config", dict(num_key_value_heads=2, head_dim=16)),
+    "starcoder2": dec("Starcoder2Model", "Starcoder2Config", dict(num_key_value_heads=2, sliding_window=None)),
+    "levit": vis("LevitModel", "LevitConfig",
+                 dict(image_size=64, hidden_sizes=[32, 48, 64], num_attention_heads=[1, 2, 2], depths=[1, 1, 1],
+                      key_dim=[8, 8, 8], patch_size=16,
+                      down_ops=[["Subsample", 8, 1, 4, 2, 2], ["Subsample", 8, 2, 4, 2, 2]]), size=64, eager=False),
+    "poolformer": vis("PoolFormerModel", "PoolFormerConfig", dict(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1]),
+                      eager=False),
+    "pvtv2": vis("PvtV2Model", "PvtV2Config", dict(image_size=32, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
+                                                   num_attention_heads=[1, 2, 2, 4]),
+                 keys=("last_hidden_state",), eager=False),
+    "focalnet": vis("FocalNetModel", "FocalNetConfig", dict(embed_dim=16, depths=[1, 1], focal_levels=[2, 2],
+                                                            focal_windows=[3, 3]), eager=False),
+    "hubert": audio("HubertModel", "HubertConfig", dict(feat_extract_norm="group")),
+    "wavlm": audio("WavLMModel", "WavLMConfig",
+                   dict(feat_extract_norm="group", num_buckets=32, max_bucket_distance=64)),
     "llama-kv": kv("LlamaModel", "LlamaConfig", dict(TXT, num_key_value_heads=2)),
     "gpt2-kv": kv("GPT2Model", "GPT2Config", dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4,
                                                   n_positions=128)),
@@ -363,6 +410,79 @@ def run_eqsat(args: list[str], timeout: float) -> dict:
             "warnings": [ln for ln in err.splitlines() if ln.startswith("eqsat: warning:")]}
 
 
+CROSS_TOLERANCE = 1e-3  # cross_check's max_rel above this is a difference (float16 outputs: 1e-2)
+CROSS_SIZES = ({"batch": 3, "sequence": 11, "samples": 1000, "new_tokens": 2, "past_sequence": 7},
+               {"batch": 1, "sequence": 5, "samples": 640, "new_tokens": 1, "past_sequence": 4})
+
+
+def _cross_feeds(model: onnx.ModelProto, sizes: dict[str, int], rng, masked: bool) -> dict:
+    import numpy as np
+
+    sizes = {**sizes, "total_sequence": sizes["past_sequence"] + sizes["new_tokens"]}
+    feeds = {}
+    for vi in model.graph.input:
+        t = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else sizes.get(d.dim_param, 4) for d in t.shape.dim]
+        dt = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+        if vi.name == "input_ids":
+            feeds[vi.name] = rng.integers(0, VOCAB, shape).astype(dt)
+        elif vi.name == "attention_mask":
+            feeds[vi.name] = np.ones(shape, dt)
+            if masked:
+                feeds[vi.name][..., -2:] = 0
+        elif dt.kind in "iu":
+            feeds[vi.name] = rng.integers(0, 4, shape).astype(dt)
+        else:
+            feeds[vi.name] = rng.standard_normal(shape).astype(dt)
+    return feeds
+
+
+def cross_check(original: Path, optimized: Path) -> dict:
+    """The optimized model against the original under onnxruntime (optimizations off, one
+    thread) at the sizes of CROSS_SIZES, not the export's (the last two tokens masked at the
+    first): eqsat's verification does not judge itself here. {"max_rel": the largest
+    |difference| / max(1, max |original|) over outputs and sizes, "sizes": how many the
+    original ran on, "tolerance": CROSS_TOLERANCE, 1e-2 for float16 outputs} or {"error": why
+    not}; a size the original refuses is skipped."""
+    import numpy as np
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 4
+    try:
+        ref, opt = (ort.InferenceSession(str(p), so, providers=["CPUExecutionProvider"]) for p in (original, optimized))
+    except Exception as e:  # noqa: BLE001  (a row, not the end of the sweep)
+        return {"error": f"load: {_last_line(str(e))}"}
+    model, rng = onnx.load(str(original), load_external_data=False), np.random.default_rng(0)
+    worst, ran, tolerance = 0.0, 0, CROSS_TOLERANCE
+    for i, sizes in enumerate(CROSS_SIZES):
+        feeds = _cross_feeds(model, sizes, rng, masked=i == 0)
+        try:
+            expected = ref.run(None, feeds)
+        except Exception:  # noqa: BLE001  (sizes the original does not take)
+            continue
+        ran += 1
+        try:
+            got = opt.run(None, feeds)
+        except Exception as e:  # noqa: BLE001
+            return {"error": f"the optimized model fails where the original runs: {_last_line(str(e))}"}
+        for e, g in zip(expected, got, strict=True):
+            if e.shape != g.shape:
+                return {"error": f"shape {list(g.shape)} where the original gives {list(e.shape)}"}
+            if e.size and not np.array_equal(np.isnan(e), np.isnan(g)):
+                return {"error": "NaN where the original has a number, or the reverse"}
+            if e.dtype == np.float16:
+                tolerance = 1e-2
+            if e.size:
+                diff = np.nanmax(np.abs(e.astype(np.float64) - g)) / max(1.0, float(np.nanmax(np.abs(e))))
+                worst = max(worst, float(diff))
+    if not ran:
+        return {"error": "the original runs at none of the sizes"}
+    return {"max_rel": worst, "sizes": ran, "tolerance": tolerance}
+
+
 def sweep_one(name: str, out: Path, a: argparse.Namespace) -> dict:
     stem = name + variant_suffix(a)
     rec: dict = {"name": stem}
@@ -386,6 +506,8 @@ def sweep_one(name: str, out: Path, a: argparse.Namespace) -> dict:
     elif "verification failed" in d["error"]:
         d["verification"] = {"status": "failed", "detail": d["error"]}
     rec["default"] = d
+    if d["rc"] == 0:
+        rec["cross"] = cross_check(m, out / f"{stem}.opt.onnx")
     rec["onnx_nchw"] = run_eqsat([str(m), "-o", str(out / f"{stem}.nchw.opt.onnx"), "--target", "onnx",
                                   "--layout", "nchw", "-q"], a.timeout)
     return rec
@@ -435,11 +557,11 @@ def _cell(text: str) -> str:
 
 def write_results(recs: list[dict], path: Path, command: str, timeout: float, source: str) -> str:
     rows, notes = [], []
-    n_exp = n_pass = n_fail = n_np = n_nchw_ok = 0
+    n_exp = n_pass = n_fail = n_np = n_nchw_ok = n_cross = n_cross_bad = 0
     for r in recs:
         name = r["name"]
         if "export_error" in r:
-            rows.append(f"| {name} | error | - | - | - | - | - | - | - |")
+            rows.append(f"| {name} | error | - | - | - | - | - | - | - | - |")
             notes.append(f"- {name}: export: `{_cell(r['export_error'])}`")
             continue
         n_exp += 1
@@ -455,8 +577,20 @@ def write_results(recs: list[dict], path: Path, command: str, timeout: float, so
         n_nchw_ok += n["rc"] == 0
         nodes = f"{d['nodes_before']} -> {d['nodes_after']}" if "nodes_after" in d else "-"
         phases = f"{sum(d['times_s'].values()):.2f}" if "times_s" in d else "-"
+        cross = r.get("cross")
+        if cross is None:
+            shown = "-"
+        elif "error" in cross:
+            shown = "**differs**" if "original runs at none" not in cross["error"] else "not run"
+            n_cross_bad += shown != "not run"
+            notes.append(f"- {name}: cross-check: {cross['error']}")
+        else:
+            n_cross += 1
+            bad = cross["max_rel"] > cross.get("tolerance", CROSS_TOLERANCE)
+            n_cross_bad += bad
+            shown = f"{'**' if bad else ''}{cross['max_rel']:.1e}{'**' if bad else ''}"
         rows.append(f"| {name} | ok | {r['nodes_exported']} | {d['rc']} | {status} | {nodes} | {phases} "
-                    f"| {d['wall_s']:.1f} | {n['rc']} |")
+                    f"| {d['wall_s']:.1f} | {shown} | {n['rc']} |")
         if d["rc"] != 0:
             notes.append(f"- {name}: default run: `{_cell(d['error'])}`")
         elif status == "-":
@@ -467,7 +601,8 @@ def write_results(recs: list[dict], path: Path, command: str, timeout: float, so
             notes.append(f"- {name}: `--target onnx --layout nchw`: `{_cell(n['error'])}`")
     summary = (f"{len(recs)} architectures: {n_exp} exported; default run: {n_pass} passed verification, "
                f"{n_fail} failed (non-zero exit, timeout or no report), {n_np} verification not possible; "
-               f"`--target onnx --layout nchw`: {n_nchw_ok} of {n_exp} exit 0.")
+               f"`--target onnx --layout nchw`: {n_nchw_ok} of {n_exp} exit 0; cross-check: {n_cross} compared, "
+               f"{n_cross_bad} beyond {CROSS_TOLERANCE:g} (float16: 1e-2) or failing where the original runs.")
     lines = [
         "# eqsat on more architectures",
         "",
@@ -485,11 +620,15 @@ def write_results(recs: list[dict], path: Path, command: str, timeout: float, so
         "--layout nchw`. **exported nodes**: nodes of the exported graph; **rc**: exit code; "
         "**verification**: the report's status (`failed`: eqsat's error, no report written); "
         "**nodes**: the report's nodes_before -> nodes_after; **phases s**: the sum of the report's "
-        "times_s; **wall s**: the child process, start to exit (loading, optimizing, verifying, saving).",
+        "times_s; **wall s**: the child process, start to exit (loading, optimizing, verifying, saving); "
+        "**cross-check**: the written model against the original under onnxruntime at two other sizes "
+        "(`cross_check`: batch 3, sequence 11 with two tokens masked; batch 1, sequence 5; KV models 2 and 1 "
+        "new tokens after 7 and 4), the largest |difference| / max(1, max |original|), not eqsat's own "
+        "verification.",
         "",
         "| architecture | export | exported nodes | rc | verification | nodes | phases s | wall s "
-        "| onnx/nchw rc |",
-        "|---|---|---:|---:|---|---|---:|---:|---:|",
+        "| cross-check | onnx/nchw rc |",
+        "|---|---|---:|---:|---|---|---:|---:|---:|---:|",
         *rows,
         "",
         summary,
