@@ -76,3 +76,45 @@ def test_a_branch_whose_own_verification_is_not_possible_is_kept(capsys, tmp_pat
     if out is not None:  # kept: the branch as it was
         then = next(a.g for a in out.graph.node[-1].attribute if a.name == "then_branch")
         assert [n.op_type for n in then.node] == ["Reshape", "Mul", "Reshape"]
+
+
+# ---- symbolic sizes beyond the model's constants
+
+SLICE_DROP = ('(ruleset bad)\n; Slice(x, ...) -> x, unsound\n'
+              '(rewrite (Slice x a b c d) x :ruleset bad :name "bad-slice")\n')
+
+
+def test_a_rewrite_wrong_only_beyond_a_constant_size_is_refused(capsys, tmp_path):
+    # Slice(x, 0, 5) is x for every size of x up to 5: verification ran N = 2 and the edge
+    # cases N = 0 and 1, so a rule file's Slice -> x was written with exit 0 (6 values where
+    # the original gives 5 for N = 6). An edge run scales the free symbolic sizes beyond every
+    # small integer constant's value
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[N] x) => (float[M] y) {
+            s = Constant <value = int64[1] {0}> ()
+            e = Constant <value = int64[1] {5}> ()
+            y = Slice(x, s, e)
+        }""")
+    rc, err, out = _optimize(capsys, tmp_path, m, SLICE_DROP)
+    assert rc == 1 and out is None, err
+    assert "symbolic sizes beyond the constants' values (symbolic sizes N=6)" in err, err
+
+
+def test_the_run_beyond_the_constants_keeps_related_sizes_and_passes_a_right_program():
+    # a KV cache's total = past + sequence holds after scaling: the original runs there, and the
+    # model against itself passes on it
+    from eqsat.verification import verify
+
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[past] k, float[seq] x, float[total] mask) => (float[M] y) {
+            c = Concat <axis = 0> (k, x)
+            a = Add(c, mask)
+            s = Constant <value = int64[1] {0}> ()
+            e = Constant <value = int64[1] {20}> ()
+            y = Slice(a, s, e)
+        }""")
+    v = verify(m, m)
+    assert v.status == "passed" and "symbolic sizes beyond the constants' values" in v.edge_cases, v.detail
+    assert "not on symbolic sizes beyond" not in v.edge_cases, v.edge_cases

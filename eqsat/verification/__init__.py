@@ -389,6 +389,19 @@ NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_nega
 MASKS_LABEL = "masks beyond 0 and 1"  # the run of Feeds.with_masks_widened
 ONES_LABEL = "symbolic sizes of 1"  # every free symbolic dimension at size 1, in one run
 ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
+BEYOND_LABEL = "symbolic sizes beyond the constants' values"  # the run at constant_sizes.beyond_sizes
+
+
+def _beyond(original: ModelProto, sizes: dict[str, int], dims: dict[str, int] | None) -> dict[str, int] | None:
+    """The sizes of `_edge_runs`' run beyond the model's constants (constant_sizes.beyond_sizes:
+    the random runs' sizes of the free symbolic dimensions scaled past every small integer
+    constant's value, within the elements of the largest sizes `verification_dims` tries)."""
+    from eqsat.verification.constant_sizes import beyond_sizes
+
+    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
+    if not free:
+        return None
+    return beyond_sizes(original, free, sizes, verification_dims(original, dims))
 
 
 def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, sizes: dict[str, int] | None,
@@ -408,7 +421,9 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     ZERO_DIMS) at size 0 (an empty batch or sequence: a Reshape's -1 beside a 0 is
     refused, a rule that reads a size from an element count is wrong), and those all at size
     1, or each alone at 1 where the original does not run so (Squeeze without axes drops a
-    batch of one). They are compared as
+    batch of one), and the free ones scaled beyond every value of the model's small integer
+    constants (`_beyond`: a Slice to 5 taken for the identity passed sizes of 0 to 3). They
+    are compared as
     any run (NaN where NaN, inf where inf of the same sign), but for the large values, where
     only the places and kinds of non-finite values must agree (an overflow on one side only
     is what they look for): a large value cancelling against itself along two paths leaves
@@ -438,6 +453,9 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
     if free and any(sizes.get(n) != 1 for n in free):
         cases.append((ONES_LABEL, "ones", {**sizes, **dict.fromkeys(free, 1)}))
+    beyond = _beyond(original, sizes, dims)
+    if beyond is not None:
+        cases.append((BEYOND_LABEL, "beyond", beyond))
     ran, refused = [], []
     for label, kind, at in cases:  # (grows while it runs: each size 1 alone where all at 1 is refused)
         found = _edge_expected(feeds, ref, label, kind, at, seed, wide)
@@ -448,7 +466,7 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
                 refused.append(label)
             continue
         f, expected, used = found
-        where = f"{label} (symbolic sizes {_listed(at)})" if kind in ("empty", "ones", "one") else label
+        where = f"{label} (symbolic sizes {_listed(at)})" if kind in ("empty", "ones", "one", "beyond") else label
         try:
             got = opt(f, at)
         except Exception as e:  # noqa: BLE001
@@ -500,7 +518,7 @@ def _edge_feeds(feeds: Feeds, kind: str, at: dict[str, int], seed: int, wide: bo
         return feeds.with_integer_extremes(f, seed)
     if kind == "masks":
         return feeds.with_masks_widened(f, seed)
-    if kind in ("empty", "ones", "one"):
+    if kind in ("empty", "ones", "one", "beyond"):
         return f
     return feeds.with_special_values(f, seed, kind)
 
