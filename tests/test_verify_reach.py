@@ -118,3 +118,21 @@ def test_the_run_beyond_the_constants_keeps_related_sizes_and_passes_a_right_pro
     v = verify(m, m)
     assert v.status == "passed" and "symbolic sizes beyond the constants' values" in v.edge_cases, v.detail
     assert "not on symbolic sizes beyond" not in v.edge_cases, v.edge_cases
+
+
+# ---- inputs drawn alike
+
+
+def test_string_inputs_are_not_all_the_same_string(capsys, tmp_path):
+    # every string element was drawn "a": two string inputs were always equal, so a rule file's
+    # Where(c, a, b) -> b on strings passed every run (with the booleans negated too) and was
+    # written with exit 0
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (bool[3] c, string[3] x, string[3] s) => (string[3] y) { y = Where(c, x, s) }""")
+    rules = '(ruleset bad)\n; Where(c, a, b) -> b, unsound\n(rewrite (Where c a b) b :ruleset bad :name "bad-where")\n'
+    feeds = {"c": np.array([True, False, True]), "x": np.array(["p", "q", "r"], dtype=object),
+             "s": np.array(["u", "v", "w"], dtype=object)}
+    rc, err, out = _optimize(capsys, tmp_path, m, rules)
+    assert rc == 1 and out is None, err
+    assert _outputs(m, feeds)[0].tolist() == ["p", "v", "r"]

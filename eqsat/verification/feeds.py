@@ -2,7 +2,8 @@
 optimized model.
 
 Contract of `Feeds.draw(sizes, seed, wide)`:
-- floating-point inputs: standard normal values; booleans: fair coin flips; strings: "a";
+- floating-point inputs: standard normal values; booleans: fair coin flips; strings: each
+  element one of STRINGS at random (every element "a" made any two string inputs equal);
 - with `wide`, integers are drawn by how the model uses them (`Feeds.roles`), so that an
   unsound integer rewrite shows while every input stays valid:
   - an index (Gather's, GatherElements', GatherND's, ScatterND's, OneHot's, an embedding's
@@ -52,6 +53,9 @@ from eqsat.io import external
 from eqsat.lang.dtypes import np_dtype
 
 GENERAL = (-9, 10)  # integers drawn in [-9, 9]
+# what a string element is drawn from: where every element was "a", a rule file's Where(c, a, b) -> b
+# on two string inputs passed (they were always equal); cases and a space for what normalizes or splits
+STRINGS = ("a", "b", "ab", "Ba", "a b")
 SCALED = 100  # Feeds.with_special_values(kind="scaled"): the floats drawn times this
 # Feeds.with_special_values(kind="far"): the floats drawn times this, or the type's largest value / 64
 # where that is less (float16: 1023, so that no draw overflows)
@@ -347,7 +351,8 @@ class Feeds:
             elif np.issubdtype(dt, np.floating):
                 feeds[name] = rng.standard_normal(shape).astype(dt)
             elif dt == np.object_:
-                feeds[name] = np.array(["a"] * int(np.prod(shape)), dtype=object).reshape(shape)
+                feeds[name] = np.array([STRINGS[i] for i in rng.integers(0, len(STRINGS), int(np.prod(shape)))],
+                                       dtype=object).reshape(shape)
             else:
                 feeds[name] = rng.standard_normal(shape).astype(dt)
         if wide and self.size_mode == "large":
