@@ -136,3 +136,20 @@ def test_string_inputs_are_not_all_the_same_string(capsys, tmp_path):
     rc, err, out = _optimize(capsys, tmp_path, m, rules)
     assert rc == 1 and out is None, err
     assert _outputs(m, feeds)[0].tolist() == ["p", "v", "r"]
+
+
+def test_two_scalar_conditions_are_both_true_in_some_run(capsys, tmp_path):
+    # two scalar booleans drew (False, True) at seed 0, (True, False) negated and (False,
+    # False) at the edge cases' seed: never both true, so a rule file's Where(And(a, b), p, q)
+    # -> q was written with exit 0 (x where the original gives -x)
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (bool c1, bool c2, float[3] x) => (float[3] y) {
+            a = And(c1, c2)
+            n = Neg(x)
+            y = Where(a, n, x)
+        }""")
+    rules = ("(ruleset bad)\n; Where(And(a, b), p, q) -> q, unsound\n"
+             '(rewrite (Where (And a b) p q) q :ruleset bad :name "bad-and")\n')
+    feeds = {"c1": np.array(True), "c2": np.array(True), "x": np.array([1, 2, 3], np.float32)}
+    _never_written_wrong(capsys, tmp_path, m, rules, feeds)

@@ -387,6 +387,7 @@ EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_in
 NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
 NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_negated, on the first random draw
 MASKS_LABEL = "masks beyond 0 and 1"  # the run of Feeds.with_masks_widened
+TRUE_LABEL, FALSE_LABEL = "booleans all true", "booleans all false"  # the runs of Feeds.with_booleans_set
 ONES_LABEL = "symbolic sizes of 1"  # every free symbolic dimension at size 1, in one run
 ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
 BEYOND_LABEL = "symbolic sizes beyond the constants' values"  # the run at constant_sizes.beyond_sizes
@@ -417,6 +418,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     but for int8's -128), sizes with a -1 among them (Feeds.with_negative_sizes), the first
     random draw with booleans and masks negated (Feeds.with_flags_negated: each takes both
     values), masks of -2 to 3 where the random ones are 0 or 1 (Feeds.with_masks_widened),
+    booleans all true and all false where they hold several elements (Feeds.with_booleans_set:
+    two scalar conditions were never both true),
     each symbolic input dimension (those the user does not bind first; at most
     ZERO_DIMS) at size 0 (an empty batch or sequence: a Reshape's -1 beside a 0 is
     refused, a rule that reads a size from an element count is wrong), and those all at size
@@ -435,27 +438,7 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     one run of each model, on empty tensors for the sizes of 0. Returns what was checked and
     left out, as a clause, or the failed Verification."""
     sizes = dict(sizes or {})
-    cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
-    if feeds.has_general_integers():
-        cases[0] = (ZEROS_LABEL, "zeros", sizes)
-    if feeds.has_sizes():
-        cases += [(SIZES_LABEL, "sizes", sizes), (LARGER_LABEL, "larger", sizes), (NEGATIVE_LABEL, "negative", sizes)]
-    if feeds.has_general_integers():
-        cases.append((EXTREMES_LABEL, "extremes", sizes))
-    if feeds.has_flags():
-        cases.append((NEGATED_LABEL, "negated", sizes))
-    if feeds.has_masks():
-        cases.append((MASKS_LABEL, "masks", sizes))
-    # the free ones first; a bound one too (`dims` sizes the inputs, the written model keeps the
-    # symbol: a fused op that refuses an empty batch was written where --dim bound it)
-    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
-    free += [n for n in symbolic_input_dims(original) if n in (dims or {})]
-    cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
-    if free and any(sizes.get(n) != 1 for n in free):
-        cases.append((ONES_LABEL, "ones", {**sizes, **dict.fromkeys(free, 1)}))
-    beyond = _beyond(original, sizes, dims)
-    if beyond is not None:
-        cases.append((BEYOND_LABEL, "beyond", beyond))
+    cases, free = _edge_cases(original, feeds, sizes, dims)
     ran, refused = [], []
     for label, kind, at in cases:  # (grows while it runs: each size 1 alone where all at 1 is refused)
         found = _edge_expected(feeds, ref, label, kind, at, seed, wide)
@@ -488,6 +471,36 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     return "; ".join(out)
 
 
+def _edge_cases(original: ModelProto, feeds: Feeds, sizes: dict[str, int], dims: dict[str, int] | None
+                ) -> tuple[list[tuple[str, str, dict[str, int]]], list[str]]:
+    """(the (label, kind, sizes) of `_edge_runs`' cases, the symbolic dimensions tried at size 0 and 1:
+    the free ones first)."""
+    cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
+    if feeds.has_general_integers():
+        cases[0] = (ZEROS_LABEL, "zeros", sizes)
+    if feeds.has_sizes():
+        cases += [(SIZES_LABEL, "sizes", sizes), (LARGER_LABEL, "larger", sizes), (NEGATIVE_LABEL, "negative", sizes)]
+    if feeds.has_general_integers():
+        cases.append((EXTREMES_LABEL, "extremes", sizes))
+    if feeds.has_flags():
+        cases.append((NEGATED_LABEL, "negated", sizes))
+    if feeds.has_masks():
+        cases.append((MASKS_LABEL, "masks", sizes))
+    if feeds.has_several_flags():
+        cases += [(TRUE_LABEL, "true", sizes), (FALSE_LABEL, "false", sizes)]
+    # the free ones first; a bound one too (`dims` sizes the inputs, the written model keeps the
+    # symbol: a fused op that refuses an empty batch was written where --dim bound it)
+    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
+    free += [n for n in symbolic_input_dims(original) if n in (dims or {})]
+    cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
+    if free and any(sizes.get(n) != 1 for n in free):
+        cases.append((ONES_LABEL, "ones", {**sizes, **dict.fromkeys(free, 1)}))
+    beyond = _beyond(original, sizes, dims)
+    if beyond is not None:
+        cases.append((BEYOND_LABEL, "beyond", beyond))
+    return cases, free
+
+
 def _edge_expected(feeds: Feeds, ref: Runner, label: str, kind: str, at: dict[str, int], seed: int, wide: bool):
     """(inputs, the original's outputs, seed) of one edge case of `_edge_runs`, drawn at `seed`, or
     where the original does not run those, at seed 0, the first random draw, which it ran at these
@@ -518,6 +531,8 @@ def _edge_feeds(feeds: Feeds, kind: str, at: dict[str, int], seed: int, wide: bo
         return feeds.with_integer_extremes(f, seed)
     if kind == "masks":
         return feeds.with_masks_widened(f, seed)
+    if kind in ("true", "false"):
+        return feeds.with_booleans_set(f, kind == "true")
     if kind in ("empty", "ones", "one", "beyond"):
         return f
     return feeds.with_special_values(f, seed, kind)

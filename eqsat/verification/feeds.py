@@ -33,7 +33,8 @@ an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1), `with_lar
 4 to 9 (TopK(x, Min(k, 3)) taken for TopK(x, k) passed those), `with_negative_sizes`
 puts a -1 among those (a Slice bound or axis from the end, a Reshape's inferred size);
 `with_flags_negated` negates booleans and masks (each takes both values with the draw it negates);
-`with_masks_widened` draws masks in [-2, 3] (a rule right for masks of 0 and 1 alone passed those).
+`with_masks_widened` draws masks in [-2, 3] (a rule right for masks of 0 and 1 alone passed those);
+`with_booleans_set` makes every boolean all true or all false (two conditions drew both true nowhere).
 `describe()` says what was drawn, for the verification report.
 """
 
@@ -558,6 +559,28 @@ class Feeds:
                 out[name] = np.asarray(~v)
             elif self.roles.get(name, Role("general")).kind == "mask":
                 out[name] = np.asarray(1 - v).astype(v.dtype)
+        return out
+
+    def _booleans(self) -> list[str]:
+        """The boolean inputs that are not overridable."""
+        return [name for name, (_, elem) in self.specs.items()
+                if name not in self.free and np.dtype(np_dtype(elem)) == np.bool_]
+
+    def has_several_flags(self) -> bool:
+        """Whether the boolean inputs hold more than one element together, or one of unknown
+        size (`with_booleans_set` may give them a combination no draw and its negation gave)."""
+        return sum(int(np.prod([d if isinstance(d, int) else 2 for d in self.specs[n][0]], dtype=object))
+                   for n in self._booleans()) > 1
+
+    def with_booleans_set(self, feeds: dict[str, np.ndarray], value: bool) -> dict[str, np.ndarray]:
+        """`feeds` with every element of every boolean input (not overridable) `value`: two
+        scalar conditions drew (False, True), its negation (True, False) and (False, False),
+        never both true, so Where(And(a, b), p, q) taken for q passed every run."""
+        out = dict(feeds)
+        for name in self._booleans():
+            v = feeds.get(name)
+            if isinstance(v, np.ndarray):
+                out[name] = np.full(v.shape, value, np.bool_)
         return out
 
     def describe(self, sizes: dict[str, int] | None = None, wide: bool = True,
