@@ -153,3 +153,60 @@ def test_two_scalar_conditions_are_both_true_in_some_run(capsys, tmp_path):
              '(rewrite (Where (And a b) p q) q :ruleset bad :name "bad-and")\n')
     feeds = {"c1": np.array(True), "c2": np.array(True), "x": np.array([1, 2, 3], np.float32)}
     _never_written_wrong(capsys, tmp_path, m, rules, feeds)
+
+
+# ---- values only a branch that the draws do not take reads
+
+
+CAPTURED = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[3] x, int64[1] i) => (float[3] z) {
+        v = Mul(x, x)
+        k = Constant <value = int64[1] {5000}> ()
+        c1 = Equal(i, k)
+        c = Squeeze(c1)
+        z = If(c) <then_branch = t () => (float[3] zt) {
+                zt = Neg(v)
+            }, else_branch = e () => (float[3] ze) {
+                ze = Identity(x)
+            }>
+    }"""
+
+
+def test_a_main_graph_value_read_only_by_a_branch_not_taken_is_verified(capsys, tmp_path):
+    # v = x * x is read only by the then branch, taken where i == 5000, which no draw gives;
+    # the branch as a model of its own takes v as an input. A rule file's x * x -> x in the main
+    # graph was written with exit 0 (the branch then read x: -x where the original gives -x * x)
+    m = parse_model(CAPTURED)
+    feeds = {"x": np.array([1, 2, 3], np.float32), "i": np.array([5000], np.int64)}
+    rc, err, out = _optimize(capsys, tmp_path, m, BAD_SQUARE)
+    assert rc == 1 and out is None, err
+    assert "every If's condition forced true" in err, err
+    assert _outputs(m, feeds)[0].tolist() == [-1, -4, -9]
+
+
+def test_forcing_the_conditions_passes_a_right_program_and_skips_what_the_original_refuses():
+    from eqsat.verification import verify
+
+    m = parse_model(CAPTURED)
+    v = verify(m, m)
+    assert v.status == "passed" and "every If's condition forced true and false" in v.edge_cases, v.detail
+    # the then branch reshapes 6 values to [4]: the original runs only where it is not taken
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[6] x) => (float[4] z) {
+            s = Constant <value = int64[1] {4}> ()
+            mx = ReduceMax <keepdims = 0> (x)
+            big = Constant <value = float {1000.0}> ()
+            c = Greater(mx, big)
+            z = If(c) <then_branch = t () => (float[4] zt) {
+                    zt = Reshape(x, s)
+                }, else_branch = e () => (float[4] ze) {
+                    st = Constant <value = int64[1] {0}> ()
+                    zs = Slice(x, st, s)
+                    ze = Identity(zs)
+                }>
+        }""")
+    v = verify(m, m)
+    assert v.status == "passed", v.detail
+    assert "not with every If's condition forced true (the original does not run so)" in v.edge_cases, v.edge_cases

@@ -264,7 +264,9 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     dimensions not in `dims` take the first sizes of `verification_dims` the original runs
     with. Then the edge cases of `_edge_runs`: zeros and large values among the floats, other
     sizes, integer extremes, booleans and masks negated, and each symbolic dimension at
-    size 0 and 1 (a bound one too), where the original runs on them. A model onnxruntime cannot run whole
+    size 0 and 1 (a bound one too), where the original runs on them; then, where both have the
+    same number of If nodes in the main graph, with every If's condition forced true and then
+    false (`_forced_branches`). A model onnxruntime cannot run whole
     (ops of domains it does not know, random ops)
     runs in stages, with the same stand-in values for those nodes in both models
     (eqsat.verification.standins; `random_pairs` maps the optimized model's random nodes to the
@@ -304,6 +306,12 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
         else ""
     if isinstance(edges, Verification):
         return dataclasses.replace(edges, runs=runs + (1 if varied else 0), inputs=drawn, not_verified=not_verified)
+    if EDGE_CASES:
+        forced = _forced_branches(original, optimized, runs, rtol, atol, dims, random_pairs)
+        if isinstance(forced, Verification):
+            return dataclasses.replace(forced, runs=runs + (1 if varied else 0), inputs=drawn,
+                                       not_verified=not_verified)
+        edges = "; ".join(x for x in (edges, forced) if x)
     done = _passed(runs, rtol, atol, dtypes, sizes, drawn, edges, vary, varied, not_verified)
     if qdq is not None and qdq.used:
         done = dataclasses.replace(done, detail=done.detail + "; " + qdq.describe())
@@ -469,6 +477,56 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     if refused:
         out.append("not on " + _edge_list(refused) + " (the original does not run on them)")
     return "; ".join(out)
+
+
+FORCED = "eqsat_forced_condition"  # the name of the constant `_forced_branches` puts in every If's condition
+
+
+def _forced_branches(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
+                     atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
+                     ) -> str | Verification:
+    """Both models verified again with the condition of every If of the main graph a constant
+    true, then false (`_with_conditions`), where both have the same number of them and one's
+    condition is computed: the runs reach a branch only where the inputs drawn lead there, and
+    a value of the main graph that only such a branch reads was compared nowhere (a rule file's
+    x * x -> x of a value read by a branch taken where i == 5000 was written with exit 0; the
+    branch as a model of its own takes the value as an input). What was run and what the
+    original does not run on, as a clause, or the failed Verification."""
+    ifs = [_ifs(original), _ifs(optimized)]
+    if not ifs[0] or len(ifs[0]) != len(ifs[1]) or all(
+            n.input[0].startswith(FORCED) or n.input[0] in {i.name for i in original.graph.input} for n in ifs[0]):
+        return ""
+    ran, refused = [], []
+    for value in (True, False):
+        v = verify(_with_conditions(original, value), _with_conditions(optimized, value), runs, rtol, atol, dims,
+                   random_pairs=random_pairs)
+        label = "true" if value else "false"
+        if v.status == "failed":
+            return dataclasses.replace(v, detail=f"{v.detail} (with every If's condition forced {label})",
+                                       edge_cases=f"every If's condition forced {label}")
+        (ran if v.status == "passed" else refused).append(label)
+    out = []
+    if ran:
+        out.append("on every If's condition forced " + " and ".join(ran))
+    if refused:
+        out.append("not with every If's condition forced " + " or ".join(refused) + " (the original does not run so)")
+    return "; ".join(out)
+
+
+def _ifs(model: ModelProto) -> list:
+    return [n for n in model.graph.node if n.op_type == "If" and n.domain in ("", "ai.onnx") and n.input]
+
+
+def _with_conditions(model: ModelProto, value: bool) -> ModelProto:
+    """A copy of `model` whose main graph's If nodes all take a constant `value` as their condition."""
+    out = ModelProto()
+    out.CopyFrom(model)
+    name = f"{FORCED}_{'true' if value else 'false'}"
+    for n in _ifs(out):
+        n.input[0] = name
+    out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [name], value=onnx.helper.make_tensor(
+        name, onnx.TensorProto.BOOL, [], [value])))
+    return out
 
 
 def _edge_cases(original: ModelProto, feeds: Feeds, sizes: dict[str, int], dims: dict[str, int] | None
