@@ -236,3 +236,26 @@ def test_a_threshold_between_the_scaled_and_the_large_floats_is_reached(capsys, 
              '(rewrite (Clip x lo hi) x :ruleset bad :name "clip-drop")\n')
     rc, err, out = _optimize(capsys, tmp_path, m, rules)
     assert rc == 1 and out is None, err
+
+
+# ---- indices into a table whose shape the model does not declare
+
+
+def test_an_index_into_a_computed_table_spans_the_table(capsys, tmp_path):
+    # the table t = Concat(a, b) (10 values) declares no shape, so its indices were drawn in
+    # [0, 2): a rule file's Gather(Concat(a, b), i) -> Gather(a, i) (a holds 2) was written with
+    # exit 0. The table's size comes from shape inference
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[2] a, float[8] b, int64[4] i) => (float[4] y) {
+            t = Concat <axis = 0> (a, b)
+            y = Gather(t, i)
+        }""")
+    rules = ("(ruleset bad)\n; Gather(Concat(a, b), i) -> Gather(a, i), unsound\n"
+             "(rewrite (Gather (Concat (Cons a (Cons b (Nil))) ax) i g) (Gather a i g)"
+             ' :ruleset bad :name "bad-gather")\n')
+    rc, err, out = _optimize(capsys, tmp_path, m, rules)
+    assert rc == 1 and out is None, err
+    from eqsat.verification.feeds import Feeds
+
+    assert Feeds(m).describe() == "i an index in [-10, 10)"

@@ -47,8 +47,9 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import ModelProto, TensorProto, numpy_helper
 
+from eqsat.core import native
 from eqsat.core.initializers import overridable_inputs
-from eqsat.core.shapes import type_of
+from eqsat.core.shapes import _skeleton, type_of
 from eqsat.errors import EqsatError
 from eqsat.io import external
 from eqsat.lang.dtypes import np_dtype
@@ -173,6 +174,7 @@ class Feeds:
                 if name:
                     self.consumers.setdefault(name, []).append((n, k))
         self.shapes = self._known_shapes()
+        self._inferred: dict[str, list[int | str | None]] | None = None  # `_shape`'s, made where first needed
         self.roles = {name: self._role(name) for name, (_, elem) in self.specs.items()
                       if elem in INT_CODES and name not in self.free}
         # how `draw` (with `wide`) draws sizes: "" 0 or 1, "large" 2 or 3 (with_large_sizes),
@@ -298,6 +300,27 @@ class Feeds:
     def _dims(self, dims: list[int | str | None], sizes: dict[str, int]) -> list[int]:
         return [d if isinstance(d, int) else sizes.get(d, 2) if isinstance(d, str) else 2 for d in dims]
 
+    def _shape(self, name: str) -> list[int | str | None] | None:
+        """The dimensions of a value: declared (`shapes`), else as onnx's shape inference gives
+        them (a table computed in the graph, Concat(a, b), declares none: its indices were drawn
+        in [0, 2), and a rewrite wrong only past the first two rows passed); None where neither
+        says. Inferred dimensions that inference made up (unk__N) are unknown."""
+        if name in self.shapes:
+            return self.shapes[name]
+        if self._inferred is None:
+            self._inferred = {}
+            try:
+                g = native.infer_shapes(_skeleton(self.model), check_type=False, strict_mode=False,
+                                        data_prop=True).graph
+            except Exception:  # noqa: BLE001 - inference is best effort: such a table stays unknown
+                g = None
+            for vi in g.value_info if g is not None else ():
+                t = type_of(vi.type)
+                if t is not None and t.dims is not None:
+                    self._inferred[vi.name] = [None if isinstance(d, str) and d.startswith("unk__") else d
+                                               for d in t.dims]
+        return self._inferred.get(name)
+
     def _index_range(self, role: Role, sizes: dict[str, int]) -> tuple[int, int] | None:
         """[lo, hi) for an index: within the smallest table it indexes; None where a table's
         size is not known."""
@@ -306,7 +329,7 @@ class Feeds:
             if t.size is not None:
                 ns.append(t.size)
                 continue
-            dims = self.shapes.get(t.value) if t.value is not None else None
+            dims = self._shape(t.value) if t.value is not None else None
             if dims is None:
                 return None
             dims = self._dims(dims, sizes)
