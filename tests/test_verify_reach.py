@@ -259,3 +259,22 @@ def test_an_index_into_a_computed_table_spans_the_table(capsys, tmp_path):
     from eqsat.verification.feeds import Feeds
 
     assert Feeds(m).describe() == "i an index in [-10, 10)"
+
+
+def test_a_size_bound_computed_from_constants_is_passed_too(capsys, tmp_path):
+    # the Slice's end is 3 * 4, two constants that are each below 12: the run beyond the
+    # constants' values ran N = 6, and a rule file's Slice -> x was written with exit 0. The
+    # values that the main graph computes from small integer constants alone count too
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[N] x) => (float[M] y) {
+            s = Constant <value = int64[1] {0}> ()
+            a = Constant <value = int64[1] {3}> ()
+            b = Constant <value = int64[1] {4}> ()
+            e = Mul(a, b)
+            y = Slice(x, s, e)
+        }""")
+    rc, err, out = _optimize(capsys, tmp_path, m, SLICE_DROP)
+    assert rc == 1 and out is None, err
+    assert "symbolic sizes beyond the constants' values (symbolic sizes N=14)" in err, err
+
