@@ -278,3 +278,31 @@ def test_a_size_bound_computed_from_constants_is_passed_too(capsys, tmp_path):
     assert rc == 1 and out is None, err
     assert "symbolic sizes beyond the constants' values (symbolic sizes N=14)" in err, err
 
+
+LOOP = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[3] x, int64 m) => (float[3] z) {
+        v = Mul(x, x)
+        t = Constant <value = bool {1}> ()
+        z = Loop(m, t, x) <body = b (int64 i, bool c, float[3] acc) => (bool co, float[3] ao) {
+                ten = Constant <value = int64 {10}> ()
+                late = Greater(i, ten)
+                co = Identity(c)
+                w = Add(acc, v)
+                ao = Where(late, w, acc)
+            }>
+    }"""
+
+
+def test_a_value_a_loop_reads_only_after_many_trips_is_verified(capsys, tmp_path):
+    # the trip count m is a size input, drawn up to 9; the body adds the main graph's v = x * x
+    # only from trip 11 on, and as a model of its own takes v as an input. A rule file's
+    # x * x -> x in the main graph was written with exit 0 (x + x where the original gives x + x * x
+    # at m = 12). Every Loop of the main graph runs again with a trip count beyond its body's constants
+    m = parse_model(LOOP)
+    feeds = {"x": np.array([1, 2, 3], np.float32), "m": np.array(12, np.int64)}
+    _never_written_wrong(capsys, tmp_path, m, BAD_SQUARE, feeds)
+    from eqsat.verification import verify
+
+    v = verify(m, m)
+    assert v.status == "passed" and "every Loop's trip count 20" in v.edge_cases, v.detail

@@ -266,7 +266,8 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     sizes, integer extremes, booleans and masks negated, and each symbolic dimension at
     size 0 and 1 (a bound one too), where the original runs on them; then, where both have the
     same number of If nodes in the main graph, with every If's condition forced true and then
-    false (`_forced_branches`). A model onnxruntime cannot run whole
+    false (`_forced_branches`), and every Loop's trip count a constant past its body's
+    constants (`_forced_trips`). A model onnxruntime cannot run whole
     (ops of domains it does not know, random ops)
     runs in stages, with the same stand-in values for those nodes in both models
     (eqsat.verification.standins; `random_pairs` maps the optimized model's random nodes to the
@@ -306,8 +307,8 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
         else ""
     if isinstance(edges, Verification):
         return dataclasses.replace(edges, runs=runs + (1 if varied else 0), inputs=drawn, not_verified=not_verified)
-    if EDGE_CASES:
-        forced = _forced_branches(original, optimized, runs, rtol, atol, dims, random_pairs)
+    if EDGE_CASES and not _FORCING:
+        forced = _forced_runs(original, optimized, runs, rtol, atol, dims, random_pairs)
         if isinstance(forced, Verification):
             return dataclasses.replace(forced, runs=runs + (1 if varied else 0), inputs=drawn,
                                        not_verified=not_verified)
@@ -482,6 +483,70 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
 FORCED = "eqsat_forced_condition"  # the name of the constant `_forced_branches` puts in every If's condition
 
 
+_FORCING: list[bool] = []  # not empty while `_forced_runs` verifies its variants (which it does not vary again)
+FORCED_TRIPS = (16, 256)  # `_with_trips`: a trip count twice the largest constant of the bodies, within these
+
+
+def _forced_runs(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
+                 atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
+                 ) -> str | Verification:
+    """`_forced_branches`, then `_forced_trips`: what they ran, as a clause, or the failed Verification."""
+    _FORCING.append(True)
+    try:
+        out = []
+        for forced in (_forced_branches, _forced_trips):
+            got = forced(original, optimized, runs, rtol, atol, dims, random_pairs)
+            if isinstance(got, Verification):
+                return got
+            out.append(got)
+        return "; ".join(x for x in out if x)
+    finally:
+        _FORCING.pop()
+
+
+def _forced_trips(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
+                  atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
+                  ) -> str | Verification:
+    """Both models verified again with the trip count of every Loop of the main graph that has
+    one a constant T (`_with_trips`), where both have the same number of them and one's trip count is
+    not a constant: a trip count drawn as a size is at most 9, and a value of the main graph
+    that a body reads only on later trips was compared nowhere (a rule file's x * x -> x of a
+    value a body adds from trip 11 on was written with exit 0). What was run, or what the
+    original does not run on, as a clause, or the failed Verification."""
+    from eqsat.verification.constant_sizes import bound_values, constant_values
+
+    loops = [_loops(original), _loops(optimized)]
+    consts = constant_values(original)
+    if not loops[0] or len(loops[0]) != len(loops[1]) or all(n.input[0] in consts for n in loops[0]):
+        return ""
+    bound = max((v for n in loops[0] for a in n.attribute if a.name == "body"
+                 for v in bound_values(onnx.helper.make_model(a.g)) if v <= FORCED_TRIPS[1]), default=1)
+    trips = min(max(FORCED_TRIPS[0], 2 * bound), FORCED_TRIPS[1])
+    v = verify(_with_trips(original, trips), _with_trips(optimized, trips), runs, rtol, atol, dims,
+               random_pairs=random_pairs)
+    label = f"every Loop's trip count {trips}"
+    if v.status == "failed":
+        return dataclasses.replace(v, detail=f"{v.detail} (with {label})", edge_cases=label)
+    return f"on {label}" if v.status == "passed" else f"not with {label} (the original does not run so)"
+
+
+def _loops(model: ModelProto) -> list:
+    return [n for n in model.graph.node if n.op_type == "Loop" and n.domain in ("", "ai.onnx") and n.input
+            and n.input[0]]
+
+
+def _with_trips(model: ModelProto, trips: int) -> ModelProto:
+    """A copy of `model` whose main graph's Loop nodes with a trip count all take the constant `trips`."""
+    out = ModelProto()
+    out.CopyFrom(model)
+    name = f"{FORCED}_trips"
+    for n in _loops(out):
+        n.input[0] = name
+    out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [name], value=onnx.helper.make_tensor(
+        name, onnx.TensorProto.INT64, [], [trips])))
+    return out
+
+
 def _forced_branches(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
                      atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
                      ) -> str | Verification:
@@ -494,7 +559,7 @@ def _forced_branches(original: ModelProto, optimized: ModelProto, runs: int, rto
     original does not run on, as a clause, or the failed Verification."""
     ifs = [_ifs(original), _ifs(optimized)]
     if not ifs[0] or len(ifs[0]) != len(ifs[1]) or all(
-            n.input[0].startswith(FORCED) or n.input[0] in {i.name for i in original.graph.input} for n in ifs[0]):
+            n.input[0] in {i.name for i in original.graph.input} for n in ifs[0]):
         return ""
     ran, refused = [], []
     for value in (True, False):
