@@ -306,3 +306,21 @@ def test_a_value_a_loop_reads_only_after_many_trips_is_verified(capsys, tmp_path
 
     v = verify(m, m)
     assert v.status == "passed" and "every Loop's trip count 20" in v.edge_cases, v.detail
+
+
+def test_a_size_input_takes_a_value_beyond_the_constants(capsys, tmp_path):
+    # a size input is drawn 0 to 9 (and -1): ConstantOfShape(s) sliced to 10 is the same for
+    # every such s, so a rule file's Slice -> x was written with exit 0 (11 values where the
+    # original gives 10 at s = [11]). An edge run puts one element of each size input past
+    # the constants' values
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (int64[1] s) => (float[M] y) {
+            c = ConstantOfShape <value = float[1] {1.0}> (s)
+            b = Constant <value = int64[1] {0}> ()
+            e = Constant <value = int64[1] {10}> ()
+            y = Slice(c, b, e)
+        }""")
+    rc, err, out = _optimize(capsys, tmp_path, m, SLICE_DROP)
+    assert rc == 1 and out is None, err
+    assert "sizes beyond the constants' values" in err, err

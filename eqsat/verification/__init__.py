@@ -19,7 +19,7 @@ from onnx import ModelProto
 
 from eqsat.backends.ort.sessions import ort, session  # noqa: F401 - ort is imported from here too (eqsat.plan.execute)
 from eqsat.errors import EqsatError
-from eqsat.verification.feeds import SCALED, SCALED_FAR, Feeds
+from eqsat.verification.feeds import LARGER_SIZES, SCALED, SCALED_FAR, Feeds
 from eqsat.verification.mismatch import Mismatch
 from eqsat.verification.qdq import (  # noqa: F401 - also imported from here
     QDQ_ALLOWANCE_CONFIG,
@@ -394,12 +394,23 @@ SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
 LARGER_LABEL = "sizes of 4 to 9"  # the run of Feeds.with_larger_sizes
 EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
 NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
+SIZES_BEYOND_LABEL = "sizes beyond the constants' values"  # the run of Feeds.with_sizes_beyond
 NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_negated, on the first random draw
 MASKS_LABEL = "masks beyond 0 and 1"  # the run of Feeds.with_masks_widened
 TRUE_LABEL, FALSE_LABEL = "booleans all true", "booleans all false"  # the runs of Feeds.with_booleans_set
 ONES_LABEL = "symbolic sizes of 1"  # every free symbolic dimension at size 1, in one run
 ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
 BEYOND_LABEL = "symbolic sizes beyond the constants' values"  # the run at constant_sizes.beyond_sizes
+
+
+def _size_beyond(model: ModelProto) -> int | None:
+    """The value `Feeds.with_sizes_beyond` puts in each size input: one past the largest value up
+    to BEYOND_LIMIT of the model's small integer constants and what it computes from them
+    (constant_sizes.bound_values), where that is past the sizes of 4 to 9 already drawn; else None."""
+    from eqsat.verification.constant_sizes import BEYOND_LIMIT, bound_values
+
+    bound = max((v for v in bound_values(model) if v <= BEYOND_LIMIT), default=0)
+    return bound + 1 if bound >= LARGER_SIZES[1] - 1 else None
 
 
 def _beyond(original: ModelProto, sizes: dict[str, int], dims: dict[str, int] | None) -> dict[str, int] | None:
@@ -603,6 +614,8 @@ def _edge_cases(original: ModelProto, feeds: Feeds, sizes: dict[str, int], dims:
         cases[0] = (ZEROS_LABEL, "zeros", sizes)
     if feeds.has_sizes():
         cases += [(SIZES_LABEL, "sizes", sizes), (LARGER_LABEL, "larger", sizes), (NEGATIVE_LABEL, "negative", sizes)]
+        if _size_beyond(original) is not None:
+            cases.append((SIZES_BEYOND_LABEL, "beyond-sizes", sizes))
     if feeds.has_general_integers():
         cases.append((EXTREMES_LABEL, "extremes", sizes))
     if feeds.has_flags():
@@ -650,6 +663,8 @@ def _edge_feeds(feeds: Feeds, kind: str, at: dict[str, int], seed: int, wide: bo
         return feeds.with_larger_sizes(f, seed)
     if kind == "negative":
         return feeds.with_negative_sizes(f, seed)
+    if kind == "beyond-sizes":
+        return feeds.with_sizes_beyond(f, seed, _size_beyond(feeds.model))
     if kind == "extremes":
         return feeds.with_integer_extremes(f, seed)
     if kind == "masks":

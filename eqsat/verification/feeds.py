@@ -525,6 +525,18 @@ class Feeds:
                 out[name] = rng.integers(*span, size=v.shape).astype(v.dtype)
         return out
 
+    def with_sizes_beyond(self, feeds: dict[str, np.ndarray], seed: int, value: int) -> dict[str, np.ndarray]:
+        """`with_larger_sizes` with each size input of one element at `value`, past the model's
+        constants (the caller's): sizes of 0 to 9 passed a Slice to 10 of ConstantOfShape(s)
+        taken for ConstantOfShape(s). Inputs of more elements keep their draw (a shape, or a
+        Tile's repeats, of several such values would ask for their product)."""
+        out = self.with_larger_sizes(feeds, seed)
+        for name, role in self.roles.items():
+            v = out.get(name)
+            if role.kind == "size" and isinstance(v, np.ndarray) and v.size == 1:
+                out[name] = np.full(v.shape, value, v.dtype)
+        return out
+
     def with_negative_sizes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
         """`with_large_sizes` with one element of each size input at -1: a Slice bound, an axis
         and a Reshape target may count from the end or infer a size, which sizes of 0 to 3 never
