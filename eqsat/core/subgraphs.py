@@ -10,8 +10,9 @@ down. The optimized body replaces the original only when
 - every outer value it reads has a known type in the enclosing graph,
 - the optimization succeeds and changes something (fewer nodes or other ops),
 - the optimized body, as a model of its own, gives the outputs of the body as it was under
-  eqsat's verification (eqsat.verification.verify; "not possible" does not keep it): the
-  whole model's verification runs a branch only where the inputs it draws lead there,
+  eqsat's verification (eqsat.verification.verify; where that is "not possible" the body is
+  kept too): the whole model's verification runs a branch only where the inputs it draws
+  lead there,
 - the enclosing model with the new body passes the onnx checker (where the enclosing
   model is itself a body made into a model, which the checker may reject for what a
   subgraph may leave out, such as output types: the checker says nothing new; the model at
@@ -279,7 +280,7 @@ def _optimize_body(model: ModelProto, g: GraphProto, types: dict[str, TypeProto]
         return None, {}, nested, "no improvement found (the same ops)"
     wrong = _computes_otherwise(standalone, res, opts)
     if wrong is not None:
-        return None, {}, nested, f"the optimized body computes otherwise: {wrong}"
+        return None, {}, nested, wrong
     body = GraphProto()
     body.name = g.name
     body.doc_string = g.doc_string
@@ -300,10 +301,13 @@ def _optimize_body(model: ModelProto, g: GraphProto, types: dict[str, TypeProto]
 
 def _computes_otherwise(standalone: ModelProto, res: Result, opts: Settings) -> str | None:
     """Where the optimized body, as a model of its own, gives other outputs than the body as
-    it was on the inputs verification draws (eqsat.verification.verify, in a child process):
-    the reason, else None (also where that is not possible). Verification of the whole model
-    runs a branch or a body only where its inputs lead there: an If branch taken where
-    max(x) > 10 never ran on standard normal inputs, so a wrong rewrite of it was written."""
+    it was on the inputs verification draws (eqsat.verification.verify, in a child process),
+    or where that verification is not possible: why the body is kept, else None.
+    Verification of the whole model runs a branch or a body only where its inputs lead
+    there: an If branch taken where max(x) > 10 never ran on standard normal inputs, so a
+    wrong rewrite of it was written; and one taken where an integer input is 5000 that
+    reshaped an outer value to an outer shape (which, as a size input of the body's own
+    model, no draw fitted) was written unverified when "not possible" kept the optimized body."""
     from eqsat.verification import verify
 
     try:
@@ -311,8 +315,11 @@ def _computes_otherwise(standalone: ModelProto, res: Result, opts: Settings) -> 
     except INTERRUPTS:
         raise
     except Exception as e:  # noqa: BLE001 - verification itself stopped: the body is kept
-        return f"its verification stopped: {(str(e).strip().splitlines() or [type(e).__name__])[0]}"
-    return v.detail if v.status == "failed" else None
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return f"the optimized body computes otherwise: its verification stopped: {first}"
+    if v.status == "not possible":
+        return f"the optimized body cannot be verified as a model of its own: {v.detail}"
+    return f"the optimized body computes otherwise: {v.detail}" if v.status == "failed" else None
 
 
 def _standalone(model: ModelProto, g: GraphProto, refs: list[str], types: dict[str, TypeProto],

@@ -19,7 +19,7 @@ from onnx import ModelProto
 
 from eqsat.backends.ort.sessions import ort, session  # noqa: F401 - ort is imported from here too (eqsat.plan.execute)
 from eqsat.errors import EqsatError
-from eqsat.verification.feeds import SCALED, SCALED_FAR, Feeds
+from eqsat.verification.feeds import LARGER_SIZES, SCALED, SCALED_FAR, Feeds
 from eqsat.verification.mismatch import Mismatch
 from eqsat.verification.qdq import (  # noqa: F401 - also imported from here
     QDQ_ALLOWANCE_CONFIG,
@@ -264,7 +264,10 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     dimensions not in `dims` take the first sizes of `verification_dims` the original runs
     with. Then the edge cases of `_edge_runs`: zeros and large values among the floats, other
     sizes, integer extremes, booleans and masks negated, and each symbolic dimension at
-    size 0 and 1 (a bound one too), where the original runs on them. A model onnxruntime cannot run whole
+    size 0 and 1 (a bound one too), where the original runs on them; then, where both have the
+    same number of If nodes in the main graph, with every If's condition forced true and then
+    false (`_forced_branches`), and every Loop's trip count a constant past its body's
+    constants (`_forced_trips`). A model onnxruntime cannot run whole
     (ops of domains it does not know, random ops)
     runs in stages, with the same stand-in values for those nodes in both models
     (eqsat.verification.standins; `random_pairs` maps the optimized model's random nodes to the
@@ -304,6 +307,12 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
         else ""
     if isinstance(edges, Verification):
         return dataclasses.replace(edges, runs=runs + (1 if varied else 0), inputs=drawn, not_verified=not_verified)
+    if EDGE_CASES and not _FORCING:
+        forced = _forced_runs(original, optimized, runs, rtol, atol, dims, random_pairs)
+        if isinstance(forced, Verification):
+            return dataclasses.replace(forced, runs=runs + (1 if varied else 0), inputs=drawn,
+                                       not_verified=not_verified)
+        edges = "; ".join(x for x in (edges, forced) if x)
     done = _passed(runs, rtol, atol, dtypes, sizes, drawn, edges, vary, varied, not_verified)
     if qdq is not None and qdq.used:
         done = dataclasses.replace(done, detail=done.detail + "; " + qdq.describe())
@@ -385,10 +394,35 @@ SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
 LARGER_LABEL = "sizes of 4 to 9"  # the run of Feeds.with_larger_sizes
 EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
 NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
+SIZES_BEYOND_LABEL = "sizes beyond the constants' values"  # the run of Feeds.with_sizes_beyond
 NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_negated, on the first random draw
 MASKS_LABEL = "masks beyond 0 and 1"  # the run of Feeds.with_masks_widened
+TRUE_LABEL, FALSE_LABEL = "booleans all true", "booleans all false"  # the runs of Feeds.with_booleans_set
 ONES_LABEL = "symbolic sizes of 1"  # every free symbolic dimension at size 1, in one run
 ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
+BEYOND_LABEL = "symbolic sizes beyond the constants' values"  # the run at constant_sizes.beyond_sizes
+
+
+def _size_beyond(model: ModelProto) -> int | None:
+    """The value `Feeds.with_sizes_beyond` puts in each size input: one past the largest value up
+    to BEYOND_LIMIT of the model's small integer constants and what it computes from them
+    (constant_sizes.bound_values), where that is past the sizes of 4 to 9 already drawn; else None."""
+    from eqsat.verification.constant_sizes import BEYOND_LIMIT, bound_values
+
+    bound = max((v for v in bound_values(model) if v <= BEYOND_LIMIT), default=0)
+    return bound + 1 if bound >= LARGER_SIZES[1] - 1 else None
+
+
+def _beyond(original: ModelProto, sizes: dict[str, int], dims: dict[str, int] | None) -> dict[str, int] | None:
+    """The sizes of `_edge_runs`' run beyond the model's constants (constant_sizes.beyond_sizes:
+    the random runs' sizes of the free symbolic dimensions scaled past every small integer
+    constant's value, within the elements of the largest sizes `verification_dims` tries)."""
+    from eqsat.verification.constant_sizes import beyond_sizes
+
+    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
+    if not free:
+        return None
+    return beyond_sizes(original, free, sizes, verification_dims(original, dims))
 
 
 def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, sizes: dict[str, int] | None,
@@ -404,11 +438,15 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     but for int8's -128), sizes with a -1 among them (Feeds.with_negative_sizes), the first
     random draw with booleans and masks negated (Feeds.with_flags_negated: each takes both
     values), masks of -2 to 3 where the random ones are 0 or 1 (Feeds.with_masks_widened),
+    booleans all true and all false where they hold several elements (Feeds.with_booleans_set:
+    two scalar conditions were never both true),
     each symbolic input dimension (those the user does not bind first; at most
     ZERO_DIMS) at size 0 (an empty batch or sequence: a Reshape's -1 beside a 0 is
     refused, a rule that reads a size from an element count is wrong), and those all at size
     1, or each alone at 1 where the original does not run so (Squeeze without axes drops a
-    batch of one). They are compared as
+    batch of one), and the free ones scaled beyond every value of the model's small integer
+    constants (`_beyond`: a Slice to 5 taken for the identity passed sizes of 0 to 3). They
+    are compared as
     any run (NaN where NaN, inf where inf of the same sign), but for the large values, where
     only the places and kinds of non-finite values must agree (an overflow on one side only
     is what they look for): a large value cancelling against itself along two paths leaves
@@ -420,24 +458,7 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     one run of each model, on empty tensors for the sizes of 0. Returns what was checked and
     left out, as a clause, or the failed Verification."""
     sizes = dict(sizes or {})
-    cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
-    if feeds.has_general_integers():
-        cases[0] = (ZEROS_LABEL, "zeros", sizes)
-    if feeds.has_sizes():
-        cases += [(SIZES_LABEL, "sizes", sizes), (LARGER_LABEL, "larger", sizes), (NEGATIVE_LABEL, "negative", sizes)]
-    if feeds.has_general_integers():
-        cases.append((EXTREMES_LABEL, "extremes", sizes))
-    if feeds.has_flags():
-        cases.append((NEGATED_LABEL, "negated", sizes))
-    if feeds.has_masks():
-        cases.append((MASKS_LABEL, "masks", sizes))
-    # the free ones first; a bound one too (`dims` sizes the inputs, the written model keeps the
-    # symbol: a fused op that refuses an empty batch was written where --dim bound it)
-    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
-    free += [n for n in symbolic_input_dims(original) if n in (dims or {})]
-    cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
-    if free and any(sizes.get(n) != 1 for n in free):
-        cases.append((ONES_LABEL, "ones", {**sizes, **dict.fromkeys(free, 1)}))
+    cases, free = _edge_cases(original, feeds, sizes, dims)
     ran, refused = [], []
     for label, kind, at in cases:  # (grows while it runs: each size 1 alone where all at 1 is refused)
         found = _edge_expected(feeds, ref, label, kind, at, seed, wide)
@@ -448,7 +469,7 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
                 refused.append(label)
             continue
         f, expected, used = found
-        where = f"{label} (symbolic sizes {_listed(at)})" if kind in ("empty", "ones", "one") else label
+        where = f"{label} (symbolic sizes {_listed(at)})" if kind in ("empty", "ones", "one", "beyond") else label
         try:
             got = opt(f, at)
         except Exception as e:  # noqa: BLE001
@@ -468,6 +489,152 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     if refused:
         out.append("not on " + _edge_list(refused) + " (the original does not run on them)")
     return "; ".join(out)
+
+
+FORCED = "eqsat_forced_condition"  # the name of the constant `_forced_branches` puts in every If's condition
+
+
+_FORCING: list[bool] = []  # not empty while `_forced_runs` verifies its variants (which it does not vary again)
+FORCED_TRIPS = (16, 256)  # `_with_trips`: a trip count twice the largest constant of the bodies, within these
+
+
+def _forced_runs(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
+                 atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
+                 ) -> str | Verification:
+    """`_forced_branches`, then `_forced_trips`: what they ran, as a clause, or the failed Verification."""
+    _FORCING.append(True)
+    try:
+        out = []
+        for forced in (_forced_branches, _forced_trips):
+            got = forced(original, optimized, runs, rtol, atol, dims, random_pairs)
+            if isinstance(got, Verification):
+                return got
+            out.append(got)
+        return "; ".join(x for x in out if x)
+    finally:
+        _FORCING.pop()
+
+
+def _forced_trips(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
+                  atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
+                  ) -> str | Verification:
+    """Both models verified again with the trip count of every Loop of the main graph that has
+    one a constant T (`_with_trips`), where both have the same number of them and one's trip count is
+    not a constant: a trip count drawn as a size is at most 9, and a value of the main graph
+    that a body reads only on later trips was compared nowhere (a rule file's x * x -> x of a
+    value a body adds from trip 11 on was written with exit 0). What was run, or what the
+    original does not run on, as a clause, or the failed Verification."""
+    from eqsat.verification.constant_sizes import bound_values, constant_values
+
+    loops = [_loops(original), _loops(optimized)]
+    consts = constant_values(original)
+    if not loops[0] or len(loops[0]) != len(loops[1]) or all(n.input[0] in consts for n in loops[0]):
+        return ""
+    bound = max((v for n in loops[0] for a in n.attribute if a.name == "body"
+                 for v in bound_values(onnx.helper.make_model(a.g)) if v <= FORCED_TRIPS[1]), default=1)
+    trips = min(max(FORCED_TRIPS[0], 2 * bound), FORCED_TRIPS[1])
+    v = verify(_with_trips(original, trips), _with_trips(optimized, trips), runs, rtol, atol, dims,
+               random_pairs=random_pairs)
+    label = f"every Loop's trip count {trips}"
+    if v.status == "failed":
+        return dataclasses.replace(v, detail=f"{v.detail} (with {label})", edge_cases=label)
+    return f"on {label}" if v.status == "passed" else f"not with {label} (the original does not run so)"
+
+
+def _loops(model: ModelProto) -> list:
+    return [n for n in model.graph.node if n.op_type == "Loop" and n.domain in ("", "ai.onnx") and n.input
+            and n.input[0]]
+
+
+def _with_trips(model: ModelProto, trips: int) -> ModelProto:
+    """A copy of `model` whose main graph's Loop nodes with a trip count all take the constant `trips`."""
+    out = ModelProto()
+    out.CopyFrom(model)
+    name = f"{FORCED}_trips"
+    for n in _loops(out):
+        n.input[0] = name
+    out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [name], value=onnx.helper.make_tensor(
+        name, onnx.TensorProto.INT64, [], [trips])))
+    return out
+
+
+def _forced_branches(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
+                     atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
+                     ) -> str | Verification:
+    """Both models verified again with the condition of every If of the main graph a constant
+    true, then false (`_with_conditions`), where both have the same number of them and one's
+    condition is computed: the runs reach a branch only where the inputs drawn lead there, and
+    a value of the main graph that only such a branch reads was compared nowhere (a rule file's
+    x * x -> x of a value read by a branch taken where i == 5000 was written with exit 0; the
+    branch as a model of its own takes the value as an input). What was run and what the
+    original does not run on, as a clause, or the failed Verification."""
+    ifs = [_ifs(original), _ifs(optimized)]
+    if not ifs[0] or len(ifs[0]) != len(ifs[1]) or all(
+            n.input[0] in {i.name for i in original.graph.input} for n in ifs[0]):
+        return ""
+    ran, refused = [], []
+    for value in (True, False):
+        v = verify(_with_conditions(original, value), _with_conditions(optimized, value), runs, rtol, atol, dims,
+                   random_pairs=random_pairs)
+        label = "true" if value else "false"
+        if v.status == "failed":
+            return dataclasses.replace(v, detail=f"{v.detail} (with every If's condition forced {label})",
+                                       edge_cases=f"every If's condition forced {label}")
+        (ran if v.status == "passed" else refused).append(label)
+    out = []
+    if ran:
+        out.append("on every If's condition forced " + " and ".join(ran))
+    if refused:
+        out.append("not with every If's condition forced " + " or ".join(refused) + " (the original does not run so)")
+    return "; ".join(out)
+
+
+def _ifs(model: ModelProto) -> list:
+    return [n for n in model.graph.node if n.op_type == "If" and n.domain in ("", "ai.onnx") and n.input]
+
+
+def _with_conditions(model: ModelProto, value: bool) -> ModelProto:
+    """A copy of `model` whose main graph's If nodes all take a constant `value` as their condition."""
+    out = ModelProto()
+    out.CopyFrom(model)
+    name = f"{FORCED}_{'true' if value else 'false'}"
+    for n in _ifs(out):
+        n.input[0] = name
+    out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [name], value=onnx.helper.make_tensor(
+        name, onnx.TensorProto.BOOL, [], [value])))
+    return out
+
+
+def _edge_cases(original: ModelProto, feeds: Feeds, sizes: dict[str, int], dims: dict[str, int] | None
+                ) -> tuple[list[tuple[str, str, dict[str, int]]], list[str]]:
+    """(the (label, kind, sizes) of `_edge_runs`' cases, the symbolic dimensions tried at size 0 and 1:
+    the free ones first)."""
+    cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
+    if feeds.has_general_integers():
+        cases[0] = (ZEROS_LABEL, "zeros", sizes)
+    if feeds.has_sizes():
+        cases += [(SIZES_LABEL, "sizes", sizes), (LARGER_LABEL, "larger", sizes), (NEGATIVE_LABEL, "negative", sizes)]
+        if _size_beyond(original) is not None:
+            cases.append((SIZES_BEYOND_LABEL, "beyond-sizes", sizes))
+    if feeds.has_general_integers():
+        cases.append((EXTREMES_LABEL, "extremes", sizes))
+    if feeds.has_flags():
+        cases.append((NEGATED_LABEL, "negated", sizes))
+    if feeds.has_masks():
+        cases.append((MASKS_LABEL, "masks", sizes))
+    if feeds.has_several_flags():
+        cases += [(TRUE_LABEL, "true", sizes), (FALSE_LABEL, "false", sizes)]
+    # the free ones first; a bound one too (`dims` sizes the inputs, the written model keeps the
+    # symbol: a fused op that refuses an empty batch was written where --dim bound it)
+    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
+    free += [n for n in symbolic_input_dims(original) if n in (dims or {})]
+    cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
+    if free and any(sizes.get(n) != 1 for n in free):
+        cases.append((ONES_LABEL, "ones", {**sizes, **dict.fromkeys(free, 1)}))
+    beyond = _beyond(original, sizes, dims)
+    if beyond is not None:
+        cases.append((BEYOND_LABEL, "beyond", beyond))
+    return cases, free
 
 
 def _edge_expected(feeds: Feeds, ref: Runner, label: str, kind: str, at: dict[str, int], seed: int, wide: bool):
@@ -496,11 +663,15 @@ def _edge_feeds(feeds: Feeds, kind: str, at: dict[str, int], seed: int, wide: bo
         return feeds.with_larger_sizes(f, seed)
     if kind == "negative":
         return feeds.with_negative_sizes(f, seed)
+    if kind == "beyond-sizes":
+        return feeds.with_sizes_beyond(f, seed, _size_beyond(feeds.model))
     if kind == "extremes":
         return feeds.with_integer_extremes(f, seed)
     if kind == "masks":
         return feeds.with_masks_widened(f, seed)
-    if kind in ("empty", "ones", "one"):
+    if kind in ("true", "false"):
+        return feeds.with_booleans_set(f, kind == "true")
+    if kind in ("empty", "ones", "one", "beyond"):
         return f
     return feeds.with_special_values(f, seed, kind)
 

@@ -30,6 +30,12 @@ SEPARATE_EACH = 4  # candidates separate_sizes keeps for each dimension
 SEPARATE_PROBES = 64  # candidates separate_sizes looks at for each dimension, at most
 SHAPE_LIKE = 16  # integer constants of at most this many elements are read as shapes (their values and product)
 WINDOW_OPS = {"Conv", "MaxPool", "AveragePool", "LpPool"}
+# beyond_sizes: constants' values above this are "to the end" (INT64_MAX as a Slice's end), not a bound
+BEYOND_LIMIT = 4096
+BEYOND_FACTOR = 128  # beyond_sizes scales the sizes by at most this
+# ops whose outputs _bound_values computes where their inputs are small integer constants
+FOLDED = {"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Max", "Min", "Concat", "Unsqueeze", "Squeeze", "Reshape",
+          "Cast", "Gather", "Slice", "ReduceProd", "ReduceSum", "Identity"}
 
 
 def constant_sizes(model: ModelProto, free: list[str], base: dict[str, int],
@@ -72,6 +78,79 @@ def separate_sizes(model: ModelProto, free: list[str], base: dict[str, int],
     combos = sorted(product(*(range(len(fits[n])) for n in names)), key=lambda ranks: (sum(ranks), ranks))
     return _new_within_budget(
         model, ({**base, **{n: fits[n][r] for n, r in zip(names, ranks, strict=True)}} for ranks in combos), tried)
+
+
+def beyond_sizes(model: ModelProto, free: list[str], base: dict[str, int],
+                 tried: list[dict[str, int]]) -> dict[str, int] | None:
+    """`base` with every dimension of `free` that is not a batch (all of `free` where each
+    is) times the least factor k >= 2 that puts each beyond every value of the model's small
+    integer constants up to BEYOND_LIMIT (a Slice's bound, a Pad, a Reshape part, a product
+    of those): a rewrite right only for sizes up to such a value (a Slice to 5 taken for the
+    identity) passed sizes of 0 to 3. Scaling keeps the sizes' sums and differences (a KV
+    cache's total = past + sequence). k is at most BEYOND_FACTOR and no larger than keeps
+    the inputs within the elements of the largest of `tried` (k = 2 always is); None where
+    `free` is empty."""
+    names = _names(free)
+    if not names:
+        return None
+    bound = max((v for v in bound_values(model) if v <= BEYOND_LIMIT), default=1)
+    least = min(base.get(n, 2) for n in names) or 1
+    k = min(max(2, bound // least + 1), BEYOND_FACTOR)
+    budget = max([_elements(model, t) for t in tried] + [_elements(model, {**base, **{n: base.get(n, 2) * 2
+                                                                                      for n in names}})])
+    while k >= 2:
+        at = {**base, **{n: base.get(n, 2) * k for n in names}}
+        if _elements(model, at) <= budget:
+            return at
+        k //= 2
+    return None
+
+
+def bound_values(model: ModelProto) -> set[int]:
+    """The values (and products) of the main graph's integer constants of at most SHAPE_LIKE
+    elements, and of what its nodes compute from those alone (FOLDED ops: a Slice's end 3 * 4
+    was 12 where no constant held it): what may bound a size, unlike a weight's dimensions."""
+    out: set[int] = set()
+    for v in constant_values(model).values():
+        out |= _shape_numbers(v)
+    return out
+
+
+def constant_values(model: ModelProto) -> dict[str, np.ndarray]:
+    """The main graph's integer constants of at most SHAPE_LIKE elements (initializers, Constant
+    nodes) and what its FOLDED nodes compute from those alone, by name."""
+    known: dict[str, np.ndarray] = {}
+    for t in model.graph.initializer:
+        if t.data_type in (6, 7) and math.prod(t.dims) <= SHAPE_LIKE and not t.data_location:
+            known[t.name] = numpy_helper.to_array(t)
+    for n in model.graph.node:
+        if n.domain not in ("", "ai.onnx") or not n.output:
+            continue
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value" and a.t.data_type in (6, 7) and math.prod(a.t.dims) <= SHAPE_LIKE:
+                    known[n.output[0]] = numpy_helper.to_array(a.t)
+                elif a.name in ("value_ints", "value_int"):
+                    known[n.output[0]] = np.array(list(a.ints) if a.name == "value_ints" else [a.i], np.int64)
+        elif n.op_type in FOLDED and n.input and all(i in known for i in n.input if i):
+            folded = _folded(n, known)
+            if folded is not None:
+                known[n.output[0]] = folded
+    return known
+
+
+def _folded(node: onnx.NodeProto, known: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The output of `node` (of FOLDED) from `known` inputs, where it is a small integer tensor; else None."""
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        graph = onnx.helper.make_graph([node], "fold", [], [onnx.helper.make_empty_tensor_value_info(node.output[0])],
+                                       [numpy_helper.from_array(known[i], i) for i in dict.fromkeys(node.input) if i])
+        got = ReferenceEvaluator(onnx.helper.make_model(graph)).run(None, {})[0]
+    except Exception:  # noqa: BLE001 - the reference evaluator refuses it: not a bound
+        return None
+    got = np.asarray(got)
+    return got if got.dtype.kind == "i" and got.size <= SHAPE_LIKE else None
 
 
 def _new_within_budget(model: ModelProto, proposed: Iterable[dict[str, int]],

@@ -2,7 +2,8 @@
 optimized model.
 
 Contract of `Feeds.draw(sizes, seed, wide)`:
-- floating-point inputs: standard normal values; booleans: fair coin flips; strings: "a";
+- floating-point inputs: standard normal values; booleans: fair coin flips; strings: each
+  element one of STRINGS at random (every element "a" made any two string inputs equal);
 - with `wide`, integers are drawn by how the model uses them (`Feeds.roles`), so that an
   unsound integer rewrite shows while every input stays valid:
   - an index (Gather's, GatherElements', GatherND's, ScatterND's, OneHot's, an embedding's
@@ -32,7 +33,8 @@ an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1), `with_lar
 4 to 9 (TopK(x, Min(k, 3)) taken for TopK(x, k) passed those), `with_negative_sizes`
 puts a -1 among those (a Slice bound or axis from the end, a Reshape's inferred size);
 `with_flags_negated` negates booleans and masks (each takes both values with the draw it negates);
-`with_masks_widened` draws masks in [-2, 3] (a rule right for masks of 0 and 1 alone passed those).
+`with_masks_widened` draws masks in [-2, 3] (a rule right for masks of 0 and 1 alone passed those);
+`with_booleans_set` makes every boolean all true or all false (two conditions drew both true nowhere).
 `describe()` says what was drawn, for the verification report.
 """
 
@@ -45,13 +47,17 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import ModelProto, TensorProto, numpy_helper
 
+from eqsat.core import native
 from eqsat.core.initializers import overridable_inputs
-from eqsat.core.shapes import type_of
+from eqsat.core.shapes import _skeleton, type_of
 from eqsat.errors import EqsatError
 from eqsat.io import external
 from eqsat.lang.dtypes import np_dtype
 
 GENERAL = (-9, 10)  # integers drawn in [-9, 9]
+# what a string element is drawn from: where every element was "a", a rule file's Where(c, a, b) -> b
+# on two string inputs passed (they were always equal); cases and a space for what normalizes or splits
+STRINGS = ("a", "b", "ab", "Ba", "a b")
 SCALED = 100  # Feeds.with_special_values(kind="scaled"): the floats drawn times this
 # Feeds.with_special_values(kind="far"): the floats drawn times this, or the type's largest value / 64
 # where that is less (float16: 1023, so that no draw overflows)
@@ -168,6 +174,7 @@ class Feeds:
                 if name:
                     self.consumers.setdefault(name, []).append((n, k))
         self.shapes = self._known_shapes()
+        self._inferred: dict[str, list[int | str | None]] | None = None  # `_shape`'s, made where first needed
         self.roles = {name: self._role(name) for name, (_, elem) in self.specs.items()
                       if elem in INT_CODES and name not in self.free}
         # how `draw` (with `wide`) draws sizes: "" 0 or 1, "large" 2 or 3 (with_large_sizes),
@@ -293,6 +300,27 @@ class Feeds:
     def _dims(self, dims: list[int | str | None], sizes: dict[str, int]) -> list[int]:
         return [d if isinstance(d, int) else sizes.get(d, 2) if isinstance(d, str) else 2 for d in dims]
 
+    def _shape(self, name: str) -> list[int | str | None] | None:
+        """The dimensions of a value: declared (`shapes`), else as onnx's shape inference gives
+        them (a table computed in the graph, Concat(a, b), declares none: its indices were drawn
+        in [0, 2), and a rewrite wrong only past the first two rows passed); None where neither
+        says. Inferred dimensions that inference made up (unk__N) are unknown."""
+        if name in self.shapes:
+            return self.shapes[name]
+        if self._inferred is None:
+            self._inferred = {}
+            try:
+                g = native.infer_shapes(_skeleton(self.model), check_type=False, strict_mode=False,
+                                        data_prop=True).graph
+            except Exception:  # noqa: BLE001 - inference is best effort: such a table stays unknown
+                g = None
+            for vi in g.value_info if g is not None else ():
+                t = type_of(vi.type)
+                if t is not None and t.dims is not None:
+                    self._inferred[vi.name] = [None if isinstance(d, str) and d.startswith("unk__") else d
+                                               for d in t.dims]
+        return self._inferred.get(name)
+
     def _index_range(self, role: Role, sizes: dict[str, int]) -> tuple[int, int] | None:
         """[lo, hi) for an index: within the smallest table it indexes; None where a table's
         size is not known."""
@@ -301,7 +329,7 @@ class Feeds:
             if t.size is not None:
                 ns.append(t.size)
                 continue
-            dims = self.shapes.get(t.value) if t.value is not None else None
+            dims = self._shape(t.value) if t.value is not None else None
             if dims is None:
                 return None
             dims = self._dims(dims, sizes)
@@ -347,7 +375,8 @@ class Feeds:
             elif np.issubdtype(dt, np.floating):
                 feeds[name] = rng.standard_normal(shape).astype(dt)
             elif dt == np.object_:
-                feeds[name] = np.array(["a"] * int(np.prod(shape)), dtype=object).reshape(shape)
+                feeds[name] = np.array([STRINGS[i] for i in rng.integers(0, len(STRINGS), int(np.prod(shape)))],
+                                       dtype=object).reshape(shape)
             else:
                 feeds[name] = rng.standard_normal(shape).astype(dt)
         if wide and self.size_mode == "large":
@@ -496,6 +525,18 @@ class Feeds:
                 out[name] = rng.integers(*span, size=v.shape).astype(v.dtype)
         return out
 
+    def with_sizes_beyond(self, feeds: dict[str, np.ndarray], seed: int, value: int) -> dict[str, np.ndarray]:
+        """`with_larger_sizes` with each size input of one element at `value`, past the model's
+        constants (the caller's): sizes of 0 to 9 passed a Slice to 10 of ConstantOfShape(s)
+        taken for ConstantOfShape(s). Inputs of more elements keep their draw (a shape, or a
+        Tile's repeats, of several such values would ask for their product)."""
+        out = self.with_larger_sizes(feeds, seed)
+        for name, role in self.roles.items():
+            v = out.get(name)
+            if role.kind == "size" and isinstance(v, np.ndarray) and v.size == 1:
+                out[name] = np.full(v.shape, value, v.dtype)
+        return out
+
     def with_negative_sizes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
         """`with_large_sizes` with one element of each size input at -1: a Slice bound, an axis
         and a Reshape target may count from the end or infer a size, which sizes of 0 to 3 never
@@ -553,6 +594,28 @@ class Feeds:
                 out[name] = np.asarray(~v)
             elif self.roles.get(name, Role("general")).kind == "mask":
                 out[name] = np.asarray(1 - v).astype(v.dtype)
+        return out
+
+    def _booleans(self) -> list[str]:
+        """The boolean inputs that are not overridable."""
+        return [name for name, (_, elem) in self.specs.items()
+                if name not in self.free and np.dtype(np_dtype(elem)) == np.bool_]
+
+    def has_several_flags(self) -> bool:
+        """Whether the boolean inputs hold more than one element together, or one of unknown
+        size (`with_booleans_set` may give them a combination no draw and its negation gave)."""
+        return sum(int(np.prod([d if isinstance(d, int) else 2 for d in self.specs[n][0]], dtype=object))
+                   for n in self._booleans()) > 1
+
+    def with_booleans_set(self, feeds: dict[str, np.ndarray], value: bool) -> dict[str, np.ndarray]:
+        """`feeds` with every element of every boolean input (not overridable) `value`: two
+        scalar conditions drew (False, True), its negation (True, False) and (False, False),
+        never both true, so Where(And(a, b), p, q) taken for q passed every run."""
+        out = dict(feeds)
+        for name in self._booleans():
+            v = feeds.get(name)
+            if isinstance(v, np.ndarray):
+                out[name] = np.full(v.shape, value, np.bool_)
         return out
 
     def describe(self, sizes: dict[str, int] | None = None, wide: bool = True,
