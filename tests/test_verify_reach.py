@@ -324,3 +324,33 @@ def test_a_size_input_takes_a_value_beyond_the_constants(capsys, tmp_path):
     rc, err, out = _optimize(capsys, tmp_path, m, SLICE_DROP)
     assert rc == 1 and out is None, err
     assert "sizes beyond the constants' values" in err, err
+
+
+# Slice(u, 0, N) of 2 * ceiling(N / 2) elements is u where N is even only; the Gather of
+# element 8 keeps the original from running below N = 9, so the random run took N = 32 and
+# every run beyond it scaled N by a factor: all even
+ODD_ONLY = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1, 1, N] x) => (float[1, 1, M] z, float[1, 1] g)
+  <int64[1] zero = {0}, int64[1] two = {2}, int64[1] three = {3}, int64 i = {8}> {
+    p = AveragePool <ceil_mode = 1, kernel_shape = [2], strides = [2]> (x)
+    u = Concat <axis = 2> (p, p)
+    s = Shape(x)
+    n = Slice(s, two, three)
+    z = %s
+    g = Gather <axis = 2> (x, i)
+}
+"""
+
+
+def test_a_program_wrong_only_at_odd_sizes_is_refused(capsys, tmp_path):
+    # a user's Slice(x, ...) -> x: written with exit 0, N + 1 elements for every odd N >= 9
+    from eqsat.verification import verify
+
+    m = parse_model(ODD_ONLY % "Slice(u, zero, n, two)")
+    v = verify(m, parse_model(ODD_ONLY % "Identity(u)"))
+    assert v.status == "failed", v.detail
+    rule = ('(ruleset bad)\n; Slice(x, s, e, a) -> x, unsound\n'
+            '(rewrite (Slice x s e a (Absent)) x :ruleset bad :name "slice-drop")\n')
+    x = np.random.default_rng(0).random((1, 1, 11), dtype=np.float32)
+    _never_written_wrong(capsys, tmp_path, m, rule, {"x": x})

@@ -401,6 +401,8 @@ TRUE_LABEL, FALSE_LABEL = "booleans all true", "booleans all false"  # the runs 
 ONES_LABEL = "symbolic sizes of 1"  # every free symbolic dimension at size 1, in one run
 ZERO_DIMS = 4  # symbolic dimensions tried at size 0, at most (each one alone)
 BEYOND_LABEL = "symbolic sizes beyond the constants' values"  # the run at constant_sizes.beyond_sizes
+NEXT_LABEL = "symbolic sizes one larger"  # the random runs' free sizes plus one, all in one run
+SIZE_KINDS = ("empty", "ones", "one", "beyond", "next")  # the edge cases that change the sizes alone
 
 
 def _size_beyond(model: ModelProto) -> int | None:
@@ -445,8 +447,9 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     refused, a rule that reads a size from an element count is wrong), and those all at size
     1, or each alone at 1 where the original does not run so (Squeeze without axes drops a
     batch of one), and the free ones scaled beyond every value of the model's small integer
-    constants (`_beyond`: a Slice to 5 taken for the identity passed sizes of 0 to 3). They
-    are compared as
+    constants (`_beyond`: a Slice to 5 taken for the identity passed sizes of 0 to 3), and
+    one larger than the random runs' (their other parity: N = 32 and its multiples passed a
+    Slice to N of 2 * ceiling(N / 2) elements taken for the identity). They are compared as
     any run (NaN where NaN, inf where inf of the same sign), but for the large values, where
     only the places and kinds of non-finite values must agree (an overflow on one side only
     is what they look for): a large value cancelling against itself along two paths leaves
@@ -469,7 +472,7 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
                 refused.append(label)
             continue
         f, expected, used = found
-        where = f"{label} (symbolic sizes {_listed(at)})" if kind in ("empty", "ones", "one", "beyond") else label
+        where = f"{label} (symbolic sizes {_listed(at)})" if kind in SIZE_KINDS else label
         try:
             got = opt(f, at)
         except Exception as e:  # noqa: BLE001
@@ -634,6 +637,12 @@ def _edge_cases(original: ModelProto, feeds: Feeds, sizes: dict[str, int], dims:
     beyond = _beyond(original, sizes, dims)
     if beyond is not None:
         cases.append((BEYOND_LABEL, "beyond", beyond))
+    # sizes of the other parity: the random runs' sizes may be the only ones the original takes
+    # below its constants, and every run past them scales those (a rewrite right only where
+    # 2 * ceiling(N / 2) = N passed N = 32 and its multiples)
+    unbound = [n for n in free if n not in (dims or {}) and n in sizes]
+    if unbound:
+        cases.append((NEXT_LABEL, "next", {**sizes, **{n: sizes[n] + 1 for n in unbound}}))
     return cases, free
 
 
@@ -671,7 +680,7 @@ def _edge_feeds(feeds: Feeds, kind: str, at: dict[str, int], seed: int, wide: bo
         return feeds.with_masks_widened(f, seed)
     if kind in ("true", "false"):
         return feeds.with_booleans_set(f, kind == "true")
-    if kind in ("empty", "ones", "one", "beyond"):
+    if kind in SIZE_KINDS:
         return f
     return feeds.with_special_values(f, seed, kind)
 
