@@ -1,0 +1,183 @@
+"""Verification's tolerances and allowances against crafted inputs (eqsat/verification): a wrong
+program must not pass on slack that a tolerance or the QDQ allowance derives from the inputs or
+from onnxruntime's own optimization of the original."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+from onnx import helper as oh
+
+from eqsat.verification import run, verify
+from eqsat.verification.qdq import float_folds_withheld
+
+from .conftest import run_cli
+
+
+def _model(nodes, inits: dict[str, np.ndarray], x_shape, y_shape, y_type=TensorProto.FLOAT) -> onnx.ModelProto:
+    g = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                      [oh.make_tensor_value_info("y", y_type, y_shape)],
+                      [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(m)
+    return m
+
+
+def _qdq_tail(src: str, scale: float) -> tuple[list, dict[str, np.ndarray]]:
+    """Q -> DQ of `src` at `scale` (zero point 128) into y."""
+    return ([oh.make_node("QuantizeLinear", [src, "qs", "qz"], ["q"]),
+             oh.make_node("DequantizeLinear", ["q", "qs", "qz"], ["y"])],
+            {"qs": np.array(scale, np.float32), "qz": np.array(128, np.uint8)})
+
+
+def scaled_matmul(s1: float, s2: float, w_scale: float, folded: bool = False) -> onnx.ModelProto:
+    """(x * s1) @ W * s2 -> Q -> DQ (step 0.05), or with `folded` x @ W * (s1 * s2) (a
+    MatMulScaleFusion without bounds): where x * s1 is subnormal the two differ by far more
+    than rounding."""
+    w = (np.random.default_rng(0).standard_normal((16, 16)) * w_scale).astype(np.float32)
+    tail, consts = _qdq_tail("m", 0.05)
+    if folded:
+        body = [oh.make_node("MatMul", ["x", "w"], ["b"]), oh.make_node("Mul", ["b", "s"], ["m"])]
+        consts |= {"s": np.array(np.float32(s1) * np.float32(s2), np.float32)}
+    else:
+        body = [oh.make_node("Mul", ["x", "s1"], ["a"]), oh.make_node("MatMul", ["a", "w"], ["b"]),
+                oh.make_node("Mul", ["b", "s2"], ["m"])]
+        consts |= {"s1": np.array(s1, np.float32), "s2": np.array(s2, np.float32)}
+    return _model(body + tail, {"w": w, **consts}, [8, 16], [8, 16])
+
+
+def scaled_conv(w_scale: float, k: float, step: float, folded: bool = False) -> onnx.ModelProto:
+    """Conv(x, W) * k -> Q -> DQ, or with `folded` Conv(x, W * k) (ConvMulFusion, and the
+    conv-mul folds of rules/conv.egg)."""
+    w = (np.random.default_rng(0).standard_normal((4, 3, 3, 3)) * w_scale).astype(np.float32)
+    kk = np.full((1, 4, 1, 1), k, np.float32)
+    tail, consts = _qdq_tail("m", step)
+    if folded:
+        body = [oh.make_node("Conv", ["x", "w"], ["m"], pads=[1, 1, 1, 1])]
+        consts |= {"w": (w * kk.reshape(4, 1, 1, 1)).astype(np.float32)}
+    else:
+        body = [oh.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), oh.make_node("Mul", ["c", "k"], ["m"])]
+        consts |= {"w": w, "k": kk}
+    return _model(body + tail, consts, [1, 3, 8, 8], [1, 4, 8, 8])
+
+
+def _moved(a: onnx.ModelProto, b: onnx.ModelProto, shape) -> int:
+    """How many outputs of b differ from a's (onnxruntime, no graph optimizations) on random inputs."""
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    return int(np.count_nonzero(run(a, {"x": x}, optimize=False)["y"] != run(b, {"x": x}, optimize=False)["y"]))
+
+
+UNBOUNDED_SCALE_OUT = """(ruleset red)
+; MatMul(a * s, b) * t -> MatMul(a, b) * (s * t), unsound where a * s leaves float32's normal range
+(rewrite (Mul (MatMul (Mul a s) b) t) (Mul (MatMul a b) (Mul s t)) :ruleset red :name "red-scale-out")
+"""
+
+
+def test_qdq_allowance_does_not_take_onnxruntimes_matmul_scale_fusion_at_extreme_scales(tmp_path, capsys):
+    # (x * 1e-44) @ W * 1e38 before a Q of step 0.05: x * 1e-44 is subnormal (7 levels), and
+    # onnxruntime's MatMulScaleFusion makes the two scales one alpha of 1e-6, moving 102 of 128
+    # outputs by up to 9 steps. The allowance measured against it took a rule file's unbounded
+    # scale-out (the same fold) and `eqsat optimize --rules` wrote it with exit 0 (103 of 128
+    # outputs off, by up to 0.45)
+    m, wrong = scaled_matmul(1e-44, 1e38, 1e6), scaled_matmul(1e-44, 1e38, 1e6, folded=True)
+    assert _moved(m, wrong, (8, 16)) > 64
+    assert float_folds_withheld(m) == ["MatMulScaleFusion"]
+    assert verify(m, m).status == "passed"
+    v = verify(m, wrong)
+    assert v.status == "failed", v.detail
+    onnx.save(m, tmp_path / "m.onnx")
+    (tmp_path / "bad.egg").write_text(UNBOUNDED_SCALE_OUT)
+    rc, _, _ = run_cli(capsys, "optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"),
+                       "--rules", str(tmp_path / "bad.egg"), "-q")
+    assert rc != 0 and not (tmp_path / "o.onnx").exists()
+
+
+def test_qdq_allowance_keeps_onnxruntimes_matmul_scale_fusion_at_moderate_scales():
+    # scales within [2^-16, 2^16] (rules/matmul.egg's own bound for a scale joining an alpha):
+    # the fusion is a rounding change, and the allowance still measures by it
+    m = scaled_matmul(0.5, 4.0, 0.3)
+    assert float_folds_withheld(m) == []
+    assert verify(m, scaled_matmul(0.5, 4.0, 0.3, folded=True)).status == "passed"
+
+
+def test_qdq_allowance_does_not_take_onnxruntimes_conv_mul_fusion_over_subnormal_weights(tmp_path, capsys):
+    # Conv(x, W ~ 1e-44) * 1e38 before a Q of step 1e-7: the products x * W are subnormal, and
+    # onnxruntime's ConvMulFusion (W * 1e38 ~ 1e-6, normal) moves 201 of 256 outputs by up to 6
+    # steps. With the allowance measured against it, the default rules' own conv-mul fold was
+    # written with exit 0 (196 of 256 outputs off by up to 6 steps)
+    m, folded = scaled_conv(1e-44, 1e38, 1e-7), scaled_conv(1e-44, 1e38, 1e-7, folded=True)
+    assert _moved(m, folded, (1, 3, 8, 8)) > 128
+    assert float_folds_withheld(m) == ["ConvMulFusion"]
+    assert verify(m, m).status == "passed"
+    v = verify(m, folded)
+    assert v.status == "failed", v.detail
+    onnx.save(m, tmp_path / "m.onnx")
+    rc, _, _ = run_cli(capsys, "optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"), "-q")
+    if rc == 0:  # what is written computes what the original does
+        assert _moved(m, onnx.load(tmp_path / "o.onnx"), (1, 3, 8, 8)) == 0
+    else:
+        assert not (tmp_path / "o.onnx").exists()
+
+
+def test_qdq_allowance_keeps_onnxruntimes_conv_mul_fusion_at_ordinary_weights():
+    m = scaled_conv(0.3, 2.0, 0.05)
+    assert float_folds_withheld(m) == []
+    assert verify(m, scaled_conv(0.3, 2.0, 0.05, folded=True)).status == "passed"
+
+
+def biased_conv(b: float, c: float, folded: bool = False) -> onnx.ModelProto:
+    """Conv(x, W, b) + c -> Q -> DQ (step 0.05), or with `folded` Conv(x, W, b + c) (ConvAddFusion,
+    and the conv-add folds of rules/conv.egg)."""
+    w = (np.random.default_rng(0).standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+    tail, consts = _qdq_tail("m", 0.05)
+    if folded:
+        body = [oh.make_node("Conv", ["x", "w", "b"], ["m"], pads=[1, 1, 1, 1])]
+        consts |= {"b": np.full(4, np.float32(b) + np.float32(c), np.float32)}
+    else:
+        body = [oh.make_node("Conv", ["x", "w", "b"], ["cc"], pads=[1, 1, 1, 1]),
+                oh.make_node("Add", ["cc", "c"], ["m"])]
+        consts |= {"b": np.full(4, b, np.float32), "c": np.full((1, 4, 1, 1), c, np.float32)}
+    return _model(body + tail, {"w": w, **consts}, [1, 3, 8, 8], [1, 4, 8, 8])
+
+
+def test_qdq_allowance_does_not_take_onnxruntimes_conv_add_fusion_of_cancelling_constants(tmp_path, capsys):
+    # Conv(x, W, 1e8) + (-1e8) before a Q of step 0.05: the original's Conv + 1e8 rounds to 8,
+    # and onnxruntime's ConvAddFusion (one bias of 0) moves 252 of 256 outputs by up to 73 steps.
+    # With the allowance measured against it, the default rules' own conv-add fold was written
+    # with exit 0 (253 of 256 outputs off by up to 3.65)
+    m, folded = biased_conv(1e8, -1e8), biased_conv(1e8, -1e8, folded=True)
+    assert _moved(m, folded, (1, 3, 8, 8)) > 128
+    assert float_folds_withheld(m) == ["ConvAddFusion"]
+    assert verify(m, m).status == "passed"
+    assert verify(m, folded).status == "failed"
+    onnx.save(m, tmp_path / "m.onnx")
+    rc, _, _ = run_cli(capsys, "optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"), "-q")
+    if rc == 0:  # what is written computes what the original does
+        assert _moved(m, onnx.load(tmp_path / "o.onnx"), (1, 3, 8, 8)) == 0
+    else:
+        assert not (tmp_path / "o.onnx").exists()
+    # constants that do not cancel: a rounding change, measured by
+    assert float_folds_withheld(biased_conv(0.5, 0.25)) == []
+    assert float_folds_withheld(biased_conv(0.0, 0.0)) == []
+
+
+def test_qdq_allowance_does_not_take_onnxruntimes_conv_bn_fusion_of_cancelling_constants():
+    # BatchNormalization(Conv(x, W), mean 1e8, bias 1e8) before a Q: the original's Conv - 1e8
+    # rounds to 8, a fold into one bias of 0 does not. onnxruntime 1.32's ConvBNFusion left this
+    # one unfused (its own optimization moved nothing), so no program passed on it; the guard
+    # is the same as for ConvAddFusion, for the BatchNormalizations it does fold
+    w = (np.random.default_rng(0).standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+    tail, consts = _qdq_tail("m", 0.05)
+    bn = {"sc": np.ones(4, np.float32), "be": np.full(4, 1e8, np.float32), "mu": np.full(4, 1e8, np.float32),
+          "va": np.ones(4, np.float32)}
+    body = [oh.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            oh.make_node("BatchNormalization", ["c", "sc", "be", "mu", "va"], ["m"])]
+    m = _model(body + tail, {"w": w, **bn, **consts}, [1, 3, 8, 8], [1, 4, 8, 8])
+    assert float_folds_withheld(m) == ["ConvBNFusion"]
+    folded = _model([oh.make_node("Conv", ["x", "w"], ["m"], pads=[1, 1, 1, 1])] + tail,
+                    {"w": (w / np.sqrt(1 + 1e-5)).astype(np.float32), **consts}, [1, 3, 8, 8], [1, 4, 8, 8])
+    assert _moved(m, folded, (1, 3, 8, 8)) > 128
+    assert verify(m, folded).status == "failed"
+    bn["be"], bn["mu"] = np.full(4, 0.5, np.float32), np.full(4, 0.25, np.float32)
+    assert float_folds_withheld(_model(body + tail, {"w": w, **bn, **consts}, [1, 3, 8, 8], [1, 4, 8, 8])) == []
