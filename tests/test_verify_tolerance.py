@@ -205,3 +205,45 @@ def test_small_elements_beside_large_ones_are_not_hidden_by_the_outputs_absolute
     wrong = parse_model(SMALL_BESIDE_LARGE.format(body="s = Identity(x)"))
     assert verify(m, m).status == "passed"
     assert verify(m, wrong).status == "failed"
+
+
+OFFSET_LAYER_NORM = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[4, 64] x) => (uint8[4, 64] y) <float s = {{0.01}}, uint8 z = {{128}}, float eps = {{1e-5}},
+                                           float two = {{2.0}}, float off = {{1e6}}, float[64] ga = {{{ones}}},
+                                           float[64] be = {{{zeros}}}> {{
+        xo = Add(x, off)
+        {body}
+        y = QuantizeLinear(n, s, z)
+    }}"""
+LAYER_NORM_PRIMITIVES = """m = ReduceMean <axes = [-1]> (xo)
+        d = Sub(xo, m)
+        p = Pow(d, two)
+        v = ReduceMean <axes = [-1]> (p)
+        e = Add(v, eps)
+        r = Sqrt(e)
+        q = Div(d, r)
+        g = Mul(q, ga)
+        n = Add(g, be)"""
+
+
+def test_qdq_allowance_does_not_take_onnxruntimes_layer_norm_kernel_on_rows_of_a_large_mean(tmp_path, capsys):
+    # LayerNorm in primitives over x + 1e6 before a Q of step 0.01: onnxruntime's LayerNormFusion
+    # runs its LayerNormalization kernel, whose variance loses the rows' spread beside their mean
+    # (the primitives subtract the mean first), moving up to 150 of 256 codes by up to 7. With
+    # the allowance measured against it, the default rules' own LayerNorm fusion was written with
+    # exit 0, as far off
+    ones, zeros = ", ".join(["1.0"] * 64), ", ".join(["0.0"] * 64)
+    m = parse_model(OFFSET_LAYER_NORM.format(ones=ones, zeros=zeros, body=LAYER_NORM_PRIMITIVES))
+    fused = parse_model(OFFSET_LAYER_NORM.format(
+        ones=ones, zeros=zeros, body="n = LayerNormalization <axis = -1, epsilon = 0.00001> (xo, ga, be)"))
+    assert _moved(m, fused, (4, 64)) > 16
+    assert verify(m, m).status == "passed"
+    assert verify(m, fused).status == "failed"
+    onnx.save(m, tmp_path / "m.onnx")
+    rc, _, _ = run_cli(capsys, "optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"), "-q")
+    if rc == 0:  # what is written computes what the original does
+        assert _moved(m, onnx.load(tmp_path / "o.onnx"), (4, 64)) == 0
+    else:
+        assert not (tmp_path / "o.onnx").exists()
+
