@@ -292,3 +292,32 @@ def test_an_output_of_small_normal_values_is_held_to_them():
     m = parse_model(TINY_OUTPUT.format(body="s = Sin(x)"))
     assert verify(m, m).status == "passed"
     assert verify(m, parse_model(TINY_OUTPUT.format(body="s = Neg(x)"))).status == "failed"
+
+
+LABELS = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[4, 16] x) => (uint8[4] y, uint8[4, 16] q) <float s = {0.05}, uint8 z = {128}> {
+        q = QuantizeLinear(x, s, z)
+        d = DequantizeLinear(q, s, z)
+        i = ArgMax <axis = 1, keepdims = 0> (d)
+        y = Cast <to = 2> (i)
+    }"""
+
+
+def test_qdq_allowance_takes_an_index_cast_to_uint8_as_an_index():
+    # a class map: ArgMax over quantized scores, Cast to uint8 (a segmentation model's labels).
+    # Its dtype is a quantized code's, and the allowance measured it as a distance: where
+    # onnxruntime's own optimization turned label 200 into 6, any label from 6 to 394 passed.
+    # An output is codes only where a QuantizeLinear makes it (through ops that move codes)
+    from eqsat.verification import Mismatch
+    from eqsat.verification.qdq import QdqAllowance, code_outputs
+
+    m = parse_model(LABELS)
+    assert code_outputs(m) == {"q"}
+    allowance = QdqAllowance(m, (None, None))
+    assert allowance.codes == {"q"} and allowance.quantized == {"y", "q"}
+    expected, own = {"y": np.array([200, 3, 7, 1], np.uint8)}, {"y": np.array([6, 3, 7, 1], np.uint8)}
+    allowance._own = lambda f: own
+    still = allowance.filter([Mismatch("y", "differs")], expected, {"y": np.array([100, 3, 7, 1], np.uint8)}, {})
+    assert len(still) == 1 and still[0].requantized
+    assert allowance.filter([Mismatch("y", "differs")], expected, {"y": own["y"].copy()}, {}) == []

@@ -141,8 +141,28 @@ def _whole_unlike(ours: np.ndarray, theirs: np.ndarray, slack: np.ndarray) -> st
 
 
 # integer outputs whose distance is a size: codes of the quantized types (any other integer, an
-# ArgMax's index, is right or not)
+# ArgMax's index, is right or not), made by a QuantizeLinear (`code_outputs`): an ArgMax's index
+# cast to uint8 (a segmentation model's class map) has a code's type and is an index
 QUANTIZED_CODES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
+# ops whose output holds codes of their (first, or every) input's: they move, pick or repeat them
+CODE_MOVERS = frozenset({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Slice",
+                         "Split", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "MaxPool", "DepthToSpace",
+                         "SpaceToDepth", "Pad"})
+
+
+def code_outputs(model: ModelProto) -> set[str]:
+    """The graph outputs of `model` that hold quantization codes: made by a QuantizeLinear (or an
+    op of onnxruntime's or ONNX's QLinear family, QGemm), or from those by CODE_MOVERS (from all
+    the inputs of a Concat, from the first of the others)."""
+    codes: set[str] = set()
+    for n in model.graph.node:
+        if n.domain not in ("", "ai.onnx", "com.microsoft"):
+            continue
+        data = [i for i in n.input if i] if n.op_type == "Concat" else list(n.input[:1])
+        if n.op_type == "QuantizeLinear" or n.op_type.startswith(("QLinear", "QGemm")) or (
+                n.op_type in CODE_MOVERS and data and all(i in codes for i in data)):
+            codes.update(o for o in n.output if o)
+    return {o.name for o in model.graph.output if o.name in codes}
 
 
 class QdqAllowance:
@@ -157,13 +177,16 @@ class QdqAllowance:
     quantization steps, each rounded by float32 a few ulps apart), or else as rounding spread
     (spread_unlike: where onnxruntime's own optimization moves many elements, ours moves as many,
     as far, without a bias, over the whole output and in each of its slices along an axis); an
-    integer output other than codes of the quantized types (an ArgMax's index) only where each
-    element is the original's or onnxruntime's own. Only for outputs that a QuantizeLinear
+    integer output other than codes of the quantized types (an ArgMax's index, also one cast to
+    uint8: codes are what `code_outputs` finds) only where each element is the original's or
+    onnxruntime's own. Only for outputs that a QuantizeLinear
     reaches (`quantized_outputs`):
     a float output beside them is held to the tolerance. Never by an output's largest difference
     alone: one element of 1e8 would give every other element 4 ulps of it as slack, and one
     element onnxruntime moves by a step would let every other element move by as much. Not for
     models run in stages."""
+
+    codes: set[str] | None = None  # code_outputs; None (an allowance made without __init__): by type alone
 
     def __init__(self, original: ModelProto, files, announce: Callable[[str], None] = lambda step: None) -> None:
         # requantization needs a QuantizeLinear: a weight-only model (DequantizeLinear of int4
@@ -173,6 +196,7 @@ class QdqAllowance:
         # where onnxruntime's own fusions are no rounding change, what they move is no measure
         self.withheld = qdq_allowance_withheld(original) if self.active else ""
         self.quantized = quantized_outputs(original) if self.active else set()
+        self.codes = code_outputs(original) if self.active else set()
         self.disabled = QDQ_UNSOUND_TRANSFORMERS + ALLOWANCE_WITHHELD_FUSIONS + (
             float_folds_withheld(original) if self.active else [])
         self.source = files[0] or original
@@ -210,7 +234,8 @@ class QdqAllowance:
                     or not all(np.issubdtype(a.dtype, np.number) and np.isfinite(a).all() for a in (e, g, o))):
                 still.append(m)
                 continue
-            if not (np.issubdtype(e.dtype, np.floating) or e.dtype in QUANTIZED_CODES):  # an index
+            codes = e.dtype in QUANTIZED_CODES and (self.codes is None or m.output in self.codes)
+            if not (np.issubdtype(e.dtype, np.floating) or codes):  # an index
                 off = (g != e) & (g != o)
                 if off.any():
                     at = tuple(int(i) for i in np.argwhere(off)[0])
