@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
-from eqsat.verification import run, verify
+from eqsat.verification import SCALED_FAR, compare, run, verify
 from eqsat.verification.qdq import float_folds_withheld
 
 from .conftest import parse_model, run_cli
@@ -195,14 +195,15 @@ SMALL_BESIDE_LARGE = """
 
 @pytest.mark.xfail(strict=True, reason="open: the absolute tolerance of an output is 1e-4 times its largest magnitude "
                                        "(up to 1), so elements of 1e-6 beside elements of 1 pass with any value within "
-                                       "1e-4: Sin dropped from the small half of the output passes every run")
+                                       "1e-4: Sin negated in the small half of the output passes every run")
 def test_small_elements_beside_large_ones_are_not_hidden_by_the_outputs_absolute_tolerance():
     # y = Concat(x, Sin(x) * 1e-6) and a user's unsound Sin(x) -> x: at x times 100 the small
-    # half is off by up to 3.3e-4 on values of about 1e-6, within the output's atol (1e-4 of
-    # its largest magnitude, capped at 1, widened by the scaled run); `eqsat optimize --rules`
-    # wrote it with exit 0
+    # half was off by up to 3.3e-4 on values of about 1e-6, within the output's atol (1e-4 of
+    # its largest magnitude, capped at 1, widened by the scaled run), and `eqsat optimize
+    # --rules` wrote it with exit 0 (the large floats, compared by value since, catch that
+    # one: 2e9 for sin(2e15) * 1e-6); Sin negated passes every run
     m = parse_model(SMALL_BESIDE_LARGE.format(body="s = Sin(x)"))
-    wrong = parse_model(SMALL_BESIDE_LARGE.format(body="s = Identity(x)"))
+    wrong = parse_model(SMALL_BESIDE_LARGE.format(body="t = Sin(x)\n s = Neg(t)"))
     assert verify(m, m).status == "passed"
     assert verify(m, wrong).status == "failed"
 
@@ -266,7 +267,14 @@ def test_one_large_element_does_not_widen_the_far_runs_tolerance_for_every_other
         dropped = parse_model(CLIP_BESIDE_A_CONSTANT.format(big=big, body="c = Identity(x)"))
         assert verify(m, m).status == "passed"
         v = verify(m, dropped)
-        assert v.status == "failed" and "floats times 10000" in v.detail, (big, v.detail)
+        assert v.status == "failed" and ("floats times 10000" in v.detail or "large floats" in v.detail), v.detail
+    # the floats times 10000 alone (the large ones are compared by value since): the Clip's
+    # elements move by nothing under a nudge, the constant's floor does not reach them
+    e = np.array([1000.0, -1000.0, 2.0, 1e30], np.float32)
+    a = np.array([3455.8, -1000.0, 2.0, 1e30], np.float32)
+    nudged = {"y": np.array([0.0, 0.0, 2.0 ** -12 * 2, 0.0])}
+    assert compare({"y": e}, {"y": a}, None, None, scaled=SCALED_FAR, noise={"y": 0.0}) == []
+    assert compare({"y": e}, {"y": a}, None, None, scaled=SCALED_FAR, noise={"y": 0.0}, sensitivity=nudged) != []
     onnx.save(m, tmp_path / "m.onnx")
     (tmp_path / "drop.egg").write_text('(ruleset drop)\n; Clip(x, lo, hi) -> x, unsound\n'
                                        '(rewrite (Clip x lo hi) x :ruleset drop :name "clip-drop")\n')
@@ -288,10 +296,10 @@ TINY_OUTPUT = """
                                        "floor kept for the remains of underflow; a normal output of 1e-30 passes "
                                        "any values of its size")
 def test_an_output_of_small_normal_values_is_held_to_them():
-    # y = Sin(x) * 1e-30 computed as Neg(x) * 1e-30: every run passed
+    # y = Sin(x) * 1e-30 computed as -Sin(x) * 1e-30: every run passes
     m = parse_model(TINY_OUTPUT.format(body="s = Sin(x)"))
     assert verify(m, m).status == "passed"
-    assert verify(m, parse_model(TINY_OUTPUT.format(body="s = Neg(x)"))).status == "failed"
+    assert verify(m, parse_model(TINY_OUTPUT.format(body="t = Sin(x)\n s = Neg(t)"))).status == "failed"
 
 
 LABELS = """
@@ -321,3 +329,29 @@ def test_qdq_allowance_takes_an_index_cast_to_uint8_as_an_index():
     still = allowance.filter([Mismatch("y", "differs")], expected, {"y": np.array([100, 3, 7, 1], np.uint8)}, {})
     assert len(still) == 1 and still[0].requantized
     assert allowance.filter([Mismatch("y", "differs")], expected, {"y": own["y"].copy()}, {}) == []
+
+
+def test_the_large_values_are_compared_by_value_where_both_are_finite(tmp_path, capsys):
+    # Clip(x, -1e12, 1e12) and a user's unsound Clip(x, lo, hi) -> x: only the run with +-2e15
+    # among the floats reaches the bounds, and it compared finiteness alone: `eqsat optimize
+    # --rules` wrote the Identity with exit 0 (2e15 for 1e12)
+    text = """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[64] x) => (float[64] y) <float lo = {-1e12}, float hi = {1e12}> { %s }"""
+    m, dropped = parse_model(text % "y = Clip(x, lo, hi)"), parse_model(text % "y = Identity(x)")
+    assert verify(m, m).status == "passed"
+    v = verify(m, dropped)
+    assert v.status == "failed" and "large floats" in v.detail, v.detail
+    # and beside a constant 1e30 in the same output (no floor from the output's largest value)
+    beside = """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[64] x) => (float[65] y) <float lo = {-1e12}, float hi = {1e12}, float[1] big = {1e30}> {
+            %s
+            y = Concat <axis = 0> (c, big) }"""
+    m2 = parse_model(beside % "c = Clip(x, lo, hi)")
+    assert verify(m2, m2).status == "passed"
+    assert verify(m2, parse_model(beside % "c = Identity(x)")).status == "failed"
+    onnx.save(m, tmp_path / "m.onnx")
+    (tmp_path / "drop.egg").write_text('(ruleset drop)\n; Clip(x, lo, hi) -> x, unsound\n'
+                                       '(rewrite (Clip x lo hi) x :ruleset drop :name "clip-drop")\n')
+    rc, _, _ = run_cli(capsys, "optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"),
+                       "--rules", str(tmp_path / "drop.egg"), "-q")
+    assert rc != 0 and not (tmp_path / "o.onnx").exists()

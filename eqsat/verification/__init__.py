@@ -110,13 +110,19 @@ def max_difference(e: object, a: object) -> float:
 
 
 def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol: float | None = 0.0,
-            atol: float | None = 0.0, finite_free: bool = False, scaled: bool | float = False,
+            atol: float | None = 0.0, finite_free: bool | str = False, scaled: bool | float = False,
             noise: dict[str, float] | None = None, sensitivity: dict[str, object] | None = None) -> list[Mismatch]:
     """Differences between two runs: names, dtypes, shapes, then values (exact when
     rtol = atol = 0, and always for integers and booleans; NaN equals NaN, inf equals inf of
     its sign and nothing else; None: `tolerance` of each output's element type).
     `finite_free`: floating-point values need only be finite where the expected ones are, and
-    the same NaN or infinity where they are not. `scaled`: the runs took the floats times
+    the same NaN or infinity where they are not; "values": and where both are finite, within
+    the tolerance grown as `scaled` grows it (with `scaled` the largest input, by at most
+    NOISE_MARGIN times it times the random draw's difference) and without its floor: a large
+    value cancelling against itself leaves a result whose rounding is relative to it ((x * 300 +
+    1.1) - x * 300 is 0 for x = 2e15), which a program off on the random draw by rounding only
+    gets as slack, and an exact one does not (a Clip at 1e12 dropped passed on finiteness
+    alone). `scaled`: the runs took the floats times
     SCALED (Feeds.with_special_values; a number: times that number, which SCALED below then
     means, and the absolute tolerance is at least FAR_STEPS float steps of the output's
     largest finite magnitude): floating-point values are compared only where the
@@ -141,7 +147,7 @@ def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol
 
 
 def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: float | None,
-                   finite_free: bool = False, scaled: bool | float = False,
+                   finite_free: bool | str = False, scaled: bool | float = False,
                    noise: float | None = None, sensitivity: object = None) -> list[Mismatch]:
     """One output: a tensor, a sequence (list) of tensors, a map, or None (optional)."""
     out: list[Mismatch] = []
@@ -164,7 +170,7 @@ def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: fl
 
 
 def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None, atol: float | None,
-                    finite_free: bool = False, scaled: bool | float = False,
+                    finite_free: bool | str = False, scaled: bool | float = False,
                    noise: float | None = None, moves: np.ndarray | None = None) -> list[Mismatch]:
     if e.dtype != a.dtype:
         return [Mismatch(name, f"dtype {a.dtype}, expected {e.dtype}")]
@@ -175,13 +181,8 @@ def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None,
         factor = SCALED if scaled is True else float(scaled)
         extra = (factor - 1) * atol
         atol += extra if noise is None else min(extra, NOISE_MARGIN * factor * noise)
-        if scaled is not True and e.dtype.kind == "f" and e.size:
-            with np.errstate(invalid="ignore", over="ignore"):
-                top = np.abs(e[np.isfinite(e)])
-            floor = FAR_STEPS * float(np.finfo(e.dtype).eps) * float(top.max(initial=0.0))
-            if moves is not None and moves.shape == e.shape:  # at most what a nudge moves each element
-                floor = np.minimum(floor, np.where(np.isfinite(moves), moves, floor))
-            atol = np.maximum(atol, floor)
+        if scaled is not True and finite_free != "values":
+            atol = np.maximum(atol, _far_floor(e, moves))
     if e.shape != a.shape:
         return [Mismatch(name, f"shape {a.shape}, expected {e.shape}")]
     if e.dtype == object or e.dtype.kind in "SUb":
@@ -194,7 +195,10 @@ def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None,
     if e.dtype.kind in "iu":
         ok = a == e  # integers: right or wrong, whatever the tolerance (rtol 1e-3 let 1000999 pass for 1000000)
     elif finite_free and e.dtype.kind in "fc":
-        ok = (np.isfinite(a) & np.isfinite(e)) | (a == e) | (np.isnan(a) & np.isnan(e))
+        ok = np.isfinite(a) & np.isfinite(e)
+        if finite_free == "values":
+            ok &= np.isclose(a, e, rtol=rtol, atol=atol)
+        ok |= (a == e) | (np.isnan(a) & np.isnan(e))
     elif rtol or np.any(atol):
         ok = np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
         if scaled and e.dtype.kind in "fc":
@@ -214,6 +218,28 @@ def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None,
             worst = f", max abs diff {float(np.max(err[np.isfinite(err)])):.3g}"
     return [Mismatch(name, f"{int((~ok).sum())} of {e.size} values differ, first at {idx}: "
                            f"{_scalar(a[idx])} vs expected {_scalar(e[idx])}{worst}")]
+
+
+def _largest_float(f: dict[str, object]) -> float:
+    """The largest finite magnitude among the floating-point inputs `f`, at least 1 (the
+    factor of the large values' tolerance: compare's finite_free "values")."""
+    tops = [float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for v in f.values()
+            if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size]
+    return max([1.0, *tops])
+
+
+def _far_floor(e: np.ndarray, moves: np.ndarray | None) -> np.ndarray | float:
+    """The floor of the absolute tolerance where the floats were scaled far or made large:
+    FAR_STEPS float steps of the output's largest finite magnitude, at each element at most
+    `moves` (compare's `sensitivity`) where given; 0 for what is not a float tensor."""
+    if e.dtype.kind != "f" or e.size == 0:
+        return 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        top = np.abs(e[np.isfinite(e)])
+    floor = FAR_STEPS * float(np.finfo(e.dtype).eps) * float(top.max(initial=0.0))
+    if moves is not None and moves.shape == e.shape:  # at most what a nudge moves each element
+        return np.minimum(floor, np.where(np.isfinite(moves), moves, floor))
+    return floor
 
 
 def _scalar(v) -> str:
@@ -425,9 +451,11 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     1, or each alone at 1 where the original does not run so (Squeeze without axes drops a
     batch of one). They are compared as
     any run (NaN where NaN, inf where inf of the same sign), but for the large values, where
-    only the places and kinds of non-finite values must agree (an overflow on one side only
-    is what they look for): a large value cancelling against itself along two paths leaves
-    a result whose rounding error is relative to the large terms, not to it. A case the
+    the places and kinds of non-finite values must agree (an overflow on one side only
+    is what they look for) and finite ones within a tolerance grown by what rounding moves
+    (compare's finite_free "values", after the scaled cases): a large value cancelling against
+    itself along two paths leaves a result whose rounding error is relative to the large terms,
+    not to it. A case the
     original does not run on (a Conv over 0 pixels, a mask that must be total = past +
     sequence) is left out: the original's refusal is not the optimizer's fault; a case is
     drawn at `seed`, and where the original refuses that draw, again at seed 0 (the first
@@ -435,24 +463,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     one run of each model, on empty tensors for the sizes of 0. Returns what was checked and
     left out, as a clause, or the failed Verification."""
     sizes = dict(sizes or {})
-    cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
-    if feeds.has_general_integers():
-        cases[0] = (ZEROS_LABEL, "zeros", sizes)
-    if feeds.has_sizes():
-        cases += [(SIZES_LABEL, "sizes", sizes), (LARGER_LABEL, "larger", sizes), (NEGATIVE_LABEL, "negative", sizes)]
-    if feeds.has_general_integers():
-        cases.append((EXTREMES_LABEL, "extremes", sizes))
-    if feeds.has_flags():
-        cases.append((NEGATED_LABEL, "negated", sizes))
-    if feeds.has_masks():
-        cases.append((MASKS_LABEL, "masks", sizes))
-    # the free ones first; a bound one too (`dims` sizes the inputs, the written model keeps the
-    # symbol: a fused op that refuses an empty batch was written where --dim bound it)
-    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
-    free += [n for n in symbolic_input_dims(original) if n in (dims or {})]
-    cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
-    if free and any(sizes.get(n) != 1 for n in free):
-        cases.append((ONES_LABEL, "ones", {**sizes, **dict.fromkeys(free, 1)}))
+    cases, free = _edge_cases(original, feeds, sizes, dims)
+    listed = [ZEROS_LABEL if k == "zeros" and feeds.has_general_integers() else EDGE_KINDS[k] for k in EDGE_KINDS]
     ran, refused = [], []
     for label, kind, at in cases:  # (grows while it runs: each size 1 alone where all at 1 is refused)
         found = _edge_expected(feeds, ref, label, kind, at, seed, wide)
@@ -470,8 +482,9 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
             return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
                                           f"the original: {_line(e)}", edge_cases=where)
         moves = nudged_moves(ref, f, at, expected, used) if kind == "far" else None
-        bad = compare(expected, got, rtol, atol, finite_free=kind == "large",
-                      scaled={"scaled": True, "far": SCALED_FAR}.get(kind, False), noise=noise, sensitivity=moves)
+        scaled = {"scaled": True, "far": SCALED_FAR, "large": _largest_float(f)}.get(kind, False)
+        bad = compare(expected, got, rtol, atol, finite_free="values" if kind == "large" else False,
+                      scaled=scaled, noise=noise, sensitivity=moves)
         if qdq is not None:
             bad = qdq.filter(bad, expected, got, f)
         if bad:
@@ -479,6 +492,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
                                 edge_cases=where, requantized=all(m.requantized for m in bad))
         ran.append(label)
     out = []
+    for labels in (ran, refused):
+        labels.sort(key=lambda x: listed.index(x) if x in listed else len(listed))
     if ran:
         out.append("on " + _edge_list(ran))
     if refused:
@@ -512,6 +527,33 @@ def nudged_moves(ref: Runner, f: dict[str, np.ndarray], sizes: dict[str, int], e
                 d = np.abs(g.astype(np.float64) - e.astype(np.float64))
             out[k] = np.where(np.isfinite(d), d, np.inf)
     return out
+
+
+def _edge_cases(original: ModelProto, feeds: Feeds, sizes: dict[str, int], dims: dict[str, int] | None
+                ) -> tuple[list[tuple[str, str, dict[str, int]]], list[str]]:
+    """`_edge_runs`' cases, (label, kind, symbolic sizes) in the order they run, and the symbolic
+    dimensions they set to 0 and 1 (the free ones first)."""
+    # the large values last of these, listed in EDGE_KINDS' order: what the others find, they say more plainly
+    kinds = [k for k in EDGE_KINDS if k != "large"] + ["large"]
+    cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in kinds]
+    if feeds.has_general_integers():
+        cases[0] = (ZEROS_LABEL, "zeros", sizes)
+    if feeds.has_sizes():
+        cases += [(SIZES_LABEL, "sizes", sizes), (LARGER_LABEL, "larger", sizes), (NEGATIVE_LABEL, "negative", sizes)]
+    if feeds.has_general_integers():
+        cases.append((EXTREMES_LABEL, "extremes", sizes))
+    if feeds.has_flags():
+        cases.append((NEGATED_LABEL, "negated", sizes))
+    if feeds.has_masks():
+        cases.append((MASKS_LABEL, "masks", sizes))
+    # the free ones first; a bound one too (`dims` sizes the inputs, the written model keeps the
+    # symbol: a fused op that refuses an empty batch was written where --dim bound it)
+    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
+    free += [n for n in symbolic_input_dims(original) if n in (dims or {})]
+    cases += [(f"{n}=0", "empty", {**sizes, n: 0}) for n in free[:ZERO_DIMS]]
+    if free and any(sizes.get(n) != 1 for n in free):
+        cases.append((ONES_LABEL, "ones", {**sizes, **dict.fromkeys(free, 1)}))
+    return cases, free
 
 
 def _edge_expected(feeds: Feeds, ref: Runner, label: str, kind: str, at: dict[str, int], seed: int, wide: bool):
