@@ -83,6 +83,14 @@ NOISE_MARGIN = 10
 # relative to the largest terms: ResNet-50's logits, up to 8e6 there, moved one of -44 by 2.5 to 3.3
 # (about 3 steps of 8e6; seeds 0-4), beyond the tolerance of the random draw's differences times 10 x 10000
 FAR_STEPS = 256
+# and at each element at most what the original itself moves there when each float input moves by
+# FAR_NUDGE of itself (or 64 steps of its type, if more), with a sign drawn for each (compare's
+# `sensitivity`): rounding there is relative to that element's own terms, which such a nudge moves it
+# by (about FAR_NUDGE / eps = 2048 times an ulp of them, less where the terms' moves cancel: ResNet-50's
+# one logit beyond the other tolerances, 1.06 off, moved 20.6). A Clip's 1000 beside a constant 1e30 in
+# one output had 256 steps of 1e30 (3e25) as its tolerance, and a dropped Clip (3455) passed; where the
+# Clip saturates, the nudge moves nothing
+FAR_NUDGE = 2.0 ** -12
 
 
 def max_difference(e: object, a: object) -> float:
@@ -102,13 +110,19 @@ def max_difference(e: object, a: object) -> float:
 
 
 def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol: float | None = 0.0,
-            atol: float | None = 0.0, finite_free: bool = False, scaled: bool | float = False,
-            noise: dict[str, float] | None = None) -> list[Mismatch]:
+            atol: float | None = 0.0, finite_free: bool | str = False, scaled: bool | float = False,
+            noise: dict[str, float] | None = None, sensitivity: dict[str, object] | None = None) -> list[Mismatch]:
     """Differences between two runs: names, dtypes, shapes, then values (exact when
     rtol = atol = 0, and always for integers and booleans; NaN equals NaN, inf equals inf of
     its sign and nothing else; None: `tolerance` of each output's element type).
     `finite_free`: floating-point values need only be finite where the expected ones are, and
-    the same NaN or infinity where they are not. `scaled`: the runs took the floats times
+    the same NaN or infinity where they are not; "values": and where both are finite, within
+    the tolerance grown as `scaled` grows it (with `scaled` the largest input, by at most
+    NOISE_MARGIN times it times the random draw's difference) and without its floor: a large
+    value cancelling against itself leaves a result whose rounding is relative to it ((x * 300 +
+    1.1) - x * 300 is 0 for x = 2e15), which a program off on the random draw by rounding only
+    gets as slack, and an exact one does not (a Clip at 1e12 dropped passed on finiteness
+    alone). `scaled`: the runs took the floats times
     SCALED (Feeds.with_special_values; a number: times that number, which SCALED below then
     means, and the absolute tolerance is at least FAR_STEPS float steps of the output's
     largest finite magnitude): floating-point values are compared only where the
@@ -119,19 +133,22 @@ def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol
     draw's values is off by far more). `noise`: each output's largest difference on the random
     draw; the scaled tolerance grows by at most NOISE_MARGIN * SCALED times it (rounding
     grows with the terms, so a right program's does no more; one exact on the random draw
-    and wrong beyond it, 0.5 % off at an output of 1, passed on the tolerance times 100)."""
+    and wrong beyond it, 0.5 % off at an output of 1, passed on the tolerance times 100).
+    `sensitivity` (with `scaled` a number): each output's elements' moves under a nudge of the
+    inputs (`nudged_moves`); the FAR_STEPS floor is at most that at each element (FAR_NUDGE)."""
     out: list[Mismatch] = []
     if list(expected) != list(actual):
         return [Mismatch(",".join(actual), f"output names differ: expected {list(expected)}")]
     for name, e in expected.items():
         out.extend(_compare_value(name, e, actual[name], rtol, atol, finite_free, scaled,
-                                  None if noise is None else noise.get(name, 0.0)))
+                                  None if noise is None else noise.get(name, 0.0),
+                                  None if sensitivity is None else sensitivity.get(name)))
     return out
 
 
 def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: float | None,
-                   finite_free: bool = False, scaled: bool | float = False,
-                   noise: float | None = None) -> list[Mismatch]:
+                   finite_free: bool | str = False, scaled: bool | float = False,
+                   noise: float | None = None, sensitivity: object = None) -> list[Mismatch]:
     """One output: a tensor, a sequence (list) of tensors, a map, or None (optional)."""
     out: list[Mismatch] = []
     if e is None or a is None:
@@ -148,12 +165,13 @@ def _compare_value(name: str, e: object, a: object, rtol: float | None, atol: fl
         for i, (x, y) in enumerate(zip(e, a, strict=True)):
             out.extend(_compare_value(f"{name}[{i}]", x, y, rtol, atol, finite_free, scaled, noise))
         return out
-    return _compare_tensor(name, np.asarray(e), np.asarray(a), rtol, atol, finite_free, scaled, noise)
+    moves = sensitivity if isinstance(sensitivity, np.ndarray) else None
+    return _compare_tensor(name, np.asarray(e), np.asarray(a), rtol, atol, finite_free, scaled, noise, moves)
 
 
 def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None, atol: float | None,
-                    finite_free: bool = False, scaled: bool | float = False,
-                   noise: float | None = None) -> list[Mismatch]:
+                    finite_free: bool | str = False, scaled: bool | float = False,
+                   noise: float | None = None, moves: np.ndarray | None = None) -> list[Mismatch]:
     if e.dtype != a.dtype:
         return [Mismatch(name, f"dtype {a.dtype}, expected {e.dtype}")]
     if rtol is None or atol is None:
@@ -163,10 +181,8 @@ def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None,
         factor = SCALED if scaled is True else float(scaled)
         extra = (factor - 1) * atol
         atol += extra if noise is None else min(extra, NOISE_MARGIN * factor * noise)
-        if scaled is not True and e.dtype.kind == "f" and e.size:
-            with np.errstate(invalid="ignore", over="ignore"):
-                top = np.abs(e[np.isfinite(e)])
-            atol = max(atol, FAR_STEPS * float(np.finfo(e.dtype).eps) * float(top.max(initial=0.0)))
+        if scaled is not True and finite_free != "values":
+            atol = np.maximum(atol, _far_floor(e, moves))
     if e.shape != a.shape:
         return [Mismatch(name, f"shape {a.shape}, expected {e.shape}")]
     if e.dtype == object or e.dtype.kind in "SUb":
@@ -179,8 +195,11 @@ def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None,
     if e.dtype.kind in "iu":
         ok = a == e  # integers: right or wrong, whatever the tolerance (rtol 1e-3 let 1000999 pass for 1000000)
     elif finite_free and e.dtype.kind in "fc":
-        ok = (np.isfinite(a) & np.isfinite(e)) | (a == e) | (np.isnan(a) & np.isnan(e))
-    elif rtol or atol:
+        ok = np.isfinite(a) & np.isfinite(e)
+        if finite_free == "values":
+            ok &= np.isclose(a, e, rtol=rtol, atol=atol)
+        ok |= (a == e) | (np.isnan(a) & np.isnan(e))
+    elif rtol or np.any(atol):
         ok = np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
         if scaled and e.dtype.kind in "fc":
             ok |= ~np.isfinite(e)
@@ -199,6 +218,28 @@ def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None,
             worst = f", max abs diff {float(np.max(err[np.isfinite(err)])):.3g}"
     return [Mismatch(name, f"{int((~ok).sum())} of {e.size} values differ, first at {idx}: "
                            f"{_scalar(a[idx])} vs expected {_scalar(e[idx])}{worst}")]
+
+
+def _largest_float(f: dict[str, object]) -> float:
+    """The largest finite magnitude among the floating-point inputs `f`, at least 1 (the
+    factor of the large values' tolerance: compare's finite_free "values")."""
+    tops = [float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for v in f.values()
+            if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size]
+    return max([1.0, *tops])
+
+
+def _far_floor(e: np.ndarray, moves: np.ndarray | None) -> np.ndarray | float:
+    """The floor of the absolute tolerance where the floats were scaled far or made large:
+    FAR_STEPS float steps of the output's largest finite magnitude, at each element at most
+    `moves` (compare's `sensitivity`) where given; 0 for what is not a float tensor."""
+    if e.dtype.kind != "f" or e.size == 0:
+        return 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        top = np.abs(e[np.isfinite(e)])
+    floor = FAR_STEPS * float(np.finfo(e.dtype).eps) * float(top.max(initial=0.0))
+    if moves is not None and moves.shape == e.shape:  # at most what a nudge moves each element
+        return np.minimum(floor, np.where(np.isfinite(moves), moves, floor))
+    return floor
 
 
 def _scalar(v) -> str:
@@ -451,9 +492,11 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     one larger than the random runs' (their other parity: N = 32 and its multiples passed a
     Slice to N of 2 * ceiling(N / 2) elements taken for the identity). They are compared as
     any run (NaN where NaN, inf where inf of the same sign), but for the large values, where
-    only the places and kinds of non-finite values must agree (an overflow on one side only
-    is what they look for): a large value cancelling against itself along two paths leaves
-    a result whose rounding error is relative to the large terms, not to it. A case the
+    the places and kinds of non-finite values must agree (an overflow on one side only
+    is what they look for) and finite ones within a tolerance grown by what rounding moves
+    (compare's finite_free "values", after the scaled cases): a large value cancelling against
+    itself along two paths leaves a result whose rounding error is relative to the large terms,
+    not to it. A case the
     original does not run on (a Conv over 0 pixels, a mask that must be total = past +
     sequence) is left out: the original's refusal is not the optimizer's fault; a case is
     drawn at `seed`, and where the original refuses that draw, again at seed 0 (the first
@@ -462,6 +505,7 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     left out, as a clause, or the failed Verification."""
     sizes = dict(sizes or {})
     cases, free = _edge_cases(original, feeds, sizes, dims)
+    listed = [ZEROS_LABEL if k == "zeros" and feeds.has_general_integers() else EDGE_KINDS[k] for k in EDGE_KINDS]
     ran, refused = [], []
     for label, kind, at in cases:  # (grows while it runs: each size 1 alone where all at 1 is refused)
         found = _edge_expected(feeds, ref, label, kind, at, seed, wide)
@@ -478,8 +522,10 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
         except Exception as e:  # noqa: BLE001
             return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
                                           f"the original: {_line(e)}", edge_cases=where)
-        bad = compare(expected, got, rtol, atol, finite_free=kind == "large",
-                      scaled={"scaled": True, "far": SCALED_FAR}.get(kind, False), noise=noise)
+        moves = nudged_moves(ref, f, at, expected, used) if kind == "far" else None
+        scaled = {"scaled": True, "far": SCALED_FAR, "large": _largest_float(f)}.get(kind, False)
+        bad = compare(expected, got, rtol, atol, finite_free="values" if kind == "large" else False,
+                      scaled=scaled, noise=noise, sensitivity=moves)
         if qdq is not None:
             bad = qdq.filter(bad, expected, got, f)
         if bad:
@@ -487,11 +533,42 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
                                 edge_cases=where, requantized=all(m.requantized for m in bad))
         ran.append(label)
     out = []
+    for labels in (ran, refused):
+        labels.sort(key=lambda x: listed.index(x) if x in listed else len(listed))
     if ran:
         out.append("on " + _edge_list(ran))
     if refused:
         out.append("not on " + _edge_list(refused) + " (the original does not run on them)")
     return "; ".join(out)
+
+
+def nudged_moves(ref: Runner, f: dict[str, np.ndarray], sizes: dict[str, int], expected: dict[str, object],
+                 seed: int) -> dict[str, object] | None:
+    """How far the original's floating-point outputs move, element by element, when each float
+    input element moves by FAR_NUDGE of itself (or 64 steps of its type, if more), with a sign
+    drawn at `seed` (compare's `sensitivity`): inf where either run is not finite; None where the
+    original does not run on the nudged inputs. Run after the optimized model on `f` (a staged
+    runner matches the optimized model's cut nodes to the original's last run)."""
+    rng = np.random.default_rng([seed, 16])
+    nudged = {}
+    for k, v in f.items():
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
+            step = max(FAR_NUDGE, 64 * float(np.finfo(v.dtype).eps))
+            v = (v * (1 + step * rng.choice([-1.0, 1.0], v.shape))).astype(v.dtype)
+        nudged[k] = v
+    try:
+        got = ref(nudged, sizes)
+    except Exception:  # noqa: BLE001 - the floor stays the output's
+        return None
+    out: dict[str, object] = {}
+    for k, e in expected.items():
+        g = got.get(k)
+        if isinstance(e, np.ndarray) and isinstance(g, np.ndarray) and e.shape == g.shape and e.dtype.kind == "f":
+            with np.errstate(invalid="ignore", over="ignore"):
+                d = np.abs(g.astype(np.float64) - e.astype(np.float64))
+            out[k] = np.where(np.isfinite(d), d, np.inf)
+    return out
+
 
 
 FORCED = "eqsat_forced_condition"  # the name of the constant `_forced_branches` puts in every If's condition
@@ -612,7 +689,9 @@ def _edge_cases(original: ModelProto, feeds: Feeds, sizes: dict[str, int], dims:
                 ) -> tuple[list[tuple[str, str, dict[str, int]]], list[str]]:
     """(the (label, kind, sizes) of `_edge_runs`' cases, the symbolic dimensions tried at size 0 and 1:
     the free ones first)."""
-    cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in EDGE_KINDS]
+    # the large values last of these, listed in EDGE_KINDS' order: what the others find, they say more plainly
+    kinds = [k for k in EDGE_KINDS if k != "large"] + ["large"]
+    cases: list[tuple[str, str, dict[str, int]]] = [(EDGE_KINDS[k], k, sizes) for k in kinds]
     if feeds.has_general_integers():
         cases[0] = (ZEROS_LABEL, "zeros", sizes)
     if feeds.has_sizes():

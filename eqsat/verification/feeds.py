@@ -411,12 +411,13 @@ class Feeds:
           -x, x) taken for x passed);
         - "scaled": every element times SCALED (100): standard normal values stay within 5, so
           what a model computes only beyond (a Where or If on x > 10) never ran, and the
-          "large" case compares finiteness alone; rounding grows with the values summed, so the
+          "large" case compares values only as far as rounding moves them; rounding grows
+          with the values summed, so the
           absolute tolerance is up to SCALED times the random draw's, as far as the random
           draw's own differences times SCALED allow (compare's `scaled` and `noise`);
         - "far": every element times SCALED_FAR (10000; float16: 1023), compared as "scaled":
-          between the values times 100 and the large ones, which compare finiteness alone, a
-          Clip(x, -1000, 1000) taken for x passed;
+          between the values times 100 and the large ones, a Clip(x, -1000, 1000) taken for
+          x passed;
         - "small": every element times SMALL (1e-4; float16, bfloat16: 1e-2): an epsilon
           added to a variance (about 1 on the random draw) is within the tolerance there, so
           a LayerNormalization whose epsilon a rewrite dropped passed;

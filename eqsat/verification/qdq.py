@@ -30,6 +30,30 @@ QDQ_UNSOUND_TRANSFORMERS = ["QDQFinalCleanupTransformer", "DoubleQDQPairsRemover
 # QuantizeLinear elsewhere, a 4-bit weight-only MatMul's output moved by 0.028 with it, and a
 # block scale 1 % off (0.026) passed
 QDQ_ALLOWANCE_CONFIG = {"session.qdq_matmulnbits_accuracy_level": "1"}
+# onnxruntime's float fusions that fold a constant factor into a product: MatMulScaleFusion (a
+# one-element Mul or Div before or after a MatMul into its alpha), ConvMulFusion and ConvBNFusion
+# (a Mul or a BatchNormalization after a Conv into its weights), MatmulBNFusion (a
+# BatchNormalization after a MatMul into a Gemm's). They change results by rounding alone where
+# what they fold stays well inside float32's normal range: each factor within FOLD_FACTOR_RANGE
+# (rules/matmul.egg's bound for a scale joining an alpha) and the product's constant operands'
+# nonzero magnitudes within FOLD_WEIGHT_RANGE. Beyond, the original's intermediate values
+# underflow (or overflow) where the fused form's do not: (x * 1e-44) @ W * 1e38 rounds x to 7
+# levels, one alpha of 1e-6 does not, and 102 of 128 outputs of a Q of step 0.05 moved by up to
+# 9 steps; a Conv over weights of 1e-44 times 1e38 moved 201 of 256 by up to 6 steps. There they
+# are left out of the allowance's reference run (`float_folds_withheld`): what they move is no
+# measure of what a rewrite may move
+FOLD_FACTOR_RANGE = (2.0 ** -16, 2.0 ** 16)
+# and, in every model, its fusions into kernels that compute otherwise than the pattern they
+# replace: LayerNormFusion (LayerNormFusionL1 and L2 in onnxruntime 1.32, each level's; and
+# SkipLayerNormFusion, EmbedLayerNormFusion, which make kernels that normalize so too) runs
+# onnxruntime's LayerNormalization kernel, whose variance loses a row's
+# spread beside a large mean, where the pattern subtracts the mean first: over x + 1e6 it moved
+# 150 of 256 codes of a Q of step 0.01 by up to 7, and the default rules' own LayerNorm fusion,
+# as far off, passed on that. Left out of the allowance's reference run alone (not of what
+# eqsat.core.requantize reads as onnxruntime's requantizing fusions)
+ALLOWANCE_WITHHELD_FUSIONS = ["LayerNormFusion", "LayerNormFusionL1", "LayerNormFusionL2", "SkipLayerNormFusion",
+                              "EmbedLayerNormFusion"]
+FOLD_WEIGHT_RANGE = (2.0 ** -60, 2.0 ** 60)
 
 
 # Rounding spread (spread_unlike): onnxruntime's own optimization must move at least this many
@@ -117,8 +141,28 @@ def _whole_unlike(ours: np.ndarray, theirs: np.ndarray, slack: np.ndarray) -> st
 
 
 # integer outputs whose distance is a size: codes of the quantized types (any other integer, an
-# ArgMax's index, is right or not)
+# ArgMax's index, is right or not), made by a QuantizeLinear (`code_outputs`): an ArgMax's index
+# cast to uint8 (a segmentation model's class map) has a code's type and is an index
 QUANTIZED_CODES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16))
+# ops whose output holds codes of their (first, or every) input's: they move, pick or repeat them
+CODE_MOVERS = frozenset({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Slice",
+                         "Split", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "MaxPool", "DepthToSpace",
+                         "SpaceToDepth", "Pad"})
+
+
+def code_outputs(model: ModelProto) -> set[str]:
+    """The graph outputs of `model` that hold quantization codes: made by a QuantizeLinear (or an
+    op of onnxruntime's or ONNX's QLinear family, QGemm), or from those by CODE_MOVERS (from all
+    the inputs of a Concat, from the first of the others)."""
+    codes: set[str] = set()
+    for n in model.graph.node:
+        if n.domain not in ("", "ai.onnx", "com.microsoft"):
+            continue
+        data = [i for i in n.input if i] if n.op_type == "Concat" else list(n.input[:1])
+        if n.op_type == "QuantizeLinear" or n.op_type.startswith(("QLinear", "QGemm")) or (
+                n.op_type in CODE_MOVERS and data and all(i in codes for i in data)):
+            codes.update(o for o in n.output if o)
+    return {o.name for o in model.graph.output if o.name in codes}
 
 
 class QdqAllowance:
@@ -133,13 +177,16 @@ class QdqAllowance:
     quantization steps, each rounded by float32 a few ulps apart), or else as rounding spread
     (spread_unlike: where onnxruntime's own optimization moves many elements, ours moves as many,
     as far, without a bias, over the whole output and in each of its slices along an axis); an
-    integer output other than codes of the quantized types (an ArgMax's index) only where each
-    element is the original's or onnxruntime's own. Only for outputs that a QuantizeLinear
+    integer output other than codes of the quantized types (an ArgMax's index, also one cast to
+    uint8: codes are what `code_outputs` finds) only where each element is the original's or
+    onnxruntime's own. Only for outputs that a QuantizeLinear
     reaches (`quantized_outputs`):
     a float output beside them is held to the tolerance. Never by an output's largest difference
     alone: one element of 1e8 would give every other element 4 ulps of it as slack, and one
     element onnxruntime moves by a step would let every other element move by as much. Not for
     models run in stages."""
+
+    codes: set[str] | None = None  # code_outputs; None (an allowance made without __init__): by type alone
 
     def __init__(self, original: ModelProto, files, announce: Callable[[str], None] = lambda step: None) -> None:
         # requantization needs a QuantizeLinear: a weight-only model (DequantizeLinear of int4
@@ -149,6 +196,9 @@ class QdqAllowance:
         # where onnxruntime's own fusions are no rounding change, what they move is no measure
         self.withheld = qdq_allowance_withheld(original) if self.active else ""
         self.quantized = quantized_outputs(original) if self.active else set()
+        self.codes = code_outputs(original) if self.active else set()
+        self.disabled = QDQ_UNSOUND_TRANSFORMERS + ALLOWANCE_WITHHELD_FUSIONS + (
+            float_folds_withheld(original) if self.active else [])
         self.source = files[0] or original
         self.sess = None
         self.used: list[str] = []
@@ -158,7 +208,7 @@ class QdqAllowance:
         try:
             if self.sess is None:
                 self.announce("load original, onnxruntime-optimized")
-                self.sess = session(self.source, optimize=True, disabled_optimizers=QDQ_UNSOUND_TRANSFORMERS,
+                self.sess = session(self.source, optimize=True, disabled_optimizers=self.disabled,
                                     config=QDQ_ALLOWANCE_CONFIG)
             names = [o.name for o in self.sess.get_outputs()]
             self.announce("run original, onnxruntime-optimized")
@@ -184,7 +234,8 @@ class QdqAllowance:
                     or not all(np.issubdtype(a.dtype, np.number) and np.isfinite(a).all() for a in (e, g, o))):
                 still.append(m)
                 continue
-            if not (np.issubdtype(e.dtype, np.floating) or e.dtype in QUANTIZED_CODES):  # an index
+            codes = e.dtype in QUANTIZED_CODES and (self.codes is None or m.output in self.codes)
+            if not (np.issubdtype(e.dtype, np.floating) or codes):  # an index
                 off = (g != e) & (g != o)
                 if off.any():
                     at = tuple(int(i) for i in np.argwhere(off)[0])
@@ -282,6 +333,18 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
     channel or one in all (up to 44 steps). With any, the allowance accepted any program as far off."""
     g = _QdqGraph(model.graph)
     return g.scale_out_of_range() or g.bias_changed() or g.pool_miscounted() or g.per_axis_misread()
+
+
+def float_folds_withheld(model: ModelProto) -> list[str]:
+    """The float fusions of onnxruntime that fold a factor outside FOLD_FACTOR_RANGE, or into a
+    product with constant operands outside FOLD_WEIGHT_RANGE, somewhere in `model` (names of its
+    transformers, in the order of FLOAT_FOLDS): the QDQ allowance's reference run leaves them
+    out, as their results there differ from the original's by more than rounding."""
+    found = _QdqGraph(model.graph).extreme_folds()
+    return [t for t in FLOAT_FOLDS if t in found]
+
+
+FLOAT_FOLDS = ("MatMulScaleFusion", "MatmulBNFusion", "ConvMulFusion", "ConvBNFusion", "ConvAddFusion")
 
 
 class _QdqGraph:
@@ -491,6 +554,100 @@ class _QdqGraph:
             if r.domain not in ("", "ai.onnx") or out_axis is None or not (slot == [1] and axis == out_axis or bias):
                 return False
         return True
+
+    def extreme_folds(self) -> set[str]:
+        """float_folds_withheld's transformers (unordered)."""
+        out: set[str] = set()
+        for n in self.nodes:
+            matmul = n.op_type == "MatMul" and n.domain in ("", "ai.onnx") or \
+                n.op_type == "FusedMatMul" and n.domain == "com.microsoft"
+            if not (matmul or n.op_type == "Conv" and n.domain in ("", "ai.onnx")) or len(n.input) < 2:
+                continue
+            weights_out = not all(self._within(self.value(i), FOLD_WEIGHT_RANGE) for i in n.input[:2])
+            after = list(self.readers.get(n.output[0], []))
+            if matmul:
+                after += [r for s in after if s.op_type == "Reshape" for r in self.readers.get(s.output[0], [])]
+            scales = [self._factor(r, n.output[0]) for r in after if r.op_type in ("Mul", "Div")]
+            if matmul:
+                scales += [self._factor(self.producer.get(i), i) for i in n.input[:2]]
+            bias = self.value(n.input[2]) if not matmul and len(n.input) > 2 and n.input[2] else None
+            norms = [self._bn_factor(r, bias) for r in after if r.op_type == "BatchNormalization"]
+            for folded, name in ((scales, "MatMulScaleFusion" if matmul else "ConvMulFusion"),
+                                 (norms, "MatmulBNFusion" if matmul else "ConvBNFusion")):
+                folded = [f for f in folded if f is not None]
+                if folded and (weights_out or not all(self._within(f, FOLD_FACTOR_RANGE) for f in folded)):
+                    out.add(name)
+            if not matmul and any(self._cancels(bias, self._addend(r, n.output[0])) for r in after):
+                out.add("ConvAddFusion")
+        return out
+
+    @staticmethod
+    def _cancels(*terms: np.ndarray | None) -> bool:
+        """Whether constants added in turn to a value (per channel: each a vector, or one
+        element) cancel to less than FOLD_FACTOR_RANGE's lower end times the largest of them:
+        the original's sum with the largest absorbed the value's low bits, which their folded
+        sum keeps (a Conv bias of 1e8 and an Add of -1e8 left the original its outputs rounded
+        to 8, moving 252 of 256 by up to 73 steps of the Q after them)."""
+        if any(t is None for t in terms):
+            return False
+        try:
+            flat = np.broadcast_arrays(*(np.asarray(t, np.float64).reshape(-1) for t in terms))
+        except ValueError:  # not per channel: onnxruntime does not fold them
+            return False
+        big = np.max(np.abs(np.stack(flat)), axis=0)
+        with np.errstate(invalid="ignore", over="ignore"):
+            return bool(np.any(big > np.abs(np.sum(flat, axis=0)) / FOLD_FACTOR_RANGE[0]))
+
+    def _addend(self, n, name: str) -> np.ndarray | None:
+        """The float constant that the Add `n` adds to `name`, None for any other node."""
+        if n.op_type != "Add" or n.domain not in ("", "ai.onnx") or len(n.input) != 2 or name not in n.input:
+            return None
+        c = self.value(n.input[1] if n.input[0] == name else n.input[0])
+        return c if c is not None and c.dtype.kind == "f" else None
+
+    @staticmethod
+    def _within(v: np.ndarray | None, bounds: tuple[float, float]) -> bool:
+        """Whether the nonzero magnitudes of a float constant lie within `bounds` (True for
+        what is no float constant: a computed operand, an integer)."""
+        if v is None or v.dtype.kind != "f" or v.size == 0:
+            return True
+        a = np.abs(v.astype(np.float64))
+        a = a[a != 0]
+        return bool(np.isfinite(a).all() and (a.size == 0 or (a.min() >= bounds[0] and a.max() <= bounds[1])))
+
+    def _factor(self, n, name: str) -> np.ndarray | None:
+        """The constant factor of a Mul by a constant, or of a Div of `name` by one (its
+        reciprocal; zero for a zero divisor), that reads or computes `name`; None for any other node."""
+        if n is None or n.op_type not in ("Mul", "Div") or n.domain not in ("", "ai.onnx") or len(n.input) != 2:
+            return None
+        if name in n.output:  # a factor before the product: the Mul or Div that computes its operand
+            others = [i for k, i in enumerate(n.input) if self.value(i) is not None and (n.op_type == "Mul" or k == 1)]
+        else:
+            others = [i for k, i in enumerate(n.input) if i != name and (n.op_type == "Mul" or k == 1)]
+        c = self.value(others[0]) if len(others) == 1 else None
+        if c is None or c.dtype.kind != "f":
+            return None
+        if n.op_type == "Div":
+            with np.errstate(divide="ignore"):
+                c = np.where(c == 0, np.inf, 1.0 / c.astype(np.float64))
+        return c.astype(np.float64)
+
+    def _bn_factor(self, n, bias: np.ndarray | None) -> np.ndarray | None:
+        """A BatchNormalization's constant factor k = scale / sqrt(var + epsilon), None where its
+        parameters are not constants; inf (outside any range) where its folded bias
+        (bias - mean) * k + B cancels (`_cancels`) in either sum (`bias`: the product's, if any)."""
+        if n.domain not in ("", "ai.onnx") or len(n.input) < 5:
+            return None
+        scale, beta, mean, var = (self.value(i) for i in n.input[1:5])
+        if any(v is None or v.dtype.kind != "f" for v in (scale, beta, mean, var)):
+            return None
+        eps = float(self.attrs(n).get("epsilon", 1e-5))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            k = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+            shifted = (0.0 if bias is None else bias.astype(np.float64)) - mean.astype(np.float64)
+            if self._cancels(bias, -mean) or self._cancels(shifted * k, beta):
+                return np.array([np.inf])
+        return k
 
     def _bias_kept(self, name: str, product: np.ndarray, qs: list) -> bool:
         """Whether onnxruntime's fusion adds the bias `name` as it is: an int32 DequantizeLinear of
