@@ -161,7 +161,9 @@ def infer_types(model: ModelProto, declared: bool = False) -> tuple[dict[str, Va
     relates symbolic dimensions across ops (the sequence length of an attention mask built
     from `Shape(input_ids)` is the sequence length, not a fresh unknown), which is what
     lets rules prove that fused ops get the shapes they need. Its `auto_merge` assumes that
-    two symbolic dimensions that must broadcast together are equal; onnx's inference fills
+    two symbolic dimensions that must broadcast together are equal, though either may be 1:
+    a dimension it merged others into stands only where onnx's inference gives the value the
+    same one (`_unmerge`), so no rule takes the assumption for a fact. onnx's inference fills
     in whatever it leaves unknown, and is used alone when it fails."""
     warning = None
     sk = _skeleton(model)
