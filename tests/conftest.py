@@ -166,20 +166,37 @@ def check_rewrite(model: onnx.ModelProto, expect_ops, fired=(), not_fired=(), fe
 
 def assert_verified(model: onnx.ModelProto, res, dims=None) -> None:
     """eqsat's verification (eqsat.verification.verify, as `eqsat optimize` runs it, in this
-    process) passes on `res` (a Result) against `model`: first with every symbolic size free, as
-    the CLI without --dim; where that is "not possible", with `dims` bound, as with --dim. A
-    rule test whose model the CLI refuses (an op that refuses the sizes verification tries)
-    passed onnxruntime's comparison on the test's own inputs alone."""
+    process) passes on `res` (a Result, or a model such as `roundtrip`'s) against `model`: first
+    with every symbolic size free, as the CLI without --dim; where that is "not possible", with
+    `dims` bound, as with --dim. A rule test whose model the CLI refuses (an op that refuses the
+    sizes verification tries) passed onnxruntime's comparison on the test's own inputs alone."""
     import time
 
     from eqsat.verification import verify
 
+    out, pairs = (res, None) if isinstance(res, onnx.ModelProto) else (res.model, res.random_pairs)
     start = time.perf_counter()
-    v = verify(model, res.model, random_pairs=res.random_pairs)
+    v = verify(model, out, random_pairs=pairs)
     if v.status == "not possible" and dims:
-        v = verify(model, res.model, dims=dims, random_pairs=res.random_pairs)
+        v = verify(model, out, dims=dims, random_pairs=pairs)
     VERIFY_SECONDS.append(time.perf_counter() - start)
     assert v.status == "passed", f"eqsat's verification {v.status}: {v.detail}"
+
+
+def assert_written(model: onnx.ModelProto, res) -> None:
+    """What `eqsat optimize` writes for `res` (a Result of `optimized`) passes its verification:
+    `res.model` itself, or, where verification refuses a QDQ model's requantizing fusions, the
+    first program with fewer that passes (eqsat.api.finish's retries), which then replaces
+    `res.model` and `res.report`. For the tests of a rule whose own program verification
+    refuses (`check_rewrite(..., unverified=...)`), so that the program written is verified."""
+    import time
+
+    from eqsat.api import Checks, finish
+
+    start = time.perf_counter()
+    finish(model, res, {}, Checks())  # raises OptimizeError where nothing would be written
+    VERIFY_SECONDS.append(time.perf_counter() - start)
+    assert res.report["verification"]["status"] == "passed", res.report["verification"]
 
 
 VERIFY_SECONDS: list[float] = []  # the time assert_verified took, each call (tests/conftest.py's summary)

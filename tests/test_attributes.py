@@ -16,7 +16,7 @@ from eqsat.core.pipeline import Options, optimize
 from eqsat.core.store import TensorStore
 from eqsat.verification import run
 
-from .conftest import assert_same_outputs
+from .conftest import assert_same_outputs, assert_verified
 
 
 def _tensor(name: str, doc: str = "", values=(1.0, 2.0)) -> onnx.TensorProto:
@@ -99,3 +99,4 @@ def test_constant_of_shape_tensor_attribute_still_folds_and_runs():
     rng = np.random.default_rng(0)
     for n in (1, 4):
         assert_same_outputs(m, out, {"x": rng.standard_normal((n, 3)).astype(np.float32)})
+        assert_verified(m, out)

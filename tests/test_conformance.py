@@ -31,7 +31,7 @@ from eqsat.verification.conformance import (
     check_expected,
 )
 
-from .conftest import assert_same_outputs
+from .conftest import assert_same_outputs, assert_verified
 from .test_cli import error_line, run_cli
 
 SUMMARY = re.compile(r"^pass rate (\d+\.\d\d)%: (\d+) of (\d+) cases that onnxruntime runs correctly pass after "
@@ -170,6 +170,7 @@ def test_an_empty_sequence_is_not_folded_into_a_tensor():
     res = optimize(m, Options())
     assert "SequenceEmpty" in [n.op_type for n in res.model.graph.node]
     assert_same_outputs(m, res.model)
+    assert_verified(m, res)
 
 
 def test_split_with_computed_sizes_keeps_its_real_shapes():
@@ -186,6 +187,7 @@ def test_split_with_computed_sizes_keeps_its_real_shapes():
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
     res = optimize(m, Options())
     assert_same_outputs(m, res.model)
+    assert_verified(m, res)
 
 
 def test_run_conformance_counts(monkeypatch):

@@ -15,7 +15,7 @@ from eqsat.cli.main import main
 from eqsat.core.pipeline import Options, optimize
 from eqsat.core.provenance import PREFIX, Instrumenter
 
-from .conftest import assert_same_outputs, op_list, parse_model
+from .conftest import assert_same_outputs, assert_verified, op_list, parse_model
 from .rules.test_attention import bert_block
 from .rules.test_transformer import LAYERNORM, header
 
@@ -71,6 +71,7 @@ def test_conv_bn_relu_names_the_fusions_and_every_replaced_node(cbr):
     assert ex["rules"]["conv-bn-fold"] == 1 and ex["rules"]["conv-relu"] == 1
     assert ex["summary"]["original_nodes_replaced"] == 4 and ex["removed"] == []
     assert_same_outputs(model, res.model, rtol=1e-4, atol=1e-5)
+    assert_verified(model, res)
 
 
 def test_explain_changes_neither_the_result_nor_the_rule_matches(cbr):
@@ -105,6 +106,7 @@ def test_blocked_layout_credits_each_node_with_its_own_originals():
     assert "nchwc-candidate-conv" in convs[0]["facts"]
     assert not any(f.startswith("attention-") for c in convs for f in c["facts"])
     assert_same_outputs(model, res.model, rtol=1e-4, atol=1e-5)
+    assert_verified(model, res)
 
 
 def test_a_reshape_the_shape_oracle_rewrote_is_credited_to_it():
@@ -125,6 +127,7 @@ def test_a_reshape_the_shape_oracle_rewrote_is_credited_to_it():
     assert node["status"] == "rewritten" and node["rules"] == ["oracle"]
     assert {"n_s", "n_b", "n_t"} <= set(node["replaced"])
     assert_same_outputs(model, res.model)
+    assert_verified(model, res)
 
 
 def test_layernorm_names_the_layernorm_rules_and_the_primitives_it_replaced():

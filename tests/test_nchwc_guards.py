@@ -13,7 +13,7 @@ from onnx import helper, numpy_helper
 
 from eqsat.core.pipeline import Options, saturate
 
-from .conftest import assert_same_outputs, optimized
+from .conftest import assert_same_outputs, assert_verified, optimized
 
 
 def vi(name, shape):
@@ -40,6 +40,7 @@ def test_depthwise_conv_with_channels_not_a_multiple_of_4_stays_runnable(blocked
     res = optimized(m)
     assert res.report["saturation"]["rule_matches"].get("nchwc-conv-depthwise-padded", 0) == 0
     assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-5)
+    assert_verified(m, res)
 
 
 def test_fused_conv_sum_input_with_channels_not_a_multiple_of_4_is_no_candidate(blocked):
@@ -90,6 +91,7 @@ def test_average_pool_with_ceil_mode_and_count_include_pad_stays_nchw(blocked):
         res = optimized(m)
         assert res.report["saturation"]["rule_matches"].get("nchwc-average-pool", 0) == 0
         assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
+        assert_verified(m, res)
         assert "com.microsoft.nchwc.Conv" in [f"{n.domain}.{n.op_type}" for n in res.model.graph.node]
 
 
@@ -106,6 +108,7 @@ def test_average_pool_with_ceil_mode_alone_or_count_include_pad_alone_is_blocked
         res = optimized(m)
         assert res.report["saturation"]["rule_matches"].get("nchwc-average-pool", 0) > 0, (cm, cip)
         assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
+        assert_verified(m, res)
 
 
 def _pool_after_convs(op, c, **attrs):
@@ -131,6 +134,7 @@ def test_pools_whose_output_may_be_empty_for_some_size_stay_nchw(blocked):
         assert not any(n.domain == "com.microsoft.nchwc" and "Pool" in n.op_type for n in res.model.graph.node)
         for h, w in ((2, 2), (5, 6)):
             assert_same_outputs(m, res.model, dims={"h": h, "w": w}, rtol=1e-4, atol=1e-4, ort_optimize=False)
+            assert_verified(m, res, {"h": h, "w": w})
 
 
 def test_pools_whose_window_fits_in_the_padding_stay_blocked_at_any_size(blocked):
@@ -143,6 +147,7 @@ def test_pools_whose_window_fits_in_the_padding_stay_blocked_at_any_size(blocked
         assert res.report["saturation"]["rule_matches"].get(fired, 0) > 0, (op, k)
         for h, w in ((1, 1), (2, 3), (7, 5)):
             assert_same_outputs(m, res.model, dims={"h": h, "w": w}, rtol=1e-4, atol=1e-4, ort_optimize=False)
+            assert_verified(m, res, {"h": h, "w": w})
 
 
 _RUN_AT_SMALL_SIZES = """

@@ -23,7 +23,7 @@ from onnx import helper as h
 
 from eqsat.core.pipeline import Options, optimize
 
-from .conftest import assert_same_outputs
+from .conftest import assert_same_outputs, assert_verified
 
 TARGETS = ("ort", "onnx")
 COST_MODELS = ("node-count", "roofline")
@@ -238,6 +238,7 @@ def _check(model: onnx.ModelProto, target: str, cost_model: str, extractor: str)
     feeds = {"x": np.random.default_rng(7).standard_normal(
         [d.dim_value or 3 for d in model.graph.input[0].type.tensor_type.shape.dim]).astype(np.float32)}
     assert_same_outputs(model, opt, feeds, rtol=RTOL, atol=ATOL)
+    assert_verified(model, opt)
     return opt
 
 

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from eqsat.core.pipeline import Options, optimize
 from eqsat.errors import UsageError
 
-from .conftest import assert_same_outputs, ops, parse_model, roundtrip
+from .conftest import assert_same_outputs, assert_verified, ops, parse_model, roundtrip
 
 
 def test_custom_op_keeps_every_attribute_kind():
@@ -66,6 +66,7 @@ def test_if_subgraphs_read_outer_values_under_their_new_names():
     assert len(out.graph.initializer) == 1  # deduplicated
     for c in (True, False):
         assert_same_outputs(m, out, {"x": np.array([1, -2, 3], np.float32), "c": np.array(c)})
+        assert_verified(m, out)
 
 
 def test_loop_body_reads_outer_values():
@@ -83,6 +84,7 @@ def test_loop_body_reads_outer_values():
     out = roundtrip(m)
     assert "Loop" in ops(out)
     assert_same_outputs(m, out, {"x": np.array([1.5, -2], np.float32), "n": np.array(3, np.int64)})
+    assert_verified(m, out)
 
 
 def test_multi_output_ops_keep_their_outputs():
@@ -97,6 +99,7 @@ def test_multi_output_ops_keep_their_outputs():
     out = roundtrip(m)
     assert ops(out).count("Split") == 1 and ops(out).count("TopK") == 1
     assert_same_outputs(m, out, {"x": np.arange(12, dtype=np.float32).reshape(2, 6), "k": np.array([2], np.int64)})
+    assert_verified(m, out)
 
 
 def test_old_opset_forms_of_typed_ops_come_back_in_their_opset():
@@ -118,6 +121,7 @@ def test_old_opset_forms_of_typed_ops_come_back_in_their_opset():
     for n in out.graph.node:
         assert len(n.input) == 1, f"{n.op_type} must keep its opset-9 form (attributes, one input)"
     assert_same_outputs(m, out)
+    assert_verified(m, out)
 
 
 def test_opset_13_squeeze_and_split_take_inputs_and_keep_them():
@@ -132,6 +136,7 @@ def test_opset_13_squeeze_and_split_take_inputs_and_keep_them():
     """)
     out = roundtrip(m)
     assert_same_outputs(m, out)
+    assert_verified(m, out)
     assert [n.op_type for n in out.graph.node] == ["Squeeze", "Split"]
 
 
@@ -148,6 +153,7 @@ def test_names_with_odd_characters_survive():
     assert out.graph.input[0].name == names[0] and out.graph.output[0].name == names[-1]
     assert {o for n in out.graph.node for o in n.output} == set(names[1:])
     assert_same_outputs(m, out)
+    assert_verified(m, out)
 
 
 def test_symbolic_dimensions_stay_symbolic(tmp_path):
@@ -185,6 +191,7 @@ def test_initializers_that_are_inputs_stay_overridable_and_duplicates_merge():
     x = np.array([1, 2, 3], np.float32)
     assert_same_outputs(m, out, {"x": x})
     assert_same_outputs(m, out, {"x": x, "bias": np.array([9, 9, 9], np.float32)})
+    assert_verified(m, out)
 
 
 def test_ir3_model_constants_stay_valid():
@@ -201,6 +208,7 @@ def test_ir3_model_constants_stay_valid():
     assert {t.name for t in out.graph.initializer} == {"w"}  # IR 3: every initializer is an input
     assert "Constant" in ops(out)
     assert_same_outputs(m, out, {"x": np.array([1, 2, 3], np.float32)})
+    assert_verified(m, out)
 
 
 def test_outputs_that_are_inputs_constants_or_shared():
@@ -217,6 +225,7 @@ def test_outputs_that_are_inputs_constants_or_shared():
     out = roundtrip(m)
     assert [o.name for o in out.graph.output] == ["same", "r1", "r2", "k", "other"]
     assert_same_outputs(m, out)
+    assert_verified(m, out)
     k = [n for n in out.graph.node if "k" in n.output][0]
     assert np.signbit(numpy_helper.to_array(k.attribute[0].t)[1])  # -0.0 stays -0.0
 
@@ -243,6 +252,7 @@ def test_scalar_constants_keep_shape_dtype_sign_and_nan():
     onnx.checker.check_model(m)
     out = roundtrip(m)
     assert_same_outputs(m, out, {"x": np.array([1, -1], np.float32), "h": np.array([3, 5], np.float16)})
+    assert_verified(m, out)
 
 
 def test_model_metadata_is_kept():
@@ -266,6 +276,7 @@ def test_model_metadata_is_kept():
     assert {p.key: p.value for p in out.metadata_props} == {"author": "eqsat", "license": "MIT"}
     assert [f.name for f in out.functions] == ["Twice"]
     assert_same_outputs(m, out)
+    assert_verified(m, out)
 
 
 def test_unsorted_graph_is_written_in_topological_order():

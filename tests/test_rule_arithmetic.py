@@ -23,7 +23,7 @@ from eqsat.core.rulefiles import default_rule_files
 from eqsat.ruletool.model import read_files
 from eqsat.ruletool.sexp import SList, Sym, show
 
-from .conftest import assert_same_outputs, optimized, parse_model
+from .conftest import assert_same_outputs, assert_verified, optimized, parse_model
 
 BIG = 1 << 62
 I64_MIN = -(1 << 63)
@@ -120,6 +120,7 @@ def test_gemm_transpose_flag_2_is_not_flipped():
     res = optimized(m)
     assert res.report["saturation"]["rule_matches"].get("gemm-transpose-a", 0) == 0
     assert_same_outputs(m, res.model, rtol=1e-5, atol=1e-6)
+    assert_verified(m, res)
 
 
 def test_gemm_transpose_flag_that_overflows_does_not_stop_the_run():
@@ -137,6 +138,7 @@ agraph (float[2, 3] a, float[3, 4] b) => (float[2, 4] y) {
     res = optimized(m)
     assert res.report["saturation"]["rule_matches"].get("fused-matmul-fold-transpose-b", 0) == 0
     assert_same_outputs(m, res.model, rtol=1e-5, atol=1e-6)
+    assert_verified(m, res)
 
 
 def test_merged_matmul_widths_that_overflow_do_not_stop_the_run():

@@ -9,7 +9,7 @@ import eqsat.core.pipeline as pipeline
 from eqsat.core.pipeline import Options, optimize
 from eqsat.core.saturate import HOOK_EVERY, Limits
 
-from .conftest import assert_same_outputs, ops, parse_model
+from .conftest import assert_same_outputs, assert_verified, ops, parse_model
 
 # Transpose pairs cancel over several rounds (one pair per round from the inside out), and
 # the Add of two initializers is the oracle's to fold.
@@ -53,6 +53,7 @@ def test_oracle_waits_for_the_rules_and_its_last_snapshot_is_reused(monkeypatch)
     assert len(calls) == sum(r["hooks"] for r in rounds)  # no extra serialization at the end
     assert ops(res.model) == ["Mul"]
     assert_same_outputs(m, res.model)
+    assert_verified(m, res)
 
 
 def test_the_oracle_runs_after_the_only_round_a_limit_allows(monkeypatch):
@@ -65,6 +66,7 @@ def test_the_oracle_runs_after_the_only_round_a_limit_allows(monkeypatch):
     assert "Add" not in ops(res.model)  # folded although the rules were still changing
     assert len(calls) == 2  # the oracle's snapshot, then the final e-graph (changed since)
     assert_same_outputs(m, res.model)
+    assert_verified(m, res)
 
 
 def test_rule_files_loaded_in_one_process_are_kept_to_a_bound(tmp_path):

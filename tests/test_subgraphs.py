@@ -19,7 +19,7 @@ from eqsat.core.pipeline import Options, optimize
 from eqsat.core.saturate import Limits
 from eqsat.errors import OptimizeError
 
-from .conftest import assert_same_outputs
+from .conftest import assert_same_outputs, assert_verified
 
 F, B, I64 = TP.FLOAT, TP.BOOL, TP.INT64
 RNG = np.random.default_rng(0)
@@ -118,6 +118,7 @@ def test_if_branches_on_a_runtime_condition_are_optimized():
         x = np.random.default_rng(seed).standard_normal((1, 2, 6, 6)).astype(np.float32)
         for c in (True, False):
             assert_same_outputs(m, out, {"c": np.array(c), "x": x}, rtol=1e-4, atol=1e-5)
+            assert_verified(m, out)
 
 
 # ---- Loop and Scan
@@ -160,6 +161,7 @@ def test_loop_body_is_optimized():
     for trip in (0, 1, 4):
         x = np.random.default_rng(trip).standard_normal((2, 3)).astype(np.float32)
         assert_same_outputs(m, out, {"trip": np.array(trip, np.int64), "cond": np.array(True), "x": x})
+        assert_verified(m, out)
 
 
 def test_scan_body_is_optimized():
@@ -184,6 +186,7 @@ def test_scan_body_is_optimized():
     for n in (1, 5):
         x = np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32)
         assert_same_outputs(m, out, {"x": x}, rtol=1e-6)
+        assert_verified(m, out)
 
 
 # ---- nesting
@@ -231,6 +234,7 @@ def test_if_nested_in_a_loop_body_is_optimized_and_reads_both_outer_scopes():
     for trip in (0, 1, 2, 5):
         x = np.random.default_rng(trip).standard_normal((2, 3)).astype(np.float32)
         assert_same_outputs(m, out, {"trip": np.array(trip, np.int64), "x": x}, rtol=1e-6)
+        assert_verified(m, out)
 
 
 # ---- kept unchanged
@@ -283,6 +287,7 @@ def test_body_whose_optimization_fails_is_kept_with_the_reason(monkeypatch):
     x = RNG.standard_normal((1, 2, 6, 6)).astype(np.float32)
     for c in (True, False):
         assert_same_outputs(m, res.model, {"c": np.array(c), "x": x}, rtol=1e-4, atol=1e-5)
+        assert_verified(m, res)
 
 
 def test_without_rules_bodies_are_carried_exactly():
@@ -313,6 +318,7 @@ def test_new_names_in_a_body_never_collide_with_outer_names():
     assert not (_defined_names(then_new) & outer)
     for c in (True, False):
         assert_same_outputs(m, out, {"c": np.array(c), "x": np.array([1.0, -2.0, 3.0], np.float32)})
+        assert_verified(m, out)
 
 
 @pytest.mark.parametrize("target", ["ort", "onnx"])
@@ -338,6 +344,7 @@ def test_fused_ops_in_a_body_bring_their_opset_import(target):
     x = RNG.standard_normal((1, 2, 5, 5)).astype(np.float32)
     for c in (True, False):
         assert_same_outputs(m, out, {"c": np.array(c), "x": x}, rtol=1e-4, atol=1e-5)
+        assert_verified(m, out)
 
 
 
@@ -351,6 +358,7 @@ def test_subgraphs_share_the_time_limit():
     x = RNG.standard_normal((1, 2, 6, 6)).astype(np.float32)
     for c in (True, False):
         assert_same_outputs(m, res.model, {"c": np.array(c), "x": x})
+        assert_verified(m, res)
 
 
 def test_a_body_improved_only_inside_its_nested_if_is_replaced():
@@ -377,6 +385,7 @@ def test_a_body_improved_only_inside_its_nested_if_is_replaced():
     for trip in (0, 3):
         x = np.random.default_rng(trip).standard_normal((2, 3)).astype(np.float32)
         assert_same_outputs(m, res.model, {"trip": np.array(trip, np.int64), "x": x})
+        assert_verified(m, res)
 
 
 BAD_SQUARE = """
@@ -404,3 +413,4 @@ def test_an_optimized_body_that_computes_otherwise_is_kept(tmp_path):
     kept = _rows(res.report)["the_if.then_branch"]["kept"]
     assert kept.startswith("the optimized body computes otherwise: "), kept
     assert_same_outputs(m, res.model, {"x": np.array([1, 2, 30, 4], np.float32)}, rtol=0, atol=0)
+    assert_verified(m, res)

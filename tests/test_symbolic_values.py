@@ -23,7 +23,7 @@ from eqsat.core.shapes import SYM_BASE
 from eqsat.oracle.symbolic import Sym, SymValues, reshape_target
 from eqsat.oracle.view import View
 
-from .conftest import assert_same_outputs, optimized, parse_model
+from .conftest import assert_same_outputs, assert_verified, optimized, parse_model
 
 H = '<ir_version: 8, opset_import: ["" : 18]>'
 
@@ -61,6 +61,7 @@ def test_the_shape_of_a_pad_whose_amounts_fold_is_known():
     ops = [n.op_type for n in res.model.graph.node]
     assert "Shape" not in ops and "ConstantOfShape" not in ops, ops
     assert_same_outputs(m, res.model)
+    assert_verified(m, res)
 
 
 def test_the_shape_of_a_pad_of_a_symbolic_size_stays_symbolic():
@@ -68,6 +69,7 @@ def test_the_shape_of_a_pad_of_a_symbolic_size_stays_symbolic():
     res = optimized(m)
     assert "Shape" in [n.op_type for n in res.model.graph.node]
     assert_same_outputs(m, res.model, dims={"height": 10, "width": 12})
+    assert_verified(m, res, {"height": 10, "width": 12})
 
 
 def test_concat_on_the_last_axis_of_a_matrix_is_not_an_append():
@@ -93,6 +95,7 @@ def test_concat_on_the_last_axis_of_a_matrix_is_not_an_append():
         }""")
     res = optimized(m)
     assert_same_outputs(m, res.model, rtol=1e-6, atol=1e-7)
+    assert_verified(m, res)
 
 
 @pytest.mark.parametrize("dims", [{"B": 0, "S": 3}, {"B": 2, "S": 0}, {"B": 2, "S": 3}])
@@ -115,6 +118,7 @@ def test_a_computed_reshape_target_keeps_its_sizes_beside_a_symbolic_copy(dims):
         }""")
     res = optimized(m)
     assert_same_outputs(m, res.model, dims=dims, ort_optimize=False)
+    assert_verified(m, res, dims)
 
 
 def test_a_literal_target_has_a_minus_one_only_beside_sizes_that_are_not_0():
@@ -147,6 +151,7 @@ def test_gather_on_a_matrix_takes_rows():
         }""")
     res = optimized(m)
     assert_same_outputs(m, res.model, rtol=1e-6, atol=1e-7)
+    assert_verified(m, res)
 
 
 def test_int64_arithmetic_wraps_and_does_not_stop_the_run():
@@ -161,6 +166,7 @@ def test_int64_arithmetic_wraps_and_does_not_stop_the_run():
         }""")
     res = optimized(m)
     assert_same_outputs(m, res.model)
+    assert_verified(m, res)
 
 
 def test_cast_to_int32_wraps():
@@ -174,6 +180,7 @@ def test_cast_to_int32_wraps():
         }""")
     res = optimized(m)
     assert_same_outputs(m, res.model)
+    assert_verified(m, res)
 
 
 def test_shape_of_a_scalar_plus_one_broadcasts_to_empty():
@@ -185,6 +192,7 @@ def test_shape_of_a_scalar_plus_one_broadcasts_to_empty():
         }""")
     res = optimized(m)
     assert_same_outputs(m, res.model)
+    assert_verified(m, res)
 
 
 def test_slice_axes_must_name_an_axis_of_the_data():
@@ -209,6 +217,7 @@ def test_slice_axes_must_name_an_axis_of_the_data():
         }""")
     res = optimized(m)
     assert_same_outputs(m, res.model, rtol=1e-6, atol=1e-7)
+    assert_verified(m, res)
 
 
 # ---- property: the oracle against onnx's reference evaluator

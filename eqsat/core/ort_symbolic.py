@@ -89,9 +89,11 @@ def _sound_class(base: type) -> type:
     return Sound
 
 
-def infer(base: type, model: ModelProto, auto_merge: bool) -> ModelProto:
+def infer(base: type, model: ModelProto, auto_merge: bool) -> tuple[ModelProto, set[int | str]]:
     """`base.infer_shapes(model, auto_merge=auto_merge)` (int_max 2**31 - 1, no guessed output
-    ranks) with the guesses above made sound. Raises where the inference is incomplete."""
+    ranks) with the guesses above made sound, and the dimensions auto_merge merged others into
+    (its suggested merges' targets: names, or sizes where it merged a symbol into one; what
+    eqsat.core.shapes._unmerge undoes). Raises where the inference is incomplete."""
     mod = sys.modules[base.__module__]
     opset = mod.get_opset(model)
     if not opset or opset < 7:
@@ -104,4 +106,5 @@ def infer(base: type, model: ModelProto, auto_merge: bool) -> ModelProto:
     inference._update_output_from_vi()
     if not complete:
         raise RuntimeError("incomplete symbolic shape inference")
-    return inference.out_mp_
+    merged = {v if isinstance(v, str) else int(v) for v in inference.suggested_merge_.values()}
+    return inference.out_mp_, merged

@@ -161,7 +161,9 @@ def infer_types(model: ModelProto, declared: bool = False) -> tuple[dict[str, Va
     relates symbolic dimensions across ops (the sequence length of an attention mask built
     from `Shape(input_ids)` is the sequence length, not a fresh unknown), which is what
     lets rules prove that fused ops get the shapes they need. Its `auto_merge` assumes that
-    two symbolic dimensions that must broadcast together are equal; onnx's inference fills
+    two symbolic dimensions that must broadcast together are equal, though either may be 1:
+    a dimension it merged others into stands only where onnx's inference gives the value the
+    same one (`_unmerge`), so no rule takes the assumption for a fact. onnx's inference fills
     in whatever it leaves unknown, and is used alone when it fails."""
     warning = None
     sk = _skeleton(model)
@@ -182,6 +184,8 @@ def infer_types(model: ModelProto, declared: bool = False) -> tuple[dict[str, Va
                    else "; pip install sympy"))
         symbolic = _ort_symbolic(sk)
         if symbolic is not None:
+            symbolic, merged = symbolic
+            _unmerge(symbolic.graph, graphs[0] if graphs else sk.graph, merged)
             if graphs:
                 suspect = _downstream(model.graph, _disagreements(symbolic.graph, graphs[0]))
             graphs.insert(0, symbolic.graph)
@@ -342,7 +346,9 @@ def _computed_split_sizes(model: ModelProto) -> bool:
                and n.input[1] and n.input[1] not in consts for n in model.graph.node)
 
 
-def _ort_symbolic(model: ModelProto) -> ModelProto | None:
+def _ort_symbolic(model: ModelProto) -> tuple[ModelProto, set[int | str]] | None:
+    """onnxruntime's symbolic inference of `model`, and the dimensions its auto_merge merged
+    others into (empty where it needed none); None where it fails or is unavailable."""
     SymbolicShapeInference = _symbolic_shape_infer()
     if SymbolicShapeInference is None or _computed_split_sizes(model):
         return None
@@ -356,13 +362,45 @@ def _ort_symbolic(model: ModelProto) -> ModelProto | None:
             # `sym_shape_infer_temp.onnx` when incomplete) stays out of the user's folder.
             with tempfile.TemporaryDirectory(prefix="eqsat-shapes-") as scratch, contextlib.chdir(scratch), \
                     contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                out = ort_symbolic.infer(SymbolicShapeInference, model, auto_merge)
+                out, merged = ort_symbolic.infer(SymbolicShapeInference, model, auto_merge)
         except Exception:  # noqa: BLE001 - unsupported ops, custom domains: onnx's inference still runs
             continue
         if auto_merge and _merged_named_dims(model, out):
             return None  # it assumed two of the model's own dimensions equal: not sound
-        return out
+        return out, merged
     return None
+
+
+def _unmerge(symbolic: GraphProto, plain: GraphProto, merged: set[int | str]) -> None:
+    """Undo what onnxruntime's auto_merge assumed, in `symbolic` (its inferred graph): where two
+    dimensions broadcast together it takes them to be equal, though either may be 1 (a mask
+    [B, 1, S, T] added to scores [B, N, S, P + S] made the cache's length T). A dimension of a
+    value that is a merge target (`merged`) and that `plain` (onnx's inference, which merges
+    nothing) does not give that value at that axis becomes `plain`'s dimension there, or
+    unknown: a rule never takes the assumption for a fact."""
+    if not merged:
+        return
+    known: dict[str, tuple] = {}
+    for vi in [*plain.input, *plain.value_info, *plain.output]:
+        t = type_of(vi.type)
+        if t is not None and t.dims is not None:
+            known.setdefault(vi.name, t.dims)
+    for vi in [*symbolic.input, *symbolic.value_info, *symbolic.output]:
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        theirs = known.get(vi.name)
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+            dim = d.dim_param if d.HasField("dim_param") else (int(d.dim_value) if d.HasField("dim_value") else None)
+            if dim is None or dim not in merged:
+                continue
+            other = theirs[axis] if theirs is not None and axis < len(theirs) else None
+            if other == dim:
+                continue
+            d.Clear()
+            if isinstance(other, int):
+                d.dim_value = other
+            elif isinstance(other, str) and not other.startswith("unk__"):
+                d.dim_param = other
 
 
 def _merged_named_dims(before: ModelProto, after: ModelProto) -> bool:

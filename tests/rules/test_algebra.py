@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..conftest import assert_same_outputs, check_rewrite, optimized, parse_model
+from ..conftest import assert_same_outputs, assert_verified, check_rewrite, optimized, parse_model
 
 H = '<ir_version: 8, opset_import: ["" : 18]>'
 
@@ -123,7 +123,9 @@ def test_a_chain_of_scalar_folds_rounds_each_step_to_the_dtype(dtype="float", on
             y = Where(g, p, x)
         }}""")
     x = np.array([0.5, 2e4, -3.0, 5e4], np.float32)
-    assert_same_outputs(m, optimized(m).model, feeds={"x": x})  # exactly
+    res = optimized(m)
+    assert_same_outputs(m, res.model, feeds={"x": x})  # exactly
+    assert_verified(m, res)
 
 
 # ---- neutral elements

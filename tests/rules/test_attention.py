@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ..conftest import assert_same_outputs, op_list, parse_model
+from ..conftest import assert_same_outputs, assert_verified, op_list, parse_model
 from ..conftest import check_rewrite as _check_rewrite
 from ..conftest import optimized as _optimized
 
@@ -160,6 +160,7 @@ def assert_not_fused(model, dims=DIMS, feeds=None, **opts):
     assert MHA not in got and "Attention" not in got, f"fused: {sorted(got)}"
     assert "Softmax" in got
     assert_same_outputs(model, res.model, feeds, dims=dims, rtol=1e-4, atol=1e-5)
+    assert_verified(model, res, dims)
     return res
 
 
@@ -444,6 +445,7 @@ def test_opset_23_target_ort_builds_both_and_extracts_one():
     matches = res.report["saturation"]["rule_matches"]
     assert matches.get("attention-std-3d", 0) > 0 and matches.get("attention-mha-kv-3d", 0) > 0
     assert_same_outputs(m, res.model, dims=DIMS, rtol=1e-4, atol=1e-5)
+    assert_verified(m, res, DIMS)
 
 
 # ---- where no fused op may be built
@@ -652,6 +654,7 @@ def test_shared_scores_stay_correct():
     res = optimized(m)
     assert "MatMul" in str(op_list(res.model))  # the shared scores are still computed
     assert_same_outputs(m, res.model, feeds(m, mask_fn=padding_mask), rtol=1e-4, atol=1e-5)
+    assert_verified(m, res)
 
 
 
@@ -681,6 +684,7 @@ def test_a_scale_the_fused_op_would_misread_keeps_the_subgraph(scale, target, op
     res = optimized(m, dims=DIMS, target=target)
     assert not {"MultiHeadAttention", "Attention"} & {n.op_type for n in res.model.graph.node}, op_list(res.model)
     assert_same_outputs(m, res.model, dims=DIMS, rtol=1e-5, atol=1e-6, ort_optimize=False)
+    assert_verified(m, res, DIMS)
 
 
 @pytest.mark.parametrize("target, opset, fused", [("ort", 17, MHA), ("onnx", 23, None)])
@@ -690,6 +694,7 @@ def test_a_negative_scale_only_goes_to_multihead_attention(target, opset, fused)
     ops = op_list(res.model)
     assert (fused in ops) if fused else ("Attention" not in ops), ops
     assert_same_outputs(m, res.model, dims=DIMS, rtol=1e-5, atol=1e-6, ort_optimize=False)
+    assert_verified(m, res, DIMS)
 
 
 # ---- empty values: a batch or sequence of 0 (static, or a symbolic size the caller binds to 0)
@@ -736,6 +741,7 @@ def test_grouped_and_fused_attention_runs_on_an_empty_batch(rotate, hardware, ba
     res = optimized(m, hardware=hardware)
     dims = {**DIMS, "B": batch}
     assert_same_outputs(m, res.model, feeds(m, dims, mask_fn=padding_mask), rtol=1e-4, atol=1e-5, ort_optimize=False)
+    assert_verified(m, res, dims)
 
 
 def gqa_symbolic_block() -> str:
@@ -810,3 +816,4 @@ def test_scales_on_either_side_of_one_are_not_one_scale(first, second):
     res = optimized(m, dims=DIMS)
     assert MHA not in op_list(res.model), op_list(res.model)
     assert_same_outputs(m, res.model, f, rtol=1e-4, atol=1e-5, ort_optimize=False)
+    assert_verified(m, res, DIMS)

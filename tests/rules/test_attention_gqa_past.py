@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 
-from ..conftest import assert_same_outputs, check_rewrite, optimized, parse_model
+from ..conftest import assert_same_outputs, assert_verified, check_rewrite, optimized, parse_model
 
 B, NH, NK, D = 2, 4, 2, 4  # batch, query heads, kv heads, head size
 G = NH // NK
@@ -153,3 +153,4 @@ def test_profile_without_cached_attention_stays(tmp_path):
     res, ops, matches = _fused(model, hardware=str(p))
     assert "MultiHeadAttention" not in ops, ops
     assert_same_outputs(model, res.model, gqa_feeds(1, 7), rtol=1e-4, atol=1e-5)
+    assert_verified(model, res)

@@ -8,6 +8,7 @@ appended on the wrong side, or the profile does not fuse cached attention."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -73,25 +74,70 @@ def step_feeds(batch: int, new: int, past: int, mask: bool = True) -> tuple[dict
     return f, {"B": batch, "S": new, "P": past, "T": past + new}
 
 
-# why check_rewrite's eqsat verification is left out of the cached-attention tests (a lead): the
-# original takes a mask [B, 1, S, T] whose T broadcasts (T = 1 where P + S = 2), and verification's
-# sizes of 1 run it so; MultiHeadAttention with past refuses an attention_bias whose last axis is
-# not P + S, so `eqsat optimize` refuses these models (exit 1) while the rule fires on them. The rule
-# takes T for P + S from onnxruntime's symbolic shape inference, whose auto_merge (eqsat.core.shapes)
-# equates two dimensions that broadcast together, though one of them may be 1
-PAST_MASK = "MultiHeadAttention with past refuses a broadcast mask the original takes (T = 1, P + S = 2)"
+def with_sizes(text: str, dims: dict[str, int]) -> str:
+    """The model `text` with the symbolic sizes of its declared types bound to `dims`."""
+    def bind(m: re.Match) -> str:
+        return "[" + ", ".join(str(dims.get(x.strip(), x.strip())) for x in m.group(1).split(",")) + "]"
+
+    return re.sub(r"\[([^\]]*)\]", bind, text)
+
+
 STEPS = [pytest.param(2, 1, 7, id="step"), pytest.param(2, 3, 7, id="three-new"), pytest.param(1, 5, 0, id="prefill")]
 
 
 @pytest.mark.parametrize("hardware", ["cpu", "cpu-avx2", "h200"])
 @pytest.mark.parametrize("batch, new, past", STEPS)
 def test_cached_attention_becomes_one_multihead_attention_with_past(hardware, batch, new, past):
+    # the sizes static: the mask's key length T is P + S by the model's own types
     feeds, dims = step_feeds(batch, new, past)
-    res = check_rewrite(parse_model(step_model()), [MHA], feeds=feeds, dims=dims, hardware=hardware,
-                        fired=["attention-kv-cache", "attention-mha-past"], unverified=PAST_MASK)
+    res = check_rewrite(parse_model(with_sizes(step_model(), dims)), [MHA], feeds=feeds, hardware=hardware,
+                        fired=["attention-kv-cache", "attention-mha-past"])
     (node,) = res.model.graph.node
     assert list(node.input[6:8]) == ["past_k", "past_v"] and list(node.input[1:3]) == ["k", "v"]
     assert list(node.output) == ["y", "present_k", "present_v"]
+
+
+@pytest.mark.parametrize("hardware", ["cpu", "h200"])
+def test_a_mask_of_a_key_length_of_its_own_stays(hardware):
+    # m [B, 1, S, T] with T a size of its own: T = 1 broadcasts over the P + S keys, which
+    # MultiHeadAttention with past refuses ("attention_bias dimension 3 should be same as
+    # total_sequence_length"). onnxruntime's shape inference took T for P + S (its auto_merge
+    # equates dimensions that broadcast together), the rule fired, and eqsat optimize refused
+    # the whole model (exit 1: verification's run at sizes of 1, P + S = 2, T = 1)
+    feeds, dims = step_feeds(2, 3, 4)
+    check_rewrite(parse_model(step_model()), UNFUSED, feeds=feeds, dims=dims, hardware=hardware,
+                  fired=["attention-kv-cache"],
+                  not_fired=["attention-pays-cached", "attention-mha", "attention-mha-past"])
+
+
+def test_the_cache_length_is_no_mask_length_merged_into_it():
+    from eqsat.core.shapes import infer_types
+
+    types, _ = infer_types(parse_model(step_model()))
+    assert types["m"].dims == ("B", 1, "S", "T")
+    assert types["present_k"].dims[2] != "T" and types["sm"].dims[3] != "T"
+
+
+def test_a_mask_reshaped_to_the_cache_length_fuses():
+    # the mask's key length computed from the present key's shape: P + S by proof
+    text = step_model().replace("sm = Add(sc, m)", """sq = Shape(q)
+        spk = Shape(present_k)
+        i0 = Constant <value = int64[1] {0}> ()
+        i1 = Constant <value = int64[1] {1}> ()
+        i2 = Constant <value = int64[1] {2}> ()
+        i3 = Constant <value = int64[1] {3}> ()
+        b = Slice(sq, i0, i1)
+        s = Slice(sq, i1, i2)
+        tl = Slice(spk, i2, i3)
+        tgt = Concat <axis = 0> (b, i1, s, tl)
+        mr = Reshape(m, tgt)
+        sm = Add(sc, mr)""")
+    feeds, dims = step_feeds(2, 3, 4)
+    res = check_rewrite(parse_model(text), [MHA, "Reshape", "Concat", "Shape", "Shape", "Slice", "Slice", "Slice",
+                                            "Concat", "Reshape", "Transpose"],
+                        feeds=feeds, dims=dims, fired=["attention-mha-past"])
+    (node,) = [n for n in res.model.graph.node if n.op_type == "MultiHeadAttention"]
+    assert list(node.input[6:8]) == ["past_k", "past_v"]
 
 
 def test_without_a_mask():

@@ -120,6 +120,31 @@ def test_reshape_expand_slice_that_change_the_shape_stay():
                   not_fired=["reshape-noop", "expand-noop", "slice-noop"])
 
 
+def test_an_expand_to_a_size_that_only_broadcasts_to_its_input_stays():
+    # Expand(x [B, T], Shape(a reshaped to [B, P * S])): T = 1 broadcasts to P * S, T = P * S
+    # is the same size. onnxruntime's shape inference took T for P * S (its auto_merge equates
+    # dimensions that broadcast together), expand-noop made y = Relu(x), and eqsat optimize
+    # wrote that (exit 0: verification not possible, the original runs at neither of its
+    # drawn sizes): at T = 1, P = 2, S = 3 the output was [2, 1] where the original's is [2, 6]
+    m = parse_model(H + """
+        agraph (float[B, T] x, float[B, P, S] a) => (float[B, T] y) {
+            t = Constant <value = int64[2] {0, -1}> ()
+            c = Reshape(a, t)
+            s = Shape(c)
+            e = Expand(x, s)
+            y = Relu(e)
+        }""")
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2, 1)).astype(np.float32),  # T = 1
+             "a": rng.standard_normal((2, 2, 3)).astype(np.float32)}
+    res = check_rewrite(m, ["Reshape", "Shape", "Expand", "Relu"], not_fired=["expand-noop"], feeds=feeds,
+                        unverified="the original runs only where T = 1 or T = P * S: verified at those below")
+    from eqsat.verification import verify
+
+    v = verify(m, res.model, dims={"B": 2, "T": 6, "P": 2, "S": 3}, random_pairs=res.random_pairs)
+    assert v.status == "passed", v.detail
+
+
 def test_slice_with_step_one_over_everything_goes():
     m = parse_model(H + """
         agraph (float[3, 4] x) => (float[3, 4] y) {

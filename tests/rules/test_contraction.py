@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from ..conftest import assert_same_outputs, check_rewrite, op_list, optimized
+from ..conftest import assert_same_outputs, assert_verified, check_rewrite, op_list, optimized
 
 MS = "com.microsoft."
 RNG = np.random.default_rng(0)
@@ -277,6 +277,7 @@ def test_a_hidden_activation_used_elsewhere_keeps_its_width():
     assert res.report["saturation"]["rule_matches"].get("pad-contraction", 0) > 0
     assert widths(res.model) == {"in": [D, 1024], "out": [1024, N]}
     assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-5)
+    assert_verified(m, res)
 
 
 @pytest.mark.parametrize("extractor", ["ilp", "dag-greedy"])
@@ -289,6 +290,7 @@ def test_extractors_do_not_compute_the_mlp_twice(extractor):
     assert sorted(op_list(res.model)) == ["Add", "MatMul", "MatMul", MS + "BiasGelu"]
     assert widths(res.model) == {"in": [D, 1024], "out": [1024, N]}
     assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-5)
+    assert_verified(m, res)
 
 
 def test_few_rows_keep_the_width():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ..conftest import assert_same_outputs, op_list, optimized, parse_model
+from ..conftest import assert_same_outputs, assert_verified, op_list, optimized, parse_model
 from ..conftest import check_rewrite as check_any_layout
 
 
@@ -302,6 +302,7 @@ def test_a_written_out_hardswish_after_a_conv_does_not_compute_it_twice(layout, 
                  for a in n.attribute if a.name == "activation"]
         assert fused == ["HardSwish"] * 3, fused
     assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4)  # (x + 3) / 6 and x / 6 + 0.5 round apart
+    assert_verified(m, res)
 
 
 def test_conv_plus_constant_that_is_not_per_channel_stays():

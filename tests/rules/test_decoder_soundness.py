@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ..conftest import check_rewrite, parse_model
-from .test_attention_past import MHA, PAST_MASK, step_feeds, step_model
+from .test_attention_past import MHA, step_feeds, step_model, with_sizes
 
 
 @pytest.mark.parametrize("vcache, outputs", [
@@ -23,10 +23,10 @@ from .test_attention_past import MHA, PAST_MASK, step_feeds, step_model
     pytest.param("past_k, kh", "present_k, present_v", id="values-are-the-keys"),
 ])
 def test_multihead_attention_with_past_writes_both_presents(vcache, outputs):
-    model = parse_model(step_model(vcache=vcache, outputs=outputs))
     feeds, dims = step_feeds(2, 3, 4)
+    model = parse_model(with_sizes(step_model(vcache=vcache, outputs=outputs), dims))  # T = P + S
     res = check_rewrite(model, ([MHA], [MHA, "Concat", "Reshape", "Transpose"], [MHA, "Identity"]),
-                        feeds=feeds, dims=dims, fired=["attention-mha-past"], unverified=PAST_MASK)
+                        feeds=feeds, fired=["attention-mha-past"])
     (node,) = [n for n in res.model.graph.node if n.op_type == "MultiHeadAttention"]
     assert len(node.output) >= 3 and all(node.output[1:3]), list(node.output)
 
@@ -44,7 +44,7 @@ def _rope_feeds(batch: int, seq: int, heads: int = 2, d: int = 8, pos_batch: int
 def test_per_batch_positions_with_no_tokens(batch_dim, rule, batches):
     # rope-rt-batch-fuse's position ids Reshape(Range(0, B * S), Shape(rows)[:2]): a runtime
     # target [B, 0] with allowzero 0 copies dim 1 from the 1-D Range, which has none
-    from ..conftest import assert_same_outputs, optimized
+    from ..conftest import assert_same_outputs, assert_verified, optimized
     from .test_rotary_runtime import rt_model
 
     model = parse_model(rt_model(q_shape=(batch_dim, "2", "S", "8"), pos_shape=(batch_dim, "S")))
@@ -54,6 +54,7 @@ def test_per_batch_positions_with_no_tokens(batch_dim, rule, batches):
     for batch in batches:
         for seq in (5, 0, 1):
             assert_same_outputs(model, res.model, _rope_feeds(batch, seq), rtol=1e-4, atol=1e-5)
+    assert_verified(model, res)
 
 
 @pytest.mark.parametrize("opset", [13, 14])
@@ -61,7 +62,7 @@ def test_per_batch_positions_below_opset_15_stay(opset):
     # rope-rt-batch-fuse builds Shape(rows, start, end) (attributes since opset 15) and a
     # Reshape with allowzero (14): below 15 the optimized model could not be written, and
     # eqsat refused the whole model ("Shape at opset 13 has no attribute end")
-    from ..conftest import assert_same_outputs, optimized
+    from ..conftest import assert_same_outputs, assert_verified, optimized
     from .test_rotary_runtime import rt_model
 
     model = parse_model(rt_model(q_shape=("B", "2", "S", "8"), pos_shape=("B", "S"))
@@ -71,6 +72,7 @@ def test_per_batch_positions_below_opset_15_stay(opset):
     assert matches.get("rope-rt-batch-fuse", 0) == 0 and matches.get("rope-rt-batch-sym-fuse", 0) == 0
     for batch, seq in [(2, 5), (1, 1)]:
         assert_same_outputs(model, res.model, _rope_feeds(batch, seq), rtol=1e-4, atol=1e-5)
+    assert_verified(model, res)
 
 
 def test_per_batch_positions_of_an_empty_batch():
@@ -80,7 +82,7 @@ def test_per_batch_positions_of_an_empty_batch():
     # original runs, and verification, which runs a batch of 0, refused every such model
     import eqsat
 
-    from ..conftest import assert_same_outputs, optimized
+    from ..conftest import assert_same_outputs, assert_verified, optimized
     from .test_rotary_runtime import rt_model
 
     model = parse_model(rt_model(q_shape=("B", "2", "S", "8"), pos_shape=("B", "S")))
@@ -88,6 +90,7 @@ def test_per_batch_positions_of_an_empty_batch():
     assert any(n.op_type == "RotaryEmbedding" for n in res.model.graph.node)
     for batch, seq in [(0, 3), (0, 0), (2, 5), (1, 1)]:
         assert_same_outputs(model, res.model, _rope_feeds(batch, seq), rtol=1e-4, atol=1e-5)
+    assert_verified(model, res)
     written = eqsat.optimize(model, hardware="cpu").model  # verified
     assert any(n.op_type == "RotaryEmbedding" for n in written.graph.node)
 
@@ -101,7 +104,7 @@ def test_a_cache_of_fewer_rows_than_tokens_stays(form):
     # cos_cache and sin_cache ... is not currently supported"), and verification refused the model
     import eqsat
 
-    from ..conftest import assert_same_outputs, optimized
+    from ..conftest import assert_same_outputs, assert_verified, optimized
     from .test_rotary import pairs_model, rope_model
 
     model = parse_model((rope_model if form == "half" else pairs_model)(positions=4))
@@ -111,6 +114,7 @@ def test_a_cache_of_fewer_rows_than_tokens_stays(form):
     rng = np.random.default_rng(2)
     feeds = {"q": rng.standard_normal((2, 2, 5, 8)).astype(np.float32), "pos": rng.integers(-4, 4, (2, 5))}
     assert_same_outputs(model, res.model, feeds, rtol=1e-4, atol=1e-5)
+    assert_verified(model, res)
     eqsat.optimize(model, hardware="cpu")  # verified: not refused
 
 

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from ..conftest import assert_same_outputs, check_rewrite, optimized, parse_model
+from ..conftest import assert_same_outputs, assert_verified, check_rewrite, optimized, parse_model
 
 H = '<ir_version: 8, opset_import: ["" : 18]>'
 
@@ -55,9 +55,11 @@ def test_a_blow_up_over_the_fold_limit_is_refused():
     (why,) = res.report["oracle"]["fold_refused"]
     assert why == "Expand: result of 2097152 bytes is over the fold limit and larger than its inputs"
     assert_same_outputs(m, res.model)
+    assert_verified(m, res)
     res = optimized(m, fold_limit=4 << 20)  # --fold-limit 4 MiB
     assert [n.op_type for n in res.model.graph.node] == ["Add"]
     assert_same_outputs(m, res.model)
+    assert_verified(m, res)
 
 
 def test_a_big_result_no_larger_than_its_inputs_folds():
@@ -111,6 +113,7 @@ def test_int64_scalar_overflow_wraps_as_the_runtime_does(a, op, b):
         }}""")
     res = optimized(m)
     assert_same_outputs(m, res.model)
+    assert_verified(m, res)
 
 
 # ---- folding computes what onnxruntime computes: onnx's reference evaluator differs from it
@@ -141,6 +144,7 @@ def test_a_constant_the_reference_evaluator_gets_wrong_is_not_folded(const, op, 
     res = optimized(m)
     x = np.array([probe, 0.0, -1.0, 2.5], np.float32)
     assert_same_outputs(m, res.model, {"x": x}, ort_optimize=False)
+    assert_verified(m, res)
     refused = res.report["oracle"]["fold_refused"]
     assert any("onnxruntime" in why for why in refused), refused
 

@@ -27,7 +27,7 @@ from eqsat.extract.costs.roofline import HARDWARE_DIR
 from eqsat.oracle.layout import pad_channels, reorder_filter
 from eqsat.verification import compare, random_inputs, run
 
-from ..conftest import assert_same_outputs, check_rewrite, op_list, optimized, rule_test_profile
+from ..conftest import assert_same_outputs, assert_verified, check_rewrite, op_list, optimized, rule_test_profile
 
 RNG = np.random.default_rng(0)
 NCHWC = "com.microsoft.nchwc"
@@ -287,6 +287,7 @@ def test_a_concat_with_an_input_of_partial_blocks_stays_nchw(blocked):
     assert matches.get("nchwc-concat-blocked-input", 0) > 0 and matches.get("nchwc-concat", 0) == 0
     assert "Concat" in op_list(res.model)  # the NCHW Concat: the op language's, no blocked form
     assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
+    assert_verified(m, res)
 
 
 # ---- where the layout must not be used
@@ -860,6 +861,7 @@ def test_a_product_of_two_blocked_values_runs_blocked_and_a_broadcast_one_does_n
     assert res.report["saturation"]["rule_matches"].get("nchwc-mul", 0) == 0
     assert "Mul" in [n.op_type for n in res.model.graph.node]
     assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
+    assert_verified(m, res)
 
 
 def test_element_wise_ops_on_nchw_values_stay_nchw(blocked):
@@ -1019,6 +1021,7 @@ def test_a_conv_reading_an_nchw_value_of_a_fraction_of_blocks_reorders_it_padded
           extractor="ilp-fixed-layouts")
     res = optimized(g.model(y, z))
     assert_same_outputs(g.model(y, z), res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
+    assert_verified(g.model(y, z), res)
     ops = op_list(res.model)
     assert ops.count(f"{NCHWC}.Conv") == 7 and "Conv" not in ops and "com.microsoft.FusedConv" not in ops, ops
 
@@ -1114,6 +1117,7 @@ def test_a_channel_scale_stays_on_an_activation_smaller_than_the_filter(blocked)
     assert res.report["saturation"]["rule_matches"].get("nchwc-conv-scaled-input", 0) > 0
     assert "MatMul" not in op_list(res.model)
     assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
+    assert_verified(m, res)
 
 
 @pytest.mark.parametrize("shape", ["image", "row", "rank 3"])
@@ -1147,6 +1151,7 @@ def test_a_channel_scale_before_a_depthwise_conv_stays(blocked):
     assert res.report["saturation"]["rule_matches"].get("nchwc-conv-scaled-input", 0) == 0
     assert "MatMul" not in op_list(res.model)
     assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
+    assert_verified(m, res)
 
 
 def test_a_residual_add_of_two_padded_convs_keeps_each_convs_bias(blocked):

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 
-from ..conftest import assert_same_outputs, check_rewrite, op_list, optimized, parse_model
+from ..conftest import assert_same_outputs, assert_verified, check_rewrite, op_list, optimized, parse_model
 
 H = '<ir_version: 8, opset_import: ["" : 18]>'
 RNG = np.random.default_rng(0)
@@ -52,6 +52,7 @@ def check_shared(model: onnx.ModelProto, expect_ops: list[str], **opts) -> None:
     res = optimized(model, **opts)
     assert len(res.model.graph.node) == len(expect_ops), sorted(op_list(res.model))
     assert_same_outputs(model, res.model, rtol=1e-4, atol=1e-5)
+    assert_verified(model, res)
     check_rewrite(model, expect_ops, cost_model="roofline", **opts)
 
 
@@ -822,6 +823,7 @@ def test_merged_weights_that_do_not_fold_are_never_a_runtime_concat():
     res = optimized(m, **MERGE)
     assert "Concat" not in op_list(res.model)
     assert_same_outputs(m, res.model, rtol=1e-3, atol=1e-4)
+    assert_verified(m, res)
 
 
 def test_projections_with_weights_over_the_fold_limit_merge_into_a_constant_weight():
@@ -912,3 +914,4 @@ def test_scales_whose_product_is_no_float32_stay_out_of_alpha(body, rule):
     a[2] = 1e20
     b = np.full((3, 3), 1e-20, np.float32)
     assert_same_outputs(m, res.model, {"a": a, "b": b}, rtol=1e-5, atol=0, ort_optimize=False)
+    assert_verified(m, res)

@@ -26,7 +26,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from ..conftest import assert_same_outputs, op_list, optimized, parse_model, roundtrip
+from ..conftest import assert_same_outputs, assert_verified, assert_written, op_list, optimized, parse_model, roundtrip
 from ..conftest import check_rewrite as check_any_layout
 
 RNG = np.random.default_rng(0)
@@ -130,6 +130,7 @@ def test_qdq_ops_round_trip_at_opset_10_and_with_per_channel_axes():
         assert [(n.op_type, [(a.name, a.i) for a in n.attribute], len(n.input)) for n in rt.graph.node] == \
             [(n.op_type, [(a.name, a.i) for a in n.attribute], len(n.input)) for n in m.graph.node]
         assert_same_outputs(m, rt, ort_optimize=False)
+        assert_verified(m, rt)
 
 
 # ---- DQ -> Conv -> Q
@@ -206,6 +207,7 @@ def test_full_range_int8_weights_stay_int8_where_the_uint8_x_int8_kernel_is_exac
     assert types[node.input[3]] == types[node.input[5]] == onnx.TensorProto.INT8  # w and its zero point
     if _probe_u8s8():  # this CPU's kernel is exact: the numbers hold here
         assert_same_outputs(m, res.model, rtol=0.0, atol=Y_SCALE * 1.001, ort_optimize=False)
+        assert_verified(m, res)
 
 
 def test_the_uint8_x_int8_probe_tells_an_exact_kernel_from_a_saturating_one(monkeypatch):
@@ -240,6 +242,7 @@ def test_conv_with_a_zero_bias_of_another_scale_fuses_without_the_bias():
                         unverified="requantizing: eqsat optimize retries")
     (node,) = [n for n in res.model.graph.node if n.op_type == "QLinearConv"]
     assert len(node.input) == 8  # no bias
+    assert_written(m, res)  # the program eqsat optimize writes instead
 
 
 def test_conv_weight_per_channel_on_the_input_axis_does_not_fuse():
@@ -675,6 +678,7 @@ def test_conv_after_a_transpose_whose_int8_output_two_convs_read_does_not_fuse()
     matches = res.report["saturation"]["rule_matches"]
     assert matches.get("qdq-s8-pair-as-u8", 0) > 0 and matches.get("qdq-dq-past-transpose", 0) > 0, sorted(matches)
     assert_same_outputs(m, res.model, ort_optimize=False)
+    assert_verified(m, res)
 
 
 def test_int8_pair_whose_q_has_another_reader_stays_int8():
@@ -742,6 +746,7 @@ def test_matmul_after_reshape_and_transpose_pairs_whose_last_dq_is_read_twice_do
     assert res.report["saturation"]["rule_matches"].get("qdq-matmul-fuse", 0) == 0
     onnx.checker.check_model(res.model)
     assert_same_outputs(m, res.model, ort_optimize=False)
+    assert_verified(m, res)
 
 
 # ---- DQ -> Sigmoid / GlobalAveragePool -> Q (target ort)

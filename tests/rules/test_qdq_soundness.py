@@ -30,7 +30,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ..conftest import assert_same_outputs, op_list, optimized
+from ..conftest import assert_same_outputs, assert_verified, op_list, optimized
 
 CANCEL = "qdq-dq-q-cancel"
 
@@ -77,6 +77,7 @@ def check_pair(m: onnx.ModelProto, cancels: bool, feeds: dict | None = None) -> 
     ytype = m.graph.input[0].type.tensor_type.elem_type
     feeds = feeds or {"y": full_range(ytype)}
     assert_same_outputs(m, res.model, feeds, ort_optimize=False)
+    assert_verified(m, res)
 
 
 @pytest.mark.parametrize("ytype, scale", [
@@ -129,6 +130,7 @@ def test_conv_with_a_zero_bias_of_infinite_scale_keeps_the_bias():
     res = optimized(m, target="ort")  # written: no verification failure
     assert res.report["saturation"]["rule_matches"].get("qdq-conv-zero-bias", 0) == 0
     assert_same_outputs(m, res.model, ort_optimize=False)
+    assert_verified(m, res)
 
 
 # ---- requantizing fusions: every scale in [2^-60, 2^30] (qdq-requant-scale)
@@ -189,6 +191,7 @@ def test_requantizing_fusion_with_a_scale_out_of_range_does_not_fuse(op, x_scale
     res = optimized(m, target="ort")
     assert res.report["saturation"]["rule_matches"].get(REQUANT_RULES[op], 0) == 0, op_list(res.model)
     assert_same_outputs(m, res.model, every_code(), ort_optimize=False)
+    assert_verified(m, res)
 
 
 @pytest.mark.parametrize("op", sorted(REQUANT_RULES))
@@ -238,3 +241,4 @@ def test_scales_of_shape_one_do_not_fuse_into_ops_that_take_scalars(op, rule):
     res = optimized(m, target="ort")
     assert res.report["saturation"]["rule_matches"].get(rule, 0) == 0, op_list(res.model)
     assert_same_outputs(m, res.model, every_code(), ort_optimize=False)
+    assert_verified(m, res)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ..conftest import check_rewrite, parse_model
-from .test_attention_past import MHA, PAST_MASK, D, N, step_feeds
+from .test_attention_past import MHA, D, N, step_feeds, with_sizes
 
 H = N * D
 M = 16  # rows of the cos / sin caches
@@ -98,8 +98,8 @@ def check_rotary_step(form: str, batch: int, new: int, past: int, fired: list[st
     """The step with q and k rotated (`form`) fuses into RotaryEmbedding x 2 and one
     MultiHeadAttention with past_key / past_value that writes both presents."""
     feeds, dims = rotary_feeds(batch, new, past, form)
-    res = check_rewrite(parse_model(rotary_step_model(form)), [ROT, ROT, MHA], feeds=feeds, dims=dims,
-                        fired=fired, unverified=PAST_MASK)
+    res = check_rewrite(parse_model(with_sizes(rotary_step_model(form), dims)), [ROT, ROT, MHA], feeds=feeds,
+                        fired=fired)  # the sizes static: the mask's T is P + S by the model's types
     mha = next(n for n in res.model.graph.node if n.op_type == "MultiHeadAttention")
     assert mha.input[6:8] == ["past_k", "past_v"] and list(mha.output[1:]) == ["present_k", "present_v"]
     rots = [n for n in res.model.graph.node if n.op_type == "RotaryEmbedding"]

@@ -139,5 +139,6 @@ def test_cos_and_sin_computed_at_runtime_give_one_rotary_embedding_per_layer_for
 @pytest.mark.parametrize("batch, new, past", STEPS)
 def test_outputs_unchanged(models, cached, batch, new, past):
     original, opt = models[cached]
+    # verified: by eqsat.optimize in the fixture
     assert_same_outputs(original, opt, step_feeds(batch, new, past, positions=cached is not None), rtol=1e-4,
                         atol=1e-5)

@@ -9,7 +9,7 @@ import pytest
 
 from eqsat.lang.contrib import register
 
-from ..conftest import assert_same_outputs, check_rewrite, op_list, optimized, parse_model
+from ..conftest import assert_same_outputs, assert_verified, check_rewrite, op_list, optimized, parse_model
 
 MS = "com.microsoft."
 
@@ -564,6 +564,7 @@ def test_bias_gelu_whose_sum_is_also_an_output():
     got = sorted(op_list(res.model))
     assert got in (sorted(["Add", MS + "Gelu"]), sorted(["Add", MS + "BiasGelu"])), got
     assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-5)
+    assert_verified(m, res)
 
 
 def test_bias_gelu_for_target_onnx_stays():
@@ -630,6 +631,7 @@ def test_silu_whose_alpha_is_no_float32_stays():
     x[0] = 1e-40
     x[1] = -1.0
     assert_same_outputs(m, res.model, {"x": x}, ort_optimize=False)
+    assert_verified(m, res)
 
 
 def test_silu_of_two_values_and_target_onnx_stay():
