@@ -123,3 +123,88 @@ def test_optimize_refuses_what_the_check_calls_unsound(capsys, tmp_path):
     assert "verification failed" in err and "large floats" in err, err
     assert not (tmp_path / "o.onnx").exists()
 
+
+# wrong only for some values of a constant the rule matches: the checker drew standard normal
+# values for a literal's free float and for a constant tensor, never 0, -inf or 1e30, and the
+# edge runs change inputs only, so each came out "ok" (exit 0); verification's random draw
+# refuses a model with such a constant at once
+WRONG_FOR_SOME_CONSTANTS = {
+    "mul-div-same-c": (
+        "; (x * c) / c -> x   (WRONG at c = 0: NaN before)\n"
+        '(rewrite (Div (Mul x (ScalarF c t (vec-empty))) (ScalarF c t (vec-empty))) x :ruleset r '
+        ':name "mul-div-same-c")\n',
+        r"c = 0\.0"),
+    "softmax-shift-c": (
+        "; Softmax(x + c) -> Softmax(x)   (WRONG at c = -inf, NaN before; at 1e30, x is lost in x + c)\n"
+        '(rewrite (Softmax (Add x (ScalarF c t (vec-empty))) ax) (Softmax x ax) :ruleset r :name "softmax-shift-c")\n',
+        r"c = (-inf|1e\+30)"),
+    "div-mul-const": (
+        "; (x / k) * k -> x   for a constant tensor k   (WRONG where k holds a 0)\n"
+        '(rule ((= e (Mul (Div x k) k)) (= k (Const kk)) (= (shape k) (shape x))) ((union e x)) :ruleset r '
+        ':name "div-mul-const")\n',
+        r"k = float32\[[\d, ]+\] .*\b0\. "),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_FOR_SOME_CONSTANTS))
+def test_rule_wrong_for_some_constant_values_is_unsound(capsys, tmp_path, name):
+    body, shown = WRONG_FOR_SOME_CONSTANTS[name]
+    rc, out, err = check(capsys, tmp_path, body)
+    assert rc == 1, out + err
+    assert re.search(rf"r\.egg:4: {name}: UNSOUND: ", out), out
+    assert re.search(shown, out), out  # the counterexample shows the constant
+
+
+def test_rule_right_for_every_constant_stays_sound(capsys, tmp_path):
+    # (x * c) * d -> x * (c * d) is exact in real arithmetic; at c = 1e30 the product may
+    # overflow in one order and not the other, which the guard keeps out (as the default rules'
+    # scale combining does: docs/semantics.md)
+    rc, out, err = check(capsys, tmp_path,
+                         "; x * c * 2 -> x * (c * 2)\n"
+                         '(rule ((= e (Mul (Mul x (ScalarF c t (vec-empty))) (ScalarF 2.0 t (vec-empty)))) '
+                         '(< (abs c) 1000.0))\n'
+                         '      ((union e (Mul x (ScalarF (* c 2.0) t (vec-empty))))) :ruleset r :name "fold-two")\n')
+    assert rc == 0, out + err
+    assert re.search(r"fold-two: ok \(8 runs", out), out
+
+
+def test_rule_wrong_only_for_integers_is_unsound_where_it_names_no_type(capsys, tmp_path):
+    # egglog matches Relu(Abs(x)) on tensors of any type: without the default rule's guard
+    # (algebra-float (dtype a)) the rule is wrong for int32's minimum (|INT_MIN| wraps to
+    # itself, which Relu makes 0). The checker drew float32 alone for a rule that names no
+    # type, and called it ok (exit 0)
+    rc, out, err = check(capsys, tmp_path, "; Relu(Abs(x)) -> Abs(x)   (WRONG for signed integers)\n"
+                                           '(rewrite (Relu (Abs x)) (Abs x) :ruleset r :name "relu-abs-any")\n')
+    assert rc == 1, out + err
+    assert re.search(r"relu-abs-any: UNSOUND: on integers at their type's extremes", out), out
+    assert re.search(r"^  x = int(32|64)\[", out, re.M), out
+
+
+# a size given as a literal whose vector the guards leave free ((Ints s)) was drawn empty: an
+# Expand to [] is x itself, so dropping it came out "ok" (exit 0), and a Tile by [] never built
+# ("unchecked"); s is drawn now as the op's size input is (x's shape, or one more axis of 2, ...)
+WRONG_SIZE_LITERALS = {
+    "expand-literal-drop": "; Expand(x, s) -> x   (WRONG where s broadcasts x)\n"
+                           '(rewrite (Expand x (Ints s)) x :ruleset r :name "expand-literal-drop")\n',
+    "tile-literal-drop": "; Tile(x, r) -> x   (WRONG where a repeat is above 1)\n"
+                         '(rewrite (Tile x (Ints n)) x :ruleset r :name "tile-literal-drop")\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_SIZE_LITERALS))
+def test_rule_dropping_an_op_of_a_literal_size_is_unsound(capsys, tmp_path, name):
+    rc, out, err = check(capsys, tmp_path, WRONG_SIZE_LITERALS[name])
+    assert rc == 1, out + err
+    assert re.search(rf"r\.egg:4: {name}: UNSOUND: .*shape \[", out), out
+
+
+def test_reshape_to_a_literal_it_fits_stays_sound(capsys, tmp_path):
+    # a Reshape's free literal target is drawn to fit its input (a target of [] fitted a
+    # one-element tensor alone: the default rule shape-reshape-literal got its 8 runs by luck)
+    rc, out, err = check(capsys, tmp_path,
+                         "; Reshape(Reshape(x, s), shape(x)) -> x\n"
+                         '(rule ((= e (Reshape (Reshape x (Ints s) az) (Ints t) az2)) (= t (shape x))) ((union e x)) '
+                         ':ruleset r :name "reshape-back")\n')
+    assert rc == 0, out + err
+    assert re.search(r"reshape-back: ok \(8 runs", out), out
+

@@ -8,6 +8,10 @@ create on the same inputs, and runs everything once under onnxruntime. Both side
 union must agree (shape, dtype, values within a tolerance), and a set shape or dtype must
 be the one onnxruntime produces.
 
+Values: `instantiate.py` draws standard normal floats and small integers, and on some tries
+special constants a rule matches (SPECIAL_F64, SPECIAL_CONST: 0, 1e30, -inf, 1e-30); a rule
+that names no element type is tried once more at each of OTHER_DTYPES (`_other_dtypes`).
+
 Edge runs: an instance whose random run agrees runs again on the inputs where verification
 finds rewrites that are wrong beyond the random draw (integers in [-7, 7] without 0,
 standard normal floats), made by verification's own `Feeds` from the instance's graph
@@ -56,7 +60,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eqsat.ruletool.build import BuildError
-from eqsat.ruletool.instantiate import Inconsistent, Instance, Reject, Unsupported
+from eqsat.ruletool.instantiate import OTHER_DTYPES, Inconsistent, Instance, Reject, Unsupported, action_ctors
 from eqsat.ruletool.model import Program, Rule
 from eqsat.ruletool.prims import NoMatch
 from eqsat.ruletool.unfold import variants
@@ -296,20 +300,8 @@ def own_nonfinite_kernels(rule: Rule) -> list[str]:
     from eqsat.backends.ort.target import NCHWC_DOMAIN
     from eqsat.lang.ops import BY_CTOR
 
-    found: list[str] = []
-
-    def walk(x) -> None:
-        if isinstance(x, list) and x:
-            head = str(x[0])
-            spec = BY_CTOR.get(head)
-            if head in OWN_NONFINITE or (spec is not None and spec.domain == NCHWC_DOMAIN):
-                found.append(head)
-            for y in x[1:]:
-                walk(y)
-
-    for action in rule.actions:
-        walk(action)
-    return list(dict.fromkeys(found))
+    return [c for c in action_ctors(rule.actions)
+            if c in OWN_NONFINITE or (c in BY_CTOR and BY_CTOR[c].domain == NCHWC_DOMAIN)]
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -411,6 +403,10 @@ def check_rule(rule: Rule, prog: Program, seed: int = 0) -> Result:
                 break
         else:
             reasons.append(f"no instantiation in {TRIALS} tries ({last})")
+        if runs:
+            found = _other_dtypes(rule, var, prog, seed, k)
+            if found is not None:
+                return Result(rule, "unsound", found[0], runs, via=var.via, counterexample=found[1])
     if runs:
         note = (f"not on inf and NaN: the kernels of {', '.join(own)} treat them their own way (docs/semantics.md)"
                 if own else "")
@@ -419,6 +415,26 @@ def check_rule(rule: Rule, prog: Program, seed: int = 0) -> Result:
     if not reasons:
         reasons.append("nothing derives the relations its query needs")
     return Result(rule, "unchecked", _best_reason(reasons))
+
+
+def _other_dtypes(rule: Rule, var, prog: Program, seed: int, k: int) -> tuple[str, dict] | None:
+    """One try of an unfolding that ran at each of OTHER_DTYPES, for a rule that names no
+    type (egglog matches its ops on tensors of any type): the counterexample of the first that
+    is unsound, else None. A try that cannot be built (an op without kernels for the type)
+    counts for nothing; the random tries' generator is not touched, so they draw what they drew."""
+    rng = np.random.default_rng([seed, k, len(rule.name), 1])
+    for trial, dtype in OTHER_DTYPES.items():
+        try:
+            inst = Instance(var, rule.actions, prog, rng, trial, dtype)
+            inst.build()
+            status, detail = _run_once(inst)
+            if status is None:
+                status, detail = _edge_runs(inst, seed + trial, nonfinite=not own_nonfinite_kernels(rule))
+        except (Reject, NoMatch, Unsupported):
+            continue
+        if status == "unsound":
+            return detail
+    return None
 
 
 def _best_reason(reasons: list[str]) -> str:
