@@ -208,3 +208,26 @@ def test_reshape_to_a_literal_it_fits_stays_sound(capsys, tmp_path):
     assert rc == 0, out + err
     assert re.search(r"reshape-back: ok \(8 runs", out), out
 
+
+def test_rule_that_makes_an_integer_division_by_a_general_integer_is_unsound(capsys, tmp_path):
+    # verification draws an input's role off the original model: b below is a general integer
+    # there, 0 among the zeros, where the rewritten side divides by it (onnxruntime fails or
+    # dies). The checker read the roles off both sides together, took b for a divisor (never 0)
+    # and called the rule ok (exit 0)
+    rc, out, err = check(capsys, tmp_path,
+                         "; a * b -> (b / b) * (a * b)   for int32   (WRONG at b = 0)\n"
+                         '(rule ((= e (Mul a b)) (= (I32) (dtype a)) (= (shape a) (shape b))) '
+                         '((union e (Mul (Div b b) e))) :ruleset r :name "int-div-self-introduced")\n')
+    assert rc == 1, out + err
+    assert re.search(r"int-div-self-introduced: UNSOUND: on zeros among the floats and integers: the rewritten "
+                     r"graph fails", out), out
+
+
+def test_the_examples_old_div_neg_neg_is_unsound_for_integers(capsys, tmp_path):
+    # examples/algebra.egg shipped this rule without a type guard; drawn at int32 the check finds
+    # -INT_MIN / -3 (715827882) where INT_MIN / 3 is -715827882 (the example now keeps to floats)
+    rc, out, err = check(capsys, tmp_path,
+                         "; Neg(a) / Neg(b) -> a / b\n"
+                         '(rewrite (Div (Neg a) (Neg b)) (Div a b) :ruleset r :name "div-neg-neg-any")\n')
+    assert rc == 1, out + err
+    assert re.search(r"div-neg-neg-any: UNSOUND: on integers at their type's extremes", out), out

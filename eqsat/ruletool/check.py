@@ -14,8 +14,9 @@ that names no element type is tried once more at each of OTHER_DTYPES (`_other_d
 
 Edge runs: an instance whose random run agrees runs again on the inputs where verification
 finds rewrites that are wrong beyond the random draw (integers in [-7, 7] without 0,
-standard normal floats), made by verification's own `Feeds` from the instance's graph
-(`eqsat.verification.feeds`; `EDGE_CASES` below): zeros among the floats and general
+standard normal floats), made by verification's own `Feeds` from the matched side's graph, as
+verification reads the inputs' roles off the original (`eqsat.verification.feeds`: an
+integer only the rewrite divides by is a general one, 0 among the zeros): zeros among the floats and general
 integers, the floats times 100, 10000 and 0.0001, one float at +-2e15, integers at their
 type's minimum and maximum, booleans and masks negated. Only graph inputs change; constants
 the query matched keep their values. A case that changes no input is not run. Each is
@@ -320,8 +321,9 @@ def _edge_runs(inst: Instance, seed: int, nonfinite: bool = True) -> tuple[str |
     if not outs or not pairs or not inst.gb.feeds:
         return None, None
     base = dict(inst.gb.feeds)
-    try:
-        feeds = Feeds(inst.gb.model(outs))
+    try:  # the inputs' roles as verification reads them off the original: the matched side's graph
+        # (a divisor that only the rewrite makes is a general integer there, 0 among the zeros)
+        feeds = Feeds(inst.gb.model(list(dict.fromkeys(a for _, a, _ in pairs))))
     except Exception:  # noqa: BLE001 - an input verification cannot draw for: no edge runs
         return None, None
     for label, kind in _edge_cases(feeds):
