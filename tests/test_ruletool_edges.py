@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.cli.main import main
+
+from .conftest import assert_same_outputs, optimized
 
 
 def check(capsys, tmp_path, body: str, *extra) -> tuple[int, str, str]:
@@ -209,6 +212,33 @@ def test_reshape_to_a_literal_it_fits_stays_sound(capsys, tmp_path):
     assert re.search(r"reshape-back: ok \(8 runs", out), out
 
 
+# 0/1 attributes took their defaults alone (keepdims 1, count_include_pad 0, upper 1), so a rule
+# that takes one for its default came out "ok" (exit 0)
+WRONG_FLAGS = {
+    "reduce-keepdims-one": (
+        "; ReduceSum(x, axes, keepdims) -> ReduceSum(x, axes, 1)   (WRONG for keepdims 0: the rank)\n"
+        '(rewrite (ReduceSum x ax kd noop) (ReduceSum x ax 1 noop) :ruleset r :name "reduce-keepdims-one")\n',
+        "shape"),
+    "avgpool-cip-zero": (
+        "; AveragePool(x, count_include_pad) -> AveragePool(x, 0)   (WRONG where it pads and counts the pads)\n"
+        '(rewrite (AveragePool x ap cm cip dil ks pads st) (AveragePool x ap cm 0 dil ks pads st) :ruleset r '
+        ':name "avgpool-cip-zero")\n',
+        "values differ"),
+    "trilu-upper": (
+        "; Trilu(x, k, upper) -> Trilu(x, k, 1)   (WRONG for the lower triangle)\n"
+        '(rewrite (Trilu x k up) (Trilu x k 1) :ruleset r :name "trilu-upper")\n',
+        "values differ"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_FLAGS))
+def test_rule_taking_a_flag_for_its_default_is_unsound(capsys, tmp_path, name):
+    body, problem = WRONG_FLAGS[name]
+    rc, out, err = check(capsys, tmp_path, body)
+    assert rc == 1, out + err
+    assert re.search(rf"r\.egg:4: {name}: UNSOUND: .*{problem}", out), out
+
+
 def test_rule_that_makes_an_integer_division_by_a_general_integer_is_unsound(capsys, tmp_path):
     # verification draws an input's role off the original model: b below is a general integer
     # there, 0 among the zeros, where the rewritten side divides by it (onnxruntime fails or
@@ -221,6 +251,44 @@ def test_rule_that_makes_an_integer_division_by_a_general_integer_is_unsound(cap
     assert rc == 1, out + err
     assert re.search(r"int-div-self-introduced: UNSOUND: on zeros among the floats and integers: the rewritten "
                      r"graph fails", out), out
+
+
+def test_blocked_pools_keep_to_kernels_that_fit_the_padded_input(capsys):
+    # with count_include_pad and ceil_mode drawn (above), the check found the default rules
+    # wrong where a (dilated) kernel is wider than the padded input: one output whose window runs
+    # past the end averages [1] under a kernel of 2 to 1 in NCHW, to 0.5 blocked (count_include_pad),
+    # the blocked AveragePool died of SIGFPE (ceil_mode), and the blocked MaxPool gave no output
+    # where NCHW gives one (ceil_mode); they leave such pools alone now. Seeds 0, 1 and 3 found them
+    rc = 0
+    for seed in (0, 1, 3):
+        rc |= main(["rules", "check", "--default", "--rule", "nchwc-average-pool", "--rule", "nchwc-max-pool",
+                    "--seed", str(seed)])
+    out = capsys.readouterr()
+    assert rc == 0, out.out + out.err
+    assert "UNSOUND" not in out.out, out.out
+
+
+def _pool_wider_than_its_input(c: int, op: str, **attrs) -> onnx.ModelProto:
+    """Conv -> Conv -> a pool whose kernel (1 x 2) is wider than its input (16 x 1)."""
+    rng = np.random.default_rng(0)
+    w = [numpy_helper.from_array((rng.standard_normal((c, c, 3, 3)) * 0.1).astype(np.float32), n) for n in ("w", "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w2"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node(op, ["b"], ["y"], kernel_shape=[1, 2], strides=[1, 2], **attrs)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 16, 1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 16, 1])], w)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_a_pool_wider_than_its_input_stays_nchw_and_keeps_its_outputs(blocked):
+    # `eqsat optimize` blocked this AveragePool (count_include_pad) and its verification refused
+    # the result, every output half the original's ("verification failed, nothing written");
+    # with --no-verify it wrote that model
+    m = _pool_wider_than_its_input(2 * blocked, "AveragePool", count_include_pad=1)
+    res = optimized(m)
+    assert res.report["saturation"]["rule_matches"].get("nchwc-average-pool", 0) == 0
+    assert not any(n.domain == "com.microsoft.nchwc" and "Pool" in n.op_type for n in res.model.graph.node)
+    assert_same_outputs(m, res.model, rtol=1e-4, atol=1e-4, ort_optimize=False)
 
 
 def test_the_examples_old_div_neg_neg_is_unsound_for_integers(capsys, tmp_path):

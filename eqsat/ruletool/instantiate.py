@@ -39,6 +39,10 @@ LEAF_CTORS = LITERAL_CTORS + ("Input",)
 BOOL_OPS = ("Not", "And", "Or", "Xor")  # their inputs are booleans
 FLOATS = ("F32", "F16", "F64", "BF16")
 INTS = ("I64", "I32")  # drawn only for a rule that names them (a guard (= (I64) (dtype x)), say)
+# 0/1 attributes drawn at random from the third try on, like transA and transB: a rule that
+# takes them for their defaults (ReduceSum(x, axes, keepdims) -> ReduceSum(x, axes, 1)) was
+# tried at the default alone
+FLAG_ATTRS = frozenset({"keepdims", "noop_with_empty_axes", "ceil_mode", "count_include_pad", "upper"})
 # trial -> the element type of a rule that names none: egglog matches a rule's ops whatever the
 # types of their tensors, unless a guard asks (= (F32) (dtype x)), so a rule right for float32
 # alone (Mul(Div(a, b), b) -> a: an integer division truncates; an overflow of float16 at 65504)
@@ -566,8 +570,8 @@ class Instance:
                 return int(t[1][1])
         if a.name == "activation" and k == "str":  # a fused activation that takes no parameters
             return ("Relu", "Sigmoid", "Tanh")[self.trial % 3]
-        if a.name in ("transA", "transB"):
-            return int(rng.integers(2)) if self.trial > 1 else 0
+        if a.name in ("transA", "transB") or (k == "int" and a.name in FLAG_ATTRS):
+            return int(rng.integers(2)) if self.trial > 1 else a.default or 0
         if k == "int?":
             return DV("NoInt")
         if k == "float?":
