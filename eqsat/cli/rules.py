@@ -135,7 +135,7 @@ def _check(args) -> int:
                 counts["facts-uncovered"] = counts.get("facts-uncovered", 0) + 1
                 print(f"{head}: unchecked: derives facts that no checked rule used")
         elif args.verbose:
-            print(f"{head}: ok ({res.runs} runs)")
+            print(f"{head}: ok ({res.runs} runs{'; ' + res.detail if res.detail else ''})")
     n_facts = counts.get("facts", 0)
     summary = (f"{counts.get('ok', 0)} checked, {counts.get('unsound', 0)} unsound, "
                f"{counts.get('unchecked', 0)} unchecked, {n_facts} derive facts only "

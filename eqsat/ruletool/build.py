@@ -68,7 +68,8 @@ class GraphBuilder:
         if ctor == "Ints":
             return self.add_const(hint, np.array(list(args[0]), dtype=np.int64))
         v, t, shape = args
-        arr = np.array(v).astype(np_dtype(dtype_code(t))).reshape(tuple(shape))
+        with np.errstate(over="ignore"):  # a value beyond the type's range is inf there, as in a model
+            arr = np.array(v).astype(np_dtype(dtype_code(t))).reshape(tuple(shape))
         return self.add_const(hint, arr)
 
     # ---- nodes

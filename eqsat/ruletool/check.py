@@ -8,10 +8,15 @@ create on the same inputs, and runs everything once under onnxruntime. Both side
 union must agree (shape, dtype, values within a tolerance), and a set shape or dtype must
 be the one onnxruntime produces.
 
+Values: `instantiate.py` draws standard normal floats and small integers, and on some tries
+special constants a rule matches (SPECIAL_F64, SPECIAL_CONST: 0, 1e30, -inf, 1e-30); a rule
+that names no element type is tried once more at each of OTHER_DTYPES (`_other_dtypes`).
+
 Edge runs: an instance whose random run agrees runs again on the inputs where verification
 finds rewrites that are wrong beyond the random draw (integers in [-7, 7] without 0,
-standard normal floats), made by verification's own `Feeds` from the instance's graph
-(`eqsat.verification.feeds`; `EDGE_CASES` below): zeros among the floats and general
+standard normal floats), made by verification's own `Feeds` from the matched side's graph, as
+verification reads the inputs' roles off the original (`eqsat.verification.feeds`: an
+integer only the rewrite divides by is a general one, 0 among the zeros): zeros among the floats and general
 integers, the floats times 100, 10000 and 0.0001, one float at +-2e15, integers at their
 type's minimum and maximum, booleans and masks negated. Only graph inputs change; constants
 the query matched keep their values. A case that changes no input is not run. Each is
@@ -22,15 +27,27 @@ there); for the floats times 100 and 10000 with the tolerance times that factor 
 than 10 x factor x the random run's own largest difference), but at least 256 float steps
 of the output's largest finite magnitude (inputs scaled together multiply their factors:
 nchwc-conv-scaled-input's Conv of x * s sums terms 10000 times the random draw's, and an
-output of -6.7 moved by 0.03 there, beyond the tolerance times 100), and for +-2e15 on finiteness alone. An
-edge run is skipped where the matched side itself fails under onnxruntime (INT_MIN / -1)
-and, for the magnitude cases (times 100, times 10000, +-2e15), compared only at the
-elements where the matched side is finite: an overflow of the original from finite inputs
-is no fault of the rewrite (Sqrt(x * x * (x * x)) -> x * x at 2e15). A difference makes the rule
-unsound, with the edge case named first in the problem and its inputs in the counterexample.
+output of -6.7 moved by 0.03 there, beyond the tolerance times 100), and for +-2e15 on finiteness alone.
+Then a case of the checker's own (NONFINITE_LABEL): one inf, one -inf, one NaN and one each
+of +-2 sqrt(the type's largest value) among the floats, compared at the tolerance with inf
+and NaN in their places. A rule's variable stands for any value a model computes, and from
+verification's large floats a model computes those (exp(2e15), inf - inf, 2e15 squared),
+where verification holds inf and NaN to their places: a rule `eqsat optimize` would refuse
+on some model is not sound ((x - x) + y -> y, Sqrt(x * x) -> Abs(x)). An edge run is
+skipped where the matched side itself fails under onnxruntime (INT_MIN / -1); for the floats
+times 100 and 10000 only the elements where the matched side is finite are compared, as
+verification does; for +-2e15 and the checker's case, an element where one side is inf and
+the other finite within NEAR_RANGE of the type's largest value is not counted (an overflow
+near the range in one order of the arithmetic, which docs/semantics.md lets a rewrite
+change). A rule whose rewrite creates a kernel that treats inf and NaN its own way
+(`own_nonfinite_kernels`: channel-blocked ops, PadChannels) is not run on the checker's case;
+its result's detail says so. -0.0 is never drawn: the sign of a zero is not kept. A
+difference makes the rule unsound, with the edge case named first in the problem and its
+inputs in the counterexample.
 
 Contract: `check_rules(rules, prog, ...)` returns one `Result` per rule:
-- `ok`: checked on `runs` instantiations (each on its edge runs too), no difference;
+- `ok`: checked on `runs` instantiations (each on its edge runs too), no difference; `detail`
+  names the edge case left out (`own_nonfinite_kernels`), if any;
 - `unsound`: a counterexample (`detail`: the inputs, both outputs);
 - `unchecked`: no instantiation found or possible (`detail` says why);
 - `facts`: the rule only derives facts (relations) for other rules; `covered_by` names the
@@ -44,7 +61,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eqsat.ruletool.build import BuildError
-from eqsat.ruletool.instantiate import Inconsistent, Instance, Reject, Unsupported
+from eqsat.ruletool.instantiate import OTHER_DTYPES, Inconsistent, Instance, Reject, Unsupported, action_ctors
 from eqsat.ruletool.model import Program, Rule
 from eqsat.ruletool.prims import NoMatch
 from eqsat.ruletool.unfold import variants
@@ -224,6 +241,7 @@ def _edge_cases(feeds) -> list[tuple[str, str]]:
         cases.append((NEGATED_LABEL, "negated"))
     if feeds.has_masks():
         cases.append((MASKS_LABEL, "masks"))
+    cases.append((NONFINITE_LABEL, "nonfinite"))
     return cases
 
 
@@ -234,16 +252,67 @@ def _edge_feeds(feeds, kind: str, base: dict, seed: int) -> dict:
         return feeds.with_flags_negated(base)
     if kind == "masks":
         return feeds.with_masks_widened(base, seed)
+    if kind == "nonfinite":
+        return _with_nonfinite(base, seed)
     return feeds.with_special_values(base, seed, kind)
+
+
+NONFINITE_LABEL = "inf, -inf, NaN and floats whose square overflows"
+# where one side overflowed to inf and the other is finite at this fraction of the type's largest
+# value or beyond, the difference is not counted: an overflow near the range may happen in one
+# order of the arithmetic and not the other (docs/semantics.md: what the rewrites do not keep)
+NEAR_RANGE = 2.0 ** -16
+# kernels that treat inf and NaN their own way (docs/semantics.md: what inf and NaN give): a rule
+# whose rewrite creates one is not run on NONFINITE_LABEL's inputs
+OWN_NONFINITE = frozenset({"PadChannels"})
+
+
+def _with_nonfinite(base: dict, seed: int) -> dict:
+    """`base` with one +inf, one -inf, one NaN and one each of +-2 sqrt(the type's largest
+    value) at random places of each floating-point input (as many as it has elements): a
+    rule's variable stands for any value a model computes, and verification's large floats
+    (+-2e15) overflow to inf and NaN (exp(2e15), inf - inf) or square to 4e30 before the
+    matched terms; verification holds inf and NaN to their places there."""
+    rng = np.random.default_rng(seed)
+    out = dict(base)
+    for name, v in base.items():
+        if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.size == 0:
+            continue
+        v = v.copy()
+        flat = v.reshape(-1)
+        huge = 2 * float(np.sqrt(np.finfo(v.dtype).max))
+        for pos, val in zip(rng.permutation(flat.size)[:5], (np.inf, -np.inf, np.nan, huge, -huge), strict=False):
+            flat[pos] = val
+        out[name] = v
+    return out
+
+
+def _near_range_overflow(e: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Where one side is inf and the other finite within NEAR_RANGE of the type's largest value."""
+    near = float(np.finfo(e.dtype).max) * NEAR_RANGE
+    with np.errstate(invalid="ignore"):
+        return (np.isinf(e) & np.isfinite(a) & (np.abs(a) >= near)) | \
+            (np.isinf(a) & np.isfinite(e) & (np.abs(e) >= near))
+
+
+def own_nonfinite_kernels(rule: Rule) -> list[str]:
+    """The constructors a rule's actions create whose kernels treat inf and NaN their own way
+    (OWN_NONFINITE, and the channel-blocked ops)."""
+    from eqsat.backends.ort.target import NCHWC_DOMAIN
+    from eqsat.lang.ops import BY_CTOR
+
+    return [c for c in action_ctors(rule.actions)
+            if c in OWN_NONFINITE or (c in BY_CTOR and BY_CTOR[c].domain == NCHWC_DOMAIN)]
 
 
 def _same(a: dict, b: dict) -> bool:
     return all(np.array_equal(a[k], b[k]) for k in a)
 
 
-def _edge_runs(inst: Instance, seed: int) -> tuple[str | None, tuple[str, dict] | None]:
-    """The instance, whose random run agreed, on each edge case (the module's contract):
-    (None, None) or ('unsound', the counterexample on that case's inputs)."""
+def _edge_runs(inst: Instance, seed: int, nonfinite: bool = True) -> tuple[str | None, tuple[str, dict] | None]:
+    """The instance, whose random run agreed, on each edge case (the module's contract; the
+    case of NONFINITE_LABEL only where `nonfinite`): (None, None) or ('unsound', the
+    counterexample on that case's inputs)."""
     from eqsat.verification import SCALED, SCALED_FAR, compare, max_difference
     from eqsat.verification.feeds import Feeds
 
@@ -252,11 +321,14 @@ def _edge_runs(inst: Instance, seed: int) -> tuple[str | None, tuple[str, dict] 
     if not outs or not pairs or not inst.gb.feeds:
         return None, None
     base = dict(inst.gb.feeds)
-    try:
-        feeds = Feeds(inst.gb.model(outs))
+    try:  # the inputs' roles as verification reads them off the original: the matched side's graph
+        # (a divisor that only the rewrite makes is a general integer there, 0 among the zeros)
+        feeds = Feeds(inst.gb.model(list(dict.fromkeys(a for _, a, _ in pairs))))
     except Exception:  # noqa: BLE001 - an input verification cannot draw for: no edge runs
         return None, None
     for label, kind in _edge_cases(feeds):
+        if kind == "nonfinite" and not nonfinite:
+            continue
         edge = _edge_feeds(feeds, kind, base, seed)
         if _same(base, edge):
             continue
@@ -275,9 +347,11 @@ def _edge_runs(inst: Instance, seed: int) -> tuple[str | None, tuple[str, dict] 
         for what, lhs, rhs in pairs:
             e, a = np.asarray(res[lhs]), np.asarray(res[rhs])
             rtol, atol = _tol(e) if e.dtype.kind in "fc" else (0.0, 0.0)
-            magnitude = kind in ("scaled", "far", "large")
-            if magnitude and e.dtype.kind in "fc" and e.shape == a.shape:
-                a = np.where(np.isfinite(e), a, e)  # the matched side overflowed there: not compared
+            if e.dtype.kind == "f" and e.shape == a.shape:
+                if kind in ("scaled", "far"):  # compared where the matched side is finite, as verification does
+                    a = np.where(np.isfinite(e), a, e)
+                elif kind in ("large", "nonfinite"):
+                    a = np.where(_near_range_overflow(e, a), e, a)
             bad = compare({what: e}, {what: a}, rtol, atol, finite_free=kind == "large",
                           scaled={"scaled": float(SCALED), "far": SCALED_FAR}.get(kind, False),
                           noise={what: max_difference(np.asarray(first[lhs]), np.asarray(first[rhs]))})
@@ -295,6 +369,7 @@ def check_rule(rule: Rule, prog: Program, seed: int = 0) -> Result:
     via_used: list[str] = []
     k = 0  # unfoldings tried (an inconsistent one is not a try)
     inconsistent: list[str] = []
+    own = own_nonfinite_kernels(rule)
     for var in variants(rule, prog):
         if k >= MAX_UNFOLDINGS or runs >= RUNS:
             break
@@ -307,7 +382,7 @@ def check_rule(rule: Rule, prog: Program, seed: int = 0) -> Result:
                 inst.build()
                 status, detail = _run_once(inst)
                 if status is None:
-                    status, detail = _edge_runs(inst, seed + trial)
+                    status, detail = _edge_runs(inst, seed + trial, nonfinite=not own)
             except Inconsistent as e:
                 inconsistent.append(str(e))
                 k -= 1
@@ -330,12 +405,38 @@ def check_rule(rule: Rule, prog: Program, seed: int = 0) -> Result:
                 break
         else:
             reasons.append(f"no instantiation in {TRIALS} tries ({last})")
+        if runs:
+            found = _other_dtypes(rule, var, prog, seed, k)
+            if found is not None:
+                return Result(rule, "unsound", found[0], runs, via=var.via, counterexample=found[1])
     if runs:
-        return Result(rule, "ok", runs=runs, via=list(dict.fromkeys(via_used)))
+        note = (f"not on inf and NaN: the kernels of {', '.join(own)} treat them their own way (docs/semantics.md)"
+                if own else "")
+        return Result(rule, "ok", note, runs=runs, via=list(dict.fromkeys(via_used)))
     reasons += inconsistent
     if not reasons:
         reasons.append("nothing derives the relations its query needs")
     return Result(rule, "unchecked", _best_reason(reasons))
+
+
+def _other_dtypes(rule: Rule, var, prog: Program, seed: int, k: int) -> tuple[str, dict] | None:
+    """One try of an unfolding that ran at each of OTHER_DTYPES, for a rule that names no
+    type (egglog matches its ops on tensors of any type): the counterexample of the first that
+    is unsound, else None. A try that cannot be built (an op without kernels for the type)
+    counts for nothing; the random tries' generator is not touched, so they draw what they drew."""
+    rng = np.random.default_rng([seed, k, len(rule.name), 1])
+    for trial, dtype in OTHER_DTYPES.items():
+        try:
+            inst = Instance(var, rule.actions, prog, rng, trial, dtype)
+            inst.build()
+            status, detail = _run_once(inst)
+            if status is None:
+                status, detail = _edge_runs(inst, seed + trial, nonfinite=not own_nonfinite_kernels(rule))
+        except (Reject, NoMatch, Unsupported):
+            continue
+        if status == "unsound":
+            return detail
+    return None
 
 
 def _best_reason(reasons: list[str]) -> str:

@@ -1,6 +1,6 @@
 """Instantiating one unfolded rule query as a concrete ONNX graph, and its actions on it.
 
-Contract: `Instance(variant, prog, rng, trial).build()` chooses concrete values for the
+Contract: `Instance(variant, actions, prog, rng, trial, other_dtype).build()` chooses concrete values for the
 query's variables (shapes and dtypes of the tensors it leaves free, attributes, literal
 values), builds the matched terms as ONNX nodes, evaluates the query's guards in Python,
 then builds the terms the actions create. It raises `Reject` when this try does not
@@ -39,6 +39,50 @@ LEAF_CTORS = LITERAL_CTORS + ("Input",)
 BOOL_OPS = ("Not", "And", "Or", "Xor")  # their inputs are booleans
 FLOATS = ("F32", "F16", "F64", "BF16")
 INTS = ("I64", "I32")  # drawn only for a rule that names them (a guard (= (I64) (dtype x)), say)
+# 0/1 attributes drawn at random from the third try on, like transA and transB: a rule that
+# takes them for their defaults (ReduceSum(x, axes, keepdims) -> ReduceSum(x, axes, 1)) was
+# tried at the default alone
+FLAG_ATTRS = frozenset({"keepdims", "noop_with_empty_axes", "ceil_mode", "count_include_pad", "upper"})
+# trial -> the element type of a rule that names none: egglog matches a rule's ops whatever the
+# types of their tensors, unless a guard asks (= (F32) (dtype x)), so a rule right for float32
+# alone (Mul(Div(a, b), b) -> a: an integer division truncates; an overflow of float16 at 65504)
+# is wrong on the models that have those types
+OTHER_DTYPES = {2: "I32", 4: "F16", 7: "U8"}  # trial numbers for their tries (check.py)
+# ...but not where the query matches a literal of other types: a float literal is no integer's,
+# an integer literal no float's (the op language's ScalarF and ScalarI)
+_FLOAT_LITERALS = frozenset({"ScalarF"})
+_INT_LITERALS = frozenset({"ScalarI"})
+OTHER_DTYPES_NOT = {"I32": _FLOAT_LITERALS, "I64": _FLOAT_LITERALS, "U8": _FLOAT_LITERALS, "F16": _INT_LITERALS}
+# trial -> the value of every float literal variable the guards leave free ((ScalarF c t s)'s c):
+# a constant of a model may be 0, huge, tiny or an attention mask's -inf, where a rule right for
+# standard normal constants is wrong ((x * c) / c -> x at c = 0, Softmax(x + c) -> Softmax(x) at
+# c = -inf or 1e30); 1e30 and 1e-30 are no float16 values (inf and 0 there)
+SPECIAL_F64 = {3: 0.0, 5: 1e30, 6: -np.inf, 7: 1e-30}
+# trial -> what a matched constant tensor ((Const k)) holds besides standard normal values:
+# a quarter of its elements 0 (at least one), or one -inf (a mask's)
+SPECIAL_CONST = {3: "zeros", 6: "-inf"}
+# the kernels that sum products with weights: an inf among those weights (a constant folded into
+# them, or one that overflows there: 1e30 times a weight of 2e15) becomes NaN in the first sum of
+# products with weights of both signs or a padded zero, and the channel-blocked ones treat inf and
+# NaN their own way (docs/semantics.md: what inf and NaN give). A rule whose actions create one
+# draws no inf and no 1e30 among its constants
+CONTRACTIONS = frozenset({"MatMul", "Gemm", "Conv", "QLinearConv", "QLinearConvMs", "QLinearMatMul", "FusedConv",
+                          "FusedGemm", "FusedMatMul", "QGemm", "MatMulNBits", "NchwcConv", "NchwcConvPlain"})
+
+
+def action_ctors(actions: list) -> list[str]:
+    """The constructors a rule's actions write, in order of first appearance."""
+    found: list[str] = []
+
+    def walk(x) -> None:
+        if isinstance(x, list) and x:
+            found.append(str(x[0]))
+            for y in x[1:]:
+                walk(y)
+
+    for a in actions:
+        walk(a)
+    return list(dict.fromkeys(found))
 
 
 class Reject(Exception):
@@ -63,7 +107,8 @@ def _sorted_ctor(prog: Program, head) -> tuple[str, list[str]] | None:
 
 
 class Instance:
-    def __init__(self, variant: Variant, actions: list, prog: Program, rng: np.random.Generator, trial: int):
+    def __init__(self, variant: Variant, actions: list, prog: Program, rng: np.random.Generator, trial: int,
+                 other_dtype: str | None = None):
         self.prog = prog
         self.rng = rng
         self.trial = trial
@@ -86,7 +131,9 @@ class Instance:
         self._consumer: dict[str, str] = {}  # Op var -> a node var that reads it
         self._building: str | None = None  # the node var whose inputs are being made
         self.term_of: dict[str, SList] = {}  # a variable the checker names (_tN, the rewrite's root) -> its term
-        self.dtype = self._trial_dtype(variant)
+        self.dtype = self._trial_dtype(variant, other_dtype)
+        # inf and 1e30 among the constants (SPECIAL_F64, SPECIAL_CONST), but where the rewrite writes a contraction
+        self.wide_consts = not CONTRACTIONS & set(action_ctors(actions))
         self.D = [3, 2, 4, 3, 2][trial % 5]
         self.p_one = 0.0 if trial < 2 else 0.25
         self._normalize(variant.atoms)
@@ -240,18 +287,28 @@ class Instance:
         except Exception:  # noqa: BLE001 - not a constant after all
             return None
 
-    def _trial_dtype(self, variant: Variant) -> str:
+    def _trial_dtype(self, variant: Variant, other: str | None) -> str:
+        """The element type of this try's tensors: one the rule names, else float32; `other`
+        (OTHER_DTYPES) for a rule that names none, where its query matches no literal of
+        another type (Reject otherwise)."""
         mentioned = set()
+        heads = set()
 
         def walk(x):
             if isinstance(x, SList):
                 if len(x) == 1 and isinstance(x[0], Sym) and str(x[0]) in FLOATS + INTS:
                     mentioned.add(str(x[0]))
+                if x:
+                    heads.add(str(x[0]))
                 for y in x:
                     walk(y)
 
         for a in variant.atoms:
             walk(a)
+        if other is not None:
+            if mentioned or heads & OTHER_DTYPES_NOT[other]:
+                raise Reject(f"the rule does not match {other} tensors")
+            return other
         ints = sorted(mentioned & set(INTS))
         if ints and (self.trial % 2 == 1 or not mentioned & set(FLOATS)):
             return ints[self.trial // 2 % len(ints)]
@@ -513,8 +570,8 @@ class Instance:
                 return int(t[1][1])
         if a.name == "activation" and k == "str":  # a fused activation that takes no parameters
             return ("Relu", "Sigmoid", "Tanh")[self.trial % 3]
-        if a.name in ("transA", "transB"):
-            return int(rng.integers(2)) if self.trial > 1 else 0
+        if a.name in ("transA", "transB") or (k == "int" and a.name in FLAG_ATTRS):
+            return int(rng.integers(2)) if self.trial > 1 else a.default or 0
         if k == "int?":
             return DV("NoInt")
         if k == "float?":
@@ -538,6 +595,9 @@ class Instance:
         if sort == "i64":
             return int(rng.choice([0, 1, 2, -1]))
         if sort == "f64":
+            special = SPECIAL_F64.get(self.trial)
+            if special is not None and (self.wide_consts or abs(special) < 1e30):
+                return special
             return float(np.round(rng.normal(), 3))
         if sort == "String":
             return var.split("~")[0]
@@ -566,10 +626,23 @@ class Instance:
         dims = [D if rng.random() >= self.p_one else 1 for _ in range(r)]
         return self.dimg.fix(var, tuple(dims), rng)
 
+    def _const_values(self, shape: tuple) -> np.ndarray:
+        """A matched constant tensor's values: random, with SPECIAL_CONST's on its trials."""
+        a = self._random(shape, self.dtype)
+        special = SPECIAL_CONST.get(self.trial)
+        flat = a.reshape(-1)
+        if special == "zeros" and flat.size:
+            flat[self.rng.random(flat.size) < 0.25] = 0
+            flat[self.rng.integers(flat.size)] = 0
+        elif special == "-inf" and flat.size and a.dtype.kind == "f" and self.wide_consts:
+            flat[self.rng.integers(flat.size)] = -np.inf
+        return a
+
     def _random(self, shape: tuple, code_ctor: str) -> np.ndarray:
-        if code_ctor in INTS:  # small, never 0 (an integer division by zero is undefined)
-            a = self.rng.integers(1, 8, shape) * self.rng.choice([-1, 1], shape)
-            return a.astype(np_dtype(dtype_code(DV(code_ctor))))
+        dt = np.dtype(np_dtype(dtype_code(DV(code_ctor))))
+        if dt.kind in "iu":  # small, never 0 (an integer division by zero is undefined)
+            a = self.rng.integers(1, 8, shape) * (self.rng.choice([-1, 1], shape) if dt.kind == "i" else 1)
+            return a.astype(dt)
         a = self.rng.standard_normal(shape)
         if self.trial % 3 == 1:
             a = np.abs(a) + 0.5
@@ -738,6 +811,20 @@ class Instance:
                 raise Unsupported(f"cannot choose {e} in {show(a)}") from None
         return self.eval(a)
 
+    def _ints_for_role(self, v: str, args: list, ctx) -> None:
+        """An (Ints s) literal whose s the guards leave free, read as a Reshape's target, an
+        Expand's shape, a Pad's pads, ...: s as `_int_role` draws that input for the op's data
+        input (built first), not the empty vector `_by_sort` gives an IVec of unknown length
+        (a Reshape to [] fits a one-element tensor alone)."""
+        if self.defs.get(v, ("",))[0] != "Ints" or ctx is None or not args or not is_var(args[0]):
+            return
+        s = self.find(args[0])
+        if s in self.env or any(s in h or str(args[0]) in h for h in (self.len_hint, self.elem_hint, self.hints)):
+            return  # the guards say what it is
+        role = _int_role(self, ctx, self._siblings(v, ctx))
+        if isinstance(role, np.ndarray) and role.ndim == 1:
+            self.env[self.find(args[0])] = tuple(int(i) for i in role)
+
     def _oplist(self, a) -> list:
         """The value names of an OpList variable's elements (leaves created as needed)."""
         v = self.find(a) if is_var(a) else a
@@ -774,6 +861,7 @@ class Instance:
         if ctor == "Opaque":
             raise Unsupported("an Opaque op has no ONNX meaning the checker knows")
         if ctor in LEAF_CTORS:
+            self._ints_for_role(v, args, ctx)
             vals = [self._arg_value(a, s, ctor, i, []) for i, (a, s) in enumerate(zip(args, sorts, strict=True))]
             if ctor == "Input":
                 self._leaf(v, None)
@@ -781,7 +869,7 @@ class Instance:
             if ctor == "Const":
                 sh = (self._shape_from_guards(v) or self._context_shape(v, ctx, self._siblings(v, ctx))
                       or self._leaf_shape(v, ctx))
-                self.val[v] = self.gb.add_const(str(vals[0]), self._random(sh, self.dtype))
+                self.val[v] = self.gb.add_const(str(vals[0]), self._const_values(sh))
                 self.leaves.append((v, self.val[v]))
                 return
             try:
