@@ -357,3 +357,22 @@ def test_a_users_unnamed_rules_are_split_too(capsys, tmp_path, model_file):
     sat = json.loads(rep.read_text())["saturation"]
     assert [k.split()[0] for k in sat["rewrite_matches"]] == ["(rewrite"], sat
     assert [k.split()[0] for k in sat["analysis_matches"]] == ["(rule"], sat
+
+
+def test_a_rule_uniting_an_opaque_op_with_a_value_is_a_clean_error(capsys, tmp_path):
+    # (union (Opaque ...) x) made the op's e-class a value: decoding its (Out op 0) raised a
+    # KeyError with a traceback
+    import onnx
+    import onnx.parser
+
+    m = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17, "custom.x" : 1]>
+        g (float[4] x) => (float[4] y) { t = custom.x.Foo(x)  y = Relu(t) }""")
+    onnx.save(m, tmp_path / "m.onnx")
+    (tmp_path / "bad.egg").write_text(
+        "(ruleset bad)\n; Opaque(x) -> x, ill-typed: the op, not its output\n"
+        '(rule ((= e (Opaque d n (Cons x (Nil)) a s k))) ((union e x)) :ruleset bad :name "opaque-drop")\n')
+    rc, _, err = run_cli(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx",
+                         "--rules", tmp_path / "bad.egg", "-q")
+    assert rc == 1 and not (tmp_path / "o.onnx").exists()
+    assert "rewrite its output instead, (Out op k)" in one_error(err)

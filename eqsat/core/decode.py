@@ -342,6 +342,11 @@ class Decoder:
             return self.emit_constant(eclass)
         if op == "Out":
             tup, k = n.children
+            if tup not in self.tuple_outputs:  # its chosen node is no node with outputs to number
+                raise OptimizeError(
+                    f"the extracted program reads output {self.lit(k)} of a value ({self.node(tup).op}) with no "
+                    "numbered outputs: a rule united an op of several outputs (Opaque, Split, ...) with a single "
+                    "value; rewrite its output instead, (Out op k)")
             return self.tuple_outputs[tup][self.lit(k)]
         if op == "Opaque":
             return self._emit_opaque(eclass)
