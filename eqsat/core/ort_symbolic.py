@@ -12,12 +12,19 @@ cannot decide a comparison, and eqsat's rules take its shapes as facts:
   where it cannot decide the size's remainder by the stride it assumes none, floor(N / s).
   ONNX defines the size as ceiling(N / s) whatever the kernel; `Sound` gives that.
 
+- auto_merge, which it needs where two symbolic sizes broadcast together, takes them to be
+  equal though either may be 1. `infer` names the sizes merged into where that may be
+  wrong: not where both are 1 together at every small value of their symbols
+  (Min(128, sequence) and sequence are equal wherever they broadcast); eqsat.core.shapes
+  undoes those merges. A size computed at run time merged into a number stays assumed.
+
 `infer(cls, model, auto_merge)` runs `Sound` as `SymbolicShapeInference.infer_shapes` runs
 its own class, without the file it saves into the working directory on incomplete inference.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 
@@ -92,8 +99,9 @@ def _sound_class(base: type) -> type:
 def infer(base: type, model: ModelProto, auto_merge: bool) -> tuple[ModelProto, set[int | str]]:
     """`base.infer_shapes(model, auto_merge=auto_merge)` (int_max 2**31 - 1, no guessed output
     ranks) with the guesses above made sound, and the dimensions auto_merge merged others into
-    (its suggested merges' targets: names, or sizes where it merged a symbol into one; what
-    eqsat.core.shapes._unmerge undoes). Raises where the inference is incomplete."""
+    where the merge may be wrong (its suggested merges' symbolic targets, unless
+    `_one_together`; what eqsat.core.shapes._unmerge undoes). Raises where the inference is
+    incomplete."""
     mod = sys.modules[base.__module__]
     opset = mod.get_opset(model)
     if not opset or opset < 7:
@@ -106,5 +114,32 @@ def infer(base: type, model: ModelProto, auto_merge: bool) -> tuple[ModelProto, 
     inference._update_output_from_vi()
     if not complete:
         raise RuntimeError("incomplete symbolic shape inference")
-    merged = {v if isinstance(v, str) else int(v) for v in inference.suggested_merge_.values()}
+    # a merge into a number (a size computed at run time taken for the 17 it broadcasts with)
+    # stays assumed: verification's runs check it
+    merged = {v for k, v in inference.suggested_merge_.items()
+              if isinstance(v, str) and not _one_together(mod, inference, k, v)}
     return inference.out_mp_, merged
+
+
+MERGE_PROBE = range(1, 7)  # the values `_one_together` gives each symbol
+MERGE_SYMBOLS = 3  # merges of sizes of more symbols count as unsafe
+
+
+def _one_together(mod, inference, a, b) -> bool:
+    """Whether sizes `a` and `b` (names, sympy expressions of the inference's symbols, or
+    numbers) that auto_merge took to be equal are 1 together, for every assignment of
+    MERGE_PROBE to their symbols: where they broadcast, and so run, they are then equal
+    (Min(128, sequence) and sequence: a position table sliced to the sequence). A merge of
+    sizes that one may be 1 alone (a mask's T and a cache's P + S) is no fact."""
+    try:
+        ea, eb = (mod.sympy.sympify(x, locals=dict(inference.symbolic_dims_)) for x in (a, b))
+        symbols = sorted(ea.free_symbols | eb.free_symbols, key=str)
+        if len(symbols) > MERGE_SYMBOLS:
+            return False
+        fa, fb = (mod.sympy.lambdify(symbols, e, modules="sympy") for e in (ea, eb))
+        for values in itertools.product(MERGE_PROBE, repeat=len(symbols)):
+            if (int(fa(*values)) == 1) != (int(fb(*values)) == 1):
+                return False
+        return True
+    except Exception:  # noqa: BLE001 - an expression it cannot evaluate: unsafe
+        return False
