@@ -7,9 +7,10 @@
 
 Contracts:
 - `optimize` returns only a model that passed verification under onnxruntime (unless
-  `verify=False`); a failed verification raises `OptimizeError` and returns nothing. A model
-  that cannot be verified (onnxruntime cannot run the original) is returned with a warning in
-  its report, or refused with `require_verification=True`, as the CLI does.
+  `verify=False`); a failed verification raises `OptimizeError` and returns nothing. So does
+  a model that cannot be verified (onnxruntime cannot run the original on the inputs it
+  draws), as the CLI refuses it; with `require_verification=False` it is returned with a
+  warning in its report, as `eqsat optimize --allow-unverified` writes it.
 - Every default is the CLI's: both read them from `eqsat.settings.Options` and
   `eqsat.limits.Limits`, so a call with no options and `eqsat optimize` with no flags give
   the same program.
@@ -105,7 +106,7 @@ def optimize(model: ModelProto | PathLike, *, rules: Iterable[PathLike] = (), de
              iter_limit: int = _LIMITS.iter_limit, node_limit: int = _LIMITS.node_limit,
              time_limit: float = _LIMITS.time_limit, fold_limit: int = _OPTIONS.fold_limit,
              verify: bool = True, verify_runs: int = 1, rtol: float | None = None, atol: float | None = None,
-             require_verification: bool = False, plan: bool = False, explain: bool = False,
+             require_verification: bool = True, plan: bool = False, explain: bool = False,
              save_egraph: PathLike | None = None,
              progress: Callable[[str], None] | None = None) -> Result:
     """Optimize `model` (a path or an onnx.ModelProto) as `eqsat optimize` does: saturate
@@ -132,15 +133,17 @@ def optimize(model: ModelProto | PathLike, *, rules: Iterable[PathLike] = (), de
 
 @dataclass(frozen=True)
 class Checks:
-    """How an optimized model is verified (`finish`); `flags` names the options in errors
-    (the CLI's flags or the API's keywords)."""
+    """How an optimized model is verified (`finish`). `require`: a verification that is not
+    possible refuses the model (nothing checked is never written unasked); `flags` names the
+    options in reports and errors (the CLI's flags or the API's keywords): the one that skips
+    verification, and what a user whose model cannot be verified can do."""
 
     verify: bool = True
     runs: int = 1
     rtol: float | None = None
     atol: float | None = None
-    require: bool = False
-    flags: tuple[str, str] = ("verify=False", "require_verification")  # (skip, require)
+    require: bool = True
+    flags: tuple[str, str] = ("verify=False", "return it unverified with require_verification=False")
 
 
 def finish(original: ModelProto, res: PipelineResult, dims: Mapping[str, int], checks: Checks, *,
@@ -172,7 +175,7 @@ def finish(original: ModelProto, res: PipelineResult, dims: Mapping[str, int], c
         if v.status == "failed":
             raise OptimizeError(f"verification failed{written}: {v.detail}")
         if v.status == "not possible" and checks.require:
-            raise OptimizeError(f"verification not possible{written} ({checks.flags[1]}): {v.detail}")
+            raise OptimizeError(f"verification not possible{written}: {v.detail} ({checks.flags[1]})")
         if v.status == "not possible":
             report["warnings"].append(f"verification not possible: {v.detail}")
         else:

@@ -371,29 +371,56 @@ def test_verification_catches_a_wrong_rule_and_writes_nothing(capsys, tmp_path):
     assert rc == 0 and out.exists()  # the user asked for it
 
 
-def test_verification_not_possible_is_reported_not_passed(capsys, tmp_path):
+def test_a_model_verification_cannot_check_is_not_written_unless_asked(capsys, tmp_path):
     # an op of a domain onnxruntime knows but without a kernel: it cannot run the original
-    # (an op of a domain it does not know gets a stand-in: tests/test_verify.py)
+    # (an op of a domain it does not know gets a stand-in: tests/test_verify.py). A rule file's
+    # Relu -> x, wrong for every negative input, was written with exit 0 and a warning here:
+    # a model nothing checked is refused by default, and written only when the user asks
+    node = onnx.helper.make_node("Mystery", ["x"], ["t"], domain="com.microsoft")
+    g = onnx.helper.make_graph([node, onnx.helper.make_node("Relu", ["t"], ["y"])], "g",
+                               [onnx.helper.make_tensor_value_info("x", 1, [2])],
+                               [onnx.helper.make_tensor_value_info("y", 1, [2])])
+    m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 18),
+                                                 onnx.helper.make_opsetid("com.microsoft", 1)])
+    src, out, rep, rules = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json", tmp_path / "wrong.egg"
+    onnx.save(m, str(src))
+    rules.write_text('(ruleset wrong)\n(rewrite (Relu x) x :ruleset wrong :name "relu-is-identity")\n')
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", rules, "--report", rep)
+    assert rc == 1 and not out.exists() and not rep.exists(), err
+    line = error_line(err)
+    assert line.startswith("eqsat: error: verification not possible, nothing written: onnxruntime cannot run "
+                           "the original"), line
+    assert line.endswith(" (write it unverified with --allow-unverified)"), line
+    # the user who takes the risk says so, and is warned
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--report", rep, "--allow-unverified")
+    assert rc == 0 and out.exists()
+    assert "eqsat: warning: verification not possible: onnxruntime cannot run the original" in err
+    assert err.count("verification not possible") == 1  # the warning, not also a progress line
+    assert json.loads(rep.read_text())["verification"]["status"] == "not possible"
+    # --require-verification, the default now, is still accepted
+    strict = tmp_path / "strict.onnx"
+    rc, _, err = run_cli(capsys, "optimize", src, "-o", strict, "--require-verification")
+    assert rc == 1 and not strict.exists()
+    assert error_line(err).startswith("eqsat: error: verification not possible, nothing written: ")
+    for pair in (("--require-verification", "--no-verify"), ("--require-verification", "--allow-unverified")):
+        rc, _, err = run_cli(capsys, "optimize", src, "-o", strict, *pair)
+        assert rc == 2 and "contradict each other" in err
+
+
+def test_the_python_api_refuses_a_model_it_cannot_verify_unless_asked():
     node = onnx.helper.make_node("Mystery", ["x"], ["y"], domain="com.microsoft")
     g = onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", 1, [2])],
                                [onnx.helper.make_tensor_value_info("y", 1, [2])])
     m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 18),
                                                  onnx.helper.make_opsetid("com.microsoft", 1)])
-    src, out, rep = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
-    onnx.save(m, str(src))
-    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--report", rep)
-    assert rc == 0 and out.exists()
-    assert "eqsat: warning: verification not possible: onnxruntime cannot run the original" in err
-    assert err.count("verification not possible") == 1  # the warning, not also a progress line
-    assert json.loads(rep.read_text())["verification"]["status"] == "not possible"
-    # a deployment that must not ship an unverified model says so
-    strict = tmp_path / "strict.onnx"
-    rc, _, err = run_cli(capsys, "optimize", src, "-o", strict, "--require-verification")
-    assert rc == 1 and not strict.exists()
-    assert error_line(err).startswith("eqsat: error: verification not possible, nothing written "
-                                      "(--require-verification): onnxruntime cannot run the original")
-    rc, _, err = run_cli(capsys, "optimize", src, "-o", strict, "--require-verification", "--no-verify")
-    assert rc == 2 and "contradict each other" in err
+    import eqsat
+
+    with pytest.raises(eqsat.OptimizeError, match=r"^verification not possible: onnxruntime cannot run the original"
+                                                  r".*require_verification=False\)$"):
+        eqsat.optimize(m)
+    r = eqsat.optimize(m, require_verification=False)
+    assert r.report.verification["status"] == "not possible"
+    assert any(w.startswith("verification not possible: ") for w in r.report.warnings)
 
 
 # a ViT's patch embedding: 4 x 4 patches of [batch, 1, h, w] and position embeddings for 2 x 2

@@ -114,8 +114,12 @@ def _extraction(o: argparse.ArgumentParser) -> None:
 def _verification(o: argparse.ArgumentParser) -> None:
     o.add_argument("--no-verify", action="store_true",
                    help="skip comparing the optimized model with the original under onnxruntime")
+    o.add_argument("--allow-unverified", action="store_true",
+                   help="write the model, with a warning, where verification is not possible (onnxruntime cannot "
+                        "run the original on the inputs it draws); by default that is an error, nothing written")
     o.add_argument("--require-verification", action="store_true",
-                   help="fail (exit 1, nothing written) when verification is not possible, instead of a warning")
+                   help="the default: fail (exit 1, nothing written) where verification is not possible; "
+                        "kept for scripts that give it")
     o.add_argument("--verify-runs", type=positive_int, default=1, metavar="N",
                    help="sets of random inputs for verification (default 1)")
     o.add_argument("--rtol", type=nonnegative_float,
@@ -132,8 +136,9 @@ def _output(args: argparse.Namespace) -> Path:
 
     src = Path(args.input)
     out = Path(args.output) if args.output else src if args.in_place else src.with_name(src.stem + ".opt.onnx")
-    if args.no_verify and args.require_verification:
-        raise UsageError("--no-verify and --require-verification contradict each other: give one")
+    for a, b in (("no_verify", "require_verification"), ("allow_unverified", "require_verification")):
+        if getattr(args, a) and getattr(args, b):
+            raise UsageError(f"--{a.replace('_', '-')} and --{b.replace('_', '-')} contradict each other: give one")
     if args.in_place and args.output and not same_file(Path(args.output), src):
         raise UsageError(f"--in-place replaces {src}, but -o names another file ({args.output}): give one of them")
     # main has refused the named outputs over inputs and each other; here the default output
@@ -172,8 +177,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         check_plan_dims(model, s.dims)  # an unbound dimension fails now, not after optimizing
     res = optimize(model, s, progress=say)
     r = res.report
-    checks = Checks(not args.no_verify, args.verify_runs, args.rtol, args.atol, args.require_verification,
-                    flags=("--no-verify", "--require-verification"))
+    checks = Checks(not args.no_verify, args.verify_runs, args.rtol, args.atol, not args.allow_unverified,
+                    flags=("--no-verify", "write it unverified with --allow-unverified"))
     # Every output is staged under a temporary name first: verification runs the written
     # model, and only once all are written are they renamed into place, together; a failure
     # anywhere leaves every previous output as it was and nothing behind.
