@@ -12,7 +12,7 @@ import warnings
 import onnx.parser
 import pytest
 
-from eqsat.core import shapes
+from eqsat.core import ort_symbolic
 from eqsat.core.shapes import infer_types
 
 # Half a dimension: onnx's inference leaves the Reshape's last size unknown, onnxruntime's
@@ -37,7 +37,7 @@ def test_symbolic_inference_loads_where_the_project_is_installed():
     # `pip install eqsat[cpu]` brings sympy, which onnxruntime's symbolic inference imports;
     # without it the symbolic sizes of exported transformers stay unrelated (Llama-4l:
     # 355 nodes instead of 212) and nothing said so.
-    assert shapes._symbolic_shape_infer() is not None, shapes._unavailable
+    assert ort_symbolic.load() is not None, ort_symbolic.unavailable
 
 
 def test_without_sympy_inference_warns_and_says_how_to_install_it():

@@ -15,20 +15,28 @@ cannot decide a comparison, and eqsat's rules take its shapes as facts:
 - auto_merge, which it needs where two symbolic sizes broadcast together, takes them to be
   equal though either may be 1. `infer` names the sizes merged into where that may be
   wrong: not where both are 1 together at every small value of their symbols
-  (Min(128, sequence) and sequence are equal wherever they broadcast); eqsat.core.shapes
-  undoes those merges. A size computed at run time merged into a number stays assumed.
+  (Min(128, sequence) and sequence are equal wherever they broadcast); `_unmerge` undoes
+  those merges. A size computed at run time merged into a number stays assumed. A merge of
+  two of the model's own named sizes refuses the whole inference.
 
-`infer(cls, model, auto_merge)` runs `Sound` as `SymbolicShapeInference.infer_shapes` runs
-its own class, without the file it saves into the working directory on incomplete inference.
+`infer_model(model, plain)` is what eqsat.core.shapes uses: the whole of the above, on
+onnxruntime's class loaded from its file (`load`). `infer(cls, model, auto_merge)` runs
+`Sound` as `SymbolicShapeInference.infer_shapes` runs its own class, without the file it
+saves into the working directory on incomplete inference.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import sys
+from pathlib import Path
 
-from onnx import ModelProto, helper
+from onnx import GraphProto, ModelProto, helper
+
+from eqsat.core import shapes  # its type_of; shapes imports this module in turn
+from eqsat.core.initializers import fixed_initializers
 
 
 class _Count(logging.Handler):
@@ -40,7 +48,10 @@ class _Count(logging.Handler):
         self.n += 1
 
 
+@functools.cache
 def _sound_class(base: type) -> type:
+    """`Sound`, the subclass of onnxruntime's inference class `base` described above (built
+    once per class: it configures the module's logger)."""
     mod = sys.modules[base.__module__]
     logger = mod.logger
     logger.setLevel(logging.WARNING)  # its guesses are logged as warnings: they must reach _Count
@@ -100,7 +111,7 @@ def infer(base: type, model: ModelProto, auto_merge: bool) -> tuple[ModelProto, 
     """`base.infer_shapes(model, auto_merge=auto_merge)` (int_max 2**31 - 1, no guessed output
     ranks) with the guesses above made sound, and the dimensions auto_merge merged others into
     where the merge may be wrong (its suggested merges' symbolic targets, unless
-    `_one_together`; what eqsat.core.shapes._unmerge undoes). Raises where the inference is
+    `_one_together`; what `_unmerge` undoes). Raises where the inference is
     incomplete."""
     mod = sys.modules[base.__module__]
     opset = mod.get_opset(model)
@@ -143,3 +154,123 @@ def _one_together(mod, inference, a, b) -> bool:
         return True
     except Exception:  # noqa: BLE001 - an expression it cannot evaluate: unsafe
         return False
+
+
+unavailable = ""  # why load() returned None
+
+
+def load():
+    """onnxruntime's SymbolicShapeInference, loaded from its file alone: importing the
+    package onnxruntime.tools would import torch when it is installed (seconds). None when
+    it cannot load; `unavailable` then says why."""
+    import importlib.util
+    import sys
+
+    global unavailable
+    name = "eqsat._ort_symbolic_shape_infer"
+    if name in sys.modules:
+        return sys.modules[name].SymbolicShapeInference
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        unavailable = "onnxruntime is not installed"
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "tools" / "symbolic_shape_infer.py"
+    if not path.is_file():
+        unavailable = f"onnxruntime has no {path.name}"
+        return None
+    mod_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(mod_spec)
+    try:
+        mod_spec.loader.exec_module(module)
+    except ImportError as e:  # sympy (onnxruntime's extra "symbolic") or packaging missing
+        unavailable = str(e)
+        return None
+    sys.modules[name] = module
+    return module.SymbolicShapeInference
+
+
+def _computed_split_sizes(model: ModelProto) -> bool:
+    """Whether a Split (or SplitToSequence) takes its sizes from a value computed at run
+    time. onnxruntime's inference then guesses an equal split, and every shape after it
+    may be wrong (Split(x[..., 8], [8, 0]) would give two halves of 4)."""
+    consts = set(fixed_initializers(model))
+    consts.update(o for n in model.graph.node if n.op_type == "Constant" for o in n.output)
+    return any(n.op_type in ("Split", "SplitToSequence") and n.domain in ("", "ai.onnx") and len(n.input) > 1
+               and n.input[1] and n.input[1] not in consts for n in model.graph.node)
+
+
+def infer_model(model: ModelProto, plain: GraphProto) -> ModelProto | None:
+    """onnxruntime's symbolic inference of `model`, made sound: run by `Sound` (`infer`), first
+    without auto_merge, then with it where it needs it; refused (None) where auto_merge unified
+    two of the model's own named sizes, and its other merges that may be wrong undone from
+    `plain`, onnx's own inference of the model (`_unmerge`). None where it fails or is
+    unavailable (onnx's inference alone is then used)."""
+    SymbolicShapeInference = load()
+    if SymbolicShapeInference is None or _computed_split_sizes(model):
+        return None
+    import contextlib
+    import io
+    import tempfile
+
+    for auto_merge in (False, True):
+        try:
+            # Anything it writes into the working directory (its own infer_shapes saves
+            # `sym_shape_infer_temp.onnx` when incomplete) stays out of the user's folder.
+            with tempfile.TemporaryDirectory(prefix="eqsat-shapes-") as scratch, contextlib.chdir(scratch), \
+                    contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                out, merged = infer(SymbolicShapeInference, model, auto_merge)
+        except Exception:  # noqa: BLE001 - unsupported ops, custom domains: onnx's inference still runs
+            continue
+        if auto_merge and _merged_named_dims(model, out):
+            return None  # it assumed two of the model's own dimensions equal: not sound
+        _unmerge(out.graph, plain, merged)
+        return out
+    return None
+
+
+def _unmerge(symbolic: GraphProto, plain: GraphProto, merged: set[int | str]) -> None:
+    """Undo what onnxruntime's auto_merge assumed, in `symbolic` (its inferred graph): where two
+    dimensions broadcast together it takes them to be equal, though either may be 1 (a mask
+    [B, 1, S, T] added to scores [B, N, S, P + S] made the cache's length T). A dimension of a
+    value that is a merge target (`merged`) and that `plain` (onnx's inference, which merges
+    nothing) does not give that value at that axis becomes `plain`'s dimension there, or
+    unknown: a rule never takes the assumption for a fact."""
+    if not merged:
+        return
+    known: dict[str, tuple] = {}
+    for vi in [*plain.input, *plain.value_info, *plain.output]:
+        t = shapes.type_of(vi.type)
+        if t is not None and t.dims is not None:
+            known.setdefault(vi.name, t.dims)
+    for vi in [*symbolic.input, *symbolic.value_info, *symbolic.output]:
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        theirs = known.get(vi.name)
+        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+            dim = d.dim_param if d.HasField("dim_param") else (int(d.dim_value) if d.HasField("dim_value") else None)
+            if dim is None or dim not in merged:
+                continue
+            other = theirs[axis] if theirs is not None and axis < len(theirs) else None
+            if other == dim:
+                continue
+            d.Clear()
+            if isinstance(other, int):
+                d.dim_value = other
+            elif isinstance(other, str) and not other.startswith("unk__"):
+                d.dim_param = other
+
+
+def _merged_named_dims(before: ModelProto, after: ModelProto) -> bool:
+    """Whether inference unified two differently named dimensions of the graph's inputs or
+    outputs (auto_merge may unify dimensions that must broadcast together; that is only
+    safe for the unknown dimensions it made up, not for the model's own)."""
+    names: dict[str, str] = {}
+    for old_vi, new_vi in zip([*before.graph.input, *before.graph.output], [*after.graph.input, *after.graph.output],
+                              strict=False):
+        old_t, new_t = shapes.type_of(old_vi.type), shapes.type_of(new_vi.type)
+        if old_t is None or new_t is None or old_t.dims is None or new_t.dims is None:
+            continue
+        for a, b in zip(old_t.dims, new_t.dims, strict=False):
+            if isinstance(a, str) and isinstance(b, str) and names.setdefault(a, b) != b:
+                return True
+    return len(set(names.values())) < len(names)

@@ -9,7 +9,6 @@ target's -1 must never look like a symbol). `DimTable` maps the ids back to name
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import onnx
 from onnx import GraphProto, ModelProto, TypeProto
@@ -163,7 +162,7 @@ def infer_types(model: ModelProto, declared: bool = False) -> tuple[dict[str, Va
     lets rules prove that fused ops get the shapes they need. Its `auto_merge` assumes that
     two symbolic dimensions that must broadcast together are equal, though either may be 1:
     a dimension it merged others into stands only where onnx's inference gives the value the
-    same one (`_unmerge`), so no rule takes the assumption for a fact. onnx's inference fills
+    same one (eqsat.core.ort_symbolic), so no rule takes the assumption for a fact. onnx's inference fills
     in whatever it leaves unknown, and is used alone when it fails."""
     warning = None
     sk = _skeleton(model)
@@ -176,16 +175,15 @@ def infer_types(model: ModelProto, declared: bool = False) -> tuple[dict[str, Va
         warning = f"shape inference failed, shapes are partly unknown: {str(e).splitlines()[0]}"
     suspect: set[str] = set()
     if not graphs or _has_unknown_dims(graphs[0]):  # seconds on a large model: only when it helps
-        if _symbolic_shape_infer() is None:
+        if ort_symbolic.load() is None:
+            why = ort_symbolic.unavailable
             warning = ((warning + "; ") if warning else "") + (
-                f"onnxruntime's symbolic shape inference is unavailable ({_unavailable}): symbolic sizes "
+                f"onnxruntime's symbolic shape inference is unavailable ({why}): symbolic sizes "
                 "stay unrelated, so less shape arithmetic folds and fewer fusions apply"
-                + ("; pip install 'eqsat[cpu]' (or 'eqsat[gpu]')" if _unavailable == "onnxruntime is not installed"
+                + ("; pip install 'eqsat[cpu]' (or 'eqsat[gpu]')" if why == "onnxruntime is not installed"
                    else "; pip install sympy"))
-        symbolic = _ort_symbolic(sk)
+        symbolic = ort_symbolic.infer_model(sk, graphs[0] if graphs else sk.graph)
         if symbolic is not None:
-            symbolic, merged = symbolic
-            _unmerge(symbolic.graph, graphs[0] if graphs else sk.graph, merged)
             if graphs:
                 suspect = _downstream(model.graph, _disagreements(symbolic.graph, graphs[0]))
             graphs.insert(0, symbolic.graph)
@@ -301,119 +299,3 @@ def _has_unknown_dims(g: GraphProto) -> bool:
         if t.dims is None or any(d is None or (isinstance(d, str) and d.startswith("unk__")) for d in t.dims):
             return True
     return False
-
-
-_unavailable = ""  # why _symbolic_shape_infer() returned None
-
-
-def _symbolic_shape_infer():
-    """onnxruntime's SymbolicShapeInference, loaded from its file alone: importing the
-    package onnxruntime.tools would import torch when it is installed (seconds). None when
-    it cannot load; `_unavailable` then says why."""
-    import importlib.util
-    import sys
-
-    global _unavailable
-    name = "eqsat._ort_symbolic_shape_infer"
-    if name in sys.modules:
-        return sys.modules[name].SymbolicShapeInference
-    spec = importlib.util.find_spec("onnxruntime")
-    if spec is None or not spec.submodule_search_locations:
-        _unavailable = "onnxruntime is not installed"
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "tools" / "symbolic_shape_infer.py"
-    if not path.is_file():
-        _unavailable = f"onnxruntime has no {path.name}"
-        return None
-    mod_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(mod_spec)
-    try:
-        mod_spec.loader.exec_module(module)
-    except ImportError as e:  # sympy (onnxruntime's extra "symbolic") or packaging missing
-        _unavailable = str(e)
-        return None
-    sys.modules[name] = module
-    return module.SymbolicShapeInference
-
-
-def _computed_split_sizes(model: ModelProto) -> bool:
-    """Whether a Split (or SplitToSequence) takes its sizes from a value computed at run
-    time. onnxruntime's inference then guesses an equal split, and every shape after it
-    may be wrong (Split(x[..., 8], [8, 0]) would give two halves of 4)."""
-    consts = set(fixed_initializers(model))
-    consts.update(o for n in model.graph.node if n.op_type == "Constant" for o in n.output)
-    return any(n.op_type in ("Split", "SplitToSequence") and n.domain in ("", "ai.onnx") and len(n.input) > 1
-               and n.input[1] and n.input[1] not in consts for n in model.graph.node)
-
-
-def _ort_symbolic(model: ModelProto) -> tuple[ModelProto, set[int | str]] | None:
-    """onnxruntime's symbolic inference of `model`, and the dimensions its auto_merge merged
-    others into (empty where it needed none); None where it fails or is unavailable."""
-    SymbolicShapeInference = _symbolic_shape_infer()
-    if SymbolicShapeInference is None or _computed_split_sizes(model):
-        return None
-    import contextlib
-    import io
-    import tempfile
-
-    for auto_merge in (False, True):
-        try:
-            # Anything it writes into the working directory (its own infer_shapes saves
-            # `sym_shape_infer_temp.onnx` when incomplete) stays out of the user's folder.
-            with tempfile.TemporaryDirectory(prefix="eqsat-shapes-") as scratch, contextlib.chdir(scratch), \
-                    contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                out, merged = ort_symbolic.infer(SymbolicShapeInference, model, auto_merge)
-        except Exception:  # noqa: BLE001 - unsupported ops, custom domains: onnx's inference still runs
-            continue
-        if auto_merge and _merged_named_dims(model, out):
-            return None  # it assumed two of the model's own dimensions equal: not sound
-        return out, merged
-    return None
-
-
-def _unmerge(symbolic: GraphProto, plain: GraphProto, merged: set[int | str]) -> None:
-    """Undo what onnxruntime's auto_merge assumed, in `symbolic` (its inferred graph): where two
-    dimensions broadcast together it takes them to be equal, though either may be 1 (a mask
-    [B, 1, S, T] added to scores [B, N, S, P + S] made the cache's length T). A dimension of a
-    value that is a merge target (`merged`) and that `plain` (onnx's inference, which merges
-    nothing) does not give that value at that axis becomes `plain`'s dimension there, or
-    unknown: a rule never takes the assumption for a fact."""
-    if not merged:
-        return
-    known: dict[str, tuple] = {}
-    for vi in [*plain.input, *plain.value_info, *plain.output]:
-        t = type_of(vi.type)
-        if t is not None and t.dims is not None:
-            known.setdefault(vi.name, t.dims)
-    for vi in [*symbolic.input, *symbolic.value_info, *symbolic.output]:
-        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
-            continue
-        theirs = known.get(vi.name)
-        for axis, d in enumerate(vi.type.tensor_type.shape.dim):
-            dim = d.dim_param if d.HasField("dim_param") else (int(d.dim_value) if d.HasField("dim_value") else None)
-            if dim is None or dim not in merged:
-                continue
-            other = theirs[axis] if theirs is not None and axis < len(theirs) else None
-            if other == dim:
-                continue
-            d.Clear()
-            if isinstance(other, int):
-                d.dim_value = other
-            elif isinstance(other, str) and not other.startswith("unk__"):
-                d.dim_param = other
-
-
-def _merged_named_dims(before: ModelProto, after: ModelProto) -> bool:
-    """Whether inference unified two differently named dimensions of the graph's inputs or
-    outputs (auto_merge may unify dimensions that must broadcast together; that is only
-    safe for the unknown dimensions it made up, not for the model's own)."""
-    names: dict[str, str] = {}
-    for old_vi, new_vi in zip([*before.graph.input, *before.graph.output], [*after.graph.input, *after.graph.output],
-                              strict=False):
-        old_t, new_t = type_of(old_vi.type), type_of(new_vi.type)
-        if old_t is None or new_t is None or old_t.dims is None or new_t.dims is None:
-            continue
-        for a, b in zip(old_t.dims, new_t.dims, strict=False):
-            if isinstance(a, str) and isinstance(b, str) and names.setdefault(a, b) != b:
-                return True
-    return len(set(names.values())) < len(names)
