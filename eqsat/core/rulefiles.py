@@ -84,9 +84,11 @@ class Declared:
         else:
             self.constructors[c.name] = (sort, args)
 
-    def absorb(self, cmds: list, path: str, text: str = "") -> None:
-        lines = _line_starts(text)
-        for c in cmds:
+    def absorb(self, cmds: list, path: str, text: str = "", rules: dict | None = None) -> None:
+        """Record what `cmds` (one file's parsed commands) declare; `rules` is their
+        `rule_heads`, where the caller has it."""
+        rules = rule_heads(cmds, path, text) if rules is None else rules
+        for i, c in enumerate(cmds):
             if isinstance(c, b.AddRuleset):
                 self.rulesets.append(c.name)
                 self.ruleset_files[c.name] = path
@@ -101,15 +103,11 @@ class Declared:
                 self._constructor(c, c.schema.output, list(c.schema.input))
             elif isinstance(c, (b.FunctionCommand, b.Relation)):
                 self.functions.append(c.name)
-            elif isinstance(c, (b.RewriteCommand, b.BiRewriteCommand)):
-                self._rule(getattr(c.rewrite, "name", ""), c.name, path,  # c.name is the ruleset
-                           f"{path}:{_line_col(lines, c.rewrite.span)}")
-                if getattr(c.rewrite, "name", ""):
-                    self.rewrites.add(c.rewrite.name)
-            elif isinstance(c, b.RuleCommand):
-                self._rule(c.rule.name, c.rule.ruleset, path, f"{path}:{_line_col(lines, c.rule.span)}")
-                if c.rule.name and any(isinstance(a, b.Union) for a in c.rule.head):
-                    self.rewrites.add(c.rule.name)
+            elif i in rules:
+                name, ruleset, place, unites = rules[i]
+                self._rule(name, ruleset, path, place)
+                if name and unites:
+                    self.rewrites.add(name)
 
     def _rule(self, name: str, ruleset: str, path: str, place: str) -> None:
         if name:
@@ -130,7 +128,8 @@ def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared, trans
         with native_stderr():  # a panic's message is the exception's: eqsat prints one line
             cmds = eg.parse_program(text, filename=path)
         refuse_commands(cmds, path, text)  # nothing of the file runs before all pass
-        refuse_clashes(cmds, path, text, declared)
+        rules = rule_heads(cmds, path, text)
+        refuse_clashes(cmds, path, text, declared, rules)
         with native_stderr():
             eg.run_program(*(transform(cmds) if transform else cmds))
     except b.EggSmolError as e:
@@ -143,7 +142,7 @@ def load_rule_text(eg: b.EGraph, text: str, path: str, declared: Declared, trans
             raise RuleError(f"{path}: a rule named {m.group(1)} is loaded already (by the default rules or "
                             "another rule file); rename it, or leave out the file that has it") from None
         raise RuleError(f"{path}: egglog failed while loading this file: {first}") from None
-    declared.absorb(cmds, path, text)
+    declared.absorb(cmds, path, text, rules)
 
 
 # The rulesets of the default rules are the phases of the default schedule (rules/schedule.egg),
@@ -155,7 +154,26 @@ PHASE_HINT = ("{name} is a phase of the default schedule, declared by {where}; a
               "default schedule)")
 
 
-def refuse_clashes(cmds: list, path: str, text: str, declared: Declared) -> None:
+def rule_heads(cmds: list, path: str, text: str) -> dict[int, tuple[str, str, str, bool]]:
+    """Each rule command of one file's parsed `cmds`, by its index: (its name, "" where it has
+    none; its ruleset; its FILE:LINE:COL; whether it adds an equal form: a rewrite, or a rule
+    with a `union` action). One pass, each command's rule read once: every attribute read of
+    egglog's parsed commands converts the whole rule into Python objects again."""
+    lines = _line_starts(text)
+    heads: dict[int, tuple[str, str, str, bool]] = {}
+    for i, c in enumerate(cmds):
+        if isinstance(c, (b.RewriteCommand, b.BiRewriteCommand)):
+            r = c.rewrite
+            heads[i] = (getattr(r, "name", ""), c.name, f"{path}:{_line_col(lines, r.span)}", True)  # c.name: ruleset
+        elif isinstance(c, b.RuleCommand):
+            r = c.rule
+            heads[i] = (r.name, r.ruleset, f"{path}:{_line_col(lines, r.span)}",
+                        any(isinstance(a, b.Union) for a in r.head))
+    return heads
+
+
+def refuse_clashes(cmds: list, path: str, text: str, declared: Declared,
+                   rules: dict[int, tuple[str, str, str, bool]] | None = None) -> None:
     """RuleError, before any command of the file runs, for a ruleset that an earlier file
     (the prelude's phases) declares already, and for a rule named like a loaded rule (the
     default rules' or another file's) or like another rule of this file: egglog would accept
@@ -163,7 +181,7 @@ def refuse_clashes(cmds: list, path: str, text: str, declared: Declared) -> None
     from eqsat.core.rulecommands import _place
 
     mine: dict[str, str] = {}  # rule name -> FILE:LINE:COL
-    lines = _line_starts(text)
+    rules = rule_heads(cmds, path, text) if rules is None else rules
     for i, c in enumerate(cmds):
         if isinstance(c, b.AddRuleset) and c.name in declared.ruleset_files:
             where = _place(cmds, i, path, text)[0]
@@ -173,24 +191,19 @@ def refuse_clashes(cmds: list, path: str, text: str, declared: Declared) -> None
                                 + PHASE_HINT.format(name=c.name, where=other))
             raise RuleError(f"{where}: (ruleset {c.name}) is declared already by {other}: a ruleset is "
                             f"declared once; leave out this declaration to add rules to it, or rename yours")
-        if isinstance(c, (b.RewriteCommand, b.BiRewriteCommand)):
-            name, span = getattr(c.rewrite, "name", ""), c.rewrite.span
-        elif isinstance(c, b.RuleCommand):
-            name, span = c.rule.name, c.rule.span
-        else:
+        if i not in rules or not rules[i][0]:
             continue
-        if not name:
-            continue
+        name, _, here, _ = rules[i]
         other = mine.get(name, declared.rule_places.get(name))
         if other is not None:
-            where = f"{path}:{_line_col(lines, span)}"
+            where = here
             theirs = other
             defaults = {display_path(f) for f in default_rule_files()}
             whose = ("another rule of this file" if name in mine else "the default rule"
                      if theirs.rsplit(":", 2)[0] in defaults else "a rule of another file")
             raise RuleError(f"{where}: the rule name {name} is taken by {whose} at {theirs}; rule names are "
                             "unique (the report counts matches by name): rename this rule")
-        mine[name] = f"{path}:{_line_col(lines, span)}"
+        mine[name] = here
 
 
 def _line_starts(text: str) -> tuple[bytes, list[int]]:
