@@ -37,8 +37,16 @@ from benchmarks import peers  # noqa: E402
 
 # What `python -m eqsat` runs, as the console script does: a revision's __main__ may set up
 # the process before main (eqsat.io.allocator).
-LAUNCH = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); import eqsat; "
-          "assert eqsat.__file__.startswith(sys.path[0]), eqsat.__file__; "
+# An editable install maps eqsat, eqsat.extract and eqsat.rules to the checkout it was made
+# from, whatever sys.path says: its finder's maps are pointed at the revision's folder, so the
+# revision runs with its own extractors and rules, not the checkout's.
+LAUNCH = ("import runpy, sys; src = sys.argv.pop(1); sys.path.insert(0, src); "
+          "f = [m for n, m in list(sys.modules.items()) if n.startswith('__editable___eqsat')]; "
+          "[m.MAPPING.update({'eqsat': src + '/eqsat', 'eqsat.extract': src + '/extract', "
+          "'eqsat.rules': src + '/rules'}) for m in f if hasattr(m, 'MAPPING')]; "
+          "[m.NAMESPACES.update({'eqsat.rules': [src + '/rules'], 'eqsat.extract.hardware': "
+          "[src + '/extract/hardware']}) for m in f if hasattr(m, 'NAMESPACES')]; "
+          "import eqsat; assert eqsat.__file__.startswith(src), eqsat.__file__; "
           "runpy.run_module('eqsat', run_name='__main__')")
 
 

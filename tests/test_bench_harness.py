@@ -7,6 +7,8 @@ import argparse
 import importlib.util
 import json
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -408,3 +410,20 @@ def test_decoders_counts_fused_ops_per_layer_and_writes_the_tables(tmp_path):
     assert "| 0.90 [0.80, 1.00] |" in md
     assert "| dec-kv | 1 | eqsat | 2 | 1 (1/layer) | 0 | 1 (1/layer) |" in md
     assert "| dec-kv | eqsat | passed | failed |" in md
+
+
+def test_cli_time_runs_each_revision_with_its_own_rules_and_extractors(tmp_path):
+    # the editable install maps eqsat.extract and eqsat.rules to this checkout: a revision
+    # run from its archive took this checkout's extractors and rules with its own eqsat
+    ct = _bench("cli_time")
+    import shutil
+
+    src = tmp_path / "rev"
+    for part in ("eqsat", "extract", "rules"):
+        shutil.copytree(ROOT / part, src / part)
+    probe = ("import eqsat.extract, eqsat.extract.hardware as hw; from eqsat.core.rulefiles import rules_dir; "
+             "print(eqsat.__file__, eqsat.extract.__file__, list(hw.__path__)[0], rules_dir(), sep='\\n')")
+    launch = ct.LAUNCH.replace("runpy.run_module('eqsat', run_name='__main__')", probe)
+    out = subprocess.run([sys.executable, "-c", launch, str(src)], cwd=tmp_path, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert len(out) == 4 and all(line.startswith(str(src)) for line in out), out
