@@ -7,8 +7,8 @@ opt_time.py times the optimization call alone.
                                   [--out benchmarks/results/cli_time.md]
 
 Each revision is exported with `git archive` into a temporary folder and run from there
-(`python -c` with that folder first on sys.path, then its `python -m eqsat`, started from the
-temporary folder so that no checkout's package shadows it), in fresh child processes,
+(`python -m eqsat`, started from the temporary folder with SITE's sitecustomize, which
+points the editable install's finder at that folder: no checkout's package shadows it), in fresh child processes,
 alternating revisions within each round and the order between rounds. Reports per model and revision the median wall,
 user and system seconds and peak resident memory (the child's ru_maxrss), and each
 revision's median wall over the first's. The optimized models go to `--out-dir` (default:
@@ -35,19 +35,28 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import peers  # noqa: E402
 
-# What `python -m eqsat` runs, as the console script does: a revision's __main__ may set up
-# the process before main (eqsat.io.allocator).
-# An editable install maps eqsat, eqsat.extract and eqsat.rules to the checkout it was made
-# from, whatever sys.path says: its finder's maps are pointed at the revision's folder, so the
-# revision runs with its own extractors and rules, not the checkout's.
-LAUNCH = ("import runpy, sys; src = sys.argv.pop(1); sys.path.insert(0, src); "
-          "f = [m for n, m in list(sys.modules.items()) if n.startswith('__editable___eqsat')]; "
-          "[m.MAPPING.update({'eqsat': src + '/eqsat', 'eqsat.extract': src + '/extract', "
-          "'eqsat.rules': src + '/rules'}) for m in f if hasattr(m, 'MAPPING')]; "
-          "[m.NAMESPACES.update({'eqsat.rules': [src + '/rules'], 'eqsat.extract.hardware': "
-          "[src + '/extract/hardware']}) for m in f if hasattr(m, 'NAMESPACES')]; "
-          "import eqsat; assert eqsat.__file__.startswith(src), eqsat.__file__; "
-          "runpy.run_module('eqsat', run_name='__main__')")
+# Each child runs `python -m eqsat` with this sitecustomize first on PYTHONPATH, and so does
+# every process it starts (verification's child): an editable install maps eqsat, eqsat.extract
+# and eqsat.rules to the checkout it was made from whatever sys.path says, so its finder's maps
+# are pointed at the revision's folder (EQSAT_BENCH_SRC), which also goes first on sys.path
+# (older revisions import `extract` as a top-level package).
+SITE = """import os, sys
+src = os.environ.get("EQSAT_BENCH_SRC")
+if src:
+    for name, m in list(sys.modules.items()):
+        if name.startswith("__editable___eqsat") and hasattr(m, "MAPPING"):
+            m.MAPPING.update({"eqsat": src + "/eqsat", "eqsat.extract": src + "/extract",
+                              "eqsat.rules": src + "/rules"})
+            m.NAMESPACES.update({"eqsat.rules": [src + "/rules"],
+                                 "eqsat.extract.hardware": [src + "/extract/hardware"]})
+    sys.path.insert(0, src)
+"""
+
+
+def child_env(src: Path, site: Path) -> dict[str, str]:
+    """The environment of a child that runs revision `src` (SITE written into folder `site`)."""
+    (site / "sitecustomize.py").write_text(SITE)
+    return {**os.environ, "PYTHONPATH": str(site), "EQSAT_BENCH_SRC": str(src)}
 
 
 def commits(revs: list[str]) -> list[str]:
@@ -75,9 +84,11 @@ def export(sha: str, into: Path) -> tuple[str, Path]:
 
 def run_once(src: Path, model: Path, out: Path, cwd: Path) -> dict:
     """One `eqsat optimize -q` in a child: wall, user and system seconds, peak RSS in MiB."""
-    cmd = [sys.executable, "-c", LAUNCH, str(src), "optimize", "-q", str(model), "-o", str(out)]
+    cmd = [sys.executable, "-m", "eqsat", "optimize", "-q", str(model), "-o", str(out)]
+    site = cwd / "site"
+    site.mkdir(exist_ok=True)
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(cmd, cwd=cwd, env=child_env(src, site), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     with p.stderr:
         err = p.stderr.read()
     _, status, ru = os.wait4(p.pid, 0)  # the child's own rusage (Popen.wait would not give it)

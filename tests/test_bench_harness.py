@@ -414,16 +414,18 @@ def test_decoders_counts_fused_ops_per_layer_and_writes_the_tables(tmp_path):
 
 def test_cli_time_runs_each_revision_with_its_own_rules_and_extractors(tmp_path):
     # the editable install maps eqsat.extract and eqsat.rules to this checkout: a revision
-    # run from its archive took this checkout's extractors and rules with its own eqsat
+    # run from its archive took this checkout's extractors and rules with its own eqsat, and
+    # verification's child process this checkout's eqsat
     ct = _bench("cli_time")
     import shutil
 
-    src = tmp_path / "rev"
+    src, site = tmp_path / "rev", tmp_path / "site"
+    site.mkdir()
     for part in ("eqsat", "extract", "rules"):
         shutil.copytree(ROOT / part, src / part)
     probe = ("import eqsat.extract, eqsat.extract.hardware as hw; from eqsat.core.rulefiles import rules_dir; "
              "print(eqsat.__file__, eqsat.extract.__file__, list(hw.__path__)[0], rules_dir(), sep='\\n')")
-    launch = ct.LAUNCH.replace("runpy.run_module('eqsat', run_name='__main__')", probe)
-    out = subprocess.run([sys.executable, "-c", launch, str(src)], cwd=tmp_path, capture_output=True, text=True,
-                         check=True).stdout.split()
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {probe!r}], check=True)"
+    out = subprocess.run([sys.executable, "-c", child], cwd=tmp_path, env=ct.child_env(src, site),
+                         capture_output=True, text=True, check=True).stdout.split()
     assert len(out) == 4 and all(line.startswith(str(src)) for line in out), out
