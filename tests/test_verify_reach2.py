@@ -95,3 +95,71 @@ def test_an_if_the_constants_decide_is_inlined_and_verified(capsys, tmp_path):
 
     v = verify(m, out)
     assert v.status == "passed" and "every If's condition forced true and false" in v.edge_cases, v.detail
+
+
+# ---- overridable inputs (initializers that are graph inputs too): the caller may feed any values
+
+
+def _with_default(nodes, inputs, output, default):
+    import onnx
+    from onnx import helper as h
+    from onnx import numpy_helper
+
+    g = h.make_graph(nodes, "g", inputs, [output], [numpy_helper.from_array(default, inputs[-1].name)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_an_overridable_weight_takes_both_signs(capsys, tmp_path):
+    # w is overridable with the default [0.5, 1, 2]: the extra run scaled it by [0.5, 1.5] and
+    # kept its signs, so a rule file's Relu(w) -> w was written with exit 0 (x * w where the
+    # original gives 0 for a caller's w = -1)
+    from onnx import TensorProto as TP
+    from onnx import helper as h
+
+    m = _with_default([h.make_node("Relu", ["w"], ["r"]), h.make_node("Mul", ["x", "r"], ["y"])],
+                      [h.make_tensor_value_info("x", TP.FLOAT, [3]), h.make_tensor_value_info("w", TP.FLOAT, [3])],
+                      h.make_tensor_value_info("y", TP.FLOAT, [3]), np.array([0.5, 1.0, 2.0], np.float32))
+    rules = "(ruleset bad)\n; Relu(w) -> w, unsound for a negative w\n" \
+            '(rewrite (Relu w) w :ruleset bad :name "bad-relu-drop")\n'
+    feeds = {"x": np.ones(3, np.float32), "w": np.array([-1, 1, -1], np.float32)}
+    assert _outputs(m, feeds)[0].tolist() == [0, 1, 0]
+    rc, err, out = _optimize(capsys, tmp_path, m, rules)
+    assert rc == 1 and out is None, err
+
+
+def test_an_overridable_integer_takes_another_value(capsys, tmp_path):
+    # s is overridable with the default [2, 3], x[2, 3]: integers kept their defaults in every
+    # run, so a rule file's Reshape(x, s) -> x was written with exit 0 (shape [2, 3] where the
+    # original gives [3, 2] for a caller's s = [3, 2])
+    from onnx import TensorProto as TP
+    from onnx import helper as h
+
+    m = _with_default([h.make_node("Reshape", ["x", "s"], ["y"])],
+                      [h.make_tensor_value_info("x", TP.FLOAT, [2, 3]), h.make_tensor_value_info("s", TP.INT64, [2])],
+                      h.make_tensor_value_info("y", TP.FLOAT, ["a", "b"]), np.array([2, 3], np.int64))
+    rules = "(ruleset bad)\n; Reshape(x, s) -> x, unsound\n" \
+            '(rewrite (Reshape x s a) x :ruleset bad :name "bad-reshape-drop")\n'
+    rc, err, out = _optimize(capsys, tmp_path, m, rules)
+    assert rc == 1 and out is None, err
+    assert "s its default and reordered or less by 1" in err, err
+
+
+def test_other_overridable_values_pass_a_right_program_and_fall_back_to_the_floats():
+    # the original refuses every other value of its Reshape target s ([6] less by 1 is [5]):
+    # the extra run varies the float w alone, and the model passes against itself
+    from onnx import TensorProto as TP
+    from onnx import helper as h
+    from onnx import numpy_helper
+
+    from eqsat.verification import verify
+
+    m = _with_default([h.make_node("Reshape", ["x", "s"], ["r"]), h.make_node("Mul", ["r", "w"], ["y"])],
+                      [h.make_tensor_value_info("x", TP.FLOAT, [2, 3]), h.make_tensor_value_info("w", TP.FLOAT, [6]),
+                       h.make_tensor_value_info("s", TP.INT64, [1])],
+                      h.make_tensor_value_info("y", TP.FLOAT, [6]), np.array([6], np.int64))
+    m.graph.initializer.append(numpy_helper.from_array(np.arange(1, 7, dtype=np.float32), "w"))
+    v = verify(m, m)
+    assert v.status == "passed" and v.runs == 2, v.detail
+    assert "w its default and scaled by [0.5, 1.5] with signs drawn; s its default" in v.inputs, v.inputs

@@ -299,16 +299,17 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
            random_pairs: dict[str, str] | None = None, isolated: bool = False) -> Verification:
     """Compare the optimized model with the original under onnxruntime on `runs` sets of
     random inputs (seeds 0, 1, ...), within rtol/atol (None: `tolerance` of each output's
-    element type), plus one set where the model has floating-point overridable inputs, with
-    other values for those (eqsat.verification.feeds). Integers are drawn by how the model uses them; where
-    the original does not run on those, 0 or 1 as before (the result says which). Symbolic
-    dimensions not in `dims` take the first sizes of `verification_dims` the original runs
-    with. Then the edge cases of `_edge_runs`: zeros and large values among the floats, other
-    sizes, integer extremes, booleans and masks negated, and each symbolic dimension at
-    size 0 and 1 (a bound one too), where the original runs on them; then, where either has
-    an If in the main graph whose condition the inputs decide, with every such If's condition
-    forced true and then false (`_forced_branches`), and every such Loop's trip count a
-    constant past its body's constants (`_forced_trips`). A model onnxruntime cannot run whole
+    element type), plus one set where the model has overridable inputs (floating-point, integer
+    or boolean), with other values for those (eqsat.verification.feeds: signs drawn, integers
+    reordered; where the original refuses those, the floats' alone: `_other_floats`). Integers
+    are drawn by how the model uses them; where the original does not run on those, 0 or 1 as
+    before (the result says which). Symbolic dimensions not in `dims` take the first sizes of
+    `verification_dims` the original runs with. Then the edge cases of `_edge_runs`: zeros and
+    large values among the floats, other sizes, integer extremes, booleans and masks negated,
+    and each symbolic dimension at size 0 and 1 (a bound one too), where the original runs on
+    them; then, where either has an If in the main graph whose condition the inputs decide,
+    with every such If's condition forced true and then false (`_forced_branches`), and every
+    such Loop's trip count a constant past its body's constants (`_forced_trips`). A model onnxruntime cannot run whole
     (ops of domains it does not know, random ops)
     runs in stages, with the same stand-in values for those nodes in both models
     (eqsat.verification.standins; `random_pairs` maps the optimized model's random nodes to the
@@ -336,7 +337,7 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
         listed = ", ".join(f"{k} x{v}" for k, v in sorted(cut.items()))
         not_verified = (f"the nodes onnxruntime cannot run or that are random ({listed}), fed the same stand-in "
                         "values in both models: what the models compute around them is verified, not those nodes")
-    vary = feeds.floating_overridable()
+    vary = feeds.varied_overridable()
     qdq = QdqAllowance(original, files, lambda step: announce(step)) if not cut else None
     noise: dict[str, float] = {}  # each output's largest difference on the random draw
     found = _random_runs(original, feeds, ref, opt, runs, vary, dims, rtol, atol, not_verified, qdq, noise)
@@ -382,16 +383,20 @@ def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, r
                 f = feeds.draw(sizes, seed, wide, other)
                 expected = ref(f, sizes)
             except Exception:  # noqa: BLE001 - retried with integers 0 or 1
-                if other:
-                    break  # the original does not run with other values for those: said below
-                try:
-                    wide = False
-                    f = feeds.draw(sizes, seed, wide, other)
-                    expected = ref(f, sizes)
-                except Exception as e:  # noqa: BLE001
-                    return Verification("not possible", "onnxruntime cannot run the original on random inputs: "
-                                                        f"{_line(e)}", not_verified=not_verified)
-        varied |= other
+                if other:  # the original does not run with other values for those: the floats alone, else said below
+                    found = _other_floats(feeds, ref, sizes, seed, wide)
+                    if found is None:
+                        break
+                    f, expected, other = *found, "floats"
+                else:
+                    try:
+                        wide = False
+                        f = feeds.draw(sizes, seed, wide, other)
+                        expected = ref(f, sizes)
+                    except Exception as e:  # noqa: BLE001
+                        return Verification("not possible", "onnxruntime cannot run the original on random inputs: "
+                                                            f"{_line(e)}", not_verified=not_verified)
+        varied = other or varied
         try:
             got = opt(f, sizes)
         except Exception as e:  # noqa: BLE001
@@ -411,6 +416,19 @@ def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, r
                                 + _sizes(sizes) + (f"; inputs: {drawn}" if drawn else "") + ")", seed + 1,
                                 drawn, not_verified, requantized=all(m.requantized for m in bad))
     return sizes, wide, dtypes, varied
+
+
+def _other_floats(feeds: Feeds, ref: Runner, sizes: dict[str, int], seed: int, wide: bool):
+    """(inputs, the original's outputs) of `_random_runs`' extra run with the floating-point
+    overridable inputs varied alone, where the original refuses other values for all of them
+    (a Reshape target reordered); None where it refuses these too or there are none."""
+    if not feeds.floating_overridable():
+        return None
+    try:
+        f = feeds.draw(sizes, seed, wide, "floats")
+        return f, ref(f, sizes)
+    except Exception:  # noqa: BLE001 - the original does not run so
+        return None
 
 
 def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str], sizes: dict[str, int] | None,
