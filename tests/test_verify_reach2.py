@@ -163,3 +163,41 @@ def test_other_overridable_values_pass_a_right_program_and_fall_back_to_the_floa
     v = verify(m, m)
     assert v.status == "passed" and v.runs == 2, v.detail
     assert "w its default and scaled by [0.5, 1.5] with signs drawn; s its default" in v.inputs, v.inputs
+
+
+# ---- a Scan's later iterations
+
+SCAN = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[N, 3] x, float[3] y) => (float[3] z) {
+        v = Mul(y, y)
+        i0 = Constant <value = int64 {0}> ()
+        a0 = Constant <value = float[3] {0, 0, 0}> ()
+        i1, z = Scan <num_scan_inputs = 1, body = b (int64 i, float[3] acc, float[3] xs) => (int64 io, float[3] ao) {
+                one = Constant <value = int64 {1}> ()
+                io = Add(i, one)
+                ten = Constant <value = int64 {10}> ()
+                late = Greater(i, ten)
+                s = Add(acc, xs)
+                w = Add(s, v)
+                ao = Where(late, w, s)
+            }> (i0, a0, x)
+    }"""
+
+
+def test_a_value_a_scan_reads_only_after_many_iterations_is_verified(capsys, tmp_path):
+    # the body adds the main graph's v = y * y only from iteration 12 on (its counter past 10),
+    # and the scan's length N was drawn 2, 3 and at most 4 past the main graph's constants: a
+    # rule file's x * x -> x in the main graph was written with exit 0 (y where the original
+    # adds y * y at N = 12). The runs forced on the Loops run the Scans past their bodies' constants
+    m = parse_model(SCAN)
+    rules = '(ruleset bad)\n; Mul(x, x) -> x, unsound\n(rewrite (Mul x x) x :ruleset bad :name "bad-square")\n'
+    feeds = {"x": np.zeros((12, 3), np.float32), "y": np.array([1, 2, 3], np.float32)}
+    assert _outputs(m, feeds)[0].tolist() == [1, 4, 9]
+    rc, err, out = _optimize(capsys, tmp_path, m, rules)
+    assert rc == 1 and out is None, err
+    assert "every Scan's length 20" in err, err
+    from eqsat.verification import verify
+
+    v = verify(m, m)
+    assert v.status == "passed" and "every Scan's length 20 (symbolic sizes N=20)" in v.edge_cases, v.detail

@@ -309,9 +309,10 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     and each symbolic dimension at size 0 and 1 (a bound one too), where the original runs on
     them; then, where either has an If in the main graph whose condition the inputs decide,
     with every such If's condition forced true and then false (`_forced_branches`), and every
-    such Loop's trip count a constant past its body's constants (`_forced_trips`). A model onnxruntime cannot run whole
-    (ops of domains it does not know, random ops)
-    runs in stages, with the same stand-in values for those nodes in both models
+    such Loop's trip count a constant past its body's constants (`_forced_trips`), and where
+    either has a Scan, every free symbolic size past its body's constants (`_forced_lengths`).
+    A model onnxruntime cannot run whole (ops of domains it does not know, random ops) runs in
+    stages, with the same stand-in values for those nodes in both models
     (eqsat.verification.standins; `random_pairs` maps the optimized model's random nodes to the
     original's); `not_verified` then names them. Not possible (never silently passed) when
     onnxruntime cannot run the original even so, or the inputs cannot be made up; failed on any
@@ -599,11 +600,12 @@ FORCED_TRIPS = (16, 256)  # `_with_trips`: a trip count twice the largest consta
 def _forced_runs(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
                  atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
                  ) -> str | Verification:
-    """`_forced_branches`, then `_forced_trips`: what they ran, as a clause, or the failed Verification."""
+    """`_forced_branches`, `_forced_trips`, then `_forced_lengths`: what they ran, as a clause, or the failed
+    Verification."""
     _FORCING.append(True)
     try:
         out = []
-        for forced in (_forced_branches, _forced_trips):
+        for forced in (_forced_branches, _forced_trips, _forced_lengths):
             got = forced(original, optimized, runs, rtol, atol, dims, random_pairs)
             if isinstance(got, Verification):
                 return got
@@ -637,6 +639,36 @@ def _forced_trips(original: ModelProto, optimized: ModelProto, runs: int, rtol: 
     v = verify(_with_trips(original, trips), _with_trips(optimized, trips), runs, rtol, atol, dims,
                random_pairs=random_pairs)
     label = f"every Loop's trip count {trips}"
+    if v.status == "failed":
+        return dataclasses.replace(v, detail=f"{v.detail} (with {label})", edge_cases=label)
+    return f"on {label}" if v.status == "passed" else f"not with {label} (the original does not run so)"
+
+
+def _forced_lengths(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
+                    atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
+                    ) -> str | Verification:
+    """Both models verified again with every free symbolic size that is not a batch (all, where
+    each is) a constant T past the constants of the Scan bodies of either's main graph (as
+    `_forced_trips` takes T), where either has a Scan: a scan's length is an input's size,
+    drawn small and scaled past the main graph's constants alone, and a value of the main graph
+    that a body reads only at later iterations (through a counter it carries) was compared
+    nowhere (a rule file's x * x -> x of a value a body adds from iteration 12 on was written
+    with exit 0). What was run, or what the original does not run on, as a clause, or the
+    failed Verification."""
+    from eqsat.verification.constant_sizes import bound_values
+
+    bodies = [a.g for m in (original, optimized) for n in m.graph.node
+              if n.op_type == "Scan" and n.domain in ("", "ai.onnx") for a in n.attribute if a.name == "body"]
+    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
+    names = [n for n in free if "batch" not in n.lower()] or free
+    if not bodies or not names:
+        return ""
+    bound = max((v for g in bodies for v in bound_values(onnx.helper.make_model(g)) if v <= FORCED_TRIPS[1]),
+                default=1)
+    length = min(max(FORCED_TRIPS[0], 2 * bound), FORCED_TRIPS[1])
+    at = dict.fromkeys(names, length)
+    v = verify(original, optimized, runs, rtol, atol, {**(dims or {}), **at}, random_pairs=random_pairs)
+    label = f"every Scan's length {length} (symbolic sizes {_listed(at)})"
     if v.status == "failed":
         return dataclasses.replace(v, detail=f"{v.detail} (with {label})", edge_cases=label)
     return f"on {label}" if v.status == "passed" else f"not with {label} (the original does not run so)"
