@@ -28,7 +28,7 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
   [0.5, 1.5] with a sign drawn for each element (the caller may feed any values: with the
   signs kept, a rule file's Relu(w) -> w of a positive default passed), negates booleans, and
   reverses the order of each integer default's elements, or where that leaves it as it is,
-  takes 1 off its positive ones (a rule file's Reshape(x, s) -> x of s = [2, 3] for x[2, 3]
+  takes 1 off its ones above 1 (a rule file's Reshape(x, s) -> x of s = [2, 3] for x[2, 3]
   passed on the default alone); "floats" varies the floating-point ones alone.
 `with_special_values` puts zeros or large magnitudes among the floats drawn;
 `with_integer_extremes` puts each general integer's type minimum and maximum among it;
@@ -667,7 +667,8 @@ def other_overridable(value: np.ndarray, rng: np.random.Generator, integers: boo
     """Another value for an overridable input than its default `value` (`Feeds.draw`'s
     `vary_overridable`): floats scaled elementwise by [0.5, 1.5] with a sign drawn for each,
     and with `integers`, booleans negated and integers reversed in order (the same elements, so
-    a Reshape target still fits), or where that changes nothing, less by 1 where positive."""
+    a Reshape target still fits), or where that changes nothing, less by 1 where above 1
+    (never 0: onnxruntime refuses an integer division by 0, and the run would be lost)."""
     if np.issubdtype(value.dtype, np.floating):
         factor = rng.uniform(0.5, 1.5, value.shape) * rng.choice([-1.0, 1.0], value.shape)
         # (np.asarray: a 0-d product is a numpy scalar, which onnxruntime does not take)
@@ -679,7 +680,7 @@ def other_overridable(value: np.ndarray, rng: np.random.Generator, integers: boo
     if np.issubdtype(value.dtype, np.integer):
         other = value.reshape(-1)[::-1].reshape(value.shape)
         if np.array_equal(other, value):
-            other = np.where(value > 0, value - 1, value).astype(value.dtype)
+            other = np.where(value > 1, value - 1, value).astype(value.dtype)
         return np.asarray(other)
     return value
 
