@@ -448,7 +448,8 @@ def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str],
 
 
 EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)", "scaled": "floats times 100",
-              "far": "floats times 10000", "small": "floats times 0.0001"}
+              "far": "floats times 10000", "small": "floats times 0.0001",
+              "halves": "whole and half numbers among the floats"}
 ZEROS_LABEL = "zeros among the floats and integers"  # "zeros" where the model has general integers
 SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
 LARGER_LABEL = "sizes of 4 to 9"  # the run of Feeds.with_larger_sizes
@@ -491,7 +492,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
                wide: bool, dims: dict[str, int] | None, seed: int, rtol: float | None, atol: float | None,
                qdq: QdqAllowance | None = None, noise: dict[str, float] | None = None) -> str | Verification:
     """Runs on inputs where some rewrites are wrong and the random ones are not: floats with
-    zeros, times 100, 10000 and 0.0001, and with large magnitudes (eqsat.verification.feeds:
+    zeros, times 100, 10000 and 0.0001, with whole and half numbers (a rounding's ties: a rule
+    file's Floor(x + 0.5) -> Round(x) passed every other draw), and with large magnitudes (eqsat.verification.feeds:
     Feeds.with_special_values; no inf or NaN,
     which onnxruntime's own kernels do not agree on), integer size inputs of 2 and 3 where
     the random ones are 0 or 1 (Feeds.with_large_sizes: an Expand(x[1], s) taken for x is

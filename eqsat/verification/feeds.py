@@ -424,6 +424,9 @@ class Feeds:
         - "small": every element times SMALL (1e-4; float16, bfloat16: 1e-2): an epsilon
           added to a variance (about 1 on the random draw) is within the tolerance there, so
           a LayerNormalization whose epsilon a rewrite dropped passed;
+        - "halves": half of the elements whole or half numbers in [-4, 4]: no other draw gives
+          a rounding's ties or an integer but 0 (a rule file's Floor(x + 0.5) -> Round(x), which
+          rounds 2.5 to 2, passed them all);
         - "large": one element +LARGE and one -LARGE, LARGE the type's largest value to the
           power 0.4 (about 2e15 in float32: its square, and a sum of a thousand squares, stay
           finite; its product by 1e30 does not); none in float16 or bfloat16 (LARGE would be
@@ -458,6 +461,9 @@ class Feeds:
                 flat *= min(SCALED_FAR, float(np.finfo(v.dtype).max) / 64)
             elif kind == "small":
                 flat *= SMALL if v.dtype.itemsize >= 4 else SMALL_HALF
+            elif kind == "halves":
+                chosen = rng.random(flat.size) < 0.5
+                flat[chosen] = rng.integers(-8, 9, int(chosen.sum())) / 2
             elif kind == "large" and v.dtype.itemsize >= 4:
                 big = float(np.finfo(v.dtype).max) ** 0.4
                 picks = [big, -big]
