@@ -523,8 +523,8 @@ def test_a_size_of_0_the_original_does_not_run_is_left_out():
     v = verify(m, m)
     assert v.status == "passed", v.detail
     assert "on zeros among the floats, large floats (+-2e15), floats times 100, floats times 10000, floats times " \
-        "0.0001, symbolic sizes beyond the constants' values, symbolic sizes one larger, symbolic size batch=0" \
-        in v.detail
+        "0.0001, whole and half numbers among the floats, symbolic sizes beyond the constants' values, symbolic " \
+        "sizes one larger, symbolic size batch=0" in v.detail
     # nor 1 sample: the sizes of 1 are then tried one at a time
     assert "symbolic size batch=0, batch=1; not on symbolic size samples=0, samples=1 (the original does not run " \
         "on them)" in v.detail

@@ -299,18 +299,20 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
            random_pairs: dict[str, str] | None = None, isolated: bool = False) -> Verification:
     """Compare the optimized model with the original under onnxruntime on `runs` sets of
     random inputs (seeds 0, 1, ...), within rtol/atol (None: `tolerance` of each output's
-    element type), plus one set where the model has floating-point overridable inputs, with
-    other values for those (eqsat.verification.feeds). Integers are drawn by how the model uses them; where
-    the original does not run on those, 0 or 1 as before (the result says which). Symbolic
-    dimensions not in `dims` take the first sizes of `verification_dims` the original runs
-    with. Then the edge cases of `_edge_runs`: zeros and large values among the floats, other
-    sizes, integer extremes, booleans and masks negated, and each symbolic dimension at
-    size 0 and 1 (a bound one too), where the original runs on them; then, where both have the
-    same number of If nodes in the main graph, with every If's condition forced true and then
-    false (`_forced_branches`), and every Loop's trip count a constant past its body's
-    constants (`_forced_trips`). A model onnxruntime cannot run whole
-    (ops of domains it does not know, random ops)
-    runs in stages, with the same stand-in values for those nodes in both models
+    element type), plus one set where the model has overridable inputs (floating-point, integer
+    or boolean), with other values for those (eqsat.verification.feeds: signs drawn, integers
+    reordered; where the original refuses those, the floats' alone: `_other_floats`). Integers
+    are drawn by how the model uses them; where the original does not run on those, 0 or 1 as
+    before (the result says which). Symbolic dimensions not in `dims` take the first sizes of
+    `verification_dims` the original runs with. Then the edge cases of `_edge_runs`: zeros and
+    large values among the floats, other sizes, integer extremes, booleans and masks negated,
+    and each symbolic dimension at size 0 and 1 (a bound one too), where the original runs on
+    them; then, where either has an If in the main graph whose condition the inputs decide,
+    with every such If's condition forced true and then false (`_forced_branches`), and every
+    such Loop's trip count a constant past its body's constants (`_forced_trips`), and where
+    either has a Scan, every free symbolic size past its body's constants (`_forced_lengths`).
+    A model onnxruntime cannot run whole (ops of domains it does not know, random ops) runs in
+    stages, with the same stand-in values for those nodes in both models
     (eqsat.verification.standins; `random_pairs` maps the optimized model's random nodes to the
     original's); `not_verified` then names them. Not possible (never silently passed) when
     onnxruntime cannot run the original even so, or the inputs cannot be made up; failed on any
@@ -336,7 +338,7 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
         listed = ", ".join(f"{k} x{v}" for k, v in sorted(cut.items()))
         not_verified = (f"the nodes onnxruntime cannot run or that are random ({listed}), fed the same stand-in "
                         "values in both models: what the models compute around them is verified, not those nodes")
-    vary = feeds.floating_overridable()
+    vary = feeds.varied_overridable()
     qdq = QdqAllowance(original, files, lambda step: announce(step)) if not cut else None
     noise: dict[str, float] = {}  # each output's largest difference on the random draw
     found = _random_runs(original, feeds, ref, opt, runs, vary, dims, rtol, atol, not_verified, qdq, noise)
@@ -382,16 +384,20 @@ def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, r
                 f = feeds.draw(sizes, seed, wide, other)
                 expected = ref(f, sizes)
             except Exception:  # noqa: BLE001 - retried with integers 0 or 1
-                if other:
-                    break  # the original does not run with other values for those: said below
-                try:
-                    wide = False
-                    f = feeds.draw(sizes, seed, wide, other)
-                    expected = ref(f, sizes)
-                except Exception as e:  # noqa: BLE001
-                    return Verification("not possible", "onnxruntime cannot run the original on random inputs: "
-                                                        f"{_line(e)}", not_verified=not_verified)
-        varied |= other
+                if other:  # the original does not run with other values for those: the floats alone, else said below
+                    found = _other_floats(feeds, ref, sizes, seed, wide)
+                    if found is None:
+                        break
+                    f, expected, other = *found, "floats"
+                else:
+                    try:
+                        wide = False
+                        f = feeds.draw(sizes, seed, wide, other)
+                        expected = ref(f, sizes)
+                    except Exception as e:  # noqa: BLE001
+                        return Verification("not possible", "onnxruntime cannot run the original on random inputs: "
+                                                            f"{_line(e)}", not_verified=not_verified)
+        varied = other or varied
         try:
             got = opt(f, sizes)
         except Exception as e:  # noqa: BLE001
@@ -413,6 +419,19 @@ def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, r
     return sizes, wide, dtypes, varied
 
 
+def _other_floats(feeds: Feeds, ref: Runner, sizes: dict[str, int], seed: int, wide: bool):
+    """(inputs, the original's outputs) of `_random_runs`' extra run with the floating-point
+    overridable inputs varied alone, where the original refuses other values for all of them
+    (a Reshape target reordered); None where it refuses these too or there are none."""
+    if not feeds.floating_overridable():
+        return None
+    try:
+        f = feeds.draw(sizes, seed, wide, "floats")
+        return f, ref(f, sizes)
+    except Exception:  # noqa: BLE001 - the original does not run so
+        return None
+
+
 def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str], sizes: dict[str, int] | None,
             drawn: str, edges: str, vary, varied: bool, not_verified: str) -> Verification:
     """The `passed` Verification of `verify`, its detail saying what was run and what was not verified."""
@@ -429,7 +448,8 @@ def _passed(runs: int, rtol: float | None, atol: float | None, dtypes: set[str],
 
 
 EDGE_KINDS = {"zeros": "zeros among the floats", "large": "large floats (+-2e15)", "scaled": "floats times 100",
-              "far": "floats times 10000", "small": "floats times 0.0001"}
+              "far": "floats times 10000", "small": "floats times 0.0001",
+              "halves": "whole and half numbers among the floats"}
 ZEROS_LABEL = "zeros among the floats and integers"  # "zeros" where the model has general integers
 SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
 LARGER_LABEL = "sizes of 4 to 9"  # the run of Feeds.with_larger_sizes
@@ -472,7 +492,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
                wide: bool, dims: dict[str, int] | None, seed: int, rtol: float | None, atol: float | None,
                qdq: QdqAllowance | None = None, noise: dict[str, float] | None = None) -> str | Verification:
     """Runs on inputs where some rewrites are wrong and the random ones are not: floats with
-    zeros, times 100, 10000 and 0.0001, and with large magnitudes (eqsat.verification.feeds:
+    zeros, times 100, 10000 and 0.0001, with whole and half numbers (a rounding's ties: a rule
+    file's Floor(x + 0.5) -> Round(x) passed every other draw), and with large magnitudes (eqsat.verification.feeds:
     Feeds.with_special_values; no inf or NaN,
     which onnxruntime's own kernels do not agree on), integer size inputs of 2 and 3 where
     the random ones are 0 or 1 (Feeds.with_large_sizes: an Expand(x[1], s) taken for x is
@@ -581,11 +602,12 @@ FORCED_TRIPS = (16, 256)  # `_with_trips`: a trip count twice the largest consta
 def _forced_runs(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
                  atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
                  ) -> str | Verification:
-    """`_forced_branches`, then `_forced_trips`: what they ran, as a clause, or the failed Verification."""
+    """`_forced_branches`, `_forced_trips`, then `_forced_lengths`: what they ran, as a clause, or the failed
+    Verification."""
     _FORCING.append(True)
     try:
         out = []
-        for forced in (_forced_branches, _forced_trips):
+        for forced in (_forced_branches, _forced_trips, _forced_lengths):
             got = forced(original, optimized, runs, rtol, atol, dims, random_pairs)
             if isinstance(got, Verification):
                 return got
@@ -598,20 +620,23 @@ def _forced_runs(original: ModelProto, optimized: ModelProto, runs: int, rtol: f
 def _forced_trips(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
                   atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
                   ) -> str | Verification:
-    """Both models verified again with the trip count of every Loop of the main graph that has
-    one a constant T (`_with_trips`), where both have the same number of them and one's trip count is
-    not a constant: a trip count drawn as a size is at most 9, and a value of the main graph
-    that a body reads only on later trips was compared nowhere (a rule file's x * x -> x of a
-    value a body adds from trip 11 on was written with exit 0). What was run, or what the
-    original does not run on, as a clause, or the failed Verification."""
-    from eqsat.verification.constant_sizes import bound_values, constant_values
+    """Both models verified again with the trip count of every Loop of their main graphs whose
+    trip count the inputs decide (`_loops`) a constant T (`_with_trips`), where either has one:
+    a trip count drawn as a size is at most 9, and a value of the main graph that a body reads
+    only on later trips was compared nowhere (a rule file's x * x -> x of a value a body adds
+    from trip 11 on was written with exit 0). The two need not have as many Loops: a rule
+    file's Loop -> its initial value, right for trip counts up to 10 only, took the Loop out
+    of the optimized model, and forcing left both out (written with exit 0). A Loop with a trip
+    count the constants fix is left as it is in both (a rewrite may unroll it). What was run,
+    or what the original does not run on, as a clause, or the failed Verification."""
+    from eqsat.verification.constant_sizes import bound_values
 
     loops = [_loops(original), _loops(optimized)]
-    consts = constant_values(original)
-    if not loops[0] or len(loops[0]) != len(loops[1]) or all(n.input[0] in consts for n in loops[0]):
+    if not loops[0] and not loops[1]:
         return ""
-    bound = max((v for n in loops[0] for a in n.attribute if a.name == "body"
-                 for v in bound_values(onnx.helper.make_model(a.g)) if v <= FORCED_TRIPS[1]), default=1)
+    bodies = [a.g for n in loops[0] + loops[1] for a in n.attribute if a.name == "body"]
+    bound = max((v for g in bodies for v in bound_values(onnx.helper.make_model(g)) if v <= FORCED_TRIPS[1]),
+                default=1)
     trips = min(max(FORCED_TRIPS[0], 2 * bound), FORCED_TRIPS[1])
     v = verify(_with_trips(original, trips), _with_trips(optimized, trips), runs, rtol, atol, dims,
                random_pairs=random_pairs)
@@ -621,36 +646,67 @@ def _forced_trips(original: ModelProto, optimized: ModelProto, runs: int, rtol: 
     return f"on {label}" if v.status == "passed" else f"not with {label} (the original does not run so)"
 
 
+def _forced_lengths(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
+                    atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
+                    ) -> str | Verification:
+    """Both models verified again with every free symbolic size that is not a batch (all, where
+    each is) a constant T past the constants of the Scan bodies of either's main graph (as
+    `_forced_trips` takes T), where either has a Scan: a scan's length is an input's size,
+    drawn small and scaled past the main graph's constants alone, and a value of the main graph
+    that a body reads only at later iterations (through a counter it carries) was compared
+    nowhere (a rule file's x * x -> x of a value a body adds from iteration 12 on was written
+    with exit 0). What was run, or what the original does not run on, as a clause, or the
+    failed Verification."""
+    from eqsat.verification.constant_sizes import bound_values
+
+    bodies = [a.g for m in (original, optimized) for n in m.graph.node
+              if n.op_type == "Scan" and n.domain in ("", "ai.onnx") for a in n.attribute if a.name == "body"]
+    free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
+    names = [n for n in free if "batch" not in n.lower()] or free
+    if not bodies or not names:
+        return ""
+    bound = max((v for g in bodies for v in bound_values(onnx.helper.make_model(g)) if v <= FORCED_TRIPS[1]),
+                default=1)
+    length = min(max(FORCED_TRIPS[0], 2 * bound), FORCED_TRIPS[1])
+    at = dict.fromkeys(names, length)
+    v = verify(original, optimized, runs, rtol, atol, {**(dims or {}), **at}, random_pairs=random_pairs)
+    label = f"every Scan's length {length} (symbolic sizes {_listed(at)})"
+    if v.status == "failed":
+        return dataclasses.replace(v, detail=f"{v.detail} (with {label})", edge_cases=label)
+    return f"on {label}" if v.status == "passed" else f"not with {label} (the original does not run so)"
+
+
 def _loops(model: ModelProto) -> list:
-    return [n for n in model.graph.node if n.op_type == "Loop" and n.domain in ("", "ai.onnx") and n.input
-            and n.input[0]]
+    """The main graph's Loop nodes whose trip count the graph's inputs decide (`_decided`)."""
+    loops = [n for n in model.graph.node if n.op_type == "Loop" and n.domain in ("", "ai.onnx") and n.input
+             and n.input[0]]
+    decided = _decided(model) if loops else set()
+    return [n for n in loops if n.input[0] not in decided]
 
 
 def _with_trips(model: ModelProto, trips: int) -> ModelProto:
-    """A copy of `model` whose main graph's Loop nodes with a trip count all take the constant `trips`."""
-    out = ModelProto()
-    out.CopyFrom(model)
-    name = f"{FORCED}_trips"
-    for n in _loops(out):
-        n.input[0] = name
-    out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [name], value=onnx.helper.make_tensor(
-        name, onnx.TensorProto.INT64, [], [trips])))
-    return out
+    """A copy of `model` whose `_loops` all take the constant `trips` as their trip count."""
+    return _with_constant_input(model, _loops, onnx.helper.make_tensor(
+        f"{FORCED}_trips", onnx.TensorProto.INT64, [], [trips]))
 
 
 def _forced_branches(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
                      atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
                      ) -> str | Verification:
-    """Both models verified again with the condition of every If of the main graph a constant
-    true, then false (`_with_conditions`), where both have the same number of them and one's
-    condition is computed: the runs reach a branch only where the inputs drawn lead there, and
-    a value of the main graph that only such a branch reads was compared nowhere (a rule file's
-    x * x -> x of a value read by a branch taken where i == 5000 was written with exit 0; the
-    branch as a model of its own takes the value as an input). What was run and what the
-    original does not run on, as a clause, or the failed Verification."""
-    ifs = [_ifs(original), _ifs(optimized)]
-    if not ifs[0] or len(ifs[0]) != len(ifs[1]) or all(
-            n.input[0] in {i.name for i in original.graph.input} for n in ifs[0]):
+    """Both models verified again with the condition of every If of their main graphs whose
+    condition the inputs decide (`_ifs`) a constant true, then false (`_with_conditions`), where
+    one of those is computed (not a graph input, which the draws negate): the runs reach a
+    branch only where the inputs drawn lead there, and a value of the main graph that only such
+    a branch reads was compared nowhere (a rule file's x * x -> x of a value read by a branch
+    taken where i == 5000 was written with exit 0; the branch as a model of its own takes the
+    value as an input). The two need not have as many Ifs: a rule file's If(c, Neg(x), x) -> x
+    took the If out of the optimized model, and forcing left both out (written with exit 0).
+    An If whose condition the constants fix is left as it is in both (eqsat inlines its
+    branch). What was run and what the original does not run on, as a clause, or the failed
+    Verification."""
+    ifs = _ifs(original) + _ifs(optimized)
+    inputs = {i.name for i in original.graph.input} | {i.name for i in optimized.graph.input}
+    if all(n.input[0] in inputs for n in ifs):
         return ""
     ran, refused = [], []
     for value in (True, False):
@@ -670,19 +726,69 @@ def _forced_branches(original: ModelProto, optimized: ModelProto, runs: int, rto
 
 
 def _ifs(model: ModelProto) -> list:
-    return [n for n in model.graph.node if n.op_type == "If" and n.domain in ("", "ai.onnx") and n.input]
+    """The main graph's If nodes whose condition the graph's inputs decide (`_decided`)."""
+    ifs = [n for n in model.graph.node if n.op_type == "If" and n.domain in ("", "ai.onnx") and n.input]
+    decided = _decided(model) if ifs else set()
+    return [n for n in ifs if n.input[0] not in decided]
 
 
 def _with_conditions(model: ModelProto, value: bool) -> ModelProto:
-    """A copy of `model` whose main graph's If nodes all take a constant `value` as their condition."""
+    """A copy of `model` whose `_ifs` all take a constant `value` as their condition."""
+    return _with_constant_input(model, _ifs, onnx.helper.make_tensor(
+        f"{FORCED}_{'true' if value else 'false'}", onnx.TensorProto.BOOL, [], [value]))
+
+
+def _with_constant_input(model: ModelProto, nodes: Callable[[ModelProto], list], tensor: onnx.TensorProto
+                         ) -> ModelProto:
+    """A copy of `model` whose `nodes` (of the copy) take `tensor`, a Constant named as it is, as
+    their input 0."""
     out = ModelProto()
     out.CopyFrom(model)
-    name = f"{FORCED}_{'true' if value else 'false'}"
-    for n in _ifs(out):
-        n.input[0] = name
-    out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [name], value=onnx.helper.make_tensor(
-        name, onnx.TensorProto.BOOL, [], [value])))
+    for n in nodes(out):
+        n.input[0] = tensor.name
+    out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [tensor.name], value=tensor))
     return out
+
+
+# ops whose outputs differ from run to run on the same inputs: never decided by the constants
+NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                              "Multinomial", "Bernoulli", "Dropout"})
+
+
+def _decided(model: ModelProto) -> set[str]:
+    """The names of the main graph's values that no value of its inputs can change: constants,
+    initializers that are not inputs too, and what the graph's deterministic ops without
+    subgraphs compute from those and from the Shape or Size of values whose shape shape
+    inference finds fixed (a condition on Shape(x) of x[1, 3]). A forced If condition or Loop
+    trip count must not be one of those: the original's value there is the only one it ever
+    takes, and eqsat inlines or unrolls such nodes, so that forcing the original alone ran it
+    on a branch no input reaches."""
+    inputs = {i.name for i in model.graph.input}
+    decided = {t.name for t in model.graph.initializer if t.name not in inputs}
+    decided |= {t.name for t in model.graph.sparse_initializer if t.name not in inputs}
+    fixed = _fixed_shapes(model)
+    for n in model.graph.node:
+        if n.domain not in ("", "ai.onnx") or n.op_type in NONDETERMINISTIC \
+                or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+            continue
+        if n.op_type in ("Shape", "Size") and n.input and n.input[0] in fixed \
+                or all(i in decided for i in n.input if i):
+            decided.update(o for o in n.output if o)
+    return decided
+
+
+def _fixed_shapes(model: ModelProto) -> set[str]:
+    """The main graph's values whose shape onnx's shape inference gives with every dimension a number."""
+    from eqsat.core import native
+    from eqsat.core.shapes import _skeleton
+
+    try:
+        g = native.infer_shapes(_skeleton(model), check_type=False, strict_mode=False).graph
+    except Exception:  # noqa: BLE001 - then no shape is taken for fixed
+        return set()
+    return {vi.name for vi in (*g.input, *g.value_info, *g.output)
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+            and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
 
 
 def _edge_cases(original: ModelProto, feeds: Feeds, sizes: dict[str, int], dims: dict[str, int] | None

@@ -24,8 +24,12 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
 - without `wide`, every integer is 0 or 1 (what a model that takes ids, sizes and masks
   alike always accepts);
 - an overridable input (eqsat.core.initializers) gets its default value; `vary_overridable`
-  scales each floating-point default elementwise by a factor in [0.5, 1.5] (signs, and so
-  a variance's positivity, are kept).
+  (`other_overridable`) scales each floating-point default elementwise by a factor in
+  [0.5, 1.5] with a sign drawn for each element (the caller may feed any values: with the
+  signs kept, a rule file's Relu(w) -> w of a positive default passed), negates booleans, and
+  reverses the order of each integer default's elements, or where that leaves it as it is,
+  takes 1 off its ones above 1 (a rule file's Reshape(x, s) -> x of s = [2, 3] for x[2, 3]
+  passed on the default alone); "floats" varies the floating-point ones alone.
 `with_special_values` puts zeros or large magnitudes among the floats drawn;
 `with_integer_extremes` puts each general integer's type minimum and maximum among it;
 `with_large_sizes` makes every size 2 or 3 (a rewrite right for sizes 0 and 1 only, such as
@@ -347,7 +351,7 @@ class Feeds:
         return (-n if all(t.signed for t in role.tables) else 0), n
 
     def draw(self, sizes: dict[str, int] | None = None, seed: int = 0, wide: bool = True,
-             vary_overridable: bool = False) -> dict[str, np.ndarray]:
+             vary_overridable: bool | str = False) -> dict[str, np.ndarray]:
         sizes = sizes or {}
         shapes = {name: (self._dims(dims, sizes), np_dtype(elem)) for name, (dims, elem) in self.specs.items()
                   if name not in self.free}
@@ -362,9 +366,8 @@ class Feeds:
             if name in self.free:
                 t = self.defaults[name]
                 value = external.read(t) if external.is_external(t) else numpy_helper.to_array(t)
-                if vary_overridable and np.issubdtype(value.dtype, np.floating):
-                    # (np.asarray: a 0-d product is a numpy scalar, which onnxruntime does not take)
-                    value = np.asarray(value * rng.uniform(0.5, 1.5, value.shape)).astype(value.dtype)
+                if vary_overridable:
+                    value = other_overridable(value, rng, vary_overridable != "floats")
                 feeds[name] = value
                 continue
             shape, dt = shapes[name]
@@ -421,6 +424,9 @@ class Feeds:
         - "small": every element times SMALL (1e-4; float16, bfloat16: 1e-2): an epsilon
           added to a variance (about 1 on the random draw) is within the tolerance there, so
           a LayerNormalization whose epsilon a rewrite dropped passed;
+        - "halves": half of the elements whole or half numbers in [-4, 4]: no other draw gives
+          a rounding's ties or an integer but 0 (a rule file's Floor(x + 0.5) -> Round(x), which
+          rounds 2.5 to 2, passed them all);
         - "large": one element +LARGE and one -LARGE, LARGE the type's largest value to the
           power 0.4 (about 2e15 in float32: its square, and a sum of a thousand squares, stay
           finite; its product by 1e30 does not); none in float16 or bfloat16 (LARGE would be
@@ -455,6 +461,9 @@ class Feeds:
                 flat *= min(SCALED_FAR, float(np.finfo(v.dtype).max) / 64)
             elif kind == "small":
                 flat *= SMALL if v.dtype.itemsize >= 4 else SMALL_HALF
+            elif kind == "halves":
+                chosen = rng.random(flat.size) < 0.5
+                flat[chosen] = rng.integers(-8, 9, int(chosen.sum())) / 2
             elif kind == "large" and v.dtype.itemsize >= 4:
                 big = float(np.finfo(v.dtype).max) ** 0.4
                 picks = [big, -big]
@@ -641,15 +650,50 @@ class Feeds:
         for name in self.free:
             if name in self.specs:
                 floating = self.defaults[name].data_type in _FLOAT_CODES
-                parts.append(f"{name} its default" + (" and scaled by [0.5, 1.5]" if floating and vary_overridable
-                                                       else ""))
+                other = ""
+                if floating and vary_overridable:
+                    other = " and scaled by [0.5, 1.5] with signs drawn"
+                elif vary_overridable and vary_overridable != "floats":
+                    other = " and another" if self.defaults[name].data_type not in _OTHER_CODES \
+                        else " and negated" if self.defaults[name].data_type == TensorProto.BOOL \
+                        else " and reordered or less by 1"
+                parts.append(f"{name} its default{other}")
         return "; ".join(parts)
 
     def floating_overridable(self) -> bool:
         return any(self.defaults[n].data_type in _FLOAT_CODES for n in self.free if n in self.specs)
 
+    def varied_overridable(self) -> bool:
+        """Whether `draw`'s `vary_overridable` changes some input: an overridable one of a
+        floating-point, integer or boolean type."""
+        return any(self.defaults[n].data_type in _FLOAT_CODES | _OTHER_CODES for n in self.free if n in self.specs)
+
+
+def other_overridable(value: np.ndarray, rng: np.random.Generator, integers: bool = True) -> np.ndarray:
+    """Another value for an overridable input than its default `value` (`Feeds.draw`'s
+    `vary_overridable`): floats scaled elementwise by [0.5, 1.5] with a sign drawn for each,
+    and with `integers`, booleans negated and integers reversed in order (the same elements, so
+    a Reshape target still fits), or where that changes nothing, less by 1 where above 1
+    (never 0: onnxruntime refuses an integer division by 0, and the run would be lost)."""
+    if np.issubdtype(value.dtype, np.floating):
+        factor = rng.uniform(0.5, 1.5, value.shape) * rng.choice([-1.0, 1.0], value.shape)
+        # (np.asarray: a 0-d product is a numpy scalar, which onnxruntime does not take)
+        return np.asarray(value * factor).astype(value.dtype)
+    if not integers or value.size == 0:
+        return value
+    if value.dtype == np.bool_:
+        return np.logical_not(value)
+    if np.issubdtype(value.dtype, np.integer):
+        other = value.reshape(-1)[::-1].reshape(value.shape)
+        if np.array_equal(other, value):
+            other = np.where(value > 1, value - 1, value).astype(value.dtype)
+        return np.asarray(other)
+    return value
+
 
 _FLOAT_CODES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+_OTHER_CODES = {TensorProto.BOOL, TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+                TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
 
 
 def _memory() -> int:
