@@ -14,6 +14,8 @@ from eqsat.backends.ort.calibrate import aliased_models, cached_attention_models
 from eqsat.extract.costs.roofline import Hardware
 from eqsat.verification import run, session
 
+pytestmark = pytest.mark.no_egglog  # calls no egglog (tests/conftest.py's guard)
+
 
 def test_fusion_choices_are_measured_booleans_that_a_profile_loads(tmp_path):
     got = fusion_choices(runs=10)

@@ -7,6 +7,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.no_egglog  # calls no egglog (tests/conftest.py's guard)
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("eqsat", "extract")
 MAX_LINES = 80

@@ -19,6 +19,8 @@ import pytest
 from eqsat.cli.main import build_parser
 from eqsat.errors import EqsatError
 
+pytestmark = pytest.mark.no_egglog  # calls no egglog (tests/conftest.py's guard)
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))

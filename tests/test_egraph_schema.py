@@ -18,6 +18,8 @@ from eqsat.extract.schema import EGraphFormatError
 
 from .conftest import one_error, parse_model, run_cli
 
+pytestmark = pytest.mark.no_egglog  # calls no egglog (tests/conftest.py's guard)
+
 MODEL = """<ir_version: 8, opset_import: ["": 17]>
 g (float[B, 8] x, float[B, 8] z) => (float[B, 8] y) {
   a = Relu(x)

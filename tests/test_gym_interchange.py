@@ -15,6 +15,8 @@ from eqsat.extract import gym_port as gp
 
 from .conftest import parse_model, run_cli
 
+pytestmark = pytest.mark.no_egglog  # calls no egglog (tests/conftest.py's guard)
+
 MODELS = {
     "demo-cnn": build_model,
     "matmul-add-relu": lambda: parse_model("""

@@ -15,6 +15,8 @@ from eqsat.extract.check import ExtractionError
 from eqsat.extract.costs import FileCosts
 from eqsat.extract.ilp import ILP
 
+pytestmark = pytest.mark.no_egglog  # calls no egglog (tests/conftest.py's guard)
+
 
 def gym(classes: dict[str, list[tuple[float, list[str]]]], roots: list[str]) -> EGraph:
     """A gym-format e-graph: class -> its nodes as (cost, child classes); node i of class c is

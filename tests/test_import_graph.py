@@ -37,6 +37,10 @@ import ast
 from collections import deque
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.no_egglog  # calls no egglog (tests/conftest.py's guard)
+
 ROOT = Path(__file__).resolve().parent.parent
 # Source folder -> the package it is installed as.
 PACKAGES = {"eqsat": "eqsat", "extract": "eqsat.extract"}

@@ -59,6 +59,7 @@ def test_model_over_2gib_round_trips_with_external_data(tmp_path, capsys):
     assert not compare(run(str(src), feeds), got)
 
 
+@pytest.mark.no_egglog
 def test_external_data_is_kept_when_asked_and_written_atomically(tmp_path, monkeypatch):
     # The same code path at a small size: weights to OUT.data, nothing else left behind.
     m = _add_model(np.arange(4096, dtype=np.float32))
@@ -70,6 +71,7 @@ def test_external_data_is_kept_when_asked_and_written_atomically(tmp_path, monke
     assert np.array_equal(numpy_helper.to_array(back.graph.initializer[0]), np.arange(4096, dtype=np.float32))
 
 
+@pytest.mark.no_egglog
 def test_a_staged_model_replaces_the_target_only_when_its_block_succeeds(tmp_path, monkeypatch):
     # staged() yields the written, checked file (with its data file beside it) before the
     # target exists; an error in the block leaves the old target and no temporary folder.
@@ -91,6 +93,7 @@ def test_a_staged_model_replaces_the_target_only_when_its_block_succeeds(tmp_pat
     assert run(str(out), feeds)["y"][4095] == 4096.0
 
 
+@pytest.mark.no_egglog
 def test_verification_runs_the_files_it_is_given(tmp_path):
     # The CLI verifies the file it wrote, not a model serialized once more: a file that
     # differs from the in-memory model is what verification sees.
@@ -105,6 +108,7 @@ def test_verification_runs_the_files_it_is_given(tmp_path):
     assert verify(orig, orig, files=(other, str(other))).status == "passed"
 
 
+@pytest.mark.no_egglog
 def test_an_input_with_data_outside_its_folder_is_refused(tmp_path, capsys):
     # eqsat read "../w.bin" (a small tensor went into memory) and wrote its bytes into the
     # output; onnxruntime refuses such a file, and so does eqsat now, before reading a byte
@@ -172,6 +176,7 @@ def test_weights_the_input_kept_outside_stay_outside(tmp_path):
     assert not compare(run(str(src), feeds), run(str(out), feeds))
 
 
+@pytest.mark.no_egglog
 @pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.INT8,
                                    TensorProto.INT64, TensorProto.BOOL, TensorProto.DOUBLE, TensorProto.UINT4,
                                    TensorProto.INT4, TensorProto.FLOAT4E2M1, TensorProto.FLOAT8E4M3FN,

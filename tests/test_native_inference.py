@@ -14,7 +14,8 @@ from onnx import helper as h
 from eqsat.core.native import ShapeInferenceError, infer_shapes
 from eqsat.errors import InvalidModelError
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the child is forked: POSIX only")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="the child is forked: POSIX only"),
+              pytest.mark.no_egglog]  # calls no egglog (tests/conftest.py's guard)
 
 
 def _split4() -> onnx.ModelProto:

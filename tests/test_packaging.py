@@ -6,6 +6,10 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.no_egglog  # calls no egglog (tests/conftest.py's guard)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

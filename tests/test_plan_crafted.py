@@ -10,6 +10,8 @@ from onnx import TensorProto, helper
 
 from eqsat.plan import check_plan, execute_plan, plan_model
 
+pytestmark = pytest.mark.no_egglog  # calls no egglog (tests/conftest.py's guard)
+
 F32 = 4
 V = helper.make_tensor_value_info
 

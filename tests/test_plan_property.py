@@ -11,6 +11,8 @@ from eqsat.plan import Graph, Node, PlanError, TensorInfo, check_plan, check_ten
 from eqsat.plan.arena import HEURISTICS, place_intervals
 from eqsat.plan.lifetimes import Buffer, lower_bound
 
+pytestmark = pytest.mark.no_egglog  # calls no egglog (tests/conftest.py's guard)
+
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DAG_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ALIGN = 64

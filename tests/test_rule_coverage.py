@@ -26,6 +26,8 @@ from eqsat.core.rulefiles import default_rule_files
 from eqsat.ruletool.check import _has_checks
 from eqsat.ruletool.model import read_files
 
+pytestmark = pytest.mark.no_egglog  # calls no egglog (tests/conftest.py's guard)
+
 TESTS = Path(__file__).resolve().parent
 KINDS = ("fired", "not_fired")
 CHECK = "check_rewrite"

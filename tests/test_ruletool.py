@@ -14,7 +14,7 @@ from eqsat.cli.main import main
 from eqsat.core.rulefiles import default_rule_files
 from eqsat.ruletool.model import read_files
 
-from .conftest import check_rewrite, parse_model
+from .conftest import assert_one_unsound, check_rewrite, parse_model
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -188,21 +188,10 @@ WRONG_AT_EDGES = {
 }
 
 
-def _one_unsound(capsys, tmp_path, body: str) -> str:
-    """`eqsat rules check` on a file of ruleset `bad` holding `body` (its rule on line 4):
-    exit 1 and one rule unsound. Returns stdout."""
-    f = tmp_path / "bad.egg"
-    f.write_text("(ruleset bad)\n\n" + body)
-    rc, out, err = run(capsys, "rules", "check", f)
-    assert rc == 1, out + err
-    assert "1 unsound" in err, err
-    return out
-
-
 @pytest.mark.parametrize("name", sorted(WRONG_AT_EDGES))
 def test_rule_wrong_only_at_edge_values_is_caught(capsys, tmp_path, name):
     body, where = WRONG_AT_EDGES[name]
-    out = _one_unsound(capsys, tmp_path, body)
+    out = assert_one_unsound(capsys, tmp_path, body, ruleset="bad")
     assert re.search(rf"bad\.egg:4: {name}: UNSOUND: on {where}: ", out), out
 
 
@@ -222,7 +211,7 @@ def test_rule_whose_matched_side_overflows_at_edge_values_is_blamed(capsys, tmp_
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_wrong_rule_is_caught_with_a_counterexample(capsys, tmp_path, name):
     body, problem = WRONG[name]
-    out = _one_unsound(capsys, tmp_path, body)
+    out = assert_one_unsound(capsys, tmp_path, body, ruleset="bad")
     assert re.search(rf"bad\.egg:4: {name}: UNSOUND: .*({problem})", out), out
     # the counterexample: the inputs with their shapes and values, and both outputs
     assert re.search(r"^  [a-z]+ = (float32|int64)\[[\d, ]*\] ", out, re.M), out

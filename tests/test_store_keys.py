@@ -8,6 +8,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.core.store import tensor_key
 
+pytestmark = pytest.mark.no_egglog  # calls no egglog (tests/conftest.py's guard)
+
 
 @pytest.mark.parametrize("dtype, code", [(np.float32, TensorProto.FLOAT), (np.int64, TensorProto.INT64),
                                          (np.float16, TensorProto.FLOAT16), (np.bool_, TensorProto.BOOL),

@@ -14,7 +14,7 @@ import pytest
 from eqsat.verification import compare, qdq_allowance_withheld, tolerance, verification_dims, verify
 from eqsat.verification.constant_sizes import CONSTANT_TRIES, constant_sizes, separate_sizes
 
-from .conftest import parse_model, run_cli
+from .conftest import assert_wrong_never_written, parse_model, run_cli
 
 
 def test_batch_and_sequence_get_different_sizes_so_confusing_them_shows():
@@ -841,21 +841,6 @@ def _conv_chain_beside_a_head(head: str) -> onnx.ModelProto:
     return m
 
 
-def _refused_with_rule(tmp_path, capsys, m, wrong, rule: str, *extra: str):
-    """The wrong program fails verification (the right one passes), and `eqsat optimize
-    --rules` with the unsound `rule` (egglog text) that makes it exits non-zero and writes
-    nothing. Returns the failed Verification."""
-    assert verify(m, m).status == "passed"
-    v = verify(m, wrong)
-    assert v.status == "failed", v.detail
-    onnx.save(m, tmp_path / "m.onnx")
-    (tmp_path / "rule.egg").write_text(rule)
-    rc, _, _ = run_cli(capsys, "optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"),
-                       "--rules", str(tmp_path / "rule.egg"), "-q", *extra)
-    assert rc != 0 and not (tmp_path / "o.onnx").exists(), extra
-    return v
-
-
 def test_a_wrong_column_beside_rounding_spread_is_refused(tmp_path, capsys):
     # a user's unsound Neg(x) -> x negates the last column (values up to 0.5); onnxruntime's own
     # optimization moves a quarter of the other columns' elements by up to 2.35 and none of it.
@@ -864,7 +849,7 @@ def test_a_wrong_column_beside_rounding_spread_is_refused(tmp_path, capsys):
     m, wrong = _conv_chain_beside_a_head("Neg"), _conv_chain_beside_a_head("Identity")
     rule = '(ruleset neg-drop)\n; Neg(x) -> x, unsound\n(rewrite (Neg x) x :ruleset neg-drop :name "neg-drop")\n'
     for extra in (["--no-default-rules"], []):
-        v = _refused_with_rule(tmp_path, capsys, m, wrong, rule, *extra)
+        v = assert_wrong_never_written(capsys, tmp_path, m, wrong, *extra, rules=rule)
         assert v.requantized, v.detail
     # the chain's own requantizing fusions still pass
     rc, _, _ = run_cli(capsys, "optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"), "-q")
@@ -910,8 +895,8 @@ def test_a_qdq_model_with_a_large_element_does_not_hide_a_wrong_output(body, tmp
     # beside quantized ones gets no allowance at all; a quantized one gets it element by element
     m = parse_model(SIN_BESIDE_QDQ.format(op="Sin", body=body))
     wrong = parse_model(SIN_BESIDE_QDQ.format(op="Cos", body=body))
-    _refused_with_rule(tmp_path, capsys, m, wrong, '(ruleset sin-cos)\n; Sin(x) -> Cos(x), unsound\n'
-                       '(rewrite (Sin x) (Cos x) :ruleset sin-cos :name "sin-cos")\n')
+    assert_wrong_never_written(capsys, tmp_path, m, wrong, rules='(ruleset sin-cos)\n; Sin(x) -> Cos(x), unsound\n'
+                               '(rewrite (Sin x) (Cos x) :ruleset sin-cos :name "sin-cos")\n')
 
 
 DOUBLE_QDQ = """
@@ -929,11 +914,12 @@ def test_qdq_allowance_does_not_take_onnxruntimes_removal_of_a_double_pair_at_ot
     # measured against it accepted a rule file's DQ(Q(b, s2), s2) -> b with exit 0
     m = parse_model(DOUBLE_QDQ % "c = QuantizeLinear(b, s2, z)\n y = DequantizeLinear(c, s2, z)")
     dropped = parse_model(DOUBLE_QDQ % "y = Identity(b)")
-    _refused_with_rule(tmp_path, capsys, m, dropped,
-                       "(ruleset drop)\n; DQ(Q(DQ(y, s1, z), s2, z), s2, z) -> DQ(y, s1, z), unsound\n"
-                       "(rule ((= e (QuantizeLinear d s2 z ax 0 0 0 sat)) (= d (DequantizeLinear y s1 z ax 0 0))\n"
-                       "       (= f (DequantizeLinear e s2 z ax 0 0)))\n"
-                       '      ((union f d)) :ruleset drop :name "double-qdq-drop")\n')
+    assert_wrong_never_written(
+        capsys, tmp_path, m, dropped,
+        rules="(ruleset drop)\n; DQ(Q(DQ(y, s1, z), s2, z), s2, z) -> DQ(y, s1, z), unsound\n"
+              "(rule ((= e (QuantizeLinear d s2 z ax 0 0 0 sat)) (= d (DequantizeLinear y s1 z ax 0 0))\n"
+              "       (= f (DequantizeLinear e s2 z ax 0 0)))\n"
+              '      ((union f d)) :ruleset drop :name "double-qdq-drop")\n')
 
 
 CLIP_BEFORE_Q = """
@@ -953,8 +939,8 @@ def test_qdq_allowance_does_not_take_onnxruntimes_removal_of_a_clip_that_matters
     # against it accepted a rule file's Clip(x, lo, hi) -> x with exit 0
     m = parse_model(CLIP_BEFORE_Q % "c = Clip(d, lo, hi)")
     dropped = parse_model(CLIP_BEFORE_Q % "c = Identity(d)")
-    _refused_with_rule(tmp_path, capsys, m, dropped, '(ruleset drop)\n; Clip(x, lo, hi) -> x, unsound\n'
-                       '(rewrite (Clip x lo hi) x :ruleset drop :name "clip-drop")\n')
+    assert_wrong_never_written(capsys, tmp_path, m, dropped, rules='(ruleset drop)\n; Clip(x, lo, hi) -> x, unsound\n'
+                               '(rewrite (Clip x lo hi) x :ruleset drop :name "clip-drop")\n')
 
 
 @pytest.mark.parametrize("scales", [("6.8e36", "6.8e36"), ("0.05", "0.0")], ids=["huge", "zero-output-scale"])

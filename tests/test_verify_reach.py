@@ -10,19 +10,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .conftest import parse_model, run_cli
+from .conftest import assert_refused, assert_refused_or_right, parse_model
 from .test_shapes import CEIL_SLICE
 
 BAD_SQUARE = '(ruleset bad)\n; Mul(x, x) -> x, unsound\n(rewrite (Mul x x) x :ruleset bad :name "bad-square")\n'
-
-
-def _optimize(capsys, tmp_path, model: onnx.ModelProto, rules: str, *args: str):
-    """(exit code, stderr, the written model or None) of `eqsat optimize --rules`."""
-    src, out, egg = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "bad.egg"
-    onnx.save(model, src)
-    egg.write_text(rules)
-    rc, _, err = run_cli(capsys, "optimize", src, "-o", out, "--rules", egg, "-q", *args)
-    return rc, err, onnx.load(out) if out.exists() else None
 
 
 def _outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -35,14 +26,12 @@ def _outputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nd
 def _never_written_wrong(capsys, tmp_path, model, rules, feeds, *args):
     """`eqsat optimize --rules` refuses, or what it writes gives the original's outputs on `feeds`
     (inputs that reach the place the rule rewrote wrongly)."""
-    rc, err, out = _optimize(capsys, tmp_path, model, rules, *args)
-    if out is None:
-        assert rc != 0, err
-        return None
-    onnx.checker.check_model(out)
-    for a, b in zip(_outputs(model, feeds), _outputs(out, feeds), strict=True):
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=f"written with exit {rc}")
-    return out
+    def right(out: onnx.ModelProto) -> None:
+        onnx.checker.check_model(out)
+        for a, b in zip(_outputs(model, feeds), _outputs(out, feeds), strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg="written with exit 0")
+
+    return assert_refused_or_right(capsys, tmp_path, model, right, *args, rules=rules)
 
 
 # ---- subgraphs whose verification as a model of their own is not possible
@@ -97,8 +86,7 @@ def test_a_rewrite_wrong_only_beyond_a_constant_size_is_refused(capsys, tmp_path
             e = Constant <value = int64[1] {5}> ()
             y = Slice(x, s, e)
         }""")
-    rc, err, out = _optimize(capsys, tmp_path, m, SLICE_DROP)
-    assert rc == 1 and out is None, err
+    err = assert_refused(capsys, tmp_path, m, rules=SLICE_DROP)
     assert "symbolic sizes beyond the constants' values (symbolic sizes N=6)" in err, err
 
 
@@ -134,8 +122,7 @@ def test_string_inputs_are_not_all_the_same_string(capsys, tmp_path):
     rules = '(ruleset bad)\n; Where(c, a, b) -> b, unsound\n(rewrite (Where c a b) b :ruleset bad :name "bad-where")\n'
     feeds = {"c": np.array([True, False, True]), "x": np.array(["p", "q", "r"], dtype=object),
              "s": np.array(["u", "v", "w"], dtype=object)}
-    rc, err, out = _optimize(capsys, tmp_path, m, rules)
-    assert rc == 1 and out is None, err
+    assert_refused(capsys, tmp_path, m, rules=rules)
     assert _outputs(m, feeds)[0].tolist() == ["p", "v", "r"]
 
 
@@ -180,8 +167,7 @@ def test_a_main_graph_value_read_only_by_a_branch_not_taken_is_verified(capsys, 
     # graph was written with exit 0 (the branch then read x: -x where the original gives -x * x)
     m = parse_model(CAPTURED)
     feeds = {"x": np.array([1, 2, 3], np.float32), "i": np.array([5000], np.int64)}
-    rc, err, out = _optimize(capsys, tmp_path, m, BAD_SQUARE)
-    assert rc == 1 and out is None, err
+    err = assert_refused(capsys, tmp_path, m, rules=BAD_SQUARE)
     assert "every If's condition forced true" in err, err
     assert _outputs(m, feeds)[0].tolist() == [-1, -4, -9]
 
@@ -229,8 +215,7 @@ def test_a_threshold_between_the_scaled_and_the_large_floats_is_reached(capsys, 
         }""")
     rules = ("(ruleset bad)\n; Clip(x, lo, hi) -> x, unsound\n"
              '(rewrite (Clip x lo hi) x :ruleset bad :name "clip-drop")\n')
-    rc, err, out = _optimize(capsys, tmp_path, m, rules)
-    assert rc == 1 and out is None, err
+    assert_refused(capsys, tmp_path, m, rules=rules)
 
 
 # ---- indices into a table whose shape the model does not declare
@@ -249,8 +234,7 @@ def test_an_index_into_a_computed_table_spans_the_table(capsys, tmp_path):
     rules = ("(ruleset bad)\n; Gather(Concat(a, b), i) -> Gather(a, i), unsound\n"
              "(rewrite (Gather (Concat (Cons a (Cons b (Nil))) ax) i g) (Gather a i g)"
              ' :ruleset bad :name "bad-gather")\n')
-    rc, err, out = _optimize(capsys, tmp_path, m, rules)
-    assert rc == 1 and out is None, err
+    assert_refused(capsys, tmp_path, m, rules=rules)
     from eqsat.verification.feeds import Feeds
 
     assert Feeds(m).describe() == "i an index in [-10, 10)"
@@ -269,8 +253,7 @@ def test_a_size_bound_computed_from_constants_is_passed_too(capsys, tmp_path):
             e = Mul(a, b)
             y = Slice(x, s, e)
         }""")
-    rc, err, out = _optimize(capsys, tmp_path, m, SLICE_DROP)
-    assert rc == 1 and out is None, err
+    err = assert_refused(capsys, tmp_path, m, rules=SLICE_DROP)
     assert "symbolic sizes beyond the constants' values (symbolic sizes N=14)" in err, err
 
 
@@ -316,8 +299,7 @@ def test_a_size_input_takes_a_value_beyond_the_constants(capsys, tmp_path):
             e = Constant <value = int64[1] {10}> ()
             y = Slice(c, b, e)
         }""")
-    rc, err, out = _optimize(capsys, tmp_path, m, SLICE_DROP)
-    assert rc == 1 and out is None, err
+    err = assert_refused(capsys, tmp_path, m, rules=SLICE_DROP)
     assert "sizes beyond the constants' values" in err, err
 
 

@@ -16,6 +16,8 @@ from eqsat.viz.graph import Box, Drawing, layout, render_svg
 
 from .test_explain import conv_bn_relu
 
+pytestmark = pytest.mark.no_egglog  # calls no egglog (tests/conftest.py's guard)
+
 SVG = "{http://www.w3.org/2000/svg}"
 
 
