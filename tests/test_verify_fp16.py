@@ -1,8 +1,9 @@
-"""Verification of float16 models (eqsat.verification.widen): a program that rounds at other
-places than the original (a fused LayerNormalization) is verified where it is as close to the
-float32 result as the original, and a wrong program is still refused: one wrong in float32, one
-that overflows in float16 where the original does not, one whose folded constant float16 cannot
-hold."""
+"""Verification of float16 and bfloat16 models (eqsat.verification.widen): a program that
+rounds at other places than the original (a fused LayerNormalization) is verified where it is
+as close to the float32 result as the original, and a wrong program is still refused: one wrong
+in float32, one that overflows in float16 where the original does not, one whose folded
+constant float16 cannot hold. bfloat16 models, which onnxruntime's CPU provider does not run,
+are verified as float32 copies and as those copies rounding each op's result to bfloat16."""
 
 from __future__ import annotations
 
@@ -173,3 +174,41 @@ def test_widened_and_rounded_copies():
     # rounded: each op's float16 result; the output is float16's values, as float32
     y = run(r, widened_feeds(f), optimize=False)["y"]
     assert np.array_equal(y, y.astype(np.float16).astype(np.float32))
+
+
+def bfloat16(m: onnx.ModelProto) -> onnx.ModelProto:
+    """`m` (float16 initializers, input and outputs) in bfloat16."""
+    for i, t in enumerate(m.graph.initializer):
+        a = numpy_helper.to_array(t).astype(np.float32)
+        m.graph.initializer[i].CopyFrom(oh.make_tensor(t.name, TensorProto.BFLOAT16, a.shape, a.ravel().tolist()))
+    for v in (*m.graph.input, *m.graph.output):
+        v.type.tensor_type.elem_type = TensorProto.BFLOAT16
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_a_bfloat16_layer_norm_fusion_is_verified(tmp_path, capsys):
+    # Before: exit 1, nothing written ("verification not possible ... onnxruntime cannot run the
+    # original: ... Could not find an implementation for Add(14)"): no bfloat16 kernels
+    m = bfloat16(layer_norm(4.0))
+    onnx.save(m, tmp_path / "m.onnx")
+    rc, _, err = run_cli(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx",
+                         "--report", tmp_path / "r.json", "-q")
+    assert rc == 0, err
+    out = onnx.load(tmp_path / "o.onnx")
+    onnx.checker.check_model(out)
+    assert ops(out) == ["Add", "LayerNormalization"]
+    assert "each op's result rounded to bfloat16" in (tmp_path / "r.json").read_text()
+    truth, f = widened(m), widened_feeds(random_inputs(layer_norm(4.0), {"B": 2}, 0))
+    t = run(truth, f, optimize=False)["y"]
+    got, own = (run(rounded(x), f, optimize=False)["y"] for x in (out, m))
+    assert np.abs(got - t).max() <= HALF_ERROR_FACTOR * np.abs(own - t).max()
+
+
+def test_a_wrong_bfloat16_program_is_refused():
+    m = bfloat16(_model(*ABS[:1], {}, ABS[1]))
+    v = verify(m, bfloat16(_model([oh.make_node("Relu", ["x"], ["z"])], {}, ["z"])))
+    assert v.status == "failed" and "float32 copies differ too" in v.detail, v.detail
+    bad = bfloat16(layer_norm(4.0, fused=True))
+    bad.graph.node[1].input[2] = ""
+    assert verify(bfloat16(layer_norm(4.0)), bad).status == "failed"

@@ -146,8 +146,9 @@ def verify_half(original: ModelProto, optimized: ModelProto, runs: int, rtol: fl
     verification with each run also `judge`d against the original's float32 copy (this
     module's step 2), and where that excused a difference beyond the tolerance, step 1: the
     float32 copies must pass; else the verification fails with the difference it excused.
-    Where the copies cannot be made or run (or the models hold more than WIDEN_LIMIT bytes
-    of float16 weights), the verification as for any model."""
+    Where onnxruntime cannot run the original (no bfloat16 kernels on its CPU provider),
+    `_emulated`. Where the copies cannot be made or run (or the models hold more than
+    WIDEN_LIMIT bytes of float16 weights), the verification as for any model."""
     from eqsat.verification import verify
 
     wide_original = widened(original) if _half_bytes(original) <= WIDEN_LIMIT else None
@@ -160,23 +161,80 @@ def verify_half(original: ModelProto, optimized: ModelProto, runs: int, rtol: fl
     finally:
         if truth is not None:
             _TRUTH.pop()
+    if v.status == "not possible" and "cannot run the original:" in v.detail and wide_original is not None:
+        return _emulated(original, optimized, wide_original, v, runs, rtol, atol, dims, random_pairs)
     if truth is None or not truth.excused or v.status != "passed":
         return v
     excused = "; ".join(truth.excused[:2])
-    wide_optimized = widened(optimized)
-    if wide_optimized is None:
-        return dataclasses.replace(v, status="failed", detail=f"{excused} (float16 rounding ruled out: no float32 "
-                                                               "copy of the optimized model could be made)")
-    with _active():
-        wide = verify(wide_original, wide_optimized, runs, rtol, atol, dims, (None, None), random_pairs)
+    wide = _wide(wide_original, optimized, runs, rtol, atol, dims, random_pairs)
     if wide.status != "passed":
-        said = "differ" if wide.status == "failed" else "do not run"
-        return dataclasses.replace(v, status="failed", detail=f"{excused} (float16 rounding ruled out: their float32 "
-                                                               f"copies {said} too: {wide.detail})")
+        return dataclasses.replace(v, status="failed", detail=f"{excused} (float16 rounding ruled out: {wide.detail})")
     return dataclasses.replace(v, detail=(
         f"{v.detail}; float16 rounding: where the two float16 runs differ beyond the tolerance ({excused}), the "
         f"optimized one is within {HALF_ERROR_FACTOR:g} times the original's own distance from the original's "
         f"float32 copy, and the float32 copies of both agree ({wide.detail})"))
+
+
+def _wide(wide_original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None, atol: float | None,
+          dims: dict[str, int] | None, random_pairs: dict[str, str] | None):
+    """Step 1: the verification of the float32 copies, its detail saying what refused them where it did not pass."""
+    from eqsat.verification import Verification, verify
+
+    wide_optimized = widened(optimized)
+    if wide_optimized is None:
+        return Verification("not possible", "no float32 copy of the optimized model could be made")
+    with _active():
+        wide = verify(wide_original, wide_optimized, runs, rtol, atol, dims, (None, None), random_pairs)
+    if wide.status == "passed":
+        return wide
+    said = "differ" if wide.status == "failed" else "do not run"
+    return dataclasses.replace(wide, detail=f"their float32 copies {said} too: {wide.detail}")
+
+
+def _emulated(original: ModelProto, optimized: ModelProto, wide_original: ModelProto, refused, runs: int,
+              rtol: float | None, atol: float | None, dims: dict[str, int] | None,
+              random_pairs: dict[str, str] | None):
+    """The verification of a model onnxruntime cannot run (`refused`, "not possible": its CPU
+    provider has no bfloat16 kernels for most ops): its float32 copies (step 1, at float32's
+    tolerance), then its `rounded` copies, each op's result rounded to its type (the
+    specification's run), every run of them `judge`d against the original's float32 copy
+    (`Truth.emulated`). Passed or failed as those are; `refused` where a copy cannot be made
+    or run."""
+    from eqsat.verification import verify
+
+    ro, rp = rounded(original), rounded(optimized)
+    truth = _runner(wide_original)
+    if ro is None or rp is None or truth is None:
+        return refused
+    wide = _wide(wide_original, optimized, runs, rtol, atol, dims, random_pairs)
+    if wide.status != "passed":
+        return dataclasses.replace(wide, detail=f"{refused.detail}; {wide.detail}") \
+            if wide.status == "not possible" else wide
+    ctx = Truth(ro, truth, emulated=True)
+    _TRUTH.append(ctx)
+    try:
+        with _active():
+            v = verify(ro, rp, runs, rtol, atol, dims, (None, None), random_pairs)
+    finally:
+        _TRUTH.pop()
+    what = ", ".join(sorted({_TYPE_NAMES[t] for t in _half_types(original)}))
+    excused = f"; apart beyond that tolerance: {'; '.join(ctx.excused[:2])}" if ctx.excused else ""
+    return dataclasses.replace(v, detail=(
+        f"onnxruntime runs no {what} kernels for this model ({_one_line(refused.detail)}): verified as float32 "
+        f"copies of both models ({wide.detail}) and as those copies with each op's result rounded to {what}, "
+        f"within the tolerance or {HALF_ERROR_FACTOR:g} times the original's distance from its float32 copy "
+        f"({v.detail}{excused})"))
+
+
+_TYPE_NAMES = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
+
+
+def _half_types(model: ModelProto) -> set[int]:
+    return {v.type.tensor_type.elem_type for v in (*model.graph.input, *model.graph.output)} & HALF
+
+
+def _one_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
 
 
 def _half_bytes(model: ModelProto) -> int:
@@ -230,6 +288,8 @@ class Truth:
     rounded_original: object = None
     rounded_optimized: object = None
     excused: list[str] = dataclasses.field(default_factory=list)  # the mismatches `judge` excused
+    # `_emulated`: the runs `judge` sees are the `rounded` copies' (float32 values rounded to a half type)
+    emulated: bool = False
 
     @staticmethod
     def of(original: ModelProto, optimized: ModelProto, wide_original: ModelProto) -> Truth | None:
@@ -270,7 +330,9 @@ def judge(original: ModelProto, bad: list[Mismatch], expected: dict[str, object]
     out = []
     for m in bad:
         e, a, w = expected.get(m.output), got.get(m.output), t.get(m.output)
-        if not _half_tensors(e, a, w) or not within(e, a, w, _own(w, e, ro.get(m.output)), rtol, atol):
+        if ctx.emulated and _float_tensors(e, a, w) and within(e, a, w, _own(w, e), rtol, atol):
+            ctx.excused.append(str(m))
+        elif not _half_tensors(e, a, w) or not within(e, a, w, _own(w, e, ro.get(m.output)), rtol, atol):
             out.append(m)
         else:
             ctx.excused.append(str(m))
@@ -295,6 +357,10 @@ def _rounded_mismatch(name: str, e: np.ndarray, r, s, t: np.ndarray, rtol: float
                            f"beyond {HALF_ERROR_FACTOR:g} times the original's distance ({own:.3g}) from its float32 "
                            f"copy, first at {idx}: {float(s[idx]):.8g} vs {float(t[idx]):.8g} (the original "
                            f"{float(r[idx]):.8g})")]
+
+
+def _float_tensors(e, a, t) -> bool:
+    return all(isinstance(v, np.ndarray) for v in (e, a, t)) and e.dtype.kind == "f" and e.shape == a.shape == t.shape
 
 
 def _half_tensors(e, a, t) -> bool:
