@@ -47,8 +47,9 @@ def random_inputs(model: ModelProto, dims: dict[str, int] | None = None, seed: i
 # Verification's tolerance where the user gives none, by output element type: rewrites
 # reorder arithmetic and so move the last bits, and onnxruntime's CPU provider runs many
 # float16 ops in float32 with casts placed by the graph's structure (a float16 value has
-# about three decimal digits). No bfloat16 entry: onnxruntime cannot hand bfloat16 outputs
-# to numpy, so such a model is "not possible" to verify before any tolerance applies.
+# about three decimal digits). No bfloat16 entry: onnxruntime's CPU provider runs no bfloat16
+# Add, so such a model is verified as float32 copies (eqsat.verification.widen), with float16's
+# tolerance for its rounded runs.
 # float64 outputs are held to double precision (reordering moves a double by about 1e-15
 # of its magnitude): with float32's tolerance a rewrite that ran a double computation in
 # float32 passed.
