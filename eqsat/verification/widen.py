@@ -10,9 +10,10 @@ what `eqsat.verification.verify` does for such a model: its verification, each r
 that the float16 tolerance does not, step 1 too:
 
 1. the program: float32 copies of both models (`widened`: every float16 and bfloat16
-   initializer, Constant, Cast target, input, output and value type made float32; the
-   optimized model's folded constants keep their float16 values) must agree as any float32
-   models do (the whole verification, edge cases included, at float32's tolerance);
+   initializer, Constant, Cast target, input, output and value type made float32, but a
+   Cast of a constant to float16 followed by one to float32; the optimized model's folded
+   constants keep their float16 values) must agree as any float32 models do (the whole
+   verification, edge cases included, at float32's tolerance);
 2. the rounding: an output that a run of the float16 verification finds apart beyond the
    tolerance (`judge`) stands only where the optimized model's float16 run is within
    max(the tolerance, HALF_ERROR_FACTOR times the original's own largest distance) of the
@@ -79,8 +80,12 @@ def applies(model: ModelProto) -> bool:
 def widened(model: ModelProto) -> ModelProto | None:
     """A copy of `model` with every float16 and bfloat16 value made float32 (initializers,
     Constant and other tensor attributes, element-type attributes, inputs, outputs and value
-    types, in subgraphs too); None where it holds what this does not convert (a sparse
-    initializer, a tensor stored outside the model)."""
+    types, in subgraphs too), but for the rounding of a Cast to float16 or bfloat16 of a
+    constant, kept as that Cast followed by one to float32 (a float32 weight cast to float16 at
+    run time, which eqsat folds into a float16 initializer, is rounded in both copies; a Cast of
+    a computed value is not kept: a fused program rounds at other places, such as inside a
+    normalization computed in float32); None where it holds what this does not convert (a
+    sparse initializer, a tensor stored outside the model)."""
     out = copy.deepcopy(model)
     try:
         _widen_graph(out.graph)
@@ -101,7 +106,16 @@ def _widen_graph(g: onnx.GraphProto) -> None:
             g.initializer[i].CopyFrom(_widen_tensor(t))
     for v in (*g.input, *g.output, *g.value_info):
         _widen_type(v.type)
+    nodes = []
+    constants = {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
     for n in g.node:
+        nodes.append(n)
+        to = next((a.i for a in n.attribute if a.name == "to"), None)
+        if n.op_type == "Cast" and n.domain in ("", "ai.onnx") and to in HALF and n.input[0] in constants:
+            out = n.output[0]
+            n.output[0] = f"{out}__eqsat_rounded"
+            nodes.append(onnx.helper.make_node("Cast", [n.output[0]], [out], to=TensorProto.FLOAT))
+            continue
         for a in n.attribute:
             if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in HALF:
                 a.t.CopyFrom(_widen_tensor(a.t))
@@ -114,6 +128,8 @@ def _widen_graph(g: onnx.GraphProto) -> None:
                     _widen_graph(sub)
             elif a.type == onnx.AttributeProto.SPARSE_TENSOR and a.sparse_tensor.values.data_type in HALF:
                 raise _Unconvertible
+    del g.node[:]
+    g.node.extend(nodes)
 
 
 def _widen_tensor(t: TensorProto) -> TensorProto:
