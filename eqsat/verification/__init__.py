@@ -19,6 +19,7 @@ from onnx import ModelProto
 
 from eqsat.backends.ort.sessions import ort, session  # noqa: F401 - ort is imported from here too (eqsat.plan.execute)
 from eqsat.errors import EqsatError
+from eqsat.verification import widen
 from eqsat.verification.feeds import LARGER_SIZES, SCALED, SCALED_FAR, Feeds
 from eqsat.verification.mismatch import Mismatch
 from eqsat.verification.qdq import (  # noqa: F401 - also imported from here
@@ -46,8 +47,9 @@ def random_inputs(model: ModelProto, dims: dict[str, int] | None = None, seed: i
 # Verification's tolerance where the user gives none, by output element type: rewrites
 # reorder arithmetic and so move the last bits, and onnxruntime's CPU provider runs many
 # float16 ops in float32 with casts placed by the graph's structure (a float16 value has
-# about three decimal digits). No bfloat16 entry: onnxruntime cannot hand bfloat16 outputs
-# to numpy, so such a model is "not possible" to verify before any tolerance applies.
+# about three decimal digits). No bfloat16 entry: onnxruntime's CPU provider runs no bfloat16
+# Add, so such a model is verified as float32 copies (eqsat.verification.widen), with float16's
+# tolerance for its rounded runs.
 # float64 outputs are held to double precision (reordering moves a double by about 1e-15
 # of its magnitude): with float32's tolerance a rewrite that ran a double computation in
 # float32 passed.
@@ -327,6 +329,8 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
         from eqsat.verification.isolate import verify_isolated
 
         return Verification(**verify_isolated(original, optimized, runs, rtol, atol, dims, files, random_pairs))
+    if widen.applies(original):  # float16 rounding told from error (eqsat.verification.widen)
+        return widen.verify_half(original, optimized, runs, rtol, atol, dims, files, random_pairs)
     try:
         feeds = Feeds(original)
     except EqsatError as e:
@@ -407,7 +411,7 @@ def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, r
                                 feeds.describe(sizes, wide, varied), not_verified)
         dtypes |= {v.dtype.name for v in expected.values()
                    if hasattr(v, "dtype") and v.dtype.name.startswith(("float", "bfloat"))}
-        bad = compare(expected, got, rtol, atol)
+        bad = widen.judge(original, compare(expected, got, rtol, atol), expected, got, f, rtol, atol)
         if qdq is not None:
             bad = qdq.filter(bad, expected, got, f)
         if noise is not None:
@@ -549,6 +553,7 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
         scaled = {"scaled": True, "far": SCALED_FAR, "large": _largest_float(f)}.get(kind, False)
         bad = compare(expected, got, rtol, atol, finite_free="values" if kind == "large" else False,
                       scaled=scaled, noise=noise, sensitivity=moves)
+        bad = widen.judge(original, bad, expected, got, f, rtol, atol)
         if qdq is not None:
             bad = qdq.filter(bad, expected, got, f)
         if bad:
