@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .conftest import parse_model
-from .test_verify_reach import LOOP, _optimize, _outputs
+from .conftest import optimize_cli, parse_model
+from .test_verify_reach import LOOP, _outputs
 
 # ---- an If the optimized model no longer has
 
@@ -35,7 +35,7 @@ def test_an_if_removed_wrongly_is_refused(capsys, tmp_path):
     m = parse_model(IF_TAKEN_AT_5000)
     feeds = {"x": np.array([1, 2, 3], np.float32), "i": np.array([5000], np.int64)}
     assert _outputs(m, feeds)[0].tolist() == [-1, -2, -3]
-    rc, err, out = _optimize(capsys, tmp_path, m, IF_TO_ELSE)
+    rc, err, out = optimize_cli(capsys, tmp_path, m, rules=IF_TO_ELSE)
     assert rc == 1 and out is None, err
 
 
@@ -48,7 +48,7 @@ def test_a_loop_removed_wrongly_is_refused(capsys, tmp_path):
              '(rewrite (Out (Opaque d "Loop" (Cons m (Cons t (Cons x (Nil)))) a caps n) 0) x'
              ' :ruleset bad :name "bad-loop-drop")\n')
     m = parse_model(LOOP)
-    rc, err, out = _optimize(capsys, tmp_path, m, rules)
+    rc, err, out = optimize_cli(capsys, tmp_path, m, rules=rules)
     assert rc == 1 and out is None, err
     assert "with every Loop's trip count 20" in err, err
 
@@ -84,7 +84,7 @@ def test_an_if_the_constants_decide_is_inlined_and_verified(capsys, tmp_path):
                     ze = Identity(w)
                 }>
         }""")
-    rc, err, out = _optimize(capsys, tmp_path, m, "(ruleset none)\n")
+    rc, err, out = optimize_cli(capsys, tmp_path, m, rules="(ruleset none)\n")
     assert rc == 0 and out is not None, err
     assert [n.op_type for n in out.graph.node].count("If") == 1, [n.op_type for n in out.graph.node]
     feeds = {"x": np.array([1, -2, 3], np.float32), "i": np.array([5000], np.int64)}
@@ -125,7 +125,7 @@ def test_an_overridable_weight_takes_both_signs(capsys, tmp_path):
             '(rewrite (Relu w) w :ruleset bad :name "bad-relu-drop")\n'
     feeds = {"x": np.ones(3, np.float32), "w": np.array([-1, 1, -1], np.float32)}
     assert _outputs(m, feeds)[0].tolist() == [0, 1, 0]
-    rc, err, out = _optimize(capsys, tmp_path, m, rules)
+    rc, err, out = optimize_cli(capsys, tmp_path, m, rules=rules)
     assert rc == 1 and out is None, err
 
 
@@ -141,7 +141,7 @@ def test_an_overridable_integer_takes_another_value(capsys, tmp_path):
                       h.make_tensor_value_info("y", TP.FLOAT, ["a", "b"]), np.array([2, 3], np.int64))
     rules = "(ruleset bad)\n; Reshape(x, s) -> x, unsound\n" \
             '(rewrite (Reshape x s a) x :ruleset bad :name "bad-reshape-drop")\n'
-    rc, err, out = _optimize(capsys, tmp_path, m, rules)
+    rc, err, out = optimize_cli(capsys, tmp_path, m, rules=rules)
     assert rc == 1 and out is None, err
     assert "s its default and reordered or less by 1" in err, err
 
@@ -195,7 +195,7 @@ def test_a_value_a_scan_reads_only_after_many_iterations_is_verified(capsys, tmp
     rules = '(ruleset bad)\n; Mul(x, x) -> x, unsound\n(rewrite (Mul x x) x :ruleset bad :name "bad-square")\n'
     feeds = {"x": np.zeros((12, 3), np.float32), "y": np.array([1, 2, 3], np.float32)}
     assert _outputs(m, feeds)[0].tolist() == [1, 4, 9]
-    rc, err, out = _optimize(capsys, tmp_path, m, rules)
+    rc, err, out = optimize_cli(capsys, tmp_path, m, rules=rules)
     assert rc == 1 and out is None, err
     assert "every Scan's length 20" in err, err
     from eqsat.verification import verify
@@ -223,7 +223,7 @@ def test_a_rewrite_wrong_at_a_rounding_tie_is_refused(capsys, tmp_path):
              ' :ruleset bad :name "bad-round")\n')
     x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 3, 0.2, 0.7], np.float32)
     assert _outputs(m, {"x": x})[0].tolist() == [1, 2, 3, 0, -1, 3, 0, 1]
-    rc, err, out = _optimize(capsys, tmp_path, m, rules)
+    rc, err, out = optimize_cli(capsys, tmp_path, m, rules=rules)
     assert rc == 1 and out is None, err
     assert "whole and half numbers among the floats" in err, err
 
