@@ -399,12 +399,12 @@ class _Program:
         # they are in the objective (a model may charge them, as the CostModel contract allows).
         values = ILP._values(egraph, nodes, term, full)
         vindex = {c: len(nodes) + j for j, c in enumerate(values)}
-        for n in nodes:
-            for k in set(egraph.nodes[n].children):
+        for n in nodes:  # children in argument order, not a set's: the rows' order is HiGHS's tie-break
+            for k in dict.fromkeys(egraph.nodes[n].children):
                 if k in vindex:
                     self.row([(self.index[n], 1.0), (vindex[k], -1.0)], -np.inf, 0.0)
         for c in values:
-            for k in set(egraph.nodes[full[c]].children):
+            for k in dict.fromkeys(egraph.nodes[full[c]].children):
                 if k in vindex:
                     self.row([(vindex[c], 1.0), (vindex[k], -1.0)], -np.inf, 0.0)
         # No more contractions than the input program: a shared convolution or product is
