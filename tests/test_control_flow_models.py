@@ -168,3 +168,29 @@ def test_a_loop_in_a_rare_branch_is_forced_with_the_branch(capsys, tmp_path):
         }}""")
     feeds = {"x": np.arange(1, 5, dtype=np.float32), "i": np.array([5000], np.int64), "m": np.array(12, np.int64)}
     _never_written_wrong(capsys, tmp_path, m, feeds)
+
+
+def test_a_scan_body_reading_a_main_graph_value_after_many_rows_is_run_past_its_constants(capsys, tmp_path):
+    # a Scan over the rows of r[T, 4] adds x * x from its row 11 on (a step counter against the
+    # body's constant 10): the sizes past the constants' values scaled T past the main graph's
+    # constants only (none here), so T stayed at most 9, and z = ... + x (for x * x, off by 24 at
+    # T = 12) was written with exit 0
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[4] x, float[T, 4] r) => (float[4] z, int64 n) {
+            q = Mul(x, x)
+            s0 = Constant <value = float[4] {0, 0, 0, 0}> ()
+            c0 = Constant <value = int64 {0}> ()
+            z, n = Scan <num_scan_inputs = 1, body = b (float[4] s, int64 c, float[4] row) => (float[4] so, int64 co) {
+                    one = Constant <value = int64 {1}> ()
+                    co = Add(c, one)
+                    ten = Constant <value = int64 {10}> ()
+                    late = Greater(co, ten)
+                    zero = Constant <value = float {0}> ()
+                    add = Where(late, q, zero)
+                    s1 = Add(s, row)
+                    so = Add(s1, add)
+                }> (s0, c0, r)
+        }""")
+    feeds = {"x": np.arange(1, 5, dtype=np.float32), "r": np.ones((12, 4), np.float32)}
+    _never_written_wrong(capsys, tmp_path, m, feeds)
