@@ -194,3 +194,32 @@ def test_a_scan_body_reading_a_main_graph_value_after_many_rows_is_run_past_its_
         }""")
     feeds = {"x": np.arange(1, 5, dtype=np.float32), "r": np.ones((12, 4), np.float32)}
     _never_written_wrong(capsys, tmp_path, m, feeds)
+
+
+def test_a_slice_of_a_size_too_large_to_simplify_gets_a_new_size():
+    # onnxruntime's symbolic inference simplifies each sliced size with sympy: on a detector's
+    # image sizes carried through its resizing and pyramid levels (Faster R-CNN and Mask R-CNN
+    # with a symbolic height and width) one Slice ran for over 15 minutes, and `eqsat optimize`
+    # hit a 20-minute timeout in shape inference. A Slice whose size is an expression of more
+    # than SLICE_TERMS terms gets a new symbolic size instead, related to nothing (sound: less known)
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    from eqsat.core import ort_symbolic
+
+    n = 201  # past SLICE_TERMS (200)
+    names = [f"a{i}" for i in range(n)]
+    parts = ", ".join(f"float[{a}] {a}_x" for a in names)
+    m = parse_model(f"""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g ({parts}) => (float[M] y) {{
+            c = Concat <axis = 0> ({", ".join(f"{a}_x" for a in names)})
+            s = Constant <value = int64[1] {{0}}> ()
+            e = Constant <value = int64[1] {{5}}> ()
+            y = Slice(c, s, e)
+        }}""")
+    out, _ = ort_symbolic.infer(SymbolicShapeInference, m, False)
+    dims = {vi.name: vi.type.tensor_type.shape.dim for vi in [*out.graph.value_info, *out.graph.output]}
+    (d,) = dims["y"]
+    assert d.dim_param and "Min" not in d.dim_param and "a0" not in d.dim_param, d
+    feeds = {f"{a}_x": np.ones(1, np.float32) for a in names}
+    assert _outputs(m, feeds)[0].shape == (5,)
