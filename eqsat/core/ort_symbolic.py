@@ -61,16 +61,7 @@ def _sound_class(base: type) -> type:
                 self._forget_axes(node, self._slice_axes(node))
 
         def _too_large(self, node) -> bool:
-            """Whether a size or bound of this Slice is a sympy expression of more than
-            SLICE_TERMS terms: onnxruntime simplifies each sliced size with sympy, which on
-            such expressions (a detector's image sizes through its resizing and pyramid levels)
-            ran for over 15 minutes on one Slice."""
-            values = [*self._get_sympy_shape(node, 0)]
-            if mod.get_opset(self.out_mp_) > 9:
-                for i in (1, 2):
-                    v = self._try_get_value(node, i) if i < len(node.input) else None
-                    values += mod.as_list(v, keep_none=True) if v is not None else []
-            return any(_terms(v) > SLICE_TERMS for v in values)
+            return _slice_too_large(self, mod, node)
 
         def _forget_slice(self, node) -> None:
             """The output of a Slice `_too_large` keeps its input's shape with a new symbolic
@@ -125,6 +116,19 @@ def _sound_class(base: type) -> type:
 
 
 SLICE_TERMS = 200  # `Sound._too_large`: a Slice whose sizes or bounds have more terms gets new sizes
+
+
+def _slice_too_large(inference, mod, node) -> bool:
+    """Whether a size or bound of this Slice is a sympy expression of more than SLICE_TERMS
+    terms: onnxruntime simplifies each sliced size with sympy, which on such expressions (a
+    detector's image sizes through its resizing and pyramid levels) ran for over 15 minutes on
+    one Slice."""
+    values = [*inference._get_sympy_shape(node, 0)]
+    if mod.get_opset(inference.out_mp_) > 9:
+        for i in (1, 2):
+            v = inference._try_get_value(node, i) if i < len(node.input) else None
+            values += mod.as_list(v, keep_none=True) if v is not None else []
+    return any(_terms(v) > SLICE_TERMS for v in values)
 
 
 def _terms(value, limit: int | None = None) -> int:
