@@ -59,6 +59,9 @@ def _sound_class(base: type) -> type:
 
     class Sound(base):
         def _infer_Slice(self, node):  # noqa: N802  (onnxruntime's dispatcher name)
+            if self._too_large(node):
+                self._forget_slice(node)
+                return
             count = _Count()
             logger.addHandler(count)
             try:
@@ -67,6 +70,22 @@ def _sound_class(base: type) -> type:
                 logger.removeHandler(count)
             if count.n:
                 self._forget_axes(node, self._slice_axes(node))
+
+        def _too_large(self, node) -> bool:
+            return _slice_too_large(self, mod, node)
+
+        def _forget_slice(self, node) -> None:
+            """The output of a Slice `_too_large` keeps its input's shape with a new symbolic
+            size, related to nothing, at every sliced axis (every axis where those are unknown)."""
+            vi = self.known_vi_[node.output[0]]
+            shape = mod.get_shape_from_sympy_shape(self._get_sympy_shape(node, 0))
+            try:
+                axes = self._slice_axes(node)
+            except Exception:  # noqa: BLE001 - axes or starts not constant: every axis is forgotten
+                axes = []
+            elem = self.known_vi_[node.input[0]].type.tensor_type.elem_type
+            vi.CopyFrom(helper.make_tensor_value_info(node.output[0], elem, shape))
+            self._forget_axes(node, axes or list(range(len(shape))))
 
         def _slice_axes(self, node) -> list[int]:
             if mod.get_opset(self.out_mp_) <= 9:
@@ -105,6 +124,38 @@ def _sound_class(base: type) -> type:
             return shape
 
     return Sound
+
+
+SLICE_TERMS = 200  # `Sound._too_large`: a Slice whose sizes or bounds have more terms gets new sizes
+
+
+def _slice_too_large(inference, mod, node) -> bool:
+    """Whether a size or bound of this Slice is a sympy expression of more than SLICE_TERMS
+    terms: onnxruntime simplifies each sliced size with sympy, which on such expressions (a
+    detector's image sizes through its resizing and pyramid levels) ran for over 15 minutes on
+    one Slice."""
+    values = [*inference._get_sympy_shape(node, 0)]
+    if mod.get_opset(inference.out_mp_) > 9:
+        for i in (1, 2):
+            v = inference._try_get_value(node, i) if i < len(node.input) else None
+            values += mod.as_list(v, keep_none=True) if v is not None else []
+    return any(_terms(v) > SLICE_TERMS for v in values)
+
+
+def _terms(value, limit: int | None = None) -> int:
+    """The number of subexpressions of a sympy expression (0 for anything else), counted up to
+    just past `limit` (SLICE_TERMS)."""
+    if not hasattr(value, "args"):
+        return 0
+    import sympy
+
+    limit = SLICE_TERMS if limit is None else limit
+    n = 0
+    for _ in sympy.preorder_traversal(value):
+        n += 1
+        if n > limit:
+            break
+    return n
 
 
 def infer(base: type, model: ModelProto, auto_merge: bool) -> tuple[ModelProto, set[int | str]]:

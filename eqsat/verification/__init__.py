@@ -8,6 +8,7 @@ and by benchmarks. onnxruntime is optional at import time: install `eqsat[cpu]` 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -627,15 +628,16 @@ def _forced_runs(original: ModelProto, optimized: ModelProto, runs: int, rtol: f
 def _forced_trips(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
                   atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
                   ) -> str | Verification:
-    """Both models verified again with the trip count of every Loop of their main graphs whose
-    trip count the inputs decide (`_loops`) a constant T (`_with_trips`), where either has one:
-    a trip count drawn as a size is at most 9, and a value of the main graph that a body reads
-    only on later trips was compared nowhere (a rule file's x * x -> x of a value a body adds
-    from trip 11 on was written with exit 0). The two need not have as many Loops: a rule
-    file's Loop -> its initial value, right for trip counts up to 10 only, took the Loop out
-    of the optimized model, and forcing left both out (written with exit 0). A Loop with a trip
-    count the constants fix is left as it is in both (a rewrite may unroll it). What was run,
-    or what the original does not run on, as a clause, or the failed Verification."""
+    """Both models verified again with every computed trip count (`_loops`: nested Loops too, not
+    ones the constants decide) a constant T (`_with_trips`), where either has one: a trip count
+    drawn as a size is at most 9, and a value of the main graph that a body reads only on later
+    trips was compared nowhere (a rule file's x * x -> x of a value a body adds from trip 11 on
+    was written with exit 0). The two need not have as many Loops: a rule file's Loop -> its
+    initial value, right for trip counts up to 10 only, took the Loop out of the optimized
+    model, and forcing left both out (written with exit 0). Where `_forced_branches` forces the
+    Ifs, once more with each of its ways of forcing them: a Loop in a branch that the inputs
+    drawn never take runs its later trips only so. What was run, or what the original does not
+    run on, as a clause, or the failed Verification."""
     from eqsat.verification.constant_sizes import bound_values
 
     loops = [_loops(original), _loops(optimized)]
@@ -645,12 +647,23 @@ def _forced_trips(original: ModelProto, optimized: ModelProto, runs: int, rtol: 
     bound = max((v for g in bodies for v in bound_values(onnx.helper.make_model(g)) if v <= FORCED_TRIPS[1]),
                 default=1)
     trips = min(max(FORCED_TRIPS[0], 2 * bound), FORCED_TRIPS[1])
-    v = verify(_with_trips(original, trips), _with_trips(optimized, trips), runs, rtol, atol, dims,
-               random_pairs=random_pairs)
     label = f"every Loop's trip count {trips}"
-    if v.status == "failed":
-        return dataclasses.replace(v, detail=f"{v.detail} (with {label})", edge_cases=label)
-    return f"on {label}" if v.status == "passed" else f"not with {label} (the original does not run so)"
+    ran, refused = [], []
+    for values in [None, *_condition_patterns(original, optimized)]:
+        pair = [_with_trips(m, trips) for m in (original, optimized)]
+        if values is not None:
+            pair = [_with_conditions(m, values) for m in pair]
+        v = verify(*pair, runs, rtol, atol, dims, random_pairs=random_pairs)
+        forced = "" if values is None else " and every If's condition forced " + _depths_label(values)
+        if v.status == "failed":
+            return dataclasses.replace(v, detail=f"{v.detail} (with {label}{forced})", edge_cases=label + forced)
+        (ran if v.status == "passed" else refused).append(forced)
+    also = sum(1 for x in ran if x)
+    out = [f"on {label}" + (f" (also with the If conditions forced {also} way{'s' * (also > 1)})" if also else "")
+           ] if ran else []
+    if refused:
+        out.append(f"not with {label}{refused[0]} (the original does not run so)")
+    return "; ".join(out)
 
 
 def _forced_lengths(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
@@ -684,76 +697,134 @@ def _forced_lengths(original: ModelProto, optimized: ModelProto, runs: int, rtol
 
 
 def _loops(model: ModelProto) -> list:
-    """The main graph's Loop nodes whose trip count the graph's inputs decide (`_decided`)."""
-    loops = [n for n in model.graph.node if n.op_type == "Loop" and n.domain in ("", "ai.onnx") and n.input
-             and n.input[0]]
-    decided = _decided(model) if loops else set()
-    return [n for n in loops if n.input[0] not in decided]
+    """Every Loop whose trip count is computed (`_computed`), nested ones too: a main-graph value
+    that a Loop nested in a body reads only on later trips is reached only where that Loop's
+    trip count is forced too (a rule file's x * x -> x of a value a Loop in a Loop's body adds
+    from trip 11 on was written with exit 0)."""
+    return [n for n, _ in _computed(model, "Loop")]
 
 
 def _with_trips(model: ModelProto, trips: int) -> ModelProto:
-    """A copy of `model` whose `_loops` all take the constant `trips` as their trip count."""
-    return _with_constant_input(model, _loops, onnx.helper.make_tensor(
-        f"{FORCED}_trips", onnx.TensorProto.INT64, [], [trips]))
+    """A copy of `model` whose computed trip counts (`_loops`, nested ones too) are all the constant
+    `trips` of the main graph."""
+    out = ModelProto()
+    out.CopyFrom(model)
+    name = f"{FORCED}_trips"
+    for n in _loops(out):
+        n.input[0] = name
+    out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [name], value=onnx.helper.make_tensor(
+        name, onnx.TensorProto.INT64, [], [trips])))
+    return out
 
 
 def _forced_branches(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
                      atol: float | None, dims: dict[str, int] | None, random_pairs: dict[str, str] | None
                      ) -> str | Verification:
-    """Both models verified again with the condition of every If of their main graphs whose
-    condition the inputs decide (`_ifs`) a constant true, then false (`_with_conditions`), where
-    one of those is computed (not a graph input, which the draws negate): the runs reach a
-    branch only where the inputs drawn lead there, and a value of the main graph that only such
-    a branch reads was compared nowhere (a rule file's x * x -> x of a value read by a branch
-    taken where i == 5000 was written with exit 0; the branch as a model of its own takes the
-    value as an input). The two need not have as many Ifs: a rule file's If(c, Neg(x), x) -> x
-    took the If out of the optimized model, and forcing left both out (written with exit 0).
-    An If whose condition the constants fix is left as it is in both (eqsat inlines its
-    branch). What was run and what the original does not run on, as a clause, or the failed
-    Verification."""
-    ifs = _ifs(original) + _ifs(optimized)
-    inputs = {i.name for i in original.graph.input} | {i.name for i in optimized.graph.input}
-    if all(n.input[0] in inputs for n in ifs):
+    """Both models verified again with every computed If condition (`_ifs`: nested ones too, not
+    ones the constants decide) a constant (`_with_conditions`), where one is not a graph input:
+    once for each way of forcing the depths
+    true or false (FORCED_DEPTHS of them; deeper ones as the deepest of those), so that each
+    branch of an If in another's else branch is reached too. The runs reach a branch only where
+    the inputs drawn lead there, and a value of the main graph that only such a branch reads
+    was compared nowhere (a rule file's x * x -> x of a value read by a branch taken where
+    i == 5000 was written with exit 0; the branch as a model of its own takes the value as an
+    input). The two need not have as many Ifs: a rule file's If(c, Neg(x), x) -> x took the If
+    out of the optimized model, and forcing left both out (written with exit 0). What was run
+    and what the original does not run on, as a clause, or the failed Verification."""
+    patterns = _condition_patterns(original, optimized)
+    if not patterns:
         return ""
     ran, refused = [], []
-    for value in (True, False):
-        v = verify(_with_conditions(original, value), _with_conditions(optimized, value), runs, rtol, atol, dims,
+    for values in patterns:
+        v = verify(_with_conditions(original, values), _with_conditions(optimized, values), runs, rtol, atol, dims,
                    random_pairs=random_pairs)
-        label = "true" if value else "false"
         if v.status == "failed":
+            label = _depths_label(values)
             return dataclasses.replace(v, detail=f"{v.detail} (with every If's condition forced {label})",
                                        edge_cases=f"every If's condition forced {label}")
-        (ran if v.status == "passed" else refused).append(label)
+        (ran if v.status == "passed" else refused).append("/".join("true" if x else "false" for x in values))
+    by_depth = " by nesting depth" if len(patterns) > 2 else ""
     out = []
     if ran:
-        out.append("on every If's condition forced " + " and ".join(ran))
+        out.append("on every If's condition forced " + _and(ran) + by_depth)
     if refused:
-        out.append("not with every If's condition forced " + " or ".join(refused) + " (the original does not run so)")
+        out.append("not with every If's condition forced " + " or ".join(refused) + by_depth
+                   + " (the original does not run so)")
     return "; ".join(out)
 
 
-def _ifs(model: ModelProto) -> list:
-    """The main graph's If nodes whose condition the graph's inputs decide (`_decided`)."""
-    ifs = [n for n in model.graph.node if n.op_type == "If" and n.domain in ("", "ai.onnx") and n.input]
-    decided = _decided(model) if ifs else set()
-    return [n for n in ifs if n.input[0] not in decided]
+def _condition_patterns(original: ModelProto, optimized: ModelProto) -> list[tuple[bool, ...]]:
+    """The values `_with_conditions` gives the depths of computed Ifs, one tuple a run: every way
+    of setting FORCED_DEPTHS of them (fewer where the Ifs nest less), or none where neither model
+    has none or every condition is a graph input (which the draws negate). The two models need not
+    have as many: each is forced on its own."""
+    ifs = _ifs(original) + _ifs(optimized)
+    inputs = {i.name for i in original.graph.input} | {i.name for i in optimized.graph.input}
+    if all(n.input[0] in inputs for n, _ in ifs):
+        return []
+    return list(itertools.product((True, False), repeat=min(1 + max(d for _, d in ifs), FORCED_DEPTHS)))
 
 
-def _with_conditions(model: ModelProto, value: bool) -> ModelProto:
-    """A copy of `model` whose `_ifs` all take a constant `value` as their condition."""
-    return _with_constant_input(model, _ifs, onnx.helper.make_tensor(
-        f"{FORCED}_{'true' if value else 'false'}", onnx.TensorProto.BOOL, [], [value]))
+def _depths_label(values: tuple[bool, ...]) -> str:
+    return "/".join("true" if x else "false" for x in values) + (" by nesting depth" if len(values) > 1 else "")
 
 
-def _with_constant_input(model: ModelProto, nodes: Callable[[ModelProto], list], tensor: onnx.TensorProto
-                         ) -> ModelProto:
-    """A copy of `model` whose `nodes` (of the copy) take `tensor`, a Constant named as it is, as
-    their input 0."""
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+FORCED_DEPTHS = 3  # `_forced_branches` forces the Ifs of up to this many nesting depths apart (2 ** 3 runs)
+
+
+def _ifs(model: ModelProto) -> list[tuple]:
+    """(If, nesting depth) of every If whose condition is computed, in the main graph and nested
+    in any body; the depth counts the computed Ifs whose branches hold it. An If whose condition
+    is a constant computes the same either way (eqsat inlines its branch, so counting those, a
+    model with one such If found the optimized one with an If less and forced nothing), and a
+    main-graph value that only an If nested in a branch reads is reached only where that If is
+    forced too."""
+    return _computed(model, "If")
+
+
+def _computed(model: ModelProto, op: str) -> list[tuple]:
+    """(node, depth) of the nodes `op` of the standard domain, in the main graph and nested in
+    any body, whose first input is given and is no constant: not a Constant node's output of
+    its scope or an enclosing one, a value of the main graph no input can change (`_decided`:
+    initializers no caller overrides and what is computed from them and from fixed shapes), or
+    a small integer the main graph computes from constants alone (constant_sizes.constant_values). The depth counts
+    the nodes found whose bodies hold the node."""
+    from eqsat.core.initializers import fixed_initializers
+    from eqsat.verification.constant_sizes import constant_values
+
+    out: list[tuple] = []
+
+    def walk(g: onnx.GraphProto, consts: set[str], depth: int) -> None:
+        consts = consts | {t.name for t in g.initializer if g is not model.graph}
+        consts |= {n.output[0] for n in g.node if n.op_type == "Constant" and n.output}
+        for n in g.node:
+            found = (n.op_type == op and n.domain in ("", "ai.onnx") and n.input and bool(n.input[0])
+                     and n.input[0] not in consts)
+            if found:
+                out.append((n, depth))
+            for a in n.attribute:
+                for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    walk(body, consts, depth + found)
+
+    walk(model.graph, set(fixed_initializers(model)) | set(constant_values(model)) | _decided(model), 0)
+    return out
+
+
+def _with_conditions(model: ModelProto, values: tuple[bool, ...]) -> ModelProto:
+    """A copy of `model` whose computed If conditions (`_ifs`, nested ones too) are constants of
+    the main graph: `values[d]` at nesting depth d, the last of `values` deeper."""
     out = ModelProto()
     out.CopyFrom(model)
-    for n in nodes(out):
-        n.input[0] = tensor.name
-    out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [tensor.name], value=tensor))
+    for n, depth in _ifs(out):
+        n.input[0] = f"{FORCED}_{'true' if values[min(depth, len(values) - 1)] else 'false'}"
+    for value in (False, True):
+        name = f"{FORCED}_{'true' if value else 'false'}"
+        out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [name], value=onnx.helper.make_tensor(
+            name, onnx.TensorProto.BOOL, [], [value])))
     return out
 
 

@@ -109,10 +109,17 @@ def beyond_sizes(model: ModelProto, free: list[str], base: dict[str, int],
 def bound_values(model: ModelProto) -> set[int]:
     """The values (and products) of the main graph's integer constants of at most SHAPE_LIKE
     elements, and of what its nodes compute from those alone (FOLDED ops: a Slice's end 3 * 4
-    was 12 where no constant held it): what may bound a size, unlike a weight's dimensions."""
+    was 12 where no constant held it): what may bound a size, unlike a weight's dimensions.
+    Those of every body (If branches, Loop and Scan bodies, nested ones) too: a Scan over a
+    symbolic number of rows whose body counts them against its constant 10 reads some outer
+    value only past row 10."""
     out: set[int] = set()
     for v in constant_values(model).values():
         out |= _shape_numbers(v)
+    for n in model.graph.node:
+        for a in n.attribute:
+            for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                out |= bound_values(onnx.helper.make_model(body))
     return out
 
 
