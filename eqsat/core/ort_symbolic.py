@@ -35,8 +35,8 @@ from pathlib import Path
 
 from onnx import GraphProto, ModelProto, helper
 
-from eqsat.core import shapes  # its type_of; shapes imports this module in turn
 from eqsat.core.initializers import fixed_initializers
+from eqsat.core.valuetype import type_of
 
 
 class _Count(logging.Handler):
@@ -290,7 +290,7 @@ def _unmerge(symbolic: GraphProto, plain: GraphProto, merged: set[int | str]) ->
         return
     known: dict[str, tuple] = {}
     for vi in [*plain.input, *plain.value_info, *plain.output]:
-        t = shapes.type_of(vi.type)
+        t = type_of(vi.type)
         if t is not None and t.dims is not None:
             known.setdefault(vi.name, t.dims)
     for vi in [*symbolic.input, *symbolic.value_info, *symbolic.output]:
@@ -318,7 +318,7 @@ def _merged_named_dims(before: ModelProto, after: ModelProto) -> bool:
     names: dict[str, str] = {}
     for old_vi, new_vi in zip([*before.graph.input, *before.graph.output], [*after.graph.input, *after.graph.output],
                               strict=False):
-        old_t, new_t = shapes.type_of(old_vi.type), shapes.type_of(new_vi.type)
+        old_t, new_t = type_of(old_vi.type), type_of(new_vi.type)
         if old_t is None or new_t is None or old_t.dims is None or new_t.dims is None:
             continue
         for a, b in zip(old_t.dims, new_t.dims, strict=False):

@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import onnx
-from onnx import GraphProto, ModelProto, TypeProto
+from onnx import GraphProto, ModelProto
 
 from eqsat.core import native, ort_symbolic
 from eqsat.core.initializers import fixed_initializers, overridable_inputs
 from eqsat.core.scopes import implicit_inputs
+from eqsat.core.valuetype import ValueType, type_of  # noqa: F401 - imported from here too
 from eqsat.errors import InvalidModelError
 from eqsat.io.external import content_bytes
 from eqsat.io.modelio import model_shell
@@ -26,12 +27,6 @@ SYM_BASE = -(1 << 40)  # symbolic dimension ids are SYM_BASE, SYM_BASE - 1, ...
 
 def is_symbol(d: int) -> bool:
     return d <= SYM_BASE
-
-
-@dataclass(frozen=True)
-class ValueType:
-    elem: int  # TensorProto enum; 0 when unknown
-    dims: tuple[int | str | None, ...] | None  # None: unknown rank; str: symbol; None dim: unknown
 
 
 @dataclass
@@ -60,23 +55,6 @@ class DimTable:
 
     def encode(self, dims: tuple[int | str | None, ...]) -> list[int]:
         return [self.id(d) for d in dims]
-
-
-def type_of(tp: TypeProto) -> ValueType | None:
-    if not tp.HasField("tensor_type"):
-        return None
-    tt = tp.tensor_type
-    if not tt.HasField("shape"):
-        return ValueType(tt.elem_type, None)
-    dims: list[int | str | None] = []
-    for d in tt.shape.dim:
-        if d.HasField("dim_value") and d.dim_value >= 0:
-            dims.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param:
-            dims.append(d.dim_param)
-        else:
-            dims.append(None)
-    return ValueType(tt.elem_type, tuple(dims))
 
 
 def _skeleton(model: ModelProto, declared: bool = False) -> ModelProto:

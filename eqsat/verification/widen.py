@@ -41,12 +41,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, numpy_helper
 
 from eqsat.verification.mismatch import Mismatch
+from eqsat.verification.outcome import Verification
 
 HALF = frozenset({TensorProto.FLOAT16, TensorProto.BFLOAT16})
 HALF_NAMES = frozenset({"float16", "bfloat16"})
@@ -157,17 +159,15 @@ def widened_feeds(f: dict[str, object]) -> dict[str, object]:
 
 
 def verify_half(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None, atol: float | None,
-                dims: dict[str, int] | None, files, random_pairs: dict[str, str] | None):
-    """`eqsat.verification.verify` of a float16 or bfloat16 model (`is_half`): its own
-    verification with each run also `judge`d against the original's float32 copy (this
-    module's step 2), and where that excused a difference beyond the tolerance, step 1: the
-    float32 copies must pass; else the verification fails with the difference it excused.
-    Where onnxruntime cannot run the original (no bfloat16 kernels on its CPU provider),
-    `_emulated`. Where the copies cannot be made or run (or the models hold more than
-    WIDEN_LIMIT bytes of float16 weights, or nodes verification runs in stages: `_cut`), the
-    verification as for any model."""
-    from eqsat.verification import verify
-
+                dims: dict[str, int] | None, files, random_pairs: dict[str, str] | None, verify: Callable):
+    """`verify` (eqsat.verification.verify, which calls this: passed in, not imported) of a
+    float16 or bfloat16 model (`is_half`): its own verification with each run also `judge`d
+    against the original's float32 copy (this module's step 2), and where that excused a
+    difference beyond the tolerance, step 1: the float32 copies must pass; else the
+    verification fails with the difference it excused. Where onnxruntime cannot run the
+    original (no bfloat16 kernels on its CPU provider), `_emulated`. Where the copies cannot
+    be made or run (or the models hold more than WIDEN_LIMIT bytes of float16 weights, or
+    nodes verification runs in stages: `_cut`), the verification as for any model."""
     wide_original = widened(original) if _half_bytes(original) <= WIDEN_LIMIT and not _cut(original) else None
     truth = Truth.of(original, optimized, wide_original) if wide_original is not None else None
     if truth is not None:
@@ -179,11 +179,11 @@ def verify_half(original: ModelProto, optimized: ModelProto, runs: int, rtol: fl
         if truth is not None:
             _TRUTH.pop()
     if v.status == "not possible" and "cannot run the original:" in v.detail and wide_original is not None:
-        return _emulated(original, optimized, wide_original, v, runs, rtol, atol, dims, random_pairs)
+        return _emulated(original, optimized, wide_original, v, runs, rtol, atol, dims, random_pairs, verify)
     if truth is None or not truth.excused or v.status != "passed":
         return v
     excused = "; ".join(truth.excused[:2])
-    wide = _wide(wide_original, optimized, runs, rtol, atol, dims, random_pairs)
+    wide = _wide(wide_original, optimized, runs, rtol, atol, dims, random_pairs, verify)
     if wide.status != "passed":
         return dataclasses.replace(v, status="failed", detail=f"{excused} (float16 rounding ruled out: {wide.detail})")
     return dataclasses.replace(v, detail=(
@@ -193,9 +193,9 @@ def verify_half(original: ModelProto, optimized: ModelProto, runs: int, rtol: fl
 
 
 def _wide(wide_original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None, atol: float | None,
-          dims: dict[str, int] | None, random_pairs: dict[str, str] | None):
-    """Step 1: the verification of the float32 copies, its detail saying what refused them where it did not pass."""
-    from eqsat.verification import Verification, verify
+          dims: dict[str, int] | None, random_pairs: dict[str, str] | None, verify: Callable):
+    """Step 1: the verification (`verify`) of the float32 copies, its detail saying what refused them where it
+    did not pass."""
 
     wide_optimized = widened(optimized)
     if wide_optimized is None:
@@ -210,20 +210,18 @@ def _wide(wide_original: ModelProto, optimized: ModelProto, runs: int, rtol: flo
 
 def _emulated(original: ModelProto, optimized: ModelProto, wide_original: ModelProto, refused, runs: int,
               rtol: float | None, atol: float | None, dims: dict[str, int] | None,
-              random_pairs: dict[str, str] | None):
-    """The verification of a model onnxruntime cannot run (`refused`, "not possible": its CPU
+              random_pairs: dict[str, str] | None, verify: Callable):
+    """The verification (`verify`) of a model onnxruntime cannot run (`refused`, "not possible": its CPU
     provider has no bfloat16 kernels for most ops): its float32 copies (step 1, at float32's
     tolerance), then its `rounded` copies, each op's result rounded to its type (the
     specification's run), every run of them `judge`d against the original's float32 copy
     (`Truth.emulated`). Passed or failed as those are; `refused` where a copy cannot be made
     or run."""
-    from eqsat.verification import verify
-
     ro, rp = rounded(original), rounded(optimized)
     truth = _runner(wide_original)
     if ro is None or rp is None or truth is None:
         return refused
-    wide = _wide(wide_original, optimized, runs, rtol, atol, dims, random_pairs)
+    wide = _wide(wide_original, optimized, runs, rtol, atol, dims, random_pairs, verify)
     if wide.status != "passed":
         return dataclasses.replace(wide, detail=f"{refused.detail}; {wide.detail}") \
             if wide.status == "not possible" else wide
@@ -329,7 +327,7 @@ class Truth:
 
 
 def _runner(model: ModelProto):
-    from eqsat.verification import session
+    from eqsat.backends.ort.sessions import session
 
     try:
         sess = session(model, optimize=False)
@@ -420,7 +418,7 @@ def outside(e: np.ndarray, a: np.ndarray, t: np.ndarray, own: float, rtol: float
     None: float16's tolerance, the absolute one times the output's magnitude as verification
     scales it. Where `e` is not finite, `a` must be the same value, or finite and within the
     bound of a finite `t`; where `t` is not finite and `e` is, within the tolerance of `e`."""
-    from eqsat.verification import _scale, tolerance
+    from eqsat.verification.outcome import _scale, tolerance
 
     E, A, T = (np.asarray(v).astype(np.float64) for v in (e, a, t))
     r, s = tolerance(np.float16)
