@@ -141,3 +141,17 @@ def test_the_ilp_says_when_a_cheaper_greedy_answer_breaks_the_work_bound():
     note = ILP._why_greedy_cheaper(g, greedy, 1)
     assert "computes 2 contractions, more than the input's 1" in note
     assert "layouts" in ILP._why_greedy_cheaper(g, greedy, 2)
+
+
+def test_attention_over_fewer_keys_than_queries_counts_the_keys():
+    # SegFormer reduces its keys and values by its sequence-reduction ratio: attention's FLOPs
+    # took the queries' length for the keys', so its MultiHeadAttention fusion was reported
+    # as "more flops than the input" (1.97e7 -> 2.22e7) and priced as that much work
+    q, kv = (helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, s) for n, s in
+             (("q", [1, 64, 32]), ("kv", [1, 16, 32])))
+    mha = helper.make_node("MultiHeadAttention", ["q", "kv", "kv"], ["y"], domain="com.microsoft", num_heads=2)
+    g = helper.make_graph([mha], "g", [q, kv], [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT,
+                                                                             [1, 64, 32])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    w = optimize(m, Options(layout="nchw")).report["work"]
+    assert w["input"]["flops"] == 4 * (64 * 32) * 16  # QK^T and AV: 2 x 2 x queries' elements x keys

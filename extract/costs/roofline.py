@@ -430,7 +430,10 @@ class Roofline(CostModel):
             return 2.0 * out_n * per_out, "matmul"
         if op in ATTENTION and inputs:
             q = self.numel(egraph, inputs[0]) or out_n
-            seq = self.dim(egraph, inputs[0], 1) or DEFAULT_DIM
+            # the keys' length: MultiHeadAttention's key [B, L, D] or [B, N, L, H] (shorter than
+            # the queries where a model reduces its keys); Attention's input 1 is its weights
+            keys = self.dim(egraph, inputs[1], -2) if op != "Attention" and len(inputs) > 1 else None
+            seq = keys or self.dim(egraph, inputs[0], 1) or DEFAULT_DIM
             if op == "MultiHeadAttentionPast" and len(inputs) > 6:  # keys: the past's and the new ones
                 seq = (self.dim(egraph, inputs[6], 2) or DEFAULT_DIM) + (self.dim(egraph, inputs[1], 1) or DEFAULT_DIM)
             return 4.0 * q * seq, "matmul"
