@@ -30,7 +30,8 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
   reverses the order of each integer default's elements, or where that leaves it as it is,
   takes 1 off its ones above 1 (a rule file's Reshape(x, s) -> x of s = [2, 3] for x[2, 3]
   passed on the default alone); "floats" varies the floating-point ones alone.
-`with_special_values` puts zeros or large magnitudes among the floats drawn;
+`with_special_values` puts zeros or large magnitudes among the floats drawn (zeros among the
+floating-point overridable inputs too: other values never give them 0);
 `with_integer_extremes` puts each general integer's type minimum and maximum among it;
 `with_large_sizes` makes every size 2 or 3 (a rewrite right for sizes 0 and 1 only, such as
 an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1), `with_larger_sizes`
@@ -407,11 +408,14 @@ class Feeds:
         return out.astype(dt)
 
     def with_special_values(self, feeds: dict[str, np.ndarray], seed: int, kind: str) -> dict[str, np.ndarray]:
-        """`feeds` with special values among the floating-point inputs (not the overridable
-        ones: those are weights; zeros among general integers too), for rewrites that are wrong only on such values:
+        """`feeds` with special values among the floating-point inputs (the overridable ones
+        only for "zeros": the others keep those weights; zeros among general integers too), for
+        rewrites that are wrong only on such values:
         - "zeros": a quarter of the elements 0; general integer inputs too (role "general"),
           with at least one 0 (a scalar one drawn in [-9, 9] was 0 one draw in 19: Where(n == 0,
-          -x, x) taken for x passed);
+          -x, x) taken for x passed); floating-point overridable inputs too, with at least one 0
+          (the caller may set a weight to 0: their other values are scaled defaults, never 0,
+          and a rule file's (x / w) * w -> x passed);
         - "scaled": every element times SCALED (100): standard normal values stay within 5, so
           what a model computes only beyond (a Where or If on x > 10) never ran, and the
           "large" case compares values only as far as rounding moves them; rounding grows
@@ -447,7 +451,8 @@ class Feeds:
                 flat[rng.integers(flat.size)] = 0
                 out[name] = v
                 continue
-            if name in self.free or not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.size == 0:
+            if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.size == 0 or \
+                    (name in self.free and kind != "zeros"):
                 out[name] = v
                 continue
             v = v.copy()
@@ -455,6 +460,8 @@ class Feeds:
             picks: list[float] = []
             if kind == "zeros":
                 flat[rng.random(flat.size) < 0.25] = 0
+                if name in self.free:  # a weight the caller may set to 0: x / w * w taken for x
+                    flat[rng.integers(flat.size)] = 0
             elif kind == "scaled":
                 flat *= SCALED
             elif kind == "far":
