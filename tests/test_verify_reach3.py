@@ -6,9 +6,17 @@ the original's outputs on inputs that reach the place (under onnxruntime)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import onnx
+import onnxruntime as ort
 from onnx import TensorProto as TP
 from onnx import helper as h
+from onnx import numpy_helper
+
+from eqsat.plan import check_plan, execute_plan
+from eqsat.plan.graph import graph_from_model
 
 from .conftest import optimize_cli
 from .test_verify_reach import _outputs
@@ -29,3 +37,60 @@ def test_an_overridable_weight_of_zero_is_drawn(capsys, tmp_path):
     assert np.isnan(_outputs(m, feeds)[0][0])
     rc, err, out = optimize_cli(capsys, tmp_path, m, rules=rules)
     assert rc == 1 and out is None, err
+
+
+# ---- the memory plan: sizes onnx's shape inference gets wrong
+
+
+def _ort_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every node output of `model` under onnxruntime (graph optimizations off)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    names = [y for n in m.graph.node for y in n.output if y]
+    have = {o.name for o in m.graph.output}
+    m.graph.output.extend(h.make_empty_tensor_value_info(y) for y in names if y not in have)
+    return dict(zip(names, _outputs_named(m, names, feeds), strict=True))
+
+
+def _outputs_named(model: onnx.ModelProto, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(names, feeds)
+
+
+def _slice_back(x: str) -> list[onnx.NodeProto]:
+    # Slice(x, 3, INT64_MAX, axis 0, step -1): onnx's inference clamps the end to the last
+    # element (0 elements), onnxruntime runs to the first ([x3, x2, x1, x0])
+    const = [h.make_node("Constant", [], [n], value=numpy_helper.from_array(np.array([v], np.int64), n))
+             for n, v in (("s", 3), ("e", 2**63 - 1), ("a", 0), ("p", -1))]
+    return [*const, h.make_node("Slice", [x, "s", "e", "a", "p"], ["y"])]
+
+
+def test_a_plan_sizes_each_tensor_as_onnxruntime_makes_it(capsys, tmp_path):
+    # the planner sized every tensor by onnx's shape inference alone: Slice's y and z took 0
+    # bytes (onnxruntime writes 16), at the offset of r, which Mul reads after them; the plan
+    # was written with exit 0
+    shape, make = [4], _slice_back
+    nodes = [h.make_node("Relu", ["x"], ["r"]), *make("r"), h.make_node("Neg", ["y"], ["z"]),
+             h.make_node("Mul", ["r", "r"], ["q"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, shape)],
+                     [h.make_tensor_value_info("z", TP.FLOAT, ["n"] * len(shape)),
+                      h.make_tensor_value_info("q", TP.FLOAT, shape)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 19)], ir_version=9)
+    rc, err, out = optimize_cli(capsys, tmp_path, m, "--plan", tmp_path / "plan.json")
+    assert rc == 0 and out is not None, err
+    onnx.checker.check_model(out)
+    assert [n.op_type for n in out.graph.node if n.op_type != "Constant"] == ["Relu", make("r")[-1].op_type, "Neg",
+                                                                             "Mul"]
+    feeds = {"x": np.arange(1, 1 + np.prod(shape), dtype=np.float32).reshape(shape)}
+    for a, b in zip(_outputs(m, feeds), _outputs(out, feeds), strict=True):
+        np.testing.assert_array_equal(b, a)
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    values = _ort_values(out, feeds)
+    for t in plan["tensors"]:
+        v = values[t["name"]]
+        assert (t["size"], tuple(t["shape"])) == (v.nbytes, v.shape), (t, v.shape)
+    check_plan(plan, graph_from_model(out))
+    # and its proof by execution runs the Slice as onnxruntime does (the reference evaluator's is empty)
+    ex = execute_plan(out, plan)
+    assert ex.status == "passed", ex.detail
