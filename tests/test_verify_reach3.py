@@ -7,10 +7,12 @@ the original's outputs on inputs that reach the place (under onnxruntime)."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper
@@ -18,7 +20,7 @@ from onnx import numpy_helper
 from eqsat.plan import check_plan, execute_plan
 from eqsat.plan.graph import graph_from_model
 
-from .conftest import optimize_cli
+from .conftest import assert_one_unsound, optimize_cli, rules_check
 from .test_verify_reach import _outputs
 from .test_verify_reach2 import _with_default
 
@@ -37,6 +39,37 @@ def test_an_overridable_weight_of_zero_is_drawn(capsys, tmp_path):
     assert np.isnan(_outputs(m, feeds)[0][0])
     rc, err, out = optimize_cli(capsys, tmp_path, m, rules=rules)
     assert rc == 1 and out is None, err
+
+
+# ---- `eqsat rules check`: types a rule names only as a Cast's target, and int64
+
+# each came out "ok" (exit 0): a type a rule names made every tensor of its tries that type,
+# though a Cast's target says nothing of the tensor cast, and int64 was never tried
+WRONG_CASTS = {
+    # right for int32 x alone: floats lose their fractions, int64 its high bits
+    "cast-i32-back": ("(rule ((= e (Cast (Cast x r1 s1 (I32)) r2 s2 t)) (= t (dtype x))) ((union e x)) "
+                      ':ruleset r :name "cast-i32-back")\n', r"^  x = float(16|32)\["),
+    # right for every type but int64, whose extremes float64 does not hold
+    "cast-f64-back": ("(rule ((= e (Cast (Cast x r1 s1 (F64)) r2 s2 t)) (= t (dtype x))) ((union e x)) "
+                      ':ruleset r :name "cast-f64-back")\n', r"^  x = int64\["),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_CASTS))
+def test_a_cast_round_trip_right_for_one_type_is_unsound(capsys, tmp_path, name):
+    body, x = WRONG_CASTS[name]
+    out = assert_one_unsound(capsys, tmp_path, f"; Cast(Cast(x, T), dtype(x)) -> x   (WRONG)\n{body}", "-v")
+    assert re.search(rf"{name}: UNSOUND", out), out
+    assert re.search(x, out, re.M), out
+
+
+def test_a_cast_round_trip_guarded_to_its_type_stays_sound(capsys, tmp_path):
+    # float32 -> float64 -> float32 is exact: the guard names x's type, so no other is tried
+    rc, out, err = rules_check(capsys, tmp_path, "; Cast(Cast(x, F64), F32) -> x   (x float32)\n"
+                               "(rule ((= e (Cast (Cast x r1 s1 (F64)) r2 s2 (F32))) (= (F32) (dtype x))) "
+                               '((union e x)) :ruleset r :name "cast-f64-f32")\n', "-v")
+    assert rc == 0, out + err
+    assert re.search(r"cast-f64-f32: ok \(8 runs", out), out
 
 
 # ---- the memory plan: sizes onnx's shape inference gets wrong
