@@ -41,6 +41,48 @@ def test_an_overridable_weight_of_zero_is_drawn(capsys, tmp_path):
     assert rc == 1 and out is None, err
 
 
+def _int_default(nodes: list[onnx.NodeProto]) -> onnx.ModelProto:
+    return _with_default(nodes, [h.make_tensor_value_info("x", TP.INT32, [16]),
+                                 h.make_tensor_value_info("w", TP.INT32, [16])],
+                         h.make_tensor_value_info("y", TP.INT32, [16]), np.arange(1, 17, dtype=np.int32))
+
+
+def test_an_overridable_integer_takes_other_signs(capsys, tmp_path):
+    # w is an overridable int32 with the default 1..16: its other values were the default
+    # reversed, never negative, and the edge runs left it at its default, so a rule file's
+    # Abs(w) -> w was written with exit 0 (x * w where the original gives x * |w|)
+    m = _int_default([h.make_node("Abs", ["w"], ["r"]), h.make_node("Mul", ["x", "r"], ["y"])])
+    rules = ('(ruleset bad)\n; Abs(w) -> w, unsound for a negative w\n'
+             '(rewrite (Abs w) w :ruleset bad :name "bad-abs-drop")\n')
+    rc, err, out = optimize_cli(capsys, tmp_path, m, rules=rules)
+    assert rc == 1 and out is None, err
+    assert "zeros among the floats and integers" in err, err
+
+
+def test_an_overridable_integer_of_zero_is_drawn(capsys, tmp_path):
+    # ... nor 0: a rule file's Where(w == 0, x, w) -> w was written with exit 0
+    m = _int_default([h.make_node("Constant", [], ["z"], value=h.make_tensor("z", TP.INT32, [], [0])),
+                      h.make_node("Equal", ["w", "z"], ["c"]), h.make_node("Where", ["c", "x", "w"], ["y"])])
+    feeds = {"x": np.full(16, 7, np.int32), "w": np.zeros(16, np.int32)}
+    assert _outputs(m, feeds)[0].tolist() == [7] * 16
+    rules = ('(ruleset bad)\n; Where(c, x, w) -> w, unsound where c holds\n'
+             '(rewrite (Where c x w) w :ruleset bad :name "bad-where-else")\n')
+    rc, err, out = optimize_cli(capsys, tmp_path, m, rules=rules)
+    assert rc == 1 and out is None, err
+
+
+def test_an_overridable_shape_keeps_its_role(capsys, tmp_path):
+    # an overridable Reshape target is a size, not a general integer: the zeros' run keeps it
+    # (drawn in [-9, 9] the original would refuse it), and a right program passes
+    from eqsat.verification import verify
+
+    m = _with_default([h.make_node("Reshape", ["x", "s"], ["r"]), h.make_node("Abs", ["r"], ["y"])],
+                      [h.make_tensor_value_info("x", TP.INT32, [2, 3]), h.make_tensor_value_info("s", TP.INT64, [2])],
+                      h.make_tensor_value_info("y", TP.INT32, ["a", "b"]), np.array([3, 2], np.int64))
+    v = verify(m, m)
+    assert v.status == "passed" and "zeros among the floats and integers" in v.detail, v.detail
+
+
 # ---- `eqsat rules check`: types a rule names only as a Cast's target, and int64
 
 # each came out "ok" (exit 0): a type a rule names made every tensor of its tries that type,

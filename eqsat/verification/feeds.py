@@ -182,6 +182,10 @@ class Feeds:
         self._inferred: dict[str, list[int | str | None]] | None = None  # `_shape`'s, made where first needed
         self.roles = {name: self._role(name) for name, (_, elem) in self.specs.items()
                       if elem in INT_CODES and name not in self.free}
+        # the overridable integer inputs' roles: the general ones take other values in the
+        # zeros' and the extremes' edge runs (`_general`)
+        self.free_roles = {name: self._role(name) for name, (_, elem) in self.specs.items()
+                           if elem in INT_CODES and name in self.free}
         # how `draw` (with `wide`) draws sizes: "" 0 or 1, "large" 2 or 3 (with_large_sizes),
         # "negative" those with a -1 (with_negative_sizes); set by verification where the
         # original runs on no other
@@ -413,9 +417,11 @@ class Feeds:
         rewrites that are wrong only on such values:
         - "zeros": a quarter of the elements 0; general integer inputs too (role "general"),
           with at least one 0 (a scalar one drawn in [-9, 9] was 0 one draw in 19: Where(n == 0,
-          -x, x) taken for x passed); floating-point overridable inputs too, with at least one 0
-          (the caller may set a weight to 0: their other values are scaled defaults, never 0,
-          and a rule file's (x / w) * w -> x passed);
+          -x, x) taken for x passed), an overridable one drawn in [-9, 9] first (its other
+          values keep its default's signs and never hold 0: a rule file's Abs(w) -> w passed);
+          floating-point overridable inputs too, with at least one 0 (the caller may set a
+          weight to 0: their other values are scaled defaults, never 0, and a rule file's
+          (x / w) * w -> x passed);
         - "scaled": every element times SCALED (100): standard normal values stay within 5, so
           what a model computes only beyond (a Where or If on x > 10) never ran, and the
           "large" case compares values only as far as rounding moves them; rounding grows
@@ -447,6 +453,8 @@ class Feeds:
             if kind == "zeros" and self._general(name, v):
                 v = v.copy()
                 flat = v.reshape(-1)
+                if name in self.free:  # its default's signs alone were drawn: any, as a general input's
+                    flat[:] = rng.integers(0 if v.dtype.kind == "u" else GENERAL[0], GENERAL[1], flat.size)
                 flat[rng.random(flat.size) < 0.25] = 0
                 flat[rng.integers(flat.size)] = 0
                 out[name] = v
@@ -480,24 +488,25 @@ class Feeds:
         return out
 
     def _general(self, name: str, v: object) -> bool:
-        """Whether `v`, the input `name`, is a non-empty general integer (role "general", not overridable)."""
-        return name not in self.free and self.roles.get(name, Role("")).kind == "general" \
-            and isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.size > 0
+        """Whether `v`, the input `name`, is a non-empty general integer (role "general",
+        overridable or not)."""
+        role = self.roles.get(name) or self.free_roles.get(name, Role(""))
+        return role.kind == "general" and isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.size > 0
 
     def has_general_integers(self) -> bool:
         """Whether an integer input is of role "general" (`with_integer_extremes` may change something)."""
-        return any(role.kind == "general" for role in self.roles.values())
+        return any(role.kind == "general" for role in [*self.roles.values(), *self.free_roles.values()])
 
     def with_integer_extremes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
-        """`feeds` with one element of each general integer input (role "general", not
-        overridable) at its type's minimum and one at its maximum, at random positions: a
+        """`feeds` with one element of each general integer input (role "general",
+        overridable or not) at its type's minimum and one at its maximum, at random positions: a
         rewrite right only where integer arithmetic does not wrap (Relu(Abs(x)) taken for
         Abs(x): |-128| is -128 in int8) passed every draw in [-9, 9]. A value that reaches a
         Div's or Mod's dividend gets the minimum plus one: INT_MIN / -1 kills onnxruntime
         (SIGFPE), and the other edge cases would be lost to that crash of the original."""
         rng = np.random.default_rng(seed)
         out = dict(feeds)
-        for name, role in self.roles.items():
+        for name, role in [*self.roles.items(), *self.free_roles.items()]:
             v = feeds.get(name)
             if role.kind != "general" or not isinstance(v, np.ndarray) or v.dtype.kind not in "iu" or v.size == 0:
                 continue
