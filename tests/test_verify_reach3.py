@@ -41,6 +41,45 @@ def test_an_overridable_weight_of_zero_is_drawn(capsys, tmp_path):
     assert rc == 1 and out is None, err
 
 
+def test_an_overridable_weight_beyond_its_default_is_drawn(capsys, tmp_path):
+    # w is overridable with the default 0.5: its other values were the default times [0.5,
+    # 1.5] with signs drawn, never above 1, and the scaled edge runs left it as it was, so a
+    # rule file's Min(w, 1) -> w was written with exit 0 (x * w where the original gives x for
+    # a caller's w = 2)
+    m = _with_default([h.make_node("Constant", [], ["one"], value=numpy_helper.from_array(np.array(1.0, np.float32))),
+                       h.make_node("Min", ["w", "one"], ["m"]), h.make_node("Mul", ["x", "m"], ["y"])],
+                      [h.make_tensor_value_info("x", TP.FLOAT, [8]), h.make_tensor_value_info("w", TP.FLOAT, [8])],
+                      h.make_tensor_value_info("y", TP.FLOAT, [8]), np.full(8, 0.5, np.float32))
+    rules = ("(ruleset bad)\n; Min(a, b) -> a, unsound where a > b\n"
+             '(rewrite (Min (Cons a (Cons b (Nil)))) a :ruleset bad :name "bad-min-first")\n')
+    rc, err, out = optimize_cli(capsys, tmp_path, m, rules=rules)
+    assert rc == 1 and out is None, err
+    assert "on floats times 100" in err, err
+
+
+def test_overridable_weights_of_a_right_program_pass_the_scaled_runs():
+    # a Conv's overridable weight and bias keep their values in the scaled runs (times 100 layer
+    # after layer overflows); an overridable scale read element-wise is scaled, and a model
+    # passes against itself
+    from eqsat.verification import verify
+
+    inits = [numpy_helper.from_array(np.full((2, 1, 3, 3), 0.1, np.float32), "cw"),
+             numpy_helper.from_array(np.full(2, 0.1, np.float32), "cb"),
+             numpy_helper.from_array(np.full((1, 2, 1, 1), 0.5, np.float32), "w")]
+    g = h.make_graph([h.make_node("Conv", ["x", "cw", "cb"], ["c"], pads=[1, 1, 1, 1]),
+                      h.make_node("Mul", ["c", "w"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", TP.FLOAT, [1, 1, 4, 4]),
+                      *(h.make_tensor_value_info(t.name, TP.FLOAT, list(t.dims)) for t in inits)],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [1, 2, 4, 4])], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
+    from eqsat.verification.feeds import Feeds
+
+    feeds = Feeds(m)
+    assert [feeds._free_float(n, "scaled") for n in ("cw", "cb", "w")] == [False, False, True]
+    v = verify(m, m)
+    assert v.status == "passed" and "floats times 100" in v.detail, v.detail
+
+
 def _int_default(nodes: list[onnx.NodeProto]) -> onnx.ModelProto:
     return _with_default(nodes, [h.make_tensor_value_info("x", TP.INT32, [16]),
                                  h.make_tensor_value_info("w", TP.INT32, [16])],
@@ -81,6 +120,37 @@ def test_an_overridable_shape_keeps_its_role(capsys, tmp_path):
                       h.make_tensor_value_info("y", TP.INT32, ["a", "b"]), np.array([3, 2], np.int64))
     v = verify(m, m)
     assert v.status == "passed" and "zeros among the floats and integers" in v.detail, v.detail
+
+
+def _sized_by(op: str, default: list[int], x_shape: list[int]) -> onnx.ModelProto:
+    return _with_default([h.make_node(op, ["x", "s"], ["y"])],
+                         [h.make_tensor_value_info("x", TP.FLOAT, x_shape),
+                          h.make_tensor_value_info("s", TP.INT64, [len(default)])],
+                         h.make_tensor_value_info("y", TP.FLOAT, [f"d{i}" for i in range(len(x_shape))]),
+                         np.array(default, np.int64))
+
+
+@pytest.mark.parametrize("op", ["Expand", "Tile"])
+def test_an_overridable_size_of_ones_takes_another_value(capsys, tmp_path, op):
+    # s is an overridable size of 1s: reversed, or less by 1 where above 1, it stayed [1, 1],
+    # so a rule file's Expand(x, s) -> x (Tile(x, s) -> x) was written with exit 0 (x[1, 1]
+    # where the original gives [2, 2] for a caller's s = [2, 2])
+    m = _sized_by(op, [1, 1], [1, 1])
+    rules = (f"(ruleset bad)\n; {op}(x, s) -> x, unsound where s is not all 1\n"
+             f'(rewrite ({op} x s) x :ruleset bad :name "bad-{op.lower()}-drop")\n')
+    rc, err, out = optimize_cli(capsys, tmp_path, m, rules=rules)
+    assert rc == 1 and out is None, err
+    assert "expected (2, 2)" in err, err
+
+
+def test_an_overridable_size_of_ones_the_original_refuses_otherwise_passes():
+    # Reshape(x[1, 1], s = [1, 1]) takes no s = [2, 2]: the extra run falls back to the floats
+    # (none here) and the right program passes on the default
+    from eqsat.verification import verify
+
+    m = _sized_by("Reshape", [1, 1], [1, 1])
+    v = verify(m, m)
+    assert v.status == "passed", v.detail
 
 
 # ---- `eqsat rules check`: types a rule names only as a Cast's target, and int64
