@@ -184,6 +184,17 @@ def test_a_cast_round_trip_guarded_to_its_type_stays_sound(capsys, tmp_path):
     assert re.search(r"cast-f64-f32: ok \(8 runs", out), out
 
 
+@pytest.mark.xfail(strict=True, reason="rules check never draws allowzero = 1 with a target holding 0 and an empty "
+                   "input, the only inputs on which both sides run and differ (Reshape(x[0, 3], [0, 0]) is [0, 0] "
+                   "with allowzero 1, [0, 3] without)")
+def test_a_rule_dropping_reshape_allowzero_is_unsound(capsys, tmp_path):
+    # open: the rule comes out "ok" (exit 0)
+    out = assert_one_unsound(capsys, tmp_path, "; Reshape(x, s, az) -> Reshape(x, s, 0)   (WRONG for az = 1)\n"
+                                               '(rewrite (Reshape x s az) (Reshape x s 0) :ruleset r '
+                                               ':name "reshape-allowzero-drop")\n', "-v")
+    assert "reshape-allowzero-drop: UNSOUND" in out, out
+
+
 # ---- the memory plan: sizes onnx's shape inference gets wrong
 
 
