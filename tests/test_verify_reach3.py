@@ -250,3 +250,18 @@ def test_a_plan_sizes_each_tensor_as_onnxruntime_makes_it(capsys, tmp_path):
     # and its proof by execution runs the Slice as onnxruntime does (the reference evaluator's is empty)
     ex = execute_plan(out, plan)
     assert ex.status == "passed", ex.detail
+
+
+def test_a_plan_refuses_an_optional_value(capsys, tmp_path):
+    # onnxruntime hands an optional's tensor over as an array: the planner placed the optional
+    # o as a tensor of 16 bytes and wrote the plan with exit 0, where its contract (and
+    # docs/memory-plan.md) refuses what is not a tensor (an empty optional holds no bytes)
+    nodes = [h.make_node("Relu", ["x"], ["r"]), h.make_node("Optional", ["r"], ["o"]),
+             h.make_node("OptionalGetElement", ["o"], ["a"]), h.make_node("Neg", ["a"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [4])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [4])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
+    onnx.checker.check_model(m)
+    rc, err, out = optimize_cli(capsys, tmp_path, m, "--plan", tmp_path / "plan.json")
+    assert rc == 1 and out is None and not (tmp_path / "plan.json").exists(), err
+    assert "'o' is not a tensor (optional)" in err, err

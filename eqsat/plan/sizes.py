@@ -203,11 +203,16 @@ def tensor_types(model: ModelProto, dims: dict[str, int]) -> tuple[dict[str, Ten
     except Exception:  # noqa: BLE001 - inference is best effort; the run below measures the rest
         g = sk.graph
     known: dict[str, tuple[int, tuple[int, ...]]] = {}
+    produced = [(n, y) for n in model.graph.node for y in n.output if y]
+    names = {y for _, y in produced}
     for vi in [*g.value_info, *g.output]:
+        kind = vi.type.WhichOneof("value")
+        if vi.name in names and kind not in (None, "tensor_type"):  # onnxruntime hands an optional's tensor over
+            raise PlanError(f"'{vi.name}' is not a tensor ({kind.removesuffix('_type')}): the planner handles "
+                            "tensor graphs only")
         s = _static(vi)
         if s is not None:
             known[vi.name] = s
-    produced = [(n, y) for n in model.graph.node for y in n.output if y]
     missing = [y for _, y in produced if y not in known]
     types: dict[str, TensorType] = {}
     for name, (elem, shape) in _measured(model, [y for _, y in produced], missing, known, used).items():
