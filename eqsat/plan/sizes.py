@@ -264,8 +264,8 @@ def _measured(model: ModelProto, produced: list[str], missing: list[str], known:
     it runs the model and the inferred sizes fit in a CHECK_FRACTION of the memory, every
     other intermediate too: onnx's inference and onnxruntime disagree on some ops (a Slice
     to INT64_MAX with a negative step: onnx 0 elements, onnxruntime up to the whole axis; a
-    ConvTranspose's output_shape: onnx drops the spatial axes), and a plan sized by the
-    inference alone put a tensor of 16 bytes in 0. A model onnxruntime cannot run keeps
+    pool with ceil_mode whose last window starts in the padding: onnxruntime drops it), and
+    a plan sized by the inference alone put a tensor of 16 bytes in 0. A model onnxruntime cannot run keeps
     the inferred sizes where nothing is missing (else PlanError, as `_types_from_run`)."""
     from eqsat.verification.feeds import _memory
 

@@ -424,8 +424,9 @@ class Feeds:
 
     def with_special_values(self, feeds: dict[str, np.ndarray], seed: int, kind: str) -> dict[str, np.ndarray]:
         """`feeds` with special values among the floating-point inputs (the overridable ones
-        only for "zeros": the others keep those weights; zeros among general integers too), for
-        rewrites that are wrong only on such values:
+        for "zeros", "scaled" and "far" where `_free_float` says so: the others keep those
+        weights; zeros among general integers too), for rewrites that are wrong only on such
+        values:
         - "zeros": a quarter of the elements 0; general integer inputs too (role "general"),
           with at least one 0 (a scalar one drawn in [-9, 9] was 0 one draw in 19: Where(n == 0,
           -x, x) taken for x passed), an overridable one drawn in [-9, 9] first (its other
