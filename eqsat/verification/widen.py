@@ -26,7 +26,13 @@ that the float16 tolerance does not, step 1 too:
    LayerNormalization that rounds its input is farther from the truth than onnxruntime's
    run of the original chain, and as far as the specification's). In each run every float16
    output of the optimized model's `rounded` copy must keep to the same bound, which is where
-   an overflow of float16 that onnxruntime's float32 chains hide shows.
+   an overflow of float16 that onnxruntime's float32 chains hide shows. Where the original
+   casts a computed value to a half type (Cast, or CastLike to a half value), its float32
+   copy drops a rounding the program asks for, and is another function where that rounding
+   matters (a float32 value split into float16 parts, a rounding before a comparison): the
+   excused output must then keep to the same bound of the original's `kept` copy too (those
+   roundings done, the rest in float32), or a program that drops them, as close to the
+   float32 copy as can be, would be excused.
 
 Both must hold; where a float32 copy cannot be made or run (a sparse or external initializer,
 an op without a float32 kernel), or the refusal was no difference of values (a crash, a
@@ -105,13 +111,30 @@ def kept(model: ModelProto) -> ModelProto | None:
     rounding before a comparison or an integer Cast), its `widened` copy is another function,
     and a program that drops the rounding would be as close to it as can be: `judge` holds an
     excused output to this copy too."""
-    out = copy.deepcopy(model)
+    out = _castlike_as_cast(copy.deepcopy(model))
     found: list[bool] = []
     try:
         _widen_graph(out.graph, found)
     except _Unconvertible:
         return None
     return out if found else None
+
+
+def _castlike_as_cast(model: ModelProto) -> ModelProto:
+    """`model` (changed in place) with each CastLike of its main graph whose target is a float16 or
+    bfloat16 value made the Cast to that type (`widened` makes the target float32, and the CastLike
+    then rounds nothing)."""
+    try:
+        typed = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001 - the types not known: the CastLikes stay
+        return model
+    types = {v.name: v.type.tensor_type.elem_type for v in (*typed.input, *typed.value_info, *typed.output)}
+    types |= {t.name: t.data_type for t in model.graph.initializer}
+    for i, n in enumerate(model.graph.node):
+        if n.op_type == "CastLike" and n.domain in ("", "ai.onnx") and types.get(n.input[1]) in HALF:
+            model.graph.node[i].CopyFrom(onnx.helper.make_node("Cast", [n.input[0]], list(n.output), name=n.name,
+                                                               to=types[n.input[1]]))
+    return model
 
 
 class _Unconvertible(Exception):
