@@ -58,6 +58,14 @@ def test_a_float16_rounding_changed_to_bfloat16_is_refused():
     assert v.status == "failed", v.detail
 
 
+def test_a_dropped_rounding_by_cast_like_is_refused():
+    # CastLike(b, x), x float16: `widened` makes x float32 and the CastLike rounds nothing; before,
+    # the kept copy kept it so too, and dropping its rounding passed
+    m = parse_model(SPLIT.replace("c = Cast <to = 10> (b)", "c = CastLike(b, x)"))
+    assert verify(m, parse_model(SPLIT.replace("d = Cast <to = 1> (c)", "d = Identity(b)"))).status == "failed"
+    assert verify(m, m).status == "passed"
+
+
 def test_a_dropped_rounding_to_bfloat16_is_refused():
     # bfloat16: onnxruntime runs no bfloat16 kernels, the models are verified as their rounded
     # copies against the float32 copy (`_emulated`), which dropped the rounding of b as well
@@ -92,3 +100,106 @@ def test_kept_copies():
     assert all(v.type.tensor_type.elem_type == TensorProto.FLOAT for v in (*k.graph.input, *k.graph.output))
     assert kept(layer_norm(4.0)) is None  # no Cast of a computed value: the widened copy is the truth
     onnx.checker.check_model(k)
+
+
+# ---- Loops that a condition ends, not a trip count
+
+# z = x plus v = x * x once for each trip past the 11th; the loop runs m trips (an input, drawn in
+# [-9, 9]) through its condition, with no trip count (a while loop) or a constant one of 1000
+WHILE = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[3] x, int64 m) => (float[3] z) {
+        v = Mul(x, x)
+        zero = Constant <value = int64 {0}> ()
+        t = Less(zero, m)
+        z = Loop(TRIPS, t, x) <body = b (int64 i, bool c, float[3] acc) => (bool co, float[3] ao) {
+                ten = Constant <value = int64 {10}> ()
+                one = Constant <value = int64 {1}> ()
+                late = Greater(i, ten)
+                i1 = Add(i, one)
+                co = Less(i1, m)
+                w = Add(acc, v)
+                ao = Where(late, w, acc)
+            }>
+    }"""
+BAD_SQUARE = '(ruleset bad)\n; Mul(x, x) -> x, unsound\n(rewrite (Mul x x) x :ruleset bad :name "bad-square")\n'
+
+
+def _while(trips: str) -> onnx.ModelProto:
+    body = "" if trips == "" else "big = Constant <value = int64 {1000}> ()\n        "
+    return parse_model(WHILE.replace("v = Mul", body + "v = Mul").replace("TRIPS", "big" if trips else ""))
+
+
+def test_a_value_a_while_loop_reads_only_after_many_trips_is_verified(capsys, tmp_path):
+    # Before: exit 0 for both, written with z = x + 2 x where the original gives x + 2 x * x at
+    # m = 12 (x = [1, 2, 3]: [2, 4, 6] for [2, 6, 12]): `_loops` forced only Loops whose trip
+    # count is computed, and these end by their condition
+    for trips in ("", "1000"):
+        m = _while(trips)
+        rc, err, out = optimize_cli(capsys, tmp_path, m, rules=BAD_SQUARE)
+        assert rc == 1 and out is None, (trips, err)
+        assert "with every Loop's trip count 20" in err, err
+        v = verify(m, m)  # the right program: verified, on the forced trips too
+        assert v.status == "passed" and "on every Loop's trip count 20" in v.detail, v.detail
+
+
+# ---- an If whose branches a rule swaps, negating the condition
+
+IF_AT_5000 = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[3] x, int64[1] i) => (float[3] z) {
+        k = Constant <value = int64[1] {5000}> ()
+        c1 = Equal(i, k)
+        COND
+        z = If(c) <then_branch = t () => (float[3] zt) {
+                zt = THEN(x)
+            }, else_branch = e () => (float[3] ze) {
+                ze = ELSE(x)
+            }>
+    }"""
+
+
+def _if(cond: str, then: str, other: str) -> onnx.ModelProto:
+    return parse_model(IF_AT_5000.replace("COND", cond).replace("THEN", then).replace("ELSE", other))
+
+
+def test_an_if_with_its_branches_swapped_and_its_condition_negated_is_verified():
+    # Before: failed (with every If's condition forced true: Sigmoid(x) vs -x): forced true, the
+    # original took its then branch and If(Not(c), Sigmoid, Neg) its then branch too, where c true
+    # takes Neg in both. The swap without the Not, and the Not without the swap, are still refused
+    m = _if("c = Squeeze(c1)", "Neg", "Sigmoid")
+    v = verify(m, _if("c0 = Squeeze(c1)\n        c = Not(c0)", "Sigmoid", "Neg"))
+    assert v.status == "passed" and "forced true and false" in v.detail, v.detail
+    assert verify(m, _if("c = Squeeze(c1)", "Sigmoid", "Neg")).status == "failed"
+    v = verify(m, _if("c0 = Squeeze(c1)\n        c = Not(c0)", "Neg", "Sigmoid"))
+    assert v.status == "failed", v.detail
+
+
+# ---- an If in a Loop's body whose condition the body computes from its constants
+
+BODY_CONSTANT_IF = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[3] x, int64 m) => (float[3] z) {
+        t = Constant <value = bool {1}> ()
+        z = Loop(m, t, x) <body = b (int64 i, bool c, float[3] acc) => (bool co, float[3] ao) {
+                f = Constant <value = bool {0}> ()
+                nf = Not(f)
+                co = Identity(c)
+                ao = If(nf) <then_branch = tb () => (float[3] tz) { tz = Add(acc, x) },
+                             else_branch = eb () => (float[3] ez) { ez = Neg(acc) }>
+            }>
+    }"""
+
+
+def test_an_if_a_body_decides_from_its_constants_is_inlined_and_verified(capsys, tmp_path):
+    # Before: exit 1 (verification failed with every If's condition forced false): Not(false) is
+    # true on every trip and eqsat inlines the then branch, but `_computed` took only the body's
+    # Constants for constants, and forcing sent the original alone to the else branch
+    m = parse_model(BODY_CONSTANT_IF)
+    rc, err, out = optimize_cli(capsys, tmp_path, m)
+    assert rc == 0 and out is not None, err
+    onnx.checker.check_model(out)
+    assert "If" not in str(out.graph)
+    f = {"x": np.array([1, 2, 3], np.float32), "m": np.array(4, np.int64)}
+    np.testing.assert_allclose(run(out, f)["z"], run(m, f)["z"])
+    np.testing.assert_allclose(run(m, f)["z"], 5 * f["x"])
