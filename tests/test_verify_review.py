@@ -203,3 +203,15 @@ def test_an_if_a_body_decides_from_its_constants_is_inlined_and_verified(capsys,
     f = {"x": np.array([1, 2, 3], np.float32), "m": np.array(4, np.int64)}
     np.testing.assert_allclose(run(out, f)["z"], run(m, f)["z"])
     np.testing.assert_allclose(run(m, f)["z"], 5 * f["x"])
+
+
+def test_a_branch_that_reads_its_condition_is_forced_consistently():
+    # Before: the right Where(c, -x, Sigmoid(x)) -> -x in If(c)'s then branch was refused (with
+    # every If's condition forced true: the original's Where read the drawn c, false, where the
+    # then branch runs only where c is true). The wrong Where(...) -> Sigmoid(x) is still refused
+    where = "n = Neg(x)\n                s = Sigmoid(x)\n                zt = Where(c, n, s)"
+    m = parse_model(IF_AT_5000.replace("COND", "c = Squeeze(c1)").replace("zt = THEN(x)", where)
+                    .replace("ELSE", "Sigmoid"))
+    v = verify(m, _if("c = Squeeze(c1)", "Neg", "Sigmoid"))
+    assert v.status == "passed" and "forced true and false" in v.detail, v.detail
+    assert verify(m, _if("c = Squeeze(c1)", "Sigmoid", "Sigmoid")).status == "failed"

@@ -819,18 +819,41 @@ def _with_conditions(model: ModelProto, values: tuple[bool, ...]) -> ModelProto:
     """A copy of `model` whose computed If conditions (`_ifs`, nested ones too) are constants of
     the main graph: `values[d]` at nesting depth d, the last of `values` deeper, negated where the
     condition is a Not of a value (`_negated`): forced true, If(Not(c), b, a) takes a as If(c, a, b)
-    does (that right rewrite was refused: forced, the two took other branches)."""
+    does (that right rewrite was refused: forced, the two took other branches). A branch that reads
+    its If's condition reads it as the branch's value (true in the then branch, false in the else
+    branch), as it is wherever the branch runs: a right Where(c, a, b) -> a in If(c)'s then branch
+    was refused (forced true, the original's Where read the drawn c, false)."""
     out = ModelProto()
     out.CopyFrom(model)
     made = _producers(out.graph)
     for n, depth in _ifs(out):
         value = values[min(depth, len(values) - 1)] != _negated(made, n.input[0])
-        n.input[0] = f"{FORCED}_{'true' if value else 'false'}"
+        cond, n.input[0] = n.input[0], f"{FORCED}_{'true' if value else 'false'}"
+        for a in n.attribute:
+            if a.name in ("then_branch", "else_branch"):
+                _renamed(a.g, cond, f"{FORCED}_{'true' if a.name == 'then_branch' else 'false'}")
     for value in (False, True):
         name = f"{FORCED}_{'true' if value else 'false'}"
         out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [name], value=onnx.helper.make_tensor(
             name, onnx.TensorProto.BOOL, [], [value])))
     return out
+
+
+def _renamed(g: onnx.GraphProto, name: str, to: str) -> None:
+    """`g` (and the graphs nested in it) reading `to` where it read the value `name` of an enclosing graph."""
+    from eqsat.core.scopes import subgraphs
+
+    if name in {i.name for i in g.input} | {t.name for t in g.initializer} | {o for n in g.node for o in n.output}:
+        return  # a value of its own of that name
+    for n in g.node:
+        n.input[:] = [to if i == name else i for i in n.input]
+        for a in n.attribute:
+            for sub in subgraphs(a):
+                _renamed(sub, name, to)
+    for o in g.output:
+        if o.name == name:
+            g.node.append(onnx.helper.make_node("Identity", [to], [f"{to}_{name}"]))
+            o.name = f"{to}_{name}"
 
 
 def _producers(g: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
