@@ -657,23 +657,52 @@ def _forced_lengths(original: ModelProto, optimized: ModelProto, runs: int, rtol
 
 
 def _loops(model: ModelProto) -> list:
-    """Every Loop whose trip count is computed (`_computed`), nested ones too: a main-graph value
-    that a Loop nested in a body reads only on later trips is reached only where that Loop's
-    trip count is forced too (a rule file's x * x -> x of a value a Loop in a Loop's body adds
-    from trip 11 on was written with exit 0)."""
-    return [n for n, _ in _computed(model, "Loop")]
+    """Every Loop whose trip count is computed (`_computed`), nested ones too, or whose condition
+    is (`_conditioned`: a while loop, or a loop that exits early): a main-graph value that a Loop
+    nested in a body reads only on later trips is reached only where that Loop's trip count is
+    forced too (a rule file's x * x -> x of a value a Loop in a Loop's body adds from trip 11 on
+    was written with exit 0), and a Loop without a trip count, or with a constant one, whose
+    condition ends it after m trips (m an input drawn up to 9) read such a value nowhere either
+    (written with exit 0)."""
+    return [n for n, _ in _computed(model, "Loop", _conditioned)]
+
+
+def _conditioned(n: onnx.NodeProto, consts: set[str]) -> bool:
+    """Whether Loop `n` may stop before its trip count: its condition input is given and no constant
+    (`consts`: those of its scope), or its body's condition output is not its condition input passed on
+    (as it is, or through Identity) nor a constant of the body (`_from_constants`)."""
+    if len(n.input) > 1 and n.input[1] and n.input[1] not in consts:
+        return True
+    body = next((a.g for a in n.attribute if a.name == "body"), None)
+    if body is None or len(body.input) < 2 or not body.output:
+        return False
+    cond, made = body.output[0].name, {o: m for m in body.node for o in m.output}
+    fixed = consts | {m.output[0] for m in body.node if m.op_type == "Constant" and m.output}
+    src = made.get(cond)
+    return not (cond == body.input[1].name or cond in fixed | _from_constants(body, fixed)
+                or src is not None and src.op_type == "Identity" and src.input[0] == body.input[1].name)
 
 
 def _with_trips(model: ModelProto, trips: int) -> ModelProto:
     """A copy of `model` whose computed trip counts (`_loops`, nested ones too) are all the constant
-    `trips` of the main graph."""
+    `trips` of the main graph, and those Loops' conditions true (their input and their body's output):
+    each runs `trips` trips."""
     out = ModelProto()
     out.CopyFrom(model)
-    name = f"{FORCED}_trips"
-    for n in _loops(out):
-        n.input[0] = name
+    name, true = f"{FORCED}_trips", f"{FORCED}_go"
+    for k, n in enumerate(_loops(out)):
+        while len(n.input) < 2:
+            n.input.append("")
+        n.input[0], n.input[1] = name, true
+        body = next(a.g for a in n.attribute if a.name == "body")
+        cond = f"{FORCED}_cond{k}"
+        body.node.append(onnx.helper.make_node("Constant", [], [cond], value=onnx.helper.make_tensor(
+            cond, onnx.TensorProto.BOOL, [], [True])))
+        body.output[0].name = cond
     out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [name], value=onnx.helper.make_tensor(
         name, onnx.TensorProto.INT64, [], [trips])))
+    out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [true], value=onnx.helper.make_tensor(
+        true, onnx.TensorProto.BOOL, [], [True])))
     return out
 
 
@@ -746,13 +775,14 @@ def _ifs(model: ModelProto) -> list[tuple]:
     return _computed(model, "If")
 
 
-def _computed(model: ModelProto, op: str) -> list[tuple]:
+def _computed(model: ModelProto, op: str, also: Callable | None = None) -> list[tuple]:
     """(node, depth) of the nodes `op` of the standard domain, in the main graph and nested in
     any body, whose first input is given and is no constant: not a Constant node's output of
     its scope or an enclosing one, a value of the main graph no input can change (`_decided`:
     initializers no caller overrides and what is computed from them and from fixed shapes), or
-    a small integer the main graph computes from constants alone (constant_sizes.constant_values). The depth counts
-    the nodes found whose bodies hold the node."""
+    a small integer the main graph computes from constants alone (constant_sizes.constant_values), or for
+    which `also(node, the constants of its scope)` holds. The depth counts the nodes found whose bodies
+    hold the node."""
     from eqsat.core.initializers import fixed_initializers
     from eqsat.verification.constant_sizes import constant_values
 
@@ -761,9 +791,11 @@ def _computed(model: ModelProto, op: str) -> list[tuple]:
     def walk(g: onnx.GraphProto, consts: set[str], depth: int) -> None:
         consts = consts | {t.name for t in g.initializer if g is not model.graph}
         consts |= {n.output[0] for n in g.node if n.op_type == "Constant" and n.output}
+        consts |= _from_constants(g, consts)
         for n in g.node:
-            found = (n.op_type == op and n.domain in ("", "ai.onnx") and n.input and bool(n.input[0])
-                     and n.input[0] not in consts)
+            found = (n.op_type == op and n.domain in ("", "ai.onnx")
+                     and (bool(n.input) and bool(n.input[0]) and n.input[0] not in consts
+                          or also is not None and also(n, consts)))
             if found:
                 out.append((n, depth))
             for a in n.attribute:
@@ -774,18 +806,82 @@ def _computed(model: ModelProto, op: str) -> list[tuple]:
     return out
 
 
+def _from_constants(g: onnx.GraphProto, consts: set[str]) -> set[str]:
+    """The values of `g` its deterministic ops without subgraphs compute from `consts` alone (a body's
+    Not(Constant false)): an If on one takes the same branch on every trip, and eqsat inlines it, so
+    forcing the original alone to the other branch refused that right program."""
+    out: set[str] = set()
+    for n in g.node:
+        if n.domain in ("", "ai.onnx") and n.op_type not in NONDETERMINISTIC and any(i for i in n.input) \
+                and all(i in consts or i in out for i in n.input if i) \
+                and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+            out.update(o for o in n.output if o)
+    return out
+
+
 def _with_conditions(model: ModelProto, values: tuple[bool, ...]) -> ModelProto:
     """A copy of `model` whose computed If conditions (`_ifs`, nested ones too) are constants of
-    the main graph: `values[d]` at nesting depth d, the last of `values` deeper."""
+    the main graph: `values[d]` at nesting depth d, the last of `values` deeper, negated where the
+    condition is a Not of a value (`_negated`): forced true, If(Not(c), b, a) takes a as If(c, a, b)
+    does (that right rewrite was refused: forced, the two took other branches). A branch that reads
+    its If's condition reads it as the branch's value (true in the then branch, false in the else
+    branch), as it is wherever the branch runs: a right Where(c, a, b) -> a in If(c)'s then branch
+    was refused (forced true, the original's Where read the drawn c, false)."""
     out = ModelProto()
     out.CopyFrom(model)
+    made = _producers(out.graph)
     for n, depth in _ifs(out):
-        n.input[0] = f"{FORCED}_{'true' if values[min(depth, len(values) - 1)] else 'false'}"
+        value = values[min(depth, len(values) - 1)] != _negated(made, n.input[0])
+        cond, n.input[0] = n.input[0], f"{FORCED}_{'true' if value else 'false'}"
+        for a in n.attribute:
+            if a.name in ("then_branch", "else_branch"):
+                _renamed(a.g, cond, f"{FORCED}_{'true' if a.name == 'then_branch' else 'false'}")
     for value in (False, True):
         name = f"{FORCED}_{'true' if value else 'false'}"
         out.graph.node.insert(0, onnx.helper.make_node("Constant", [], [name], value=onnx.helper.make_tensor(
             name, onnx.TensorProto.BOOL, [], [value])))
     return out
+
+
+def _renamed(g: onnx.GraphProto, name: str, to: str) -> None:
+    """`g` (and the graphs nested in it) reading `to` where it read the value `name` of an enclosing graph."""
+    from eqsat.core.scopes import subgraphs
+
+    if name in {i.name for i in g.input} | {t.name for t in g.initializer} | {o for n in g.node for o in n.output}:
+        return  # a value of its own of that name
+    for n in g.node:
+        n.input[:] = [to if i == name else i for i in n.input]
+        for a in n.attribute:
+            for sub in subgraphs(a):
+                _renamed(sub, name, to)
+    for o in g.output:
+        if o.name == name:
+            g.node.append(onnx.helper.make_node("Identity", [to], [f"{to}_{name}"]))
+            o.name = f"{to}_{name}"
+
+
+def _producers(g: onnx.GraphProto) -> dict[str, onnx.NodeProto]:
+    """The node that makes each value of `g` and of the graphs nested in it."""
+    from eqsat.core.scopes import subgraphs
+
+    out: dict[str, onnx.NodeProto] = {}
+    todo = [g]
+    while todo:
+        h = todo.pop()
+        out.update((o, n) for n in h.node for o in n.output if o)
+        todo.extend(sub for n in h.node for a in n.attribute for sub in subgraphs(a))
+    return out
+
+
+def _negated(made: dict[str, onnx.NodeProto], name: str) -> bool:
+    """Whether value `name` is an odd number of Nots (through Identity) of another value (`made`: `_producers`)."""
+    odd, seen = False, set()
+    while (n := made.get(name)) is not None and n.domain in ("", "ai.onnx") and n.op_type in ("Not", "Identity") \
+            and name not in seen:
+        seen.add(name)
+        odd ^= n.op_type == "Not"
+        name = n.input[0]
+    return odd
 
 
 # ops whose outputs differ from run to run on the same inputs: never decided by the constants

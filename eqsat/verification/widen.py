@@ -26,7 +26,13 @@ that the float16 tolerance does not, step 1 too:
    LayerNormalization that rounds its input is farther from the truth than onnxruntime's
    run of the original chain, and as far as the specification's). In each run every float16
    output of the optimized model's `rounded` copy must keep to the same bound, which is where
-   an overflow of float16 that onnxruntime's float32 chains hide shows.
+   an overflow of float16 that onnxruntime's float32 chains hide shows. Where the original
+   casts a computed value to a half type (Cast, or CastLike to a half value), its float32
+   copy drops a rounding the program asks for, and is another function where that rounding
+   matters (a float32 value split into float16 parts, a rounding before a comparison): the
+   excused output must then keep to the same bound of the original's `kept` copy too (those
+   roundings done, the rest in float32), or a program that drops them, as close to the
+   float32 copy as can be, would be excused.
 
 Both must hold; where a float32 copy cannot be made or run (a sparse or external initializer,
 an op without a float32 kernel), or the refusal was no difference of values (a crash, a
@@ -96,11 +102,48 @@ def widened(model: ModelProto) -> ModelProto | None:
     return out
 
 
+def kept(model: ModelProto) -> ModelProto | None:
+    """The `widened` copy of `model` keeping the rounding of every Cast to float16 or bfloat16
+    (of a computed value too, as that Cast followed by one to float32): the program as `model`
+    writes it, each rounding it asks for done, the rest in float32. None where `widened` is, or
+    where `model` casts no computed value to a half type (the copy is `widened`'s). Where the
+    original rounds a computed value on purpose (a float32 value split into float16 parts, a
+    rounding before a comparison or an integer Cast), its `widened` copy is another function,
+    and a program that drops the rounding would be as close to it as can be: `judge` holds an
+    excused output to this copy too."""
+    out = _castlike_as_cast(copy.deepcopy(model))
+    found: list[bool] = []
+    try:
+        _widen_graph(out.graph, found)
+    except _Unconvertible:
+        return None
+    return out if found else None
+
+
+def _castlike_as_cast(model: ModelProto) -> ModelProto:
+    """`model` (changed in place) with each CastLike of its main graph whose target is a float16 or
+    bfloat16 value made the Cast to that type (`widened` makes the target float32, and the CastLike
+    then rounds nothing)."""
+    try:
+        typed = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001 - the types not known: the CastLikes stay
+        return model
+    types = {v.name: v.type.tensor_type.elem_type for v in (*typed.input, *typed.value_info, *typed.output)}
+    types |= {t.name: t.data_type for t in model.graph.initializer}
+    for i, n in enumerate(model.graph.node):
+        if n.op_type == "CastLike" and n.domain in ("", "ai.onnx") and types.get(n.input[1]) in HALF:
+            model.graph.node[i].CopyFrom(onnx.helper.make_node("Cast", [n.input[0]], list(n.output), name=n.name,
+                                                               to=types[n.input[1]]))
+    return model
+
+
 class _Unconvertible(Exception):
     pass
 
 
-def _widen_graph(g: onnx.GraphProto) -> None:
+def _widen_graph(g: onnx.GraphProto, keep: list[bool] | None = None) -> None:
+    """Widens `g` in place; `keep` not None: every Cast to a half type kept as a rounding (`kept`),
+    one True appended to `keep` for each of a computed value."""
     if any(s.values.data_type in HALF for s in g.sparse_initializer):
         raise _Unconvertible
     for i, t in enumerate(g.initializer):
@@ -113,7 +156,10 @@ def _widen_graph(g: onnx.GraphProto) -> None:
     for n in g.node:
         nodes.append(n)
         to = next((a.i for a in n.attribute if a.name == "to"), None)
-        if n.op_type == "Cast" and n.domain in ("", "ai.onnx") and to in HALF and n.input[0] in constants:
+        if n.op_type == "Cast" and n.domain in ("", "ai.onnx") and to in HALF \
+                and (n.input[0] in constants or keep is not None):
+            if n.input[0] not in constants:
+                keep.append(True)
             out = n.output[0]
             n.output[0] = f"{out}__eqsat_rounded"
             nodes.append(onnx.helper.make_node("Cast", [n.output[0]], [out], to=TensorProto.FLOAT))
@@ -124,10 +170,10 @@ def _widen_graph(g: onnx.GraphProto) -> None:
             elif a.type == onnx.AttributeProto.INT and a.name in _TYPE_ATTRS and a.i in HALF:
                 a.i = TensorProto.FLOAT
             elif a.type == onnx.AttributeProto.GRAPH:
-                _widen_graph(a.g)
+                _widen_graph(a.g, keep)
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for sub in a.graphs:
-                    _widen_graph(sub)
+                    _widen_graph(sub, keep)
             elif a.type == onnx.AttributeProto.SPARSE_TENSOR and a.sparse_tensor.values.data_type in HALF:
                 raise _Unconvertible
     del g.node[:]
@@ -178,7 +224,7 @@ def verify_half(original: ModelProto, optimized: ModelProto, runs: int, rtol: fl
     finally:
         if truth is not None:
             _TRUTH.pop()
-    if v.status == "not possible" and "cannot run the original:" in v.detail and wide_original is not None:
+    if v.status == "not possible" and wide_original is not None and _no_kernels(original, v.detail):
         return _emulated(original, optimized, wide_original, v, runs, rtol, atol, dims, random_pairs, verify)
     if truth is None or not truth.excused or v.status != "passed":
         return v
@@ -225,7 +271,7 @@ def _emulated(original: ModelProto, optimized: ModelProto, wide_original: ModelP
     if wide.status != "passed":
         return dataclasses.replace(wide, detail=f"{refused.detail}; {wide.detail}") \
             if wide.status == "not possible" else wide
-    ctx = Truth(ro, truth, emulated=True)
+    ctx = Truth(ro, truth, emulated=True, kept=_kept_runner(original))
     _TRUTH.append(ctx)
     try:
         with _active():
@@ -239,6 +285,14 @@ def _emulated(original: ModelProto, optimized: ModelProto, wide_original: ModelP
         f"copies of both models ({wide.detail}) and as those copies with each op's result rounded to {what}, "
         f"within the tolerance or {HALF_ERROR_FACTOR:g} times the original's distance from its float32 copy "
         f"({v.detail}{excused})"))
+
+
+def _no_kernels(original: ModelProto, detail: str) -> bool:
+    """Whether a refusal ("not possible", `detail`) is onnxruntime's that `_emulated` stands in for: it cannot
+    make a session of the original (no kernels), or, for a bfloat16 model, cannot run it on any inputs
+    (its Python binding takes no bfloat16 arrays, so a model whose ops all have kernels never runs)."""
+    return "cannot run the original:" in detail \
+        or "cannot run the original on random inputs:" in detail and TensorProto.BFLOAT16 in _half_types(original)
 
 
 _TYPE_NAMES = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
@@ -314,6 +368,8 @@ class Truth:
     excused: list[str] = dataclasses.field(default_factory=list)  # the mismatches `judge` excused
     # `_emulated`: the runs `judge` sees are the `rounded` copies' (float32 values rounded to a half type)
     emulated: bool = False
+    # the original's `kept` copy (its own Casts to half types rounding); None where it casts no computed value
+    kept: object = None
 
     @staticmethod
     def of(original: ModelProto, optimized: ModelProto, wide_original: ModelProto) -> Truth | None:
@@ -323,7 +379,21 @@ class Truth:
             return None
         ro, rp = rounded(original), rounded(optimized)
         ro, rp = (_runner(ro), _runner(rp)) if ro is not None and rp is not None else (None, None)
-        return Truth(original, truth, *((ro, rp) if ro is not None and rp is not None else (None, None)))
+        return Truth(original, truth, *((ro, rp) if ro is not None and rp is not None else (None, None)),
+                     kept=_kept_runner(original))
+
+
+def _kept_runner(original: ModelProto):
+    """The runner of the original's `kept` copy; None where there is none, or `_KEPT_UNRUNNABLE` where
+    onnxruntime cannot run it (then `judge` excuses nothing: the explicit roundings cannot be checked)."""
+    k = kept(original)
+    if k is None:
+        return None
+    return _runner(k) or _KEPT_UNRUNNABLE
+
+
+def _KEPT_UNRUNNABLE(f):  # noqa: N802 - a marker runner
+    raise RuntimeError("the original's kept copy does not run")
 
 
 def _runner(model: ModelProto):
@@ -349,12 +419,15 @@ def judge(original: ModelProto, bad: list[Mismatch], expected: dict[str, object]
     try:
         t = ctx.truth(f)
         ro, rp = (ctx.rounded_original(f), ctx.rounded_optimized(f)) if ctx.rounded_original else ({}, {})
+        k = ctx.kept(f) if ctx.kept else None
     except Exception:  # noqa: BLE001 - the refusal stands
         return bad
     out = []
     for m in bad:
         e, a, w = expected.get(m.output), got.get(m.output), t.get(m.output)
-        if ctx.emulated and _float_tensors(e, a, w) and within(e, a, w, _own(w, e), rtol, atol):
+        if k is not None and not _kept_within(e, a, k.get(m.output), ro.get(m.output), rtol, atol):
+            out.append(m)
+        elif ctx.emulated and _float_tensors(e, a, w) and within(e, a, w, _own(w, e), rtol, atol):
             ctx.excused.append(str(m))
         elif not _half_tensors(e, a, w) or not within(e, a, w, _own(w, e, ro.get(m.output)), rtol, atol):
             out.append(m)
@@ -364,6 +437,15 @@ def judge(original: ModelProto, bad: list[Mismatch], expected: dict[str, object]
         if _half_tensors(e, got.get(name), t.get(name)):
             out.extend(_rounded_mismatch(name, e, ro.get(name), rp.get(name), t[name], rtol, atol))
     return out
+
+
+def _kept_within(e, a, k, r, rtol: float | None, atol: float | None) -> bool:
+    """Whether `a` (the optimized model's run) is within the bound of `k`, the original's `kept` copy's run,
+    the original's own distance being its runs' (`e` onnxruntime's, `r` the rounded one) from `k`."""
+    if not (isinstance(e, np.ndarray) and isinstance(a, np.ndarray) and isinstance(k, np.ndarray)
+            and e.dtype.kind == "f" and e.shape == a.shape == k.shape):
+        return False
+    return within(e, a, k, _own(k, e, r), rtol, atol)
 
 
 def _rounded_mismatch(name: str, e: np.ndarray, r, s, t: np.ndarray, rtol: float | None,
