@@ -38,8 +38,12 @@ test-main: $(STAMP)
 
 # The same suite on egglog 14 (Python >= 3.12), when such a Python is installed: less the
 # tests marked slow, less those marked no_egglog (they call no egglog: tests/conftest.py's guard
-# fails one that does, in the pass above), and the onnx wheel's round trip on a sample of 300
-# models of each kind.
+# fails one that does, in the pass above), less those marked egglog_incidental (the modules
+# whose subject is a part of eqsat that calls no egglog, listed by subject in tests/conftest.py's
+# EGGLOG_INCIDENTAL: verification, the command line's checks of inputs, outputs and environment,
+# reports, the memory planner, measured cost models and plugins, benchmark harnesses; none holds
+# a rule test or imports egglog or a module of eqsat that does, tests/test_suite_markers.py
+# checks), and the onnx wheel's round trip on a sample of 300 models of each kind.
 test-egglog14:
 ifeq ($(PY14),)
 	@echo "test-egglog14: no Python >= 3.12 found; egglog 14 not tested"
@@ -49,7 +53,7 @@ else
 		{ $(VENV14)/bin/python -m pip install -q --upgrade pip && \
 		  $(VENV14)/bin/python -m pip install -q -e '.[cpu,dev]' && touch $(VENV14)/.installed-stamp; }
 	$(VENV14)/bin/python -c "import importlib.metadata as m, sys; print('egglog', m.version('egglog'), 'on Python', sys.version.split()[0])"
-	EQSAT_ROUNDTRIP_SAMPLE=$${EQSAT_ROUNDTRIP_SAMPLE:-300} $(VENV14)/bin/python -m pytest -m "not slow and not no_egglog" $(XDIST) $(PYTEST_ARGS)
+	EQSAT_ROUNDTRIP_SAMPLE=$${EQSAT_ROUNDTRIP_SAMPLE:-300} $(VENV14)/bin/python -m pytest -m "not slow and not no_egglog and not egglog_incidental" $(XDIST) $(PYTEST_ARGS)
 endif
 
 # A long fuzzing campaign (tests/fuzz/campaign.py): every fuzz property in turn for FUZZ_MINUTES

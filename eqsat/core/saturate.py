@@ -13,6 +13,7 @@ its hooks change nothing.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import time
 from collections import Counter, OrderedDict
@@ -68,20 +69,25 @@ class _Loaded:
     schedule: list
     user_rulesets: list[str]  # run once a round after the schedule; "" is egglog's default ruleset
     fact_uses: dict[str, set[str]] = field(default_factory=dict)  # with explain: eqsat.core.provenance
+    transform: object = None  # with explain: the Instrumenter that loaded the files (eqsat.core.provenance)
+    n_default: int = 0  # rulesets the default files declare (the first of declared.rulesets)
 
 
-# Rule files loaded once per process and set of files: loading type-checks and compiles
-# every rule (most of a small model's optimization time). Each optimization pushes the
-# e-graph, works on top, and pops back to the rules alone. At most MAX_LOADED sets are kept,
-# the least recently used dropped first: each holds an e-graph of about 575 MiB, and a process
-# that optimized with many rule files (a test suite, a search over rules) grew by that much
-# for each one and was killed for memory.
+# The default rule files (or the prelude alone) loaded once per process: loading type-checks
+# and compiles every rule (most of a small model's optimization time). Each optimization
+# pushes the e-graph, loads the user's rule files (--rules) on top, works on top of them, and
+# pops back to the default rules alone; a user's file is small, and loading it on a copy of the
+# defaults would cost the defaults' 2.5 s again. At most MAX_LOADED e-graphs are kept (one each
+# for default_rules and explain), the least recently used dropped first: each holds about
+# 575 MiB.
 _LOADED: OrderedDict[tuple, _Loaded] = OrderedDict()
 MAX_LOADED = 2
 _BATCHES = itertools.count(1)  # names of run_batch's one-shot rulesets, unique per process
 
 
-def _key(rule_files: list[Path], default_rules: bool, explain: bool = False) -> tuple:
+def _key(default_rules: bool, explain: bool = False) -> tuple:
+    """The cache key of the default rules' e-graph: what loads it, and each default file's
+    path and modification time (an edited default file is loaded afresh)."""
     def stamp(p: Path) -> tuple:
         try:
             return (str(Path(p).resolve()), Path(p).stat().st_mtime_ns)
@@ -89,7 +95,7 @@ def _key(rule_files: list[Path], default_rules: bool, explain: bool = False) -> 
             return (str(p), None)
 
     defaults = default_rule_files() + [rules_dir() / SCHEDULE]
-    return (default_rules, explain, tuple(stamp(p) for p in defaults), tuple(stamp(Path(p)) for p in rule_files))
+    return (default_rules, explain, tuple(stamp(p) for p in defaults))
 
 
 class Saturator:
@@ -101,21 +107,28 @@ class Saturator:
     def __init__(self, rule_files: list[Path] | None = None, default_rules: bool = True,
                  explain: bool = False) -> None:
         rule_files = list(rule_files or [])
-        self._key = _key(rule_files, default_rules, explain)
+        self._key = _key(default_rules, explain)
         self._user_rules = bool(rule_files)
         loaded = _LOADED.get(self._key)
         if loaded is None:
-            loaded = _load(rule_files, default_rules, explain)
+            loaded = _load([], default_rules, explain)
             _LOADED[self._key] = loaded
             while len(_LOADED) > MAX_LOADED:  # a Saturator working on one keeps its e-graph
                 _LOADED.popitem(last=False)
         _LOADED.move_to_end(self._key)
         self.eg = loaded.eg
+        self._depth = 0
+        if rule_files:  # on top of the default rules, until close() pops them
+            self._push()
+            try:
+                loaded = _load_user(loaded, rule_files, default_rules)
+            except BaseException:
+                self.close()
+                raise
         self.declared = loaded.declared
         self.schedule = loaded.schedule
         self.user_rulesets = loaded.user_rulesets
         self.fact_uses = loaded.fact_uses  # rule -> the rules whose facts its query reads (explain only)
-        self._depth = 0
         self._push()
 
     def _push(self) -> None:
@@ -295,6 +308,8 @@ def _parse(eg: b.EGraph, text: str, path: str, declared: Declared) -> list:
 
 
 def _load(rule_files: list[Path], default_rules: bool, explain: bool = False) -> _Loaded:
+    """A fresh e-graph with the default rule files (the prelude alone without
+    `default_rules`), then `rule_files`."""
     eg = b.EGraph()
     declared = Declared()
     schedule: list = []
@@ -315,14 +330,26 @@ def _load(rule_files: list[Path], default_rules: bool, explain: bool = False) ->
         sched = rules_dir() / SCHEDULE
         if sched.is_file():
             schedule = _parse(eg, sched.read_text(encoding="utf-8"), display_path(sched), declared)
+    base = _Loaded(eg, declared, schedule, [], transform.fact_uses() if transform else {}, transform, n_default)
+    return _load_user(base, rule_files, default_rules, share=True) if rule_files else base
+
+
+def _load_user(base: _Loaded, rule_files: list[Path], default_rules: bool, share: bool = False) -> _Loaded:
+    """`rule_files` loaded into `base`'s e-graph (the default rules loaded, the caller has
+    pushed it), with what they declare added to a copy of `base`'s declarations (`base` itself
+    where `share`); `base` is otherwise left as it was."""
+    declared = base.declared if share else copy.deepcopy(base.declared)
+    transform = base.transform if share else copy.deepcopy(base.transform)
     for f in rule_files:
-        load_rule_file(eg, Path(f), declared, transform)
+        load_rule_file(base.eg, Path(f), declared, transform)
     uses = transform.fact_uses() if transform else {}
+    n_default = base.n_default
     # A user's rule written without :ruleset goes to egglog's default ruleset: it runs too.
     user_rulesets = declared.rulesets[n_default:] + ([""] if declared.default_ruleset_files else [])
     # no schedule: the prelude's phases (cleanup, fusion, ...) run where a user's rule joined them
     if not default_rules:
-        prelude = {display_path(f) for f in files}
+        prelude = {display_path(f) for f in default_rule_files()[:1]}
         user_rulesets = [rs for rs in declared.rulesets[:n_default]
                          if set(declared.rule_files_of.get(rs, [])) - prelude] + user_rulesets
-    return _Loaded(eg, declared, schedule, user_rulesets, uses)
+    return _Loaded(base.eg, declared, base.schedule, user_rulesets, uses, transform, n_default)
+
