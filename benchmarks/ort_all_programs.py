@@ -61,7 +61,8 @@ def compare(path: Path) -> dict:
         if r.returncode:
             return {"exit": r.returncode, "error": r.stderr.strip().splitlines()[-1][:200]}
     ort_all(path, al)
-    a, b = signature(onnx.load(str(al), load_external_data=False)), signature(onnx.load(str(eq), load_external_data=False))
+    a = signature(onnx.load(str(al), load_external_data=False))
+    b = signature(onnx.load(str(eq), load_external_data=False))
     diff = {k: (a[k], b[k]) for k in sorted(set(a) | set(b), key=str) if a[k] != b[k]}
     return {"exit": 0, "ort": sum(a.values()), "eqsat": sum(b.values()), "diff": diff}
 
