@@ -19,7 +19,7 @@ from onnx import ModelProto
 
 from eqsat.backends.ort.sessions import ort, session  # noqa: F401 - ort is imported from here too (eqsat.plan.execute)
 from eqsat.errors import EqsatError
-from eqsat.verification import widen
+from eqsat.verification import ties, widen
 from eqsat.verification.feeds import LARGER_SIZES, SCALED, SCALED_FAR, Feeds
 from eqsat.verification.mismatch import Mismatch
 from eqsat.verification.outcome import DEFAULT_TOLERANCE, TOLERANCE, Verification, _scale, tolerance  # noqa: F401
@@ -357,9 +357,11 @@ def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, r
                                 feeds.describe(sizes, wide, varied), not_verified)
         dtypes |= {v.dtype.name for v in expected.values()
                    if hasattr(v, "dtype") and v.dtype.name.startswith(("float", "bfloat"))}
-        bad = widen.judge(original, compare(expected, got, rtol, atol), expected, got, f, rtol, atol)
-        if qdq is not None:
-            bad = qdq.filter(bad, expected, got, f)
+        def judged(g, expected=expected, f=f):
+            found = widen.judge(original, compare(expected, g, rtol, atol), expected, g, f, rtol, atol)
+            return found if qdq is None else qdq.filter(found, expected, g, f)
+
+        bad = ties.settle(judged(got), expected, got, f, sizes, ref, judged, rtol, atol, original)
         if noise is not None:
             for name, e in expected.items():
                 noise[name] = max(noise.get(name, 0.0), max_difference(e, got.get(name)))
@@ -497,11 +499,13 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
                                           f"the original: {_line(e)}", edge_cases=where)
         moves = nudged_moves(ref, f, at, expected, used) if kind in ("far", "scaled") else None
         scaled = {"scaled": True, "far": SCALED_FAR, "large": _largest_float(f)}.get(kind, False)
-        bad = compare(expected, got, rtol, atol, finite_free="values" if kind == "large" else False,
-                      scaled=scaled, noise=noise, sensitivity=moves)
-        bad = widen.judge(original, bad, expected, got, f, rtol, atol)
-        if qdq is not None:
-            bad = qdq.filter(bad, expected, got, f)
+        def judged(g, expected=expected, f=f, kind=kind, scaled=scaled, moves=moves):
+            found = compare(expected, g, rtol, atol, finite_free="values" if kind == "large" else False,
+                            scaled=scaled, noise=noise, sensitivity=moves)
+            found = widen.judge(original, found, expected, g, f, rtol, atol)
+            return found if qdq is None else qdq.filter(found, expected, g, f)
+
+        bad = ties.settle(judged(got), expected, got, f, at, ref, judged, rtol, atol, original)
         if bad:
             return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where}; seed {used})",
                                 edge_cases=where, requantized=all(m.requantized for m in bad))
