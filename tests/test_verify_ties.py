@@ -137,7 +137,8 @@ def test_undetermined_only_where_the_nudged_original_leaves_the_tolerance():
 
 def test_rows_matched_only_among_tied_keys():
     """`permuted_rows`: rows of tied scores are put in the original's order; a row whose score
-    ties with none is not moved, and a row that matches nothing leaves all as it was."""
+    ties with none is not moved, a row that matches nothing leaves all as it was, and a
+    constant output is no key (it would let every row move)."""
     scores = np.array([0.9, 0.5, 0.5, 0.1], np.float32)
     boxes = np.arange(16, dtype=np.float32).reshape(4, 4)
     labels = np.array([1, 2, 3, 4], np.int64)
@@ -152,3 +153,5 @@ def test_rows_matched_only_among_tied_keys():
     other = dict(got, boxes=boxes[swap] + np.float32(1), labels=labels[swap])
     other["scores"] = scores
     assert ties.permuted_rows(expected, other, None, None) == {}
+    constant = {"boxes": boxes, "flag": np.zeros(4, np.float32)}
+    assert ties.permuted_rows(constant, {"boxes": boxes[::-1], "flag": np.zeros(4, np.float32)}, None, None) == {}

@@ -505,8 +505,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
             found = widen.judge(original, found, expected, g, f, rtol, atol)
             return found if qdq is None else qdq.filter(found, expected, g, f)
 
-        bad = judged(got)  # the halves sit on a rounding's ties on purpose: a nudge would move them off
-        bad = bad if kind == "halves" else ties.settle(bad, expected, got, f, at, ref, judged, rtol, atol, original)
+        bad = ties.settle(judged(got), expected, got, f, at, ref, judged, rtol, atol, original,
+                          nudge=kind != "halves")  # the halves sit on a rounding's ties on purpose
         if bad:
             return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where}; seed {used})",
                                 edge_cases=where, requantized=all(m.requantized for m in bad))

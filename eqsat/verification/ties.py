@@ -8,7 +8,8 @@ then: a passing run costs nothing more), `settle` looks again in two ways:
 - rows (`permuted_rows`): outputs whose first dimension is that of a 1-D floating-point output
   (a detection's scores beside its boxes and labels) may list the original's rows in another
   order among rows whose keys tie within the tolerance (the original's order there is its
-  sort's tie-breaking), each row matched whole, within the tolerance;
+  sort's tie-breaking), each row matched whole, within the tolerance (also on the whole and
+  half numbers, where `nudge` is off);
 - elements (`undetermined`): the original runs again, up to TIE_RUNS times, with its inputs
   and its floating-point initializers each moved by TIE_NUDGE of itself (`nudged`, about 8
   float32 steps: what rounding moves them by), and an element is set aside where such a run
@@ -37,6 +38,7 @@ from eqsat.verification.outcome import _scale, tolerance
 # 3072 elements after 4 runs).
 TIE_NUDGE = 2.0 ** -20
 TIE_RUNS = 8  # nudged runs of the original at most (four pairs of opposite moves), only after a mismatch
+MOVED_ROWS = 4096  # rows `permuted_rows` matches at most (each against each)
 SMALL = 8  # initializers of fewer elements are not moved (thresholds, Resize scales: they change shapes)
 
 Runner = Callable[[dict[str, np.ndarray], dict[str, int]], dict[str, object]]
@@ -81,14 +83,14 @@ def nudged_model(model: ModelProto, seed: int) -> ModelProto | None:
 
 def settle(bad: list[Mismatch], expected: dict[str, object], got: dict[str, object], f: dict[str, object],
            sizes: dict[str, int] | None, ref: Runner, rejudge: Rejudge, rtol: float | None,
-           atol: float | None, original: ModelProto | None = None) -> list[Mismatch]:
+           atol: float | None, original: ModelProto | None = None, nudge: bool = True) -> list[Mismatch]:
     """`bad` (the mismatches of comparing `got` with `expected`, the original's outputs on `f`),
     or [] where `rejudge` (the same comparison of another `got`) finds nothing once rows tied
     in their keys are matched (`permuted_rows`) and the elements the original leaves
     undetermined (`undetermined`: against up to TIE_RUNS runs of the original on `nudged`
     inputs, `original` with `nudged_model` initializers where given and onnxruntime runs it,
     else `ref`) take the original's values. Only tensor outputs of the original's shape and
-    type are set aside; `bad` stands whole otherwise."""
+    type are set aside; `bad` stands whole otherwise. `nudge` False: rows alone."""
     if not bad:
         return bad
     got = {**got, **permuted_rows(expected, got, rtol, atol)}
@@ -97,7 +99,7 @@ def settle(bad: list[Mismatch], expected: dict[str, object], got: dict[str, obje
         return []
     names = {m.output for m in still}
     targets = [n for n in names if _same_tensor(expected.get(n), got.get(n))]
-    if len(targets) < len(names):
+    if len(targets) < len(names) or not nudge:
         return bad
     allowed = {n: np.zeros(np.shape(expected[n]), bool) for n in targets}
     for seed in range(TIE_RUNS):
@@ -159,19 +161,19 @@ def _close(e: np.ndarray, a: np.ndarray, rtol: float | None, atol: float | None)
 def permuted_rows(expected: dict[str, object], got: dict[str, object], rtol: float | None,
                   atol: float | None) -> dict[str, np.ndarray]:
     """The outputs that `got` lists in another order than `expected` among rows whose keys tie,
-    put in the original's order: for each length N of a 1-D floating-point output of both
-    within the tolerance (the keys: a detection's scores), the tensors of both of first
-    dimension N (of one shape and type in both) are the rows; each run of consecutive rows
-    whose keys in `expected` are within the tolerance of the run's first key is one group, and
-    each expected row of a group is matched to an unused row of `got` in that group equal to it
-    within the tolerance in every such tensor. {} where some row of a group has no match."""
+    put in the original's order: for each length N of a key (`_sort_key`: a detection's
+    scores) of both within the tolerance, the tensors of both of first dimension N (of one
+    shape and type in both) are the rows, and each row that differs is matched (`_matched`) to
+    another that differs, whose keys in `expected` are within the tolerance of its own and whose
+    row in `got` equals its row in `expected` within the tolerance in every such tensor. {}
+    where some row has no match."""
     out: dict[str, np.ndarray] = {}
-    lengths = {e.shape[0] for k, e in expected.items() if _same_tensor(e, got.get(k)) and e.ndim == 1
-               and e.dtype.kind == "f" and e.size > 1 and _close(e, got[k], rtol, atol).all()}
-    for size in lengths:
+    keys = [k for k, e in expected.items() if _same_tensor(e, got.get(k)) and _sort_key(e)
+            and _close(e, got[k], rtol, atol).all()]
+    for size in {expected[k].shape[0] for k in keys}:
         rows = [k for k, e in expected.items() if _same_tensor(e, got.get(k)) and e.ndim >= 1 and e.shape[0] == size]
-        keys = [k for k in rows if expected[k].ndim == 1 and expected[k].dtype.kind == "f"]
-        order = _matched(expected, got, rows, keys, rtol, atol)
+        tied = [k for k in keys if expected[k].shape[0] == size]
+        order = _matched(expected, got, rows, tied, rtol, atol)
         if order is None:
             return {}
         if order != list(range(size)):
@@ -179,9 +181,21 @@ def permuted_rows(expected: dict[str, object], got: dict[str, object], rtol: flo
     return out
 
 
+def _sort_key(e: np.ndarray) -> bool:
+    """A sort's output: 1-D floats, finite, in order (either way), not all equal (a constant output
+    is no key: it would let every row move)."""
+    if e.ndim != 1 or e.dtype.kind != "f" or e.size < 2 or not np.isfinite(e).all():
+        return False
+    d = np.diff(e.astype(np.float64))
+    return bool(((d <= 0).all() or (d >= 0).all()) and (d != 0).any())
+
+
 def _matched(expected: dict, got: dict, rows: list[str], keys: list[str], rtol: float | None,
              atol: float | None) -> list[int] | None:
-    """`permuted_rows` for one length: for each expected row, the row of `got` it is matched to."""
+    """`permuted_rows` for one length: for each expected row, the row of `got` it is matched to;
+    only rows that differ move, each to one whose keys tie with its own (within the tolerance of
+    the key's output: no chain of ties reaches farther). None where one has no match, or more
+    than MOVED_ROWS rows differ."""
     tol = {k: _tolerance(expected[k], rtol, atol) for k in rows}
 
     def close(k: str, x, y) -> bool:
@@ -190,21 +204,20 @@ def _matched(expected: dict, got: dict, rows: list[str], keys: list[str], rtol: 
         return bool(np.all((np.abs(x - y) <= t + r * np.abs(x)) | (x == y) | (np.isnan(x) & np.isnan(y))))
 
     size = expected[rows[0]].shape[0]
-    order = list(range(size))
-    start = 0
-    while start < size:
-        end = start + 1
-        while end < size and all(close(k, expected[k][start], expected[k][end]) for k in keys):
-            end += 1
-        if end - start > 1:
-            free = list(range(start, end))
-            for i in range(start, end):
-                j = next((j for j in free if all(close(k, expected[k][i], got[k][j]) for k in rows)), None)
-                if j is None:
-                    return None
-                free.remove(j)
-                order[i] = j
-        start = end
+    same = np.ones(size, bool)
+    for k in rows:
+        same &= _close(expected[k], got[k], rtol, atol).reshape(size, -1).all(axis=1)
+    moved = [int(i) for i in np.flatnonzero(~same)]
+    if len(moved) > MOVED_ROWS:
+        return None
+    order, free = list(range(size)), set(moved)
+    for i in moved:
+        j = next((j for j in moved if j in free and all(close(k, expected[k][i], expected[k][j]) for k in keys)
+                  and all(close(k, expected[k][i], got[k][j]) for k in rows)), None)
+        if j is None:
+            return None
+        free.discard(j)
+        order[i] = j
     return order
 
 
