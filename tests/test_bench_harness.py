@@ -429,3 +429,26 @@ def test_cli_time_runs_each_revision_with_its_own_rules_and_extractors(tmp_path)
     out = subprocess.run([sys.executable, "-c", child], cwd=tmp_path, env=ct.child_env(src, site),
                          capture_output=True, text=True, check=True).stdout.split()
     assert len(out) == 4 and all(line.startswith(str(src)) for line in out), out
+
+
+@pytest.mark.no_egglog
+def test_ort_all_programs_counts_kernels_by_fused_activation_inputs_and_grouping():
+    """benchmarks/ort_all_programs.py: two programs differ where a kernel's activation, inputs
+    or grouping does, though their op lists are the same."""
+    progs = _bench("ort_all_programs")
+    text = """<ir_version: 8, opset_import: ["" : 17, "com.microsoft.nchwc" : 1]>
+        g (float[1, 8, 4, 4] x, float[8, 8, 1, 1] w, float[8, 1, 3, 3] d) => (float[1, 8, 4, 4] y) {
+            a = com.microsoft.nchwc.Conv <activation = "Relu"> (x, w)
+            b = com.microsoft.nchwc.Conv <group = 8, pads = [1, 1, 1, 1]> (a, d)
+            y = com.microsoft.nchwc.Conv (b, w, , a)
+        }"""
+    m = onnx.parser.parse_model(text)
+    sig = progs.signature(m)
+    assert sig[("com.microsoft.nchwc", "Conv", "Relu", 2, False)] == 1
+    assert sig[("com.microsoft.nchwc", "Conv", "", 2, True)] == 1
+    assert sig[("com.microsoft.nchwc", "Conv", "", 3, False)] == 1  # the Sum input, the bias left out
+    lines = progs.rows({"tv_resnet18": {"exit": 0, "ort": 3, "eqsat": 3, "diff": {}},
+                        "tv_mnasnet0_5": {"exit": 0, "ort": 3, "eqsat": 2,
+                                          "diff": {("com.microsoft.nchwc", "ReorderOutput", "", 1, False): (2, 1)}}})
+    assert "| tv_resnet18 | held-out | 3 | 3 | yes |" in lines[2]
+    assert lines[3].endswith("| no | nchwc:ReorderOutput/1 2 -> 1 |")

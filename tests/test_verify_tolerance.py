@@ -349,3 +349,55 @@ def test_the_floats_times_100_allow_rounding_at_the_outputs_magnitude_where_the_
     assert compare({"y": e}, {"y": wrong}, None, None, scaled=True, noise={"y": 1e-6}, sensitivity={"y": moves})
     stiff = np.zeros(e.shape)  # where the nudge moves the original nothing, no rounding is allowed
     assert compare({"y": e}, {"y": rounded}, None, None, scaled=True, noise={"y": 1e-6}, sensitivity={"y": stiff})
+
+
+def _logits_off_by_rounding():
+    """EfficientNet-B1's logits on the large floats (up to 2070), one of 0.8437 off by 0.0019 as onnxruntime's own
+    optimizations leave it, where the random draw's logits were 3.4e-14 and differed by 2.8e-20."""
+    rng = np.random.default_rng(0)
+    e = (rng.standard_normal((1, 1000)) * 300).astype(np.float32)
+    e[0, 0], e[0, 660] = 2070.1843, 0.84373474
+    a = e.copy()
+    a[0, 660] = 0.8418579
+    return e, a
+
+
+def test_the_large_values_allow_the_far_floor_where_the_original_moves_as_much():
+    # `eqsat optimize` refused torchvision's EfficientNet-B1 (exit 1) on the large floats: its
+    # tolerance there came from the random draw's differences, 1e17 times smaller than its outputs
+    e, a = _logits_off_by_rounding()
+    large = dict(finite_free="values", scaled=2.6e15, noise={"y": 2.8e-20})
+    assert compare({"y": e}, {"y": a}, None, None, **large) != []
+    moved = {"y": np.full(e.shape, 0.13)}
+    assert compare({"y": e}, {"y": a}, None, None, **large, sensitivity=moved) == []
+    # where a nudge does not move the original (a saturated Clip), no floor: still refused
+    still = {"y": np.where(np.arange(1000) == 660, 0.0, 0.13)[None]}
+    assert compare({"y": e}, {"y": a}, None, None, **large, sensitivity=still) != []
+
+
+def test_the_large_values_run_nudges_the_original_only_where_it_differs():
+    # _edge_runs on a model whose outputs stand for EfficientNet-B1's: the optimized model is off by rounding on the
+    # large floats alone, where the original moves by 0.13 under a nudge of its inputs
+    from eqsat.verification import _edge_runs
+    from eqsat.verification.feeds import Feeds
+
+    m = parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[1, 1000] x) => (float[1, 1000] y) { y = Identity(x) }""")
+    e, a = _logits_off_by_rounding()
+    last: list[np.ndarray] = []
+
+    def ref(f, sizes):
+        x = f["x"]
+        large = bool(np.abs(x).max() > 1e14)
+        before = last[-1] if last else None  # the nudge comes right after the large floats' own run
+        nudged = large and before is not None and np.abs(before).max() > 1e14 and not np.array_equal(x, before)
+        last.append(x)
+        if not large:
+            return {"y": np.full((1, 1000), 1e-14, np.float32)}
+        return {"y": e + np.float32(0.13) if nudged else e}
+
+    def opt(f, sizes):
+        return {"y": a if np.abs(f["x"]).max() > 1e14 else np.full((1, 1000), 1e-14, np.float32)}
+
+    out = _edge_runs(m, Feeds(m), ref, opt, {}, True, None, 1, None, None, noise={"y": 2.8e-20})
+    assert isinstance(out, str) and "large floats" in out, out

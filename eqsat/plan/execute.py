@@ -13,7 +13,8 @@ memory), as in the plan.
 Nodes run under onnx's reference evaluator (`onnx.reference.ReferenceEvaluator` on a
 one-node model). Nodes it does not implement (onnxruntime's contrib ops: com.microsoft
 FusedConv, FusedMatMul, SkipLayerNormalization, BiasGelu, ..., and
-SimplifiedLayerNormalization in the default domain), the ops in `ORT_OPS`, whose
+SimplifiedLayerNormalization in the default domain), a node whose reference outputs have
+other shapes than the plan's (onnxruntime's run sized them), the ops in `ORT_OPS`, whose
 reference implementations are Python loops (Conv takes seconds per ResNet layer) or round
 differently (BatchNormalization: an ulp per element, which 50 layers of a ResNet amplify to
 2e-5 on the logits, past atol 1e-5; LRN: 1e-3 relative, which AlexNet's softmax shows),
@@ -114,14 +115,18 @@ def _run_ort(m: ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 def _run_node(model: ModelProto, proto: onnx.NodeProto, ins: dict[str, np.ndarray], out_types: dict[str, int],
-              use_ort: bool) -> tuple[list[np.ndarray], str]:
+              use_ort: bool, shapes: list[tuple[int, ...]] | None = None) -> tuple[list[np.ndarray], str]:
     """A node's outputs and the engine that computed them: the reference evaluator unless
-    `use_ort` or it fails (any exception: it lacks the op, or trips on it), else
+    `use_ort` or it fails (any exception: it lacks the op, or trips on it) or gives other
+    shapes than `shapes` (the plan's, which onnxruntime's run gave: a Slice to INT64_MAX with a
+    negative step is empty in the reference, onnxruntime runs it to the first element), else
     onnxruntime, whose exception propagates."""
     m = _one_node_model(model, proto, ins, out_types)
     if not use_ort:
         try:
-            return _run_reference(m, ins), "reference"
+            got = _run_reference(m, ins)
+            if shapes is None or [tuple(np.shape(v)) for v in got] == [tuple(s) for s in shapes]:
+                return got, "reference"
         except Exception:  # noqa: BLE001 - onnxruntime gets its turn
             pass
     return _run_ort(m, ins), "onnxruntime"
@@ -219,7 +224,8 @@ def _run_arena(model: ModelProto, graph: Graph, order: list[int], tensors: dict[
                    or any(_elem(v) in HALF for v in ins.values() if isinstance(v, np.ndarray))
                    or any(t in HALF for t in out_types.values()))
         try:
-            results, engine = _run_node(model, proto, ins, out_types, use_ort)
+            results, engine = _run_node(model, proto, ins, out_types, use_ort,
+                                        [graph.tensors[y].shape for y in node.outputs])
         except Exception as e:  # noqa: BLE001 - what neither engine runs alone cannot be proven node by node
             engines_tried = "onnxruntime" if use_ort else "the reference evaluator or onnxruntime"
             return Execution("not possible", f"node '{node.name}' ({node.op_type}) could not run alone under "

@@ -12,7 +12,10 @@ comes from a Shape, a Slice with computed ends, ...). The tensors it leaves with
 shape are measured instead: the model runs once under onnxruntime (graph optimizations off,
 so every value keeps its name) on random inputs at the bound dimensions, with those tensors
 as extra outputs. Their `shape_source` is then `run`. A data-dependent shape (NonZero,
-Unique, ...) measured that way holds for those inputs only.
+Unique, ...) measured that way holds for those inputs only. The same run checks the shapes
+inference gives (every intermediate, where they fit in a CHECK_FRACTION of the memory and
+onnxruntime runs the model): onnx's inference and onnxruntime disagree on some ops, and
+where they do, the run's shape is the tensor's (`shape_source` `run`).
 
 A tensor's size is its element count times the element size numpy uses for its type (one
 byte for bool; sub-byte types such as int4 take one byte per element, as numpy holds them).
@@ -200,15 +203,20 @@ def tensor_types(model: ModelProto, dims: dict[str, int]) -> tuple[dict[str, Ten
     except Exception:  # noqa: BLE001 - inference is best effort; the run below measures the rest
         g = sk.graph
     known: dict[str, tuple[int, tuple[int, ...]]] = {}
+    produced = [(n, y) for n in model.graph.node for y in n.output if y]
+    names = {y for _, y in produced}
     for vi in [*g.value_info, *g.output]:
+        kind = vi.type.WhichOneof("value")
+        if vi.name in names and kind not in (None, "tensor_type"):  # onnxruntime hands an optional's tensor over
+            raise PlanError(f"'{vi.name}' is not a tensor ({kind.removesuffix('_type')}): the planner handles "
+                            "tensor graphs only")
         s = _static(vi)
         if s is not None:
             known[vi.name] = s
-    produced = [(n, y) for n in model.graph.node for y in n.output if y]
     missing = [y for _, y in produced if y not in known]
     types: dict[str, TensorType] = {}
-    if missing:
-        for name, (elem, shape) in _types_from_run(model, missing, used).items():
+    for name, (elem, shape) in _measured(model, [y for _, y in produced], missing, known, used).items():
+        if name in missing or known[name] != (elem, shape):
             types[name] = _make(name, elem, shape, "run")
     for n, y in produced:
         if y not in types:
@@ -243,10 +251,46 @@ def plan_feeds(model: ModelProto, dims: dict[str, int]) -> dict[str, np.ndarray]
     return feeds
 
 
-def _types_from_run(model: ModelProto, names: list[str],
-                    dims: dict[str, int]) -> dict[str, tuple[int, tuple[int, ...]]]:
+# the most bytes of intermediates `_measured` has onnxruntime return at once to check the
+# inferred shapes (a fraction of the machine's memory)
+CHECK_FRACTION = 8
+
+
+Types = dict[str, tuple[int, tuple[int, ...]]]  # name -> (element type, shape)
+
+
+def _measured(model: ModelProto, produced: list[str], missing: list[str], known: Types, dims: dict[str, int]) -> Types:
+    """The types onnxruntime gives `missing` (those shape inference leaves unknown) and, where
+    it runs the model and the inferred sizes fit in a CHECK_FRACTION of the memory, every
+    other intermediate too: onnx's inference and onnxruntime disagree on some ops (a Slice
+    to INT64_MAX with a negative step: onnx 0 elements, onnxruntime up to the whole axis; a
+    pool with ceil_mode whose last window starts in the padding: onnxruntime drops it), and
+    a plan sized by the inference alone put a tensor of 16 bytes in 0. A model onnxruntime cannot run keeps
+    the inferred sizes where nothing is missing (else PlanError, as `_types_from_run`)."""
+    from eqsat.verification.feeds import _memory
+
+    inferred = sum(math.prod(shape) * _itemsize_or_0(elem) for elem, shape in known.values())
+    if inferred > _memory() // CHECK_FRACTION:
+        return _types_from_run(model, missing, dims) if missing else {}
+    try:
+        return _types_from_run(model, produced, dims, missing)
+    except Exception:  # noqa: BLE001 - not run (nor its inputs made): the inferred sizes, where they are all
+        if missing:
+            raise
+        return {}
+
+
+def _itemsize_or_0(elem: int) -> int:
+    try:
+        return itemsize(elem)
+    except (PlanError, TypeError, KeyError, ValueError):
+        return 0
+
+
+def _types_from_run(model: ModelProto, names: list[str], dims: dict[str, int],
+                    missing: list[str] | None = None) -> dict[str, tuple[int, tuple[int, ...]]]:
     """Measure the types of `names` by one onnxruntime run (graph optimizations off) on
-    plan_feeds."""
+    plan_feeds; a failure names `missing` (default: `names`), the tensors that needed it."""
     from eqsat.verification import session
 
     feeds = plan_feeds(model, dims)
@@ -259,8 +303,9 @@ def _types_from_run(model: ModelProto, names: list[str],
         got = sess.run(names, feeds)
     except Exception as e:  # noqa: BLE001 - any onnxruntime failure is reported with the tensors concerned
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        need = names if missing is None else missing
         raise PlanError(
-            f"shape inference leaves {len(names)} tensor(s) without a static shape (first: '{names[0]}') "
+            f"shape inference leaves {len(need)} tensor(s) without a static shape (first: '{need[0] if need else ''}') "
             f"and onnxruntime could not run the model to measure them: {first}"
         ) from None
     finally:

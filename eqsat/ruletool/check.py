@@ -10,7 +10,9 @@ be the one onnxruntime produces.
 
 Values: `instantiate.py` draws standard normal floats and small integers, and on some tries
 special constants a rule matches (SPECIAL_F64, SPECIAL_CONST: 0, 1e30, -inf, 1e-30); a rule
-that names no element type is tried once more at each of OTHER_DTYPES (`_other_dtypes`).
+that names no element type, or names types only as a Cast's target (which says nothing of
+the tensor cast), is tried once more at each of OTHER_DTYPES (`_other_dtypes`: int32,
+float16, uint8, int64, and float32 for the latter).
 
 Edge runs: an instance whose random run agrees runs again on the inputs where verification
 finds rewrites that are wrong beyond the random draw (integers in [-7, 7] without 0,
@@ -421,7 +423,8 @@ def check_rule(rule: Rule, prog: Program, seed: int = 0) -> Result:
 
 def _other_dtypes(rule: Rule, var, prog: Program, seed: int, k: int) -> tuple[str, dict] | None:
     """One try of an unfolding that ran at each of OTHER_DTYPES, for a rule that names no
-    type (egglog matches its ops on tensors of any type): the counterexample of the first that
+    type, or names types only as a Cast's target (egglog matches its ops on tensors of any
+    type; Instance rejects the types that do not apply): the counterexample of the first that
     is unsound, else None. A try that cannot be built (an op without kernels for the type)
     counts for nothing; the random tries' generator is not touched, so they draw what they drew."""
     rng = np.random.default_rng([seed, k, len(rule.name), 1])

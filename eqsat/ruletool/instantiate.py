@@ -47,12 +47,17 @@ FLAG_ATTRS = frozenset({"keepdims", "noop_with_empty_axes", "ceil_mode", "count_
 # types of their tensors, unless a guard asks (= (F32) (dtype x)), so a rule right for float32
 # alone (Mul(Div(a, b), b) -> a: an integer division truncates; an overflow of float16 at 65504)
 # is wrong on the models that have those types
-OTHER_DTYPES = {2: "I32", 4: "F16", 7: "U8"}  # trial numbers for their tries (check.py)
+# (int64 too, whose extremes lie beyond float64's integers, and, for a rule that names types
+# only as a Cast's target, float32: Cast(Cast(x, F64), dtype(x)) -> x is right for every type
+# but int64, Cast(Cast(x, I32), dtype(x)) -> x for int32 x alone)
+OTHER_DTYPES = {2: "I32", 4: "F16", 7: "U8", 1: "I64", 0: "F32"}  # trial numbers for their tries (check.py)
+CAST_ONLY_DTYPES = frozenset({"F32"})  # tried only for a rule that names types only as a Cast's target
 # ...but not where the query matches a literal of other types: a float literal is no integer's,
 # an integer literal no float's (the op language's ScalarF and ScalarI)
 _FLOAT_LITERALS = frozenset({"ScalarF"})
 _INT_LITERALS = frozenset({"ScalarI"})
-OTHER_DTYPES_NOT = {"I32": _FLOAT_LITERALS, "I64": _FLOAT_LITERALS, "U8": _FLOAT_LITERALS, "F16": _INT_LITERALS}
+OTHER_DTYPES_NOT = {"I32": _FLOAT_LITERALS, "I64": _FLOAT_LITERALS, "U8": _FLOAT_LITERALS, "F16": _INT_LITERALS,
+                    "F32": _INT_LITERALS}
 # trial -> the value of every float literal variable the guards leave free ((ScalarF c t s)'s c):
 # a constant of a model may be 0, huge, tiny or an attention mask's -inf, where a rule right for
 # standard normal constants is wrong ((x * c) / c -> x at c = 0, Softmax(x + c) -> Softmax(x) at
@@ -292,23 +297,30 @@ class Instance:
         (OTHER_DTYPES) for a rule that names none, where its query matches no literal of
         another type (Reject otherwise)."""
         mentioned = set()
+        targets = set()  # named as a Cast's target type
         heads = set()
 
-        def walk(x):
+        def walk(x, into: set):
             if isinstance(x, SList):
                 if len(x) == 1 and isinstance(x[0], Sym) and str(x[0]) in FLOATS + INTS:
-                    mentioned.add(str(x[0]))
+                    into.add(str(x[0]))
                 if x:
                     heads.add(str(x[0]))
-                for y in x:
-                    walk(y)
+                cast = len(x) == 5 and isinstance(x[0], Sym) and str(x[0]) == "Cast"
+                for y in x[:4] if cast else x:
+                    walk(y, into)
+                if cast:
+                    walk(x[4], targets)
 
         for a in variant.atoms:
-            walk(a)
+            walk(a, mentioned)
         if other is not None:
-            if mentioned or heads & OTHER_DTYPES_NOT[other]:
+            # a type named only as a Cast's target says nothing of the tensors cast
+            # (Cast(Cast(x, I32), dtype(x)) -> x is right for int32 x alone)
+            if mentioned or heads & OTHER_DTYPES_NOT[other] or (other in CAST_ONLY_DTYPES and not targets):
                 raise Reject(f"the rule does not match {other} tensors")
             return other
+        mentioned |= targets
         ints = sorted(mentioned & set(INTS))
         if ints and (self.trial % 2 == 1 or not mentioned & set(FLOATS)):
             return ints[self.trial // 2 % len(ints)]

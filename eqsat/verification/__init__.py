@@ -23,6 +23,7 @@ from eqsat.verification import ties, widen
 from eqsat.verification.feeds import LARGER_SIZES, SCALED, SCALED_FAR, Feeds
 from eqsat.verification.mismatch import Mismatch
 from eqsat.verification.outcome import DEFAULT_TOLERANCE, TOLERANCE, Verification, _scale, tolerance  # noqa: F401
+from eqsat.verification.paired import RunAhead
 from eqsat.verification.qdq import (  # noqa: F401 - also imported from here
     QDQ_ALLOWANCE_CONFIG,
     QDQ_UNSOUND_TRANSFORMERS,
@@ -92,7 +93,10 @@ def compare(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], rtol
     value cancelling against itself leaves a result whose rounding is relative to it ((x * 300 +
     1.1) - x * 300 is 0 for x = 2e15), which a program off on the random draw by rounding only
     gets as slack, and an exact one does not (a Clip at 1e12 dropped passed on finiteness
-    alone). `scaled`: the runs took the floats times
+    alone); with `sensitivity`, the floor too, capped at each element by it as below (a
+    network's outputs can be 1e-14 on the random draw, so that its differences there say
+    nothing of the large values' rounding: EfficientNet-B1's logits there were 8 float steps
+    of their largest, as onnxruntime's own optimizations left them). `scaled`: the runs took the floats times
     SCALED (Feeds.with_special_values; a number: times that number, which SCALED below then
     means, and the absolute tolerance is at least FAR_STEPS float steps of the output's
     largest finite magnitude): floating-point values are compared only where the
@@ -153,7 +157,7 @@ def _compare_tensor(name: str, e: np.ndarray, a: np.ndarray, rtol: float | None,
         factor = SCALED if scaled is True else float(scaled)
         extra = (factor - 1) * atol
         atol += extra if noise is None else min(extra, NOISE_MARGIN * factor * noise)
-        if finite_free != "values":
+        if finite_free != "values" or moves is not None:
             atol = np.maximum(atol, _far_floor(e, moves))
     if e.shape != a.shape:
         return [Mismatch(name, f"shape {a.shape}, expected {e.shape}")]
@@ -497,16 +501,7 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
         except Exception as e:  # noqa: BLE001
             return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
                                           f"the original: {_line(e)}", edge_cases=where)
-        moves = nudged_moves(ref, f, at, expected, used) if kind in ("far", "scaled") else None
-        scaled = {"scaled": True, "far": SCALED_FAR, "large": _largest_float(f)}.get(kind, False)
-        def judged(g, expected=expected, f=f, kind=kind, scaled=scaled, moves=moves):
-            found = compare(expected, g, rtol, atol, finite_free="values" if kind == "large" else False,
-                            scaled=scaled, noise=noise, sensitivity=moves)
-            found = widen.judge(original, found, expected, g, f, rtol, atol)
-            return found if qdq is None else qdq.filter(found, expected, g, f)
-
-        bad = ties.settle(judged(got), expected, got, f, at, ref, judged, rtol, atol, original,
-                          nudge=kind != "halves")  # the halves sit on a rounding's ties on purpose
+        bad = _edge_mismatches(original, ref, kind, f, at, used, expected, got, rtol, atol, qdq, noise)
         if bad:
             return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where}; seed {used})",
                                 edge_cases=where, requantized=all(m.requantized for m in bad))
@@ -519,6 +514,37 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     if refused:
         out.append("not on " + _edge_list(refused) + " (the original does not run on them)")
     return "; ".join(out)
+
+
+def _edge_mismatches(original: ModelProto, ref: Runner, kind: str, f: dict[str, np.ndarray], at: dict[str, int],
+                     used: int, expected: dict[str, object], got: dict[str, object], rtol: float | None,
+                     atol: float | None, qdq: QdqAllowance | None, noise: dict[str, float] | None) -> list[Mismatch]:
+    """What `_edge_runs` finds unlike the original on one edge case (`kind`, drawn at `used`):
+    compare's, widen's and the QDQ allowance's judgement, less what the original itself leaves
+    undetermined (eqsat.verification.ties)."""
+    scaled = {"scaled": True, "far": SCALED_FAR, "large": _largest_float(f)}.get(kind, False)
+    # the floor capped by the nudged original's moves only loosens: run the nudge where it can matter
+    floorless = _unmoved(expected) if kind in ("far", "scaled", "large") else None
+    finite_free = "values" if kind == "large" else False
+    sens = floorless
+    if floorless is not None and compare(expected, got, rtol, atol, finite_free=finite_free, scaled=scaled,
+                                         noise=noise, sensitivity=floorless):
+        sens = nudged_moves(ref, f, at, expected, used)
+
+    def judged(g):
+        found = compare(expected, g, rtol, atol, finite_free=finite_free, scaled=scaled, noise=noise,
+                        sensitivity=sens)
+        found = widen.judge(original, found, expected, g, f, rtol, atol)
+        return found if qdq is None else qdq.filter(found, expected, g, f)
+
+    return ties.settle(judged(got), expected, got, f, at, ref, judged, rtol, atol, original,
+                       nudge=kind != "halves")  # the halves sit on a rounding's ties on purpose
+
+
+def _unmoved(expected: dict[str, object]) -> dict[str, object]:
+    """compare's `sensitivity` of an original that no nudge moves: no floor at all. A run that
+    passes so passes under every sensitivity (the floor only loosens the tolerance)."""
+    return {k: np.zeros(e.shape) for k, e in expected.items() if isinstance(e, np.ndarray) and e.dtype.kind == "f"}
 
 
 def nudged_moves(ref: Runner, f: dict[str, np.ndarray], sizes: dict[str, int], expected: dict[str, object],
@@ -944,14 +970,16 @@ def _runners(original: ModelProto, optimized: ModelProto, files, random_pairs
     except Exception as e:  # noqa: BLE001
         return Verification("failed", f"onnxruntime cannot run the optimized model: {_line(e)}")
     names = [o.name for o in ref_sess.get_outputs()]
+    ahead = RunAhead(lambda f: dict(zip(names, opt_sess.run(names, f), strict=True)))
 
-    def run_ref(f, sizes):
+    def run_ref(f, sizes):  # the optimized model starts on the same inputs beside it (eqsat.verification.paired)
         announce("run original")
+        ahead.start(f)
         return dict(zip(names, ref_sess.run(names, f), strict=True))
 
     def run_opt(f, sizes):
         announce("run optimized")
-        return dict(zip(names, opt_sess.run(names, f), strict=True))
+        return ahead.take(f)
 
     return run_ref, run_opt, Counter()
 

@@ -29,8 +29,11 @@ Contract of `Feeds.draw(sizes, seed, wide)`:
   signs kept, a rule file's Relu(w) -> w of a positive default passed), negates booleans, and
   reverses the order of each integer default's elements, or where that leaves it as it is,
   takes 1 off its ones above 1 (a rule file's Reshape(x, s) -> x of s = [2, 3] for x[2, 3]
-  passed on the default alone); "floats" varies the floating-point ones alone.
-`with_special_values` puts zeros or large magnitudes among the floats drawn;
+  passed on the default alone), or where that too leaves it as it is (all 0 or 1), adds 1
+  to each (an Expand(x, s) to s = [1, 1] taken for x passed); "floats" varies the
+  floating-point ones alone.
+`with_special_values` puts zeros or large magnitudes among the floats drawn (zeros among the
+floating-point overridable inputs too: other values never give them 0);
 `with_integer_extremes` puts each general integer's type minimum and maximum among it;
 `with_large_sizes` makes every size 2 or 3 (a rewrite right for sizes 0 and 1 only, such as
 an Expand taken for a no-op, passed every draw of 0 or 1 that gave 1), `with_larger_sizes`
@@ -134,6 +137,15 @@ THROUGH = {"Cast": {0}, "Identity": {0}, "Reshape": {0}, "Unsqueeze": {0}, "Sque
            "Expand": {0}, "Transpose": {0}}
 # ops whose output has their first input's shape (a table behind them is still that table)
 SAME_SHAPE = {"DequantizeLinear", "QuantizeLinear", "Cast", "Identity"}
+# ops whose inputs past the first are weights: an overridable input they read is not scaled
+# by with_special_values (`Feeds._free_float`)
+WEIGHTED_OPS = frozenset({
+    "Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum", "BatchNormalization", "InstanceNormalization",
+    "LayerNormalization", "GroupNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
+    "SkipSimplifiedLayerNormalization", "FusedConv", "FusedGemm", "FusedMatMul", "LSTM", "GRU", "RNN",
+    "Attention", "MultiHeadAttention", "EmbedLayerNormalization", "Gather", "GatherElements", "GatherND",
+    "MatMulNBits", "RotaryEmbedding", "DeformConv", "Resize", "Upsample", "RoiAlign", "GridSample"})
+INTEGER_OPS = frozenset({"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul"})
 INT_ARITH = {"Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Concat", "Gather", "Slice", "Max", "Min",
              "Sum", "Tile", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "CumSum", "Where"}
 INT_CODES = {TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8,
@@ -181,6 +193,10 @@ class Feeds:
         self._inferred: dict[str, list[int | str | None]] | None = None  # `_shape`'s, made where first needed
         self.roles = {name: self._role(name) for name, (_, elem) in self.specs.items()
                       if elem in INT_CODES and name not in self.free}
+        # the overridable integer inputs' roles: the general ones take other values in the
+        # zeros' and the extremes' edge runs (`_general`)
+        self.free_roles = {name: self._role(name) for name, (_, elem) in self.specs.items()
+                           if elem in INT_CODES and name in self.free}
         # how `draw` (with `wide`) draws sizes: "" 0 or 1, "large" 2 or 3 (with_large_sizes),
         # "negative" those with a -1 (with_negative_sizes); set by verification where the
         # original runs on no other
@@ -407,17 +423,26 @@ class Feeds:
         return out.astype(dt)
 
     def with_special_values(self, feeds: dict[str, np.ndarray], seed: int, kind: str) -> dict[str, np.ndarray]:
-        """`feeds` with special values among the floating-point inputs (not the overridable
-        ones: those are weights; zeros among general integers too), for rewrites that are wrong only on such values:
+        """`feeds` with special values among the floating-point inputs (the overridable ones
+        for "zeros", "scaled" and "far" where `_free_float` says so: the others keep those
+        weights; zeros among general integers too), for rewrites that are wrong only on such
+        values:
         - "zeros": a quarter of the elements 0; general integer inputs too (role "general"),
           with at least one 0 (a scalar one drawn in [-9, 9] was 0 one draw in 19: Where(n == 0,
-          -x, x) taken for x passed);
+          -x, x) taken for x passed), an overridable one drawn in [-9, 9] first (its other
+          values keep its default's signs and never hold 0: a rule file's Abs(w) -> w passed);
+          floating-point overridable inputs too, with at least one 0 (the caller may set a
+          weight to 0: their other values are scaled defaults, never 0, and a rule file's
+          (x / w) * w -> x passed), but a quantizing op's (`_free_float`);
         - "scaled": every element times SCALED (100): standard normal values stay within 5, so
           what a model computes only beyond (a Where or If on x > 10) never ran, and the
           "large" case compares values only as far as rounding moves them; rounding grows
           with the values summed, so the
           absolute tolerance is up to SCALED times the random draw's, as far as the random
           draw's own differences times SCALED allow (compare's `scaled` and `noise`);
+          Overridable inputs too where no op reads them as a weight (`_free_float`: their
+          other values are their defaults times [0.5, 1.5], and Min(w, 1) taken for w passed
+          a default of 0.5);
         - "far": every element times SCALED_FAR (10000; float16: 1023), compared as "scaled":
           between the values times 100 and the large ones, a Clip(x, -1000, 1000) taken for
           x passed;
@@ -443,11 +468,14 @@ class Feeds:
             if kind == "zeros" and self._general(name, v):
                 v = v.copy()
                 flat = v.reshape(-1)
+                if name in self.free:  # its default's signs alone were drawn: any, as a general input's
+                    flat[:] = rng.integers(0 if v.dtype.kind == "u" else GENERAL[0], GENERAL[1], flat.size)
                 flat[rng.random(flat.size) < 0.25] = 0
                 flat[rng.integers(flat.size)] = 0
                 out[name] = v
                 continue
-            if name in self.free or not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.size == 0:
+            if not isinstance(v, np.ndarray) or v.dtype.kind != "f" or v.size == 0 or \
+                    (name in self.free and not self._free_float(name, kind)):
                 out[name] = v
                 continue
             v = v.copy()
@@ -455,6 +483,8 @@ class Feeds:
             picks: list[float] = []
             if kind == "zeros":
                 flat[rng.random(flat.size) < 0.25] = 0
+                if name in self.free:  # a weight the caller may set to 0: x / w * w taken for x
+                    flat[rng.integers(flat.size)] = 0
             elif kind == "scaled":
                 flat *= SCALED
             elif kind == "far":
@@ -472,25 +502,42 @@ class Feeds:
             out[name] = v
         return out
 
+    def _free_float(self, name: str, kind: str) -> bool:
+        """Whether the "zeros", "scaled" or "far" case of `with_special_values` changes the
+        overridable floating-point input `name`: "zeros" unless a quantizing op reads it (a
+        scale of 0 is no model's), "scaled" and "far" only where no contraction, normalization
+        or quantizing op reads it (a weight, where times 100 layer after layer overflows), but
+        an element-wise op does: Min(w, 1) taken for w passed every value of a default of 0.5."""
+        if kind not in ("zeros", "scaled", "far"):
+            return False
+        for n, k in self._carried(name):
+            op = n.op_type
+            if "Quant" in op or op.startswith(("QLinear", "QGemm", "QAttention")) or op in INTEGER_OPS:
+                return False
+            if kind != "zeros" and k > 0 and op in WEIGHTED_OPS:
+                return False
+        return True
+
     def _general(self, name: str, v: object) -> bool:
-        """Whether `v`, the input `name`, is a non-empty general integer (role "general", not overridable)."""
-        return name not in self.free and self.roles.get(name, Role("")).kind == "general" \
-            and isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.size > 0
+        """Whether `v`, the input `name`, is a non-empty general integer (role "general",
+        overridable or not)."""
+        role = self.roles.get(name) or self.free_roles.get(name, Role(""))
+        return role.kind == "general" and isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.size > 0
 
     def has_general_integers(self) -> bool:
         """Whether an integer input is of role "general" (`with_integer_extremes` may change something)."""
-        return any(role.kind == "general" for role in self.roles.values())
+        return any(role.kind == "general" for role in [*self.roles.values(), *self.free_roles.values()])
 
     def with_integer_extremes(self, feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
-        """`feeds` with one element of each general integer input (role "general", not
-        overridable) at its type's minimum and one at its maximum, at random positions: a
+        """`feeds` with one element of each general integer input (role "general",
+        overridable or not) at its type's minimum and one at its maximum, at random positions: a
         rewrite right only where integer arithmetic does not wrap (Relu(Abs(x)) taken for
         Abs(x): |-128| is -128 in int8) passed every draw in [-9, 9]. A value that reaches a
         Div's or Mod's dividend gets the minimum plus one: INT_MIN / -1 kills onnxruntime
         (SIGFPE), and the other edge cases would be lost to that crash of the original."""
         rng = np.random.default_rng(seed)
         out = dict(feeds)
-        for name, role in self.roles.items():
+        for name, role in [*self.roles.items(), *self.free_roles.items()]:
             v = feeds.get(name)
             if role.kind != "general" or not isinstance(v, np.ndarray) or v.dtype.kind not in "iu" or v.size == 0:
                 continue
@@ -656,7 +703,7 @@ class Feeds:
                 elif vary_overridable and vary_overridable != "floats":
                     other = " and another" if self.defaults[name].data_type not in _OTHER_CODES \
                         else " and negated" if self.defaults[name].data_type == TensorProto.BOOL \
-                        else " and reordered or less by 1"
+                        else " and reordered or less by 1 (more by 1 where all are 0 or 1)"
                 parts.append(f"{name} its default{other}")
         return "; ".join(parts)
 
@@ -674,7 +721,8 @@ def other_overridable(value: np.ndarray, rng: np.random.Generator, integers: boo
     `vary_overridable`): floats scaled elementwise by [0.5, 1.5] with a sign drawn for each,
     and with `integers`, booleans negated and integers reversed in order (the same elements, so
     a Reshape target still fits), or where that changes nothing, less by 1 where above 1
-    (never 0: onnxruntime refuses an integer division by 0, and the run would be lost)."""
+    (never 0: onnxruntime refuses an integer division by 0, and the run would be lost), or
+    where that changes nothing either (all 0 or 1), more by 1 where 0 or 1."""
     if np.issubdtype(value.dtype, np.floating):
         factor = rng.uniform(0.5, 1.5, value.shape) * rng.choice([-1.0, 1.0], value.shape)
         # (np.asarray: a 0-d product is a numpy scalar, which onnxruntime does not take)
@@ -687,6 +735,8 @@ def other_overridable(value: np.ndarray, rng: np.random.Generator, integers: boo
         other = value.reshape(-1)[::-1].reshape(value.shape)
         if np.array_equal(other, value):
             other = np.where(value > 1, value - 1, value).astype(value.dtype)
+        if np.array_equal(other, value):  # 0s and 1s alone: an Expand to [1, 1] taken for x passed
+            other = np.where((value == 0) | (value == 1), value + 1, value).astype(value.dtype)
         return np.asarray(other)
     return value
 
