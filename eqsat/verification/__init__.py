@@ -19,7 +19,7 @@ from onnx import ModelProto
 
 from eqsat.backends.ort.sessions import ort, session  # noqa: F401 - ort is imported from here too (eqsat.plan.execute)
 from eqsat.errors import EqsatError
-from eqsat.verification import widen
+from eqsat.verification import ties, widen
 from eqsat.verification.feeds import LARGER_SIZES, SCALED, SCALED_FAR, Feeds
 from eqsat.verification.mismatch import Mismatch
 from eqsat.verification.outcome import DEFAULT_TOLERANCE, TOLERANCE, Verification, _scale, tolerance  # noqa: F401
@@ -361,9 +361,11 @@ def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, r
                                 feeds.describe(sizes, wide, varied), not_verified)
         dtypes |= {v.dtype.name for v in expected.values()
                    if hasattr(v, "dtype") and v.dtype.name.startswith(("float", "bfloat"))}
-        bad = widen.judge(original, compare(expected, got, rtol, atol), expected, got, f, rtol, atol)
-        if qdq is not None:
-            bad = qdq.filter(bad, expected, got, f)
+        def judged(g, expected=expected, f=f):
+            found = widen.judge(original, compare(expected, g, rtol, atol), expected, g, f, rtol, atol)
+            return found if qdq is None else qdq.filter(found, expected, g, f)
+
+        bad = ties.settle(judged(got), expected, got, f, sizes, ref, judged, rtol, atol, original)
         if noise is not None:
             for name, e in expected.items():
                 noise[name] = max(noise.get(name, 0.0), max_difference(e, got.get(name)))
@@ -499,18 +501,7 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
         except Exception as e:  # noqa: BLE001
             return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
                                           f"the original: {_line(e)}", edge_cases=where)
-        scaled = {"scaled": True, "far": SCALED_FAR, "large": _largest_float(f)}.get(kind, False)
-        # the floor capped by the nudged original's moves only loosens: run the nudge where it can matter
-        floorless = _unmoved(expected) if kind in ("far", "scaled", "large") else None
-        finite_free = "values" if kind == "large" else False
-        bad = compare(expected, got, rtol, atol, finite_free=finite_free, scaled=scaled, noise=noise,
-                      sensitivity=floorless)
-        if bad and floorless is not None:
-            bad = compare(expected, got, rtol, atol, finite_free=finite_free, scaled=scaled, noise=noise,
-                          sensitivity=nudged_moves(ref, f, at, expected, used))
-        bad = widen.judge(original, bad, expected, got, f, rtol, atol)
-        if qdq is not None:
-            bad = qdq.filter(bad, expected, got, f)
+        bad = _edge_mismatches(original, ref, kind, f, at, used, expected, got, rtol, atol, qdq, noise)
         if bad:
             return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where}; seed {used})",
                                 edge_cases=where, requantized=all(m.requantized for m in bad))
@@ -523,6 +514,31 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     if refused:
         out.append("not on " + _edge_list(refused) + " (the original does not run on them)")
     return "; ".join(out)
+
+
+def _edge_mismatches(original: ModelProto, ref: Runner, kind: str, f: dict[str, np.ndarray], at: dict[str, int],
+                     used: int, expected: dict[str, object], got: dict[str, object], rtol: float | None,
+                     atol: float | None, qdq: QdqAllowance | None, noise: dict[str, float] | None) -> list[Mismatch]:
+    """What `_edge_runs` finds unlike the original on one edge case (`kind`, drawn at `used`):
+    compare's, widen's and the QDQ allowance's judgement, less what the original itself leaves
+    undetermined (eqsat.verification.ties)."""
+    scaled = {"scaled": True, "far": SCALED_FAR, "large": _largest_float(f)}.get(kind, False)
+    # the floor capped by the nudged original's moves only loosens: run the nudge where it can matter
+    floorless = _unmoved(expected) if kind in ("far", "scaled", "large") else None
+    finite_free = "values" if kind == "large" else False
+    sens = floorless
+    if floorless is not None and compare(expected, got, rtol, atol, finite_free=finite_free, scaled=scaled,
+                                         noise=noise, sensitivity=floorless):
+        sens = nudged_moves(ref, f, at, expected, used)
+
+    def judged(g):
+        found = compare(expected, g, rtol, atol, finite_free=finite_free, scaled=scaled, noise=noise,
+                        sensitivity=sens)
+        found = widen.judge(original, found, expected, g, f, rtol, atol)
+        return found if qdq is None else qdq.filter(found, expected, g, f)
+
+    return ties.settle(judged(got), expected, got, f, at, ref, judged, rtol, atol, original,
+                       nudge=kind != "halves")  # the halves sit on a rounding's ties on purpose
 
 
 def _unmoved(expected: dict[str, object]) -> dict[str, object]:

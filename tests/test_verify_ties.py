@@ -1,0 +1,157 @@
+"""Verification at ties (eqsat.verification.ties): an output element the original itself does
+not determine (an index picked among values that tie within rounding) may differ where an
+honest rewrite rounds otherwise, and a program wrong elsewhere is refused all the same."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+from onnx import helper as oh
+
+from eqsat.verification import random_inputs, run, ties, verify
+
+from .conftest import optimize_cli
+
+N = 65536  # sorted normal values this many: dozens of neighbours one float step apart
+A, B = np.float32(1.1), np.float32(3.3)
+
+
+def _model(nodes, inits: dict[str, np.ndarray], x_shape, outputs) -> onnx.ModelProto:
+    g = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                      [oh.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+                      [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(m)
+    return m
+
+
+def sorted_scores(folded: bool = False, k: int = N, tail=(), out: str = "i") -> onnx.ModelProto:
+    """TopK (all N, sorted) of (x * A) * B, or with `folded` of x * (A * B): the same scores rounded
+    otherwise, which reorders neighbours one float step apart. `tail`: nodes after the TopK that
+    read v and i and write `out` (in place of i)."""
+    inits = {"k": np.array([k], np.int64)}
+    if folded:
+        nodes = [oh.make_node("Mul", ["x", "ab"], ["s"])]
+        inits["ab"] = np.array(A * B, np.float32)
+    else:
+        nodes = [oh.make_node("Mul", ["x", "a"], ["t"]), oh.make_node("Mul", ["t", "b"], ["s"])]
+        inits |= {"a": np.array(A, np.float32), "b": np.array(B, np.float32)}
+    nodes += [oh.make_node("TopK", ["s", "k"], ["v", "i"]), *tail]
+    return _model(nodes, inits, [N], [("v", TensorProto.FLOAT, ["kk"]), (out, TensorProto.INT64, ["kk"])])
+
+
+def _index_differences() -> int:
+    f = random_inputs(sorted_scores())
+    return int((run(sorted_scores(), f, False)["i"] != run(sorted_scores(True), f, False)["i"]).sum())
+
+
+def test_reassociated_scores_reorder_ties_and_pass():
+    """The folded scores reorder a few neighbours (what the test is about), and verification
+    passes: the original itself reorders them under a nudge of its inputs. Before ties.settle:
+    failed, "output 'i': 8 of 65536 values differ, first at (6456,): 9244 vs expected 44536"."""
+    assert _index_differences() > 0
+    original, folded = sorted_scores(), sorted_scores(True)
+    v = verify(original, folded)
+    assert v.status == "passed", v.detail
+    f = random_inputs(original)
+    e, a = run(original, f, False), run(folded, f, False)
+    np.testing.assert_allclose(a["v"], e["v"], rtol=1e-6)
+    assert sorted(a["i"]) == sorted(e["i"])  # the same indices, some neighbours swapped
+
+
+REASSOCIATE = """(ruleset user)
+; (x * s) * t -> x * (s * t), right up to rounding (the constants' product is folded)
+(rewrite (Mul (Mul x s) t) (Mul x (Mul s t)) :ruleset user :name "user-mul-reassociate")
+"""
+
+
+def test_reassociated_scores_pass_end_to_end(capsys, tmp_path):
+    """A user's rule file reassociates the two Muls (the constants then folded) and eqsat writes
+    the model (exit 0), whose indices differ from the original's only among ties. Before
+    ties.settle: exit 1, nothing written."""
+    rc, err, out = optimize_cli(capsys, tmp_path, sorted_scores(), rules=REASSOCIATE)
+    assert rc == 0 and out is not None, err
+    onnx.checker.check_model(out)
+    assert [n.op_type for n in out.graph.node] == ["Mul", "TopK"]
+    f = random_inputs(sorted_scores())
+    e, a = run(sorted_scores(), f, False), run(out, f, False)
+    np.testing.assert_allclose(a["v"], e["v"], rtol=1e-6)
+    assert sorted(a["i"]) == sorted(e["i"])
+
+
+def test_settling_costs_nothing_when_the_comparison_passes(monkeypatch):
+    """A model that agrees exactly runs no nudged copy of the original."""
+    calls = []
+    monkeypatch.setattr(ties, "nudged", lambda f, seed: calls.append(seed) or f)
+    assert verify(sorted_scores(), sorted_scores()).status == "passed"
+    assert calls == []
+
+
+def _swap_top_two() -> list:
+    """Nodes that swap the first two of v and of i (the largest two of N normal values: about
+    0.2 apart, no tie) into vs and the output j."""
+    perm = numpy_helper.from_array(np.array([1, 0, *range(2, N)], np.int64), "perm")
+    return [oh.make_node("Constant", [], ["p"], value=perm),
+            oh.make_node("Gather", ["i", "p"], ["j"], axis=0)]
+
+
+def test_swapped_rows_that_do_not_tie_are_refused():
+    """The folded scores with their top two indices swapped: refused at position 0, though the
+    ties elsewhere are set aside."""
+    original = sorted_scores(tail=[oh.make_node("Identity", ["i"], ["j"])], out="j")
+    wrong = sorted_scores(True, tail=_swap_top_two(), out="j")
+    v = verify(original, wrong)
+    assert v.status == "failed" and "output 'j'" in v.detail and "first at (0,)" in v.detail, v.detail
+
+
+def test_topk_with_another_k_is_refused():
+    """A TopK of k = N - 1 among the ties: the shapes differ, which no tie sets aside."""
+    v = verify(sorted_scores(), sorted_scores(True, k=N - 1))
+    assert v.status == "failed" and "shape" in v.detail, v.detail
+
+
+def arg_of_relu(op: str) -> onnx.ModelProto:
+    """ArgMax or ArgMin of Relu(x) over the last axis: rows all negative tie at 0."""
+    return _model([oh.make_node("Relu", ["x"], ["r"]), oh.make_node(op, ["r"], ["y"], axis=1, keepdims=0)], {},
+                  ["n", 4], [("y", TensorProto.INT64, ["n"])])
+
+
+def test_argmin_for_argmax_over_relu_is_refused():
+    """ArgMax -> ArgMin over a Relu: right only on rows of ties (all zeros), wrong on the
+    rest, whose largest value no nudge of 2 ** -16 moves past another."""
+    v = verify(arg_of_relu("ArgMax"), arg_of_relu("ArgMin"))
+    assert v.status == "failed" and "output 'y'" in v.detail, v.detail
+
+
+def test_undetermined_only_where_the_nudged_original_leaves_the_tolerance():
+    """`undetermined`: an element is set aside only where the nudged original's value there lies
+    outside the original's tolerance, whatever the optimized value."""
+    e = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    n = np.array([1.5, 2.0001, 3.0, 4.0], np.float32)
+    a = np.array([9.0, 9.0, 9.0, 4.0], np.float32)
+    assert ties.undetermined(e, a, n, None, None).tolist() == [True, False, False, False]
+    i = np.array([3, 1, 2], np.int64)
+    assert ties.undetermined(i, i[::-1], np.array([3, 2, 2], np.int64), None, None).tolist() == [False, True, False]
+
+
+def test_rows_matched_only_among_tied_keys():
+    """`permuted_rows`: rows of tied scores are put in the original's order; a row whose score
+    ties with none is not moved, a row that matches nothing leaves all as it was, and a
+    constant output is no key (it would let every row move)."""
+    scores = np.array([0.9, 0.5, 0.5, 0.1], np.float32)
+    boxes = np.arange(16, dtype=np.float32).reshape(4, 4)
+    labels = np.array([1, 2, 3, 4], np.int64)
+    expected = {"boxes": boxes, "scores": scores, "labels": labels}
+    swap = [0, 2, 1, 3]
+    got = {"boxes": boxes[swap], "scores": scores[swap], "labels": labels[swap]}
+    fixed = ties.permuted_rows(expected, got, None, None)
+    assert all(np.array_equal(fixed[k], expected[k]) for k in ("boxes", "labels"))
+    untied = [1, 0, 2, 3]
+    got = {"boxes": boxes[untied], "scores": scores, "labels": labels[untied]}
+    assert ties.permuted_rows(expected, got, None, None) == {}
+    other = dict(got, boxes=boxes[swap] + np.float32(1), labels=labels[swap])
+    other["scores"] = scores
+    assert ties.permuted_rows(expected, other, None, None) == {}
+    constant = {"boxes": boxes, "flag": np.zeros(4, np.float32)}
+    assert ties.permuted_rows(constant, {"boxes": boxes[::-1], "flag": np.zeros(4, np.float32)}, None, None) == {}
