@@ -54,6 +54,8 @@ def test_reassociated_scores_reorder_ties_and_pass():
     original, folded = sorted_scores(), sorted_scores(True)
     v = verify(original, folded)
     assert v.status == "passed", v.detail
+    assert "set aside as ties: " in v.detail and "in i" in v.detail, v.detail  # the user is told
+    assert "set aside" not in verify(original, original).detail
     f = random_inputs(original)
     e, a = run(original, f, False), run(folded, f, False)
     np.testing.assert_allclose(a["v"], e["v"], rtol=1e-6)

@@ -297,13 +297,14 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     vary = feeds.varied_overridable()
     qdq = QdqAllowance(original, files, lambda step: announce(step)) if not cut else None
     noise: dict[str, float] = {}  # each output's largest difference on the random draw
-    found = _random_runs(original, feeds, ref, opt, runs, vary, dims, rtol, atol, not_verified, qdq, noise)
+    aside: list[tuple[str, str]] = []  # what eqsat.verification.ties set aside (what, on which run)
+    found = _random_runs(original, feeds, ref, opt, runs, vary, dims, rtol, atol, not_verified, qdq, noise, aside)
     if isinstance(found, Verification):
         return found
     sizes, wide, dtypes, varied = found
     drawn = feeds.describe(sizes, wide, varied)
-    edges = _edge_runs(original, feeds, ref, opt, sizes, wide, dims, runs, rtol, atol, qdq, noise) if EDGE_CASES \
-        else ""
+    edges = _edge_runs(original, feeds, ref, opt, sizes, wide, dims, runs, rtol, atol, qdq, noise, aside) \
+        if EDGE_CASES else ""
     if isinstance(edges, Verification):
         return dataclasses.replace(edges, runs=runs + (1 if varied else 0), inputs=drawn, not_verified=not_verified)
     if EDGE_CASES and not _FORCING:
@@ -315,12 +316,17 @@ def verify(original: ModelProto, optimized: ModelProto, runs: int = 1, rtol: flo
     done = _passed(runs, rtol, atol, dtypes, sizes, drawn, edges, vary, varied, not_verified)
     if qdq is not None and qdq.used:
         done = dataclasses.replace(done, detail=done.detail + "; " + qdq.describe())
+    if aside:  # eqsat.verification.ties: not compared, the original itself leaves them undetermined
+        runs_of = {what: [w for a, w in aside if a == what] for what, _ in aside}
+        told = "; ".join(f"{what} ({', '.join(w)})" for what, w in runs_of.items())
+        done = dataclasses.replace(done, detail=done.detail + "; set aside as ties: " + told)
     return done
 
 
 def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, runs: int, vary,
                  dims: dict[str, int] | None, rtol: float | None, atol: float | None, not_verified: str,
                  qdq: QdqAllowance | None = None, noise: dict[str, float] | None = None,
+                 aside: list[tuple[str, str]] | None = None,
                  ) -> Verification | tuple[dict[str, int] | None, bool, set[str], bool]:
     """(sizes, wide, float dtypes, varied) after the random runs agree, or the Verification that ends `verify`;
     `noise` gets each output's largest difference (compare's `noise`)."""
@@ -365,7 +371,8 @@ def _random_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, r
             found = widen.judge(original, compare(expected, g, rtol, atol), expected, g, f, rtol, atol)
             return found if qdq is None else qdq.filter(found, expected, g, f)
 
-        bad = ties.settle(judged(got), expected, got, f, sizes, ref, judged, rtol, atol, original)
+        bad = ties.settle(judged(got), expected, got, f, sizes, ref, judged, rtol, atol, original, aside=aside,
+                          where=f"random inputs, seed {seed}")
         if noise is not None:
             for name, e in expected.items():
                 noise[name] = max(noise.get(name, 0.0), max_difference(e, got.get(name)))
@@ -448,7 +455,8 @@ def _beyond(original: ModelProto, sizes: dict[str, int], dims: dict[str, int] | 
 
 def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, sizes: dict[str, int] | None,
                wide: bool, dims: dict[str, int] | None, seed: int, rtol: float | None, atol: float | None,
-               qdq: QdqAllowance | None = None, noise: dict[str, float] | None = None) -> str | Verification:
+               qdq: QdqAllowance | None = None, noise: dict[str, float] | None = None,
+               aside: list[tuple[str, str]] | None = None) -> str | Verification:
     """Runs on inputs where some rewrites are wrong and the random ones are not: floats with
     zeros, times 100, 10000 and 0.0001, with whole and half numbers (a rounding's ties: a rule
     file's Floor(x + 0.5) -> Round(x) passed every other draw), and with large magnitudes (eqsat.verification.feeds:
@@ -501,7 +509,7 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
         except Exception as e:  # noqa: BLE001
             return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
                                           f"the original: {_line(e)}", edge_cases=where)
-        bad = _edge_mismatches(original, ref, kind, f, at, used, expected, got, rtol, atol, qdq, noise)
+        bad = _edge_mismatches(original, ref, kind, f, at, used, expected, got, rtol, atol, qdq, noise, aside, where)
         if bad:
             return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where}; seed {used})",
                                 edge_cases=where, requantized=all(m.requantized for m in bad))
@@ -518,7 +526,8 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
 
 def _edge_mismatches(original: ModelProto, ref: Runner, kind: str, f: dict[str, np.ndarray], at: dict[str, int],
                      used: int, expected: dict[str, object], got: dict[str, object], rtol: float | None,
-                     atol: float | None, qdq: QdqAllowance | None, noise: dict[str, float] | None) -> list[Mismatch]:
+                     atol: float | None, qdq: QdqAllowance | None, noise: dict[str, float] | None,
+                     aside: list[tuple[str, str]] | None = None, where: str = "") -> list[Mismatch]:
     """What `_edge_runs` finds unlike the original on one edge case (`kind`, drawn at `used`):
     compare's, widen's and the QDQ allowance's judgement, less what the original itself leaves
     undetermined (eqsat.verification.ties)."""
@@ -537,8 +546,9 @@ def _edge_mismatches(original: ModelProto, ref: Runner, kind: str, f: dict[str, 
         found = widen.judge(original, found, expected, g, f, rtol, atol)
         return found if qdq is None else qdq.filter(found, expected, g, f)
 
+    # the halves sit on a rounding's ties on purpose: no nudge there
     return ties.settle(judged(got), expected, got, f, at, ref, judged, rtol, atol, original,
-                       nudge=kind != "halves")  # the halves sit on a rounding's ties on purpose
+                       nudge=kind != "halves", aside=aside, where=where)
 
 
 def _unmoved(expected: dict[str, object]) -> dict[str, object]:

@@ -83,19 +83,24 @@ def nudged_model(model: ModelProto, seed: int) -> ModelProto | None:
 
 def settle(bad: list[Mismatch], expected: dict[str, object], got: dict[str, object], f: dict[str, object],
            sizes: dict[str, int] | None, ref: Runner, rejudge: Rejudge, rtol: float | None,
-           atol: float | None, original: ModelProto | None = None, nudge: bool = True) -> list[Mismatch]:
+           atol: float | None, original: ModelProto | None = None, nudge: bool = True,
+           aside: list[tuple[str, str]] | None = None, where: str = "") -> list[Mismatch]:
     """`bad` (the mismatches of comparing `got` with `expected`, the original's outputs on `f`),
     or [] where `rejudge` (the same comparison of another `got`) finds nothing once rows tied
     in their keys are matched (`permuted_rows`) and the elements the original leaves
     undetermined (`undetermined`: against up to TIE_RUNS runs of the original on `nudged`
     inputs, `original` with `nudged_model` initializers where given and onnxruntime runs it,
     else `ref`) take the original's values. Only tensor outputs of the original's shape and
-    type are set aside; `bad` stands whole otherwise. `nudge` False: rows alone."""
+    type are set aside; `bad` stands whole otherwise. `nudge` False: rows alone. Where it
+    returns [], `aside` gets (what was set aside, `where`: which run), for the verification's detail."""
     if not bad:
         return bad
-    got = {**got, **permuted_rows(expected, got, rtol, atol)}
+    rows = permuted_rows(expected, got, rtol, atol)
+    got = {**got, **rows}
     still = rejudge(got)
     if not still:
+        if aside is not None:
+            aside.append((f"rows of tied scores in another order in {', '.join(sorted(rows))}", where))
         return []
     names = {m.output for m in still}
     targets = [n for n in names if _same_tensor(expected.get(n), got.get(n))]
@@ -109,6 +114,9 @@ def settle(bad: list[Mismatch], expected: dict[str, object], got: dict[str, obje
         for n in targets:
             allowed[n] |= undetermined(expected[n], got[n], other.get(n), rtol, atol)
         if not rejudge({**got, **{n: np.where(allowed[n], expected[n], got[n]) for n in targets}}):
+            if aside is not None:
+                counts = ", ".join(f"{int(allowed[n].sum())} of {allowed[n].size} in {n}" for n in sorted(targets))
+                aside.append((f"elements the original moves beyond the tolerance when nudged ({counts})", where))
             return []
     return bad
 
