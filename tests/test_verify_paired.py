@@ -69,3 +69,29 @@ def test_one_core_runs_in_the_callers_thread() -> None:
     assert rec.calls == []
     assert ahead.take(f) == {"y": 8}
     assert rec.calls == [(id(f), threading.current_thread().name)]
+
+
+@pytest.mark.no_egglog
+def test_the_originals_nudged_runs_start_no_optimized_run_beside(monkeypatch) -> None:
+    # nudged_moves and eqsat.verification.ties run the original alone on inputs the optimized
+    # model is never asked for: starting it beside them would spend a core for nothing
+    import numpy as np
+
+    from eqsat.verification import _runners, alone, nudged_moves
+    from eqsat.verification.paired import RunAhead
+
+    from .conftest import parse_model
+
+    started: list[int] = []
+    real_start = RunAhead.start
+    monkeypatch.setattr(RunAhead, "start", lambda self, f: (started.append(id(f)), real_start(self, f))[1])
+    m = parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[4] x) => (float[4] y) { y = Sin(x) }""")
+    ref, opt, _ = _runners(m, m, (None, None), None)
+    f = {"x": np.arange(4, dtype=np.float32)}
+    expected = ref(f, {})
+    assert started == [id(f)]
+    assert opt(f, {})["y"].tolist() == expected["y"].tolist()
+    alone(ref)({"x": f["x"] + 1}, {})
+    moves = nudged_moves(ref, f, {}, expected, 0)
+    assert started == [id(f)] and moves is not None and moves["y"].shape == (4,)

@@ -236,6 +236,13 @@ def onnx_checker_ok(model: ModelProto) -> str | None:
 
 
 Runner = Callable[[dict[str, np.ndarray], dict[str, int]], dict[str, object]]
+
+
+def alone(ref: Runner) -> Runner:
+    """The original's runner for inputs the optimized model will not be run on (a nudged
+    copy): `ref` starts the optimized model beside it on the same inputs where it can
+    (eqsat.verification.paired), its `alone` attribute does not."""
+    return getattr(ref, "alone", ref)
 # Set by eqsat.verification.isolate's child (eqsat.verification.isolate_child): `announce` is told each step before
 # it is
 # taken ("load original", "run optimized", "edge B=0": the edge case that follows), so that a
@@ -572,7 +579,7 @@ def nudged_moves(ref: Runner, f: dict[str, np.ndarray], sizes: dict[str, int], e
             v = (v * (1 + step * rng.choice([-1.0, 1.0], v.shape))).astype(v.dtype)
         nudged[k] = v
     try:
-        got = ref(nudged, sizes)
+        got = alone(ref)(nudged, sizes)
     except Exception:  # noqa: BLE001 - the floor stays the output's
         return None
     out: dict[str, object] = {}
@@ -1082,6 +1089,12 @@ def _runners(original: ModelProto, optimized: ModelProto, files, random_pairs
         announce("run original")
         ahead.start(f)
         return dict(zip(names, ref_sess.run(names, f), strict=True))
+
+    def run_ref_alone(f, sizes):  # inputs the optimized model is not run on (a nudge of the original's)
+        announce("run original")
+        return dict(zip(names, ref_sess.run(names, f), strict=True))
+
+    run_ref.alone = run_ref_alone
 
     def run_opt(f, sizes):
         announce("run optimized")

@@ -138,7 +138,7 @@ def _nudged_run(original: ModelProto | None, ref: Runner, f: dict[str, object], 
         except Exception:  # noqa: BLE001 - staged models, stand-ins: the inputs alone are moved
             pass
     try:
-        return ref(g, dict(sizes or {}))
+        return getattr(ref, "alone", ref)(g, dict(sizes or {}))  # eqsat.verification.alone: no optimized run beside
     except Exception:  # noqa: BLE001 - the original does not run so: nothing is set aside
         return None
 
