@@ -266,18 +266,45 @@ def _measured(model: ModelProto, produced: list[str], missing: list[str], known:
     to INT64_MAX with a negative step: onnx 0 elements, onnxruntime up to the whole axis; a
     pool with ceil_mode whose last window starts in the padding: onnxruntime drops it), and
     a plan sized by the inference alone put a tensor of 16 bytes in 0. A model onnxruntime cannot run keeps
-    the inferred sizes where nothing is missing (else PlanError, as `_types_from_run`)."""
+    the inferred sizes where nothing is missing (else PlanError, as `_types_from_run`); one with
+    a Div or Mod runs in a child process first (`_divides`), and where it crashes onnxruntime so too."""
     from eqsat.verification.feeds import _memory
+    from eqsat.verification.isolate import probe
 
     inferred = sum(math.prod(shape) * _itemsize_or_0(elem) for elem, shape in known.values())
     if inferred > _memory() // CHECK_FRACTION:
         return _types_from_run(model, missing, dims) if missing else {}
+    crash = None
+    if _divides(model):  # an integer Div or Mod crashes onnxruntime (SIGFPE on INT64_MIN / -1), which would end
+        try:  # eqsat: tried in a child process first (a child per plan costs about a second: where it can happen)
+            crash = probe([model], plan_feeds(model, dims), ["the model"])
+        except Exception:  # noqa: BLE001 - the inputs cannot be made: as a failed run below
+            crash = None
+    if crash:
+        if missing:
+            raise PlanError(f"shape inference leaves {len(missing)} tensor(s) without a static shape (first: "
+                            f"'{missing[0]}') and the model cannot be run to measure them: {crash}")
+        return {}
     try:
         return _types_from_run(model, produced, dims, missing)
     except Exception:  # noqa: BLE001 - not run (nor its inputs made): the inferred sizes, where they are all
         if missing:
             raise
         return {}
+
+
+def _divides(model: ModelProto) -> bool:
+    """Whether the model (its subgraphs too) holds a Div or Mod: onnxruntime's integer kernels
+    die of SIGFPE on a division by zero or INT_MIN / -1."""
+    graphs = [model.graph]
+    while graphs:
+        g = graphs.pop()
+        for n in g.node:
+            if n.op_type in ("Div", "Mod"):
+                return True
+            graphs += [a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
+            graphs += [x for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for x in a.graphs]
+    return False
 
 
 def _itemsize_or_0(elem: int) -> int:
