@@ -42,6 +42,9 @@ puts a -1 among those (a Slice bound or axis from the end, a Reshape's inferred 
 `with_flags_negated` negates booleans and masks (each takes both values with the draw it negates);
 `with_masks_widened` draws masks in [-2, 3] (a rule right for masks of 0 and 1 alone passed those);
 `with_booleans_set` makes every boolean all true or all false (two conditions drew both true nowhere).
+`with_compared` puts each general integer or float input that reaches a comparison with a constant
+(constant_sizes.compared_values: through Cast, Reshape, ..., into If, Loop and Scan bodies) at that
+constant and one below it, or one above it (Equal(i, 5000) taken for Equal(i, 5001) passed every draw).
 `describe()` says what was drawn, for the verification report.
 """
 
@@ -197,6 +200,9 @@ class Feeds:
         # zeros' and the extremes' edge runs (`_general`)
         self.free_roles = {name: self._role(name) for name, (_, elem) in self.specs.items()
                            if elem in INT_CODES and name in self.free}
+        # the inputs compared with constants (general integers and floats, not overridable), and
+        # those constants' values (`with_compared`)
+        self.compared = self._compared()
         # how `draw` (with `wide`) draws sizes: "" 0 or 1, "large" 2 or 3 (with_large_sizes),
         # "negative" those with a -1 (with_negative_sizes); set by verification where the
         # original runs on no other
@@ -553,6 +559,48 @@ class Feeds:
             out[name] = v
         return out
 
+    def _compared(self) -> dict[str, list[float]]:
+        """constant_sizes.compared_values of the inputs that are general integers or floats and
+        not overridable."""
+        from eqsat.verification.constant_sizes import compared_values
+
+        names = [name for name, (_, elem) in self.specs.items() if name not in self.free
+                 and (self.roles.get(name, Role("")).kind == "general" or elem in _FLOAT_CODES)]
+        return compared_values(self.model, names) if names else {}
+
+    def has_compared(self) -> bool:
+        """Whether an input is compared with constants (`with_compared` may change something)."""
+        return bool(self.compared)
+
+    def with_compared(self, feeds: dict[str, np.ndarray], beside: bool) -> dict[str, np.ndarray]:
+        """`feeds` with each input compared with constants (`compared`: integers of role
+        "general" and floats, not overridable, that reach a comparison with a constant) at those
+        constants' values: element j at the (j // 3)-th value v (cycling) where j % 3 is 0, at
+        v - 1 where it is 1, its draw where it is 2; with `beside`, element j at v + 1 where j is
+        even, its draw where it is odd. A rewrite of Equal(i, 5000) to Equal(i, 5001), or of
+        Greater(i, 300) to Greater(i, 299), is wrong at those values alone, and integers drawn
+        in [-9, 9] and at their type's extremes reach none of them. A value beyond the type's
+        range is clipped to it. A float takes v + 0.25 away from 0 instead of v: a comparison at v
+        itself is a tie that a nudge flips (eqsat.verification.ties sets it aside), while a Cast
+        to an integer still gives v (truncation toward 0)."""
+        out = dict(feeds)
+        for name, values in self.compared.items():
+            v = feeds.get(name)
+            if not isinstance(v, np.ndarray) or v.size == 0 or v.dtype.kind not in "iuf":
+                continue
+            flat = v.astype(np.float64).reshape(-1)
+            for j in range(flat.size):
+                at = values[(j // (2 if beside else 3)) % len(values)]
+                if beside and j % 2 == 0:
+                    flat[j] = _off_tie(at + 1, v.dtype)
+                elif not beside and j % 3 < 2:
+                    flat[j] = _off_tie(at - j % 3, v.dtype)
+            if v.dtype.kind in "iu":
+                info = np.iinfo(v.dtype)
+                flat = np.clip(np.trunc(flat), int(info.min), int(info.max))
+            out[name] = np.asarray(flat.reshape(v.shape).astype(v.dtype))
+        return out
+
     def has_sizes(self) -> bool:
         """Whether an integer input is a size (`with_large_sizes` may change something)."""
         return any(role.kind == "size" for role in self.roles.values())
@@ -714,6 +762,13 @@ class Feeds:
         """Whether `draw`'s `vary_overridable` changes some input: an overridable one of a
         floating-point, integer or boolean type."""
         return any(self.defaults[n].data_type in _FLOAT_CODES | _OTHER_CODES for n in self.free if n in self.specs)
+
+
+def _off_tie(value: float, dtype: np.dtype) -> float:
+    """`value`, or for a floating-point `dtype` `value` + 0.25 away from 0 (`Feeds.with_compared`)."""
+    if dtype.kind != "f":
+        return value
+    return value + (0.25 if value >= 0 else -0.25)
 
 
 def other_overridable(value: np.ndarray, rng: np.random.Generator, integers: bool = True) -> np.ndarray:
