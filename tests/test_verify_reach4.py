@@ -214,3 +214,20 @@ def test_a_loop_carried_integer_compared_in_the_body_is_failed():
 
     assert verify(_loop_on(5000), _loop_on(5000)).status == "passed"
     assert verify(_loop_on(5000), _loop_on(5001)).status == "failed"
+
+
+@pytest.mark.parametrize(("op", "k", "moved"), [("Less", 300, 299), ("GreaterOrEqual", 300, 299)])
+def test_a_one_element_input_takes_the_value_below_a_constant(op, k, moved):
+    # i of one element takes one value a run: 300 and 301 alone left Less(i, 300) -> Less(i, 299) unseen
+    # (an input of more elements takes 299 beside 300 in one run)
+    from eqsat.verification import verify
+
+    def made(c):
+        nodes = [_const("k", c), h.make_node(op, ["i", "k"], ["c"]), h.make_node("Where", ["c", "a", "b"], ["y"])]
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("i", TP.INT64, [1]),
+                               *(h.make_tensor_value_info(x, TP.FLOAT, [4]) for x in "ab")],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [4])])
+        return h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
+
+    assert verify(made(k), made(k)).status == "passed"
+    assert verify(made(k), made(moved)).status == "failed"

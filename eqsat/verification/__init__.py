@@ -420,7 +420,8 @@ SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
 LARGER_LABEL = "sizes of 4 to 9"  # the run of Feeds.with_larger_sizes
 EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
 COMPARED_LABEL = "inputs at the constants they are compared with"  # the run of Feeds.with_compared
-BESIDE_LABEL = "inputs beside the constants they are compared with"  # Feeds.with_compared's `beside` run
+ABOVE_LABEL = "inputs above the constants they are compared with"  # Feeds.with_compared's run of step 1
+BELOW_LABEL = "inputs below the constants they are compared with"  # its run of step -1 (inputs of one element)
 NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
 SIZES_BEYOND_LABEL = "sizes beyond the constants' values"  # the run of Feeds.with_sizes_beyond
 NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_negated, on the first random draw
@@ -971,7 +972,9 @@ def _edge_cases(original: ModelProto, feeds: Feeds, sizes: dict[str, int], dims:
     if feeds.has_general_integers():
         cases.append((EXTREMES_LABEL, "extremes", sizes))
     if feeds.has_compared():
-        cases += [(COMPARED_LABEL, "compared", sizes), (BESIDE_LABEL, "beside", sizes)]
+        cases += [(COMPARED_LABEL, "compared", sizes), (ABOVE_LABEL, "above", sizes)]
+        if feeds.has_single_compared():
+            cases.append((BELOW_LABEL, "below", sizes))
     if feeds.has_flags():
         cases.append((NEGATED_LABEL, "negated", sizes))
     if feeds.has_masks():
@@ -1029,8 +1032,8 @@ def _edge_feeds(feeds: Feeds, kind: str, at: dict[str, int], seed: int, wide: bo
         return feeds.with_integer_extremes(f, seed)
     if kind == "masks":
         return feeds.with_masks_widened(f, seed)
-    if kind in ("compared", "beside"):
-        return feeds.with_compared(f, kind == "beside")
+    if kind in ("compared", "above", "below"):
+        return feeds.with_compared(f, {"compared": 0, "above": 1, "below": -1}[kind])
     if kind in ("true", "false"):
         return feeds.with_booleans_set(f, kind == "true")
     if kind in SIZE_KINDS:

@@ -44,7 +44,8 @@ puts a -1 among those (a Slice bound or axis from the end, a Reshape's inferred 
 `with_booleans_set` makes every boolean all true or all false (two conditions drew both true nowhere).
 `with_compared` puts each general integer or float input that reaches a comparison with a constant
 (constant_sizes.compared_values: through Cast, Reshape, ..., into If, Loop and Scan bodies) at that
-constant and one below it, or one above it (Equal(i, 5000) taken for Equal(i, 5001) passed every draw).
+constant and one below it, or one above it, or (one of one element) one below it (Equal(i, 5000)
+taken for Equal(i, 5001) passed every draw).
 `describe()` says what was drawn, for the verification report.
 """
 
@@ -572,29 +573,36 @@ class Feeds:
         """Whether an input is compared with constants (`with_compared` may change something)."""
         return bool(self.compared)
 
-    def with_compared(self, feeds: dict[str, np.ndarray], beside: bool) -> dict[str, np.ndarray]:
+    def has_single_compared(self) -> bool:
+        """Whether an input compared with constants may hold one element (its shape's product is
+        1 or not known): `with_compared` with `step` -1 may give it a value the others do not."""
+        return any(not all(isinstance(d, int) for d in self.specs[n][0]) or int(np.prod(self.specs[n][0])) <= 1
+                   for n in self.compared)
+
+    def with_compared(self, feeds: dict[str, np.ndarray], step: int = 0) -> dict[str, np.ndarray]:
         """`feeds` with each input compared with constants (`compared`: integers of role
         "general" and floats, not overridable, that reach a comparison with a constant) at those
-        constants' values: element j at the (j // 3)-th value v (cycling) where j % 3 is 0, at
-        v - 1 where it is 1, its draw where it is 2; with `beside`, element j at v + 1 where j is
-        even, its draw where it is odd. A rewrite of Equal(i, 5000) to Equal(i, 5001), or of
-        Greater(i, 300) to Greater(i, 299), is wrong at those values alone, and integers drawn
-        in [-9, 9] and at their type's extremes reach none of them. A value beyond the type's
-        range is clipped to it. A float takes v + 0.25 away from 0 instead of v: a comparison at v
-        itself is a tie that a nudge flips (eqsat.verification.ties sets it aside), while a Cast
-        to an integer still gives v (truncation toward 0)."""
+        constants' values: with `step` 0, element j at the (j // 3)-th value v (cycling) where
+        j % 3 is 0, at v - 1 where it is 1, its draw where it is 2; with `step` 1 (-1), element j
+        at the (j // 2)-th value v + 1 (v - 1) where j is even, its draw where it is odd (an input
+        of one element takes v, v + 1 and v - 1 in three runs). A rewrite of Equal(i, 5000) to
+        Equal(i, 5001), or of Greater(i, 300) to Greater(i, 299), is wrong at those values
+        alone, and integers drawn in [-9, 9] and at their type's extremes reach none of them. A
+        value beyond the type's range is clipped to it. A float takes v + 0.25 away from 0
+        instead of v: a comparison at v itself is a tie that a nudge flips
+        (eqsat.verification.ties sets it aside), while a Cast to an integer still gives v
+        (truncation toward 0)."""
         out = dict(feeds)
+        period = 3 if step == 0 else 2
         for name, values in self.compared.items():
             v = feeds.get(name)
             if not isinstance(v, np.ndarray) or v.size == 0 or v.dtype.kind not in "iuf":
                 continue
             flat = v.astype(np.float64).reshape(-1)
             for j in range(flat.size):
-                at = values[(j // (2 if beside else 3)) % len(values)]
-                if beside and j % 2 == 0:
-                    flat[j] = _off_tie(at + 1, v.dtype)
-                elif not beside and j % 3 < 2:
-                    flat[j] = _off_tie(at - j % 3, v.dtype)
+                if j % period < 2 - (step != 0):
+                    at = values[(j // period) % len(values)]
+                    flat[j] = _off_tie(at + (step or -(j % period)), v.dtype)
             if v.dtype.kind in "iu":
                 info = np.iinfo(v.dtype)
                 flat = np.clip(np.trunc(flat), int(info.min), int(info.max))
