@@ -231,3 +231,41 @@ def test_a_one_element_input_takes_the_value_below_a_constant(op, k, moved):
 
     assert verify(made(k), made(k)).status == "passed"
     assert verify(made(k), made(moved)).status == "failed"
+
+
+def test_an_index_compared_with_a_pad_id_is_failed():
+    # ids index a table of 30000 rows and Where(ids == 29999, 0, row) masks a pad id: ids were drawn
+    # in [-30000, 30000), 29999 never among 4 of them, so Equal(ids, 29999) -> Equal(ids, 29998) passed
+    from eqsat.verification import verify
+
+    def made(k):
+        table = numpy_helper.from_array(np.arange(30000, dtype=np.float32).reshape(30000, 1), "t")
+        g = h.make_graph([_const("k", k), _const("zero", 0.0, np.float32), h.make_node("Gather", ["t", "ids"], ["r"]),
+                          h.make_node("Unsqueeze", ["ids", "ax"], ["u"]), h.make_node("Equal", ["u", "k"], ["c"]),
+                          h.make_node("Where", ["c", "zero", "r"], ["y"])], "g",
+                         [h.make_tensor_value_info("ids", TP.INT64, [4])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, [4, 1])],
+                         [table, numpy_helper.from_array(np.array([1], np.int64), "ax")])
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
+        onnx.checker.check_model(m)
+        return m
+
+    assert verify(made(29999), made(29999)).status == "passed"
+    assert verify(made(29999), made(29998)).status == "failed"
+
+
+def test_an_overridable_integer_compared_with_a_constant_is_failed():
+    # w is overridable with the default 1..4 (reversed in the other run): never 5000
+    from eqsat.verification import verify
+
+    from .test_verify_reach2 import _with_default
+
+    def made(k):
+        return _with_default([_const("k", k), h.make_node("Equal", ["w", "k"], ["c"]),
+                              h.make_node("Where", ["c", "a", "b"], ["y"])],
+                             [*(h.make_tensor_value_info(x, TP.FLOAT, [4]) for x in "ab"),
+                              h.make_tensor_value_info("w", TP.INT64, [4])],
+                             h.make_tensor_value_info("y", TP.FLOAT, [4]), np.arange(1, 5, dtype=np.int64))
+
+    assert verify(made(5000), made(5000)).status == "passed"
+    assert verify(made(5000), made(5001)).status == "failed"

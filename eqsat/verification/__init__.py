@@ -1033,7 +1033,7 @@ def _edge_feeds(feeds: Feeds, kind: str, at: dict[str, int], seed: int, wide: bo
     if kind == "masks":
         return feeds.with_masks_widened(f, seed)
     if kind in ("compared", "above", "below"):
-        return feeds.with_compared(f, {"compared": 0, "above": 1, "below": -1}[kind])
+        return feeds.with_compared(f, {"compared": 0, "above": 1, "below": -1}[kind], at)
     if kind in ("true", "false"):
         return feeds.with_booleans_set(f, kind == "true")
     if kind in SIZE_KINDS:

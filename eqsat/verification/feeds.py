@@ -42,10 +42,10 @@ puts a -1 among those (a Slice bound or axis from the end, a Reshape's inferred 
 `with_flags_negated` negates booleans and masks (each takes both values with the draw it negates);
 `with_masks_widened` draws masks in [-2, 3] (a rule right for masks of 0 and 1 alone passed those);
 `with_booleans_set` makes every boolean all true or all false (two conditions drew both true nowhere).
-`with_compared` puts each general integer or float input that reaches a comparison with a constant
-(constant_sizes.compared_values: through Cast, Reshape, ..., into If, Loop and Scan bodies) at that
-constant and one below it, or one above it, or (one of one element) one below it (Equal(i, 5000)
-taken for Equal(i, 5001) passed every draw).
+`with_compared` puts each general integer (overridable too), index (within its range) or float input
+that reaches a comparison with a constant (constant_sizes.compared_values: through Cast, Reshape,
+..., into If, Loop and Scan bodies) at that constant and one below it, or one above it, or (one of
+one element) one below it (Equal(i, 5000) taken for Equal(i, 5001) passed every draw).
 `describe()` says what was drawn, for the verification report.
 """
 
@@ -561,12 +561,13 @@ class Feeds:
         return out
 
     def _compared(self) -> dict[str, list[float]]:
-        """constant_sizes.compared_values of the inputs that are general integers or floats and
-        not overridable."""
+        """constant_sizes.compared_values of the inputs that are general integers (overridable
+        or not), indices, or floats that are not overridable."""
         from eqsat.verification.constant_sizes import compared_values
 
-        names = [name for name, (_, elem) in self.specs.items() if name not in self.free
-                 and (self.roles.get(name, Role("")).kind == "general" or elem in _FLOAT_CODES)]
+        names = [name for name, (_, elem) in self.specs.items()
+                 if (self.roles.get(name) or self.free_roles.get(name, Role(""))).kind in ("general", "index")
+                 or (elem in _FLOAT_CODES and name not in self.free)]
         return compared_values(self.model, names) if names else {}
 
     def has_compared(self) -> bool:
@@ -579,16 +580,19 @@ class Feeds:
         return any(not all(isinstance(d, int) for d in self.specs[n][0]) or int(np.prod(self.specs[n][0])) <= 1
                    for n in self.compared)
 
-    def with_compared(self, feeds: dict[str, np.ndarray], step: int = 0) -> dict[str, np.ndarray]:
-        """`feeds` with each input compared with constants (`compared`: integers of role
-        "general" and floats, not overridable, that reach a comparison with a constant) at those
+    def with_compared(self, feeds: dict[str, np.ndarray], step: int = 0,
+                      sizes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+        """`feeds` with each input compared with constants (`compared`: general integers,
+        indices, and floats that are not overridable, which reach a comparison with a constant,
+        such as a pad id, or an overridable integer's default's other values) at those
         constants' values: with `step` 0, element j at the (j // 3)-th value v (cycling) where
         j % 3 is 0, at v - 1 where it is 1, its draw where it is 2; with `step` 1 (-1), element j
         at the (j // 2)-th value v + 1 (v - 1) where j is even, its draw where it is odd (an input
         of one element takes v, v + 1 and v - 1 in three runs). A rewrite of Equal(i, 5000) to
         Equal(i, 5001), or of Greater(i, 300) to Greater(i, 299), is wrong at those values
         alone, and integers drawn in [-9, 9] and at their type's extremes reach none of them. A
-        value beyond the type's range is clipped to it. A float takes v + 0.25 away from 0
+        value beyond the type's range is clipped to it; an index keeps its draw where the value
+        is outside its range at `sizes` (all of it where the range is not known). A float takes v + 0.25 away from 0
         instead of v: a comparison at v itself is a tie that a nudge flips
         (eqsat.verification.ties sets it aside), while a Cast to an integer still gives v
         (truncation toward 0)."""
@@ -606,6 +610,10 @@ class Feeds:
             if v.dtype.kind in "iu":
                 info = np.iinfo(v.dtype)
                 flat = np.clip(np.trunc(flat), int(info.min), int(info.max))
+            role = self.roles.get(name, Role(""))
+            if role.kind == "index":
+                lo, hi = self._index_range(role, sizes or {}) or (0, 0)
+                flat = np.where((flat >= lo) & (flat < hi), flat, v.reshape(-1))
             out[name] = np.asarray(flat.reshape(v.shape).astype(v.dtype))
         return out
 
