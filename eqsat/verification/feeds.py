@@ -602,11 +602,11 @@ class Feeds:
             v = feeds.get(name)
             if not isinstance(v, np.ndarray) or v.size == 0 or v.dtype.kind not in "iuf":
                 continue
-            flat = v.astype(np.float64).reshape(-1)
-            for j in range(flat.size):
-                if j % period < 2 - (step != 0):
-                    at = values[(j // period) % len(values)]
-                    flat[j] = _off_tie(at + (step or -(j % period)), v.dtype)
+            j = np.arange(v.size)
+            at = np.asarray(values, np.float64)[(j // period) % len(values)] + (step or -(j % period))
+            if v.dtype.kind == "f":
+                at += np.where(at >= 0, 0.25, -0.25)
+            flat = np.where(j % period < 2 - (step != 0), at, v.astype(np.float64).reshape(-1))
             if v.dtype.kind in "iu":
                 info = np.iinfo(v.dtype)
                 flat = np.clip(np.trunc(flat), int(info.min), int(info.max))
@@ -778,13 +778,6 @@ class Feeds:
         """Whether `draw`'s `vary_overridable` changes some input: an overridable one of a
         floating-point, integer or boolean type."""
         return any(self.defaults[n].data_type in _FLOAT_CODES | _OTHER_CODES for n in self.free if n in self.specs)
-
-
-def _off_tie(value: float, dtype: np.dtype) -> float:
-    """`value`, or for a floating-point `dtype` `value` + 0.25 away from 0 (`Feeds.with_compared`)."""
-    if dtype.kind != "f":
-        return value
-    return value + (0.25 if value >= 0 else -0.25)
 
 
 def other_overridable(value: np.ndarray, rng: np.random.Generator, integers: bool = True) -> np.ndarray:
