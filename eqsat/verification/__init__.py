@@ -426,6 +426,9 @@ ZEROS_LABEL = "zeros among the floats and integers"  # "zeros" where the model h
 SIZES_LABEL = "sizes of 2 and 3"  # the run of Feeds.with_large_sizes
 LARGER_LABEL = "sizes of 4 to 9"  # the run of Feeds.with_larger_sizes
 EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_integer_extremes
+COMPARED_LABEL = "inputs at the constants they are compared with"  # the run of Feeds.with_compared
+ABOVE_LABEL = "inputs above the constants they are compared with"  # Feeds.with_compared's run of step 1
+BELOW_LABEL = "inputs below the constants they are compared with"  # its run of step -1 (inputs of one element)
 NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
 SIZES_BEYOND_LABEL = "sizes beyond the constants' values"  # the run of Feeds.with_sizes_beyond
 NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_negated, on the first random draw
@@ -476,7 +479,9 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     random draw with booleans and masks negated (Feeds.with_flags_negated: each takes both
     values), masks of -2 to 3 where the random ones are 0 or 1 (Feeds.with_masks_widened),
     booleans all true and all false where they hold several elements (Feeds.with_booleans_set:
-    two scalar conditions were never both true),
+    two scalar conditions were never both true), general integers and floats compared with
+    constants at, below and above those constants (Feeds.with_compared: Equal(i, 5000) taken
+    for Equal(i, 5001) passed every draw in [-9, 9]),
     each symbolic input dimension (those the user does not bind first; at most
     ZERO_DIMS) at size 0 (an empty batch or sequence: a Reshape's -1 beside a 0 is
     refused, a rule that reads a size from an element count is wrong), and those all at size
@@ -973,6 +978,10 @@ def _edge_cases(original: ModelProto, feeds: Feeds, sizes: dict[str, int], dims:
             cases.append((SIZES_BEYOND_LABEL, "beyond-sizes", sizes))
     if feeds.has_general_integers():
         cases.append((EXTREMES_LABEL, "extremes", sizes))
+    if feeds.has_compared():
+        cases += [(COMPARED_LABEL, "compared", sizes), (ABOVE_LABEL, "above", sizes)]
+        if feeds.has_single_compared():
+            cases.append((BELOW_LABEL, "below", sizes))
     if feeds.has_flags():
         cases.append((NEGATED_LABEL, "negated", sizes))
     if feeds.has_masks():
@@ -1030,6 +1039,8 @@ def _edge_feeds(feeds: Feeds, kind: str, at: dict[str, int], seed: int, wide: bo
         return feeds.with_integer_extremes(f, seed)
     if kind == "masks":
         return feeds.with_masks_widened(f, seed)
+    if kind in ("compared", "above", "below"):
+        return feeds.with_compared(f, {"compared": 0, "above": 1, "below": -1}[kind], at)
     if kind in ("true", "false"):
         return feeds.with_booleans_set(f, kind == "true")
     if kind in SIZE_KINDS:

@@ -299,3 +299,102 @@ def _elements(model: ModelProto, sizes: dict[str, int]) -> int:
         dims = vi.type.tensor_type.shape.dim
         total += math.prod(d.dim_value if d.HasField("dim_value") else sizes.get(d.dim_param, 2) for d in dims)
     return total
+
+
+# ops that compare: an input that reaches one of them beside a constant takes that constant in
+# verification's edge runs (`compared_values`)
+COMPARED = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}
+# ops whose output holds their input 0's values (moved, cast): `compared_values` follows them
+COMPARED_THROUGH = {"Cast", "CastLike", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand",
+                    "Transpose"}
+COMPARED_MOST = 8  # values compared_values keeps for each input
+COMPARED_DEPTH = 8  # ops compared_values follows from an input, at most
+
+
+def compared_values(model: ModelProto, names: Iterable[str]) -> dict[str, list[float]]:
+    """For each of `names` (main graph inputs), the values it takes where it equals a constant
+    it is compared with: it reaches a comparison (COMPARED) whose other input is a constant of
+    at most SHAPE_LIKE elements (an initializer, a Constant, what FOLDED ops compute from those,
+    in the main graph or in the If, Loop or Scan body that compares), through ops that keep its
+    values (COMPARED_THROUGH), into a Loop's carried value, and through the addition or
+    subtraction of a scalar constant (i + 1 == 5000 holds at i = 4999); or it is Mod's dividend
+    with a constant divisor (Mod(i, 5000) == 0 holds at i = 5000). At most COMPARED_MOST values
+    each, in the order found; names that reach none are left out. A rewrite of such a
+    comparison (its constant moved by one) is wrong only at and beside those values, which no
+    draw in [-9, 9] reaches."""
+    graphs = _graphs(model.graph)
+    if not any(n.op_type in COMPARED or n.op_type == "Mod" for g in graphs for n in g.node):
+        return {}
+    consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    consts: dict[str, np.ndarray] = {}
+    for g in graphs:
+        for n in g.node:
+            for k, name in enumerate(n.input):
+                if name:
+                    consumers.setdefault(name, []).append((n, k))
+        consts |= _small_constants(g)
+    out = {}
+    for name in names:
+        found = _compared_from(name, consumers, consts)
+        if found:
+            out[name] = found
+    return out
+
+
+def _compared_from(name: str, consumers: dict, consts: dict[str, np.ndarray]) -> list[float]:
+    """`compared_values` of one input: a walk of (value, shift) pairs, the value being the input plus shift."""
+    found: list[float] = []
+    queue, seen = [(name, 0.0, 0)], {name}
+    while queue and len(found) < COMPARED_MOST:
+        value, shift, depth = queue.pop(0)
+        for n, k in consumers.get(value, ()):
+            if n.domain not in ("", "ai.onnx"):
+                continue
+            other = n.input[1 - k] if k < 2 and len(n.input) == 2 else ""
+            nexts: list[tuple[str, float]] = []
+            if n.op_type in COMPARED and other in consts:
+                found += [float(v) - shift for v in consts[other].reshape(-1)]
+            elif n.op_type == "Mod" and k == 0 and other in consts:
+                found += [float(abs(v)) - shift for v in consts[other].reshape(-1) if v]
+            elif n.op_type in COMPARED_THROUGH and k == 0:
+                nexts = [(o, shift) for o in n.output[:1]]
+            elif n.op_type in ("Add", "Sub") and other in consts and consts[other].size == 1 \
+                    and (n.op_type == "Add" or k == 0):
+                step = float(consts[other].reshape(-1)[0])
+                nexts = [(n.output[0], shift + (step if n.op_type == "Add" else -step))]
+            elif n.op_type == "Loop" and k >= 2:  # a carried value: the body's input k
+                body = next((a.g for a in n.attribute if a.name == "body"), None)
+                nexts = [(body.input[k].name, shift)] if body is not None and len(body.input) > k else []
+            for o, s in nexts:
+                if o and o not in seen and depth < COMPARED_DEPTH:
+                    seen.add(o)
+                    queue.append((o, s, depth + 1))
+    return list(dict.fromkeys(found))[:COMPARED_MOST]
+
+
+def _graphs(g: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """`g` and every body in it (If branches, Loop and Scan bodies, nested ones)."""
+    out = [g]
+    for n in g.node:
+        for a in n.attribute:
+            for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                out += _graphs(body)
+    return out
+
+
+def _small_constants(g: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """The numeric constants of `g` of at most SHAPE_LIKE elements (initializers, Constant nodes,
+    of any integer or floating-point type) and its FOLDED integer ones (`constant_values`)."""
+    out: dict[str, np.ndarray] = {}
+    tensors = [(t.name, t) for t in g.initializer]
+    tensors += [(n.output[0], a.t) for n in g.node if n.op_type == "Constant" and n.output
+                for a in n.attribute if a.name == "value"]
+    for name, t in tensors:
+        if math.prod(t.dims) <= SHAPE_LIKE and not t.data_location:
+            try:
+                v = numpy_helper.to_array(t)
+            except Exception:  # noqa: BLE001, S112 - a type numpy does not hold: not compared
+                continue
+            if v.dtype.kind in "iuf":
+                out[name] = v
+    return out | constant_values(onnx.helper.make_model(g))

@@ -42,6 +42,10 @@ puts a -1 among those (a Slice bound or axis from the end, a Reshape's inferred 
 `with_flags_negated` negates booleans and masks (each takes both values with the draw it negates);
 `with_masks_widened` draws masks in [-2, 3] (a rule right for masks of 0 and 1 alone passed those);
 `with_booleans_set` makes every boolean all true or all false (two conditions drew both true nowhere).
+`with_compared` puts each general integer (overridable too), index (within its range) or float input
+that reaches a comparison with a constant (constant_sizes.compared_values: through Cast, Reshape,
+..., into If, Loop and Scan bodies) at that constant and one below it, or one above it, or (one of
+one element) one below it (Equal(i, 5000) taken for Equal(i, 5001) passed every draw).
 `describe()` says what was drawn, for the verification report.
 """
 
@@ -197,6 +201,9 @@ class Feeds:
         # zeros' and the extremes' edge runs (`_general`)
         self.free_roles = {name: self._role(name) for name, (_, elem) in self.specs.items()
                            if elem in INT_CODES and name in self.free}
+        # the inputs compared with constants (general integers and floats, not overridable), and
+        # those constants' values (`with_compared`)
+        self.compared = self._compared()
         # how `draw` (with `wide`) draws sizes: "" 0 or 1, "large" 2 or 3 (with_large_sizes),
         # "negative" those with a -1 (with_negative_sizes); set by verification where the
         # original runs on no other
@@ -551,6 +558,63 @@ class Feeds:
             for pos, val in zip(rng.permutation(flat.size)[:2], (lo, int(info.max)), strict=False):
                 flat[pos] = val
             out[name] = v
+        return out
+
+    def _compared(self) -> dict[str, list[float]]:
+        """constant_sizes.compared_values of the inputs that are general integers (overridable
+        or not), indices, or floats that are not overridable."""
+        from eqsat.verification.constant_sizes import compared_values
+
+        names = [name for name, (_, elem) in self.specs.items()
+                 if (self.roles.get(name) or self.free_roles.get(name, Role(""))).kind in ("general", "index")
+                 or (elem in _FLOAT_CODES and name not in self.free)]
+        return compared_values(self.model, names) if names else {}
+
+    def has_compared(self) -> bool:
+        """Whether an input is compared with constants (`with_compared` may change something)."""
+        return bool(self.compared)
+
+    def has_single_compared(self) -> bool:
+        """Whether an input compared with constants may hold one element (its shape's product is
+        1 or not known): `with_compared` with `step` -1 may give it a value the others do not."""
+        return any(not all(isinstance(d, int) for d in self.specs[n][0]) or int(np.prod(self.specs[n][0])) <= 1
+                   for n in self.compared)
+
+    def with_compared(self, feeds: dict[str, np.ndarray], step: int = 0,
+                      sizes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+        """`feeds` with each input compared with constants (`compared`: general integers,
+        indices, and floats that are not overridable, which reach a comparison with a constant,
+        such as a pad id, or an overridable integer's default's other values) at those
+        constants' values: with `step` 0, element j at the (j // 3)-th value v (cycling) where
+        j % 3 is 0, at v - 1 where it is 1, its draw where it is 2; with `step` 1 (-1), element j
+        at the (j // 2)-th value v + 1 (v - 1) where j is even, its draw where it is odd (an input
+        of one element takes v, v + 1 and v - 1 in three runs). A rewrite of Equal(i, 5000) to
+        Equal(i, 5001), or of Greater(i, 300) to Greater(i, 299), is wrong at those values
+        alone, and integers drawn in [-9, 9] and at their type's extremes reach none of them. A
+        value beyond the type's range is clipped to it; an index keeps its draw where the value
+        is outside its range at `sizes` (all of it where the range is not known). A float takes v + 0.25 away from 0
+        instead of v: a comparison at v itself is a tie that a nudge flips
+        (eqsat.verification.ties sets it aside), while a Cast to an integer still gives v
+        (truncation toward 0)."""
+        out = dict(feeds)
+        period = 3 if step == 0 else 2
+        for name, values in self.compared.items():
+            v = feeds.get(name)
+            if not isinstance(v, np.ndarray) or v.size == 0 or v.dtype.kind not in "iuf":
+                continue
+            j = np.arange(v.size)
+            at = np.asarray(values, np.float64)[(j // period) % len(values)] + (step or -(j % period))
+            if v.dtype.kind == "f":
+                at += np.where(at >= 0, 0.25, -0.25)
+            flat = np.where(j % period < 2 - (step != 0), at, v.astype(np.float64).reshape(-1))
+            if v.dtype.kind in "iu":
+                info = np.iinfo(v.dtype)
+                flat = np.clip(np.trunc(flat), int(info.min), int(info.max))
+            role = self.roles.get(name, Role(""))
+            if role.kind == "index":
+                lo, hi = self._index_range(role, sizes or {}) or (0, 0)
+                flat = np.where((flat >= lo) & (flat < hi), flat, v.reshape(-1))
+            out[name] = np.asarray(flat.reshape(v.shape).astype(v.dtype))
         return out
 
     def has_sizes(self) -> bool:
