@@ -293,7 +293,7 @@ EGGLOG_INCIDENTAL = {
     "verification (eqsat/verification: draws, tolerances, reach, isolation, conformance)": (
         "test_verify.py", "test_verify_draws.py", "test_verify_fp16.py", "test_verify_reach.py",
         "test_verify_reach2.py", "test_verify_tolerance.py", "test_crash_isolation.py", "test_conformance.py",
-        "test_verify_paired.py", "test_verify_review.py", "test_verify_ties.py"),
+        "test_verify_paired.py", "test_verify_review.py", "test_verify_ties.py", "test_verify_reach4.py"),
     "the command line's checks of its inputs, outputs and environment before and after the work": (
         "test_env_settings.py", "test_settings.py", "test_output_checks.py", "test_output_commit.py",
         "test_external_paths.py", "test_wellformed.py", "test_large_model.py"),
