@@ -64,17 +64,24 @@ def _distance(model: onnx.ModelProto, truth: onnx.ModelProto, seed: int) -> floa
     return float(np.abs(a - run(truth, widened_feeds(f), optimize=False)["y"]).max())
 
 
-def test_a_correct_layer_norm_fusion_in_float16_is_verified(tmp_path, capsys):
-    # Before: exit 1, nothing written ("verification failed ... max abs diff 0.00155 (random
-    # inputs, seed 0)"): eqsat's LayerNormalization rounds x + 4 to float16, which onnxruntime's
-    # run of the original chain does not, and the two float16 runs were compared with each other.
-    m = layer_norm(4.0)
+def _written(m, tmp_path, capsys):
+    """`eqsat optimize` of `m` with a report (tmp_path/r.json): exit 0, and the model written,
+    which onnx.checker accepts."""
     onnx.save(m, tmp_path / "m.onnx")
     rc, _, err = run_cli(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx",
                          "--report", tmp_path / "r.json", "-q")
     assert rc == 0, err
     out = onnx.load(tmp_path / "o.onnx")
     onnx.checker.check_model(out)
+    return out
+
+
+def test_a_correct_layer_norm_fusion_in_float16_is_verified(tmp_path, capsys):
+    # Before: exit 1, nothing written ("verification failed ... max abs diff 0.00155 (random
+    # inputs, seed 0)"): eqsat's LayerNormalization rounds x + 4 to float16, which onnxruntime's
+    # run of the original chain does not, and the two float16 runs were compared with each other.
+    m = layer_norm(4.0)
+    out = _written(m, tmp_path, capsys)
     assert ops(out) == ["Add", "LayerNormalization"]
     truth = widened(m)
     for seed in range(3):  # as close to the float32 result as the specification's run of the original
@@ -191,12 +198,7 @@ def test_a_bfloat16_layer_norm_fusion_is_verified(tmp_path, capsys):
     # Before: exit 1, nothing written ("verification not possible ... onnxruntime cannot run the
     # original: ... Could not find an implementation for Add(14)"): no bfloat16 kernels
     m = bfloat16(layer_norm(4.0))
-    onnx.save(m, tmp_path / "m.onnx")
-    rc, _, err = run_cli(capsys, "optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx",
-                         "--report", tmp_path / "r.json", "-q")
-    assert rc == 0, err
-    out = onnx.load(tmp_path / "o.onnx")
-    onnx.checker.check_model(out)
+    out = _written(m, tmp_path, capsys)
     assert ops(out) == ["Add", "LayerNormalization"]
     assert "each op's result rounded to bfloat16" in (tmp_path / "r.json").read_text()
     truth, f = widened(m), widened_feeds(random_inputs(layer_norm(4.0), {"B": 2}, 0))

@@ -19,6 +19,16 @@ def subgraphs(a: AttributeProto) -> list[GraphProto]:
     return []
 
 
+def all_graphs(g: GraphProto) -> list[GraphProto]:
+    """`g` and every body in it (If branches, Loop and Scan bodies, nested ones), `g` first."""
+    out = [g]
+    for n in g.node:
+        for a in n.attribute:
+            for body in subgraphs(a):
+                out += all_graphs(body)
+    return out
+
+
 def graph_outer_refs(g: GraphProto) -> list[str]:
     """Names a subgraph reads from enclosing scopes (its nested subgraphs' included), in
     order of first use."""

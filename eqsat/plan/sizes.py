@@ -296,15 +296,9 @@ def _measured(model: ModelProto, produced: list[str], missing: list[str], known:
 def _divides(model: ModelProto) -> bool:
     """Whether the model (its subgraphs too) holds a Div or Mod: onnxruntime's integer kernels
     die of SIGFPE on a division by zero or INT_MIN / -1."""
-    graphs = [model.graph]
-    while graphs:
-        g = graphs.pop()
-        for n in g.node:
-            if n.op_type in ("Div", "Mod"):
-                return True
-            graphs += [a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
-            graphs += [x for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for x in a.graphs]
-    return False
+    from eqsat.core.scopes import all_graphs
+
+    return any(n.op_type in ("Div", "Mod") for g in all_graphs(model.graph) for n in g.node)
 
 
 def _itemsize_or_0(elem: int) -> int:

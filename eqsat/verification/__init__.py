@@ -18,12 +18,13 @@ import onnx
 from onnx import ModelProto
 
 from eqsat.backends.ort.sessions import ort, session  # noqa: F401 - ort is imported from here too (eqsat.plan.execute)
+from eqsat.core.scopes import subgraphs
 from eqsat.errors import EqsatError
 from eqsat.verification import ties, widen
 from eqsat.verification.feeds import LARGER_SIZES, SCALED, SCALED_FAR, Feeds
 from eqsat.verification.mismatch import Mismatch
 from eqsat.verification.outcome import DEFAULT_TOLERANCE, TOLERANCE, Verification, _scale, tolerance  # noqa: F401
-from eqsat.verification.paired import RunAhead
+from eqsat.verification.paired import RunAhead, alone  # noqa: F401 - alone is imported from here too
 from eqsat.verification.qdq import (  # noqa: F401 - also imported from here
     QDQ_ALLOWANCE_CONFIG,
     QDQ_UNSOUND_TRANSFORMERS,
@@ -237,12 +238,6 @@ def onnx_checker_ok(model: ModelProto) -> str | None:
 
 Runner = Callable[[dict[str, np.ndarray], dict[str, int]], dict[str, object]]
 
-
-def alone(ref: Runner) -> Runner:
-    """The original's runner for inputs the optimized model will not be run on (a nudged
-    copy): `ref` starts the optimized model beside it on the same inputs where it can
-    (eqsat.verification.paired), its `alone` attribute does not."""
-    return getattr(ref, "alone", ref)
 # Set by eqsat.verification.isolate's child (eqsat.verification.isolate_child): `announce` is told each step before
 # it is
 # taken ("load original", "run optimized", "edge B=0": the edge case that follows), so that a
@@ -837,7 +832,7 @@ def _computed(model: ModelProto, op: str, also: Callable | None = None) -> list[
             if found:
                 out.append((n, depth))
             for a in n.attribute:
-                for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                for body in subgraphs(a):
                     walk(body, consts, depth + found)
 
     walk(model.graph, set(fixed_initializers(model)) | set(constant_values(model)) | _decided(model), 0)

@@ -24,6 +24,8 @@ import onnx
 import onnx.shape_inference
 from onnx import ModelProto, numpy_helper
 
+from eqsat.core.scopes import all_graphs, subgraphs
+
 CONSTANT_TRIES = 16  # sizes constant_sizes (and separate_sizes) returns, at most
 SEPARATE_DIMS = 4  # separate_sizes gives each its own candidate for at most this many dimensions
 SEPARATE_EACH = 4  # candidates separate_sizes keeps for each dimension
@@ -118,7 +120,7 @@ def bound_values(model: ModelProto) -> set[int]:
         out |= _shape_numbers(v)
     for n in model.graph.node:
         for a in n.attribute:
-            for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for body in subgraphs(a):
                 out |= bound_values(onnx.helper.make_model(body))
     return out
 
@@ -322,7 +324,7 @@ def compared_values(model: ModelProto, names: Iterable[str]) -> dict[str, list[f
     each, in the order found; names that reach none are left out. A rewrite of such a
     comparison (its constant moved by one) is wrong only at and beside those values, which no
     draw in [-9, 9] reaches."""
-    graphs = _graphs(model.graph)
+    graphs = all_graphs(model.graph)
     if not any(n.op_type in COMPARED or n.op_type == "Mod" for g in graphs for n in g.node):
         return {}
     consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
@@ -370,16 +372,6 @@ def _compared_from(name: str, consumers: dict, consts: dict[str, np.ndarray]) ->
                     seen.add(o)
                     queue.append((o, s, depth + 1))
     return list(dict.fromkeys(found))[:COMPARED_MOST]
-
-
-def _graphs(g: onnx.GraphProto) -> list[onnx.GraphProto]:
-    """`g` and every body in it (If branches, Loop and Scan bodies, nested ones)."""
-    out = [g]
-    for n in g.node:
-        for a in n.attribute:
-            for body in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                out += _graphs(body)
-    return out
 
 
 def _small_constants(g: onnx.GraphProto) -> dict[str, np.ndarray]:

@@ -24,6 +24,13 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def alone(ref: Callable) -> Callable:
+    """The original's runner for inputs the optimized model will not be run on (a nudged
+    copy): a runner that starts the optimized model beside the original on the same inputs
+    carries, as its `alone` attribute, one that does not; any other runner is its own."""
+    return getattr(ref, "alone", ref)
+
+
 class RunAhead:
     """`run(feeds)` of the optimized model, started by `start(feeds)` beside the original's run
     and taken by `take(feeds)` with the same feeds object (identity, not equality: a caller

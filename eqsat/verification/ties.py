@@ -30,6 +30,7 @@ from onnx import ModelProto, numpy_helper
 
 from eqsat.verification.mismatch import Mismatch
 from eqsat.verification.outcome import _scale, tolerance
+from eqsat.verification.paired import alone
 
 # The relative move of each floating-point input and initializer element: about 8 float32
 # steps, the order of what reassociated float32 arithmetic differs by in its terms, and far
@@ -155,7 +156,7 @@ def _nudged_run(original: ModelProto | None, ref: Runner, f: dict[str, object], 
         except Exception:  # noqa: BLE001 - staged models, stand-ins: the inputs alone are moved
             pass
     try:
-        return getattr(ref, "alone", ref)(g, dict(sizes or {}))  # eqsat.verification.alone: no optimized run beside
+        return alone(ref)(g, dict(sizes or {}))  # no optimized run beside it
     except Exception:  # noqa: BLE001 - the original does not run so: nothing is set aside
         return None
 
