@@ -1,8 +1,8 @@
 """The learned cost model, trained on some models' measured programs and scored on models
 held out of training, beside the roofline on the same programs.
 
-    python benchmarks/learned_cost.py --models DIR [--out DIR] [--samples 40] [--runs 15]
-                                      [--train a,b,...] [--held-out c,d,...]
+    python benchmarks/learned_cost.py --models DIR [--out DIR] [--samples 40] [--runs 30]
+                                      [--repeats 4] [--train a,b,...] [--held-out c,d,...]
 
 For every model DIR/tv_NAME.onnx of both lists (benchmarks/torchvision_models.py writes them):
 `eqsat compare-costs --save-programs` (skipped where OUT/NAME.json exists), then `eqsat
@@ -36,11 +36,11 @@ def eqsat(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "eqsat.cli.main", *map(str, args)], capture_output=True, text=True)
 
 
-def measure(models: Path, out: Path, name: str, samples: int, runs: int) -> Path:
+def measure(models: Path, out: Path, name: str, samples: int, runs: int, repeats: int) -> Path:
     dest = out / f"{name}.json"
     if not dest.exists():
-        r = eqsat("compare-costs", models / f"tv_{name}.onnx", "--samples", samples, "--runs", runs, "--seed", 1,
-                  "-q", "--save-programs", dest)
+        r = eqsat("compare-costs", models / f"tv_{name}.onnx", "--samples", samples, "--runs", runs, "--repeats",
+                  repeats, "--seed", 1, "-q", "--save-programs", dest)
         if r.returncode:
             raise SystemExit(f"{name}: compare-costs failed: {r.stderr.strip()}")
         print(f"measured {name}", file=sys.stderr)
@@ -52,7 +52,8 @@ def main() -> None:
     ap.add_argument("--models", type=Path, required=True)
     ap.add_argument("--out", type=Path, default=Path("build/learned-cost"))
     ap.add_argument("--samples", type=int, default=40)
-    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--train", default=",".join(TRAIN))
     ap.add_argument("--held-out", default=",".join(HELD))
     a = ap.parse_args()
@@ -62,7 +63,7 @@ def main() -> None:
     if tuned := [m for m in held if m in DEVELOPMENT and m not in HELD_OUT]:
         print(f"note: {tuned} are development models (issue 10's tuning set), not held out there", file=sys.stderr)
     a.out.mkdir(parents=True, exist_ok=True)
-    sets = {m: measure(a.models, a.out, m, a.samples, a.runs) for m in train + held}
+    sets = {m: measure(a.models, a.out, m, a.samples, a.runs, a.repeats) for m in train + held}
     prof = a.out / "learned.json"
     r = eqsat("calibrate", "--learn", *(sets[m] for m in train), "--hold-out", *(sets[m] for m in held), "-o", prof)
     if r.returncode:

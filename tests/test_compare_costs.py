@@ -244,3 +244,46 @@ def test_a_saved_e_graph_is_priced_at_a_named_profile(capsys, model_file, tmp_pa
     roof = {r["cost_model"]: r["predicted"] for r in json.loads((tmp_path / "d.json").read_text())["cost_models"]}
     slow = {r["cost_model"]: r["predicted"] for r in data["cost_models"]}
     assert slow["roofline"] > roof["roofline"]
+
+
+def test_repeats_time_every_program_again_in_new_groups_and_pool_the_samples(capsys, model_file, tmp_path,
+                                                                             monkeypatch):
+    """--repeats 3: three timings of every program, each with the programs after the first in
+    another order; each program's samples pooled (3 x runs), each repeat's median kept, and the
+    repeat ceiling printed and recorded."""
+    import eqsat.backends.ort.latency as latency
+
+    calls = []
+
+    def samples(models, feeds, runs=30, **kw):
+        calls.append(([id(m) for m in models], kw.get("clock")))
+        return [[0.01 * len(m.graph.node) + 0.0001 * k for _ in range(runs)] for k, m in enumerate(models)]
+
+    monkeypatch.setattr(latency, "compare_to_first_samples", samples)
+    out = tmp_path / "c.json"
+    rc, text, err = _run(capsys, model_file, "--samples", "6", "--repeats", "3", "--json", out)
+    assert rc == 0, err
+    data = json.loads(out.read_text())
+    n = len(data["programs"])
+    assert len(calls) == 3 and {c for _, c in calls} == {"cpu"}
+    assert len({tuple(ids) for ids, _ in calls}) == 3  # the programs grouped in three orders
+    assert all(ids[0] == ids[-1] for ids, _ in calls)  # the first, and again last, in each
+    assert all(len(p["samples_ms"]) == 9 for p in data["programs"])
+    noise = data["noise_floor"]
+    assert noise["repeats"] == 3 and len(noise["repeat_medians_ms"]) == n
+    assert all(len(r) == 3 for r in noise["repeat_medians_ms"])
+    assert set(noise["repeat_ceiling"]) == {"tau", "tau_near", "near"}
+    assert data["settings"]["repeats"] == 3 and data["settings"]["clock"] == "cpu"
+    assert "repeat ceiling: 3 repeats" in text
+
+
+def test_the_repeat_ceiling_is_the_tau_between_even_and_odd_repeats():
+    from eqsat.backends.ort.compare_costs import repeat_ceiling
+
+    agree = [[1.0, 1.0], [1.02, 1.03], [1.05, 1.04], [2.0, 2.1]]
+    assert repeat_ceiling(agree) == {"tau": 1.0, "tau_near": 1.0, "near": 3}
+    # the near-best three in opposite orders on the two halves, the slow one apart
+    swapped = [[1.00, 1.06], [1.03, 1.03], [1.06, 1.00], [2.0, 2.0]]
+    c = repeat_ceiling(swapped)
+    assert c["tau_near"] == -1.0 and c["near"] == 3
+    assert c["tau"] == 0.0  # three pairs discordant, the three with the slow one concordant

@@ -80,3 +80,18 @@ def test_compare_to_first_times_groups_beside_the_first_in_children_with_huge_pa
     assert "hugetlb" in latency.CHILD_ENV["GLIBC_TUNABLES"] or "GLIBC_TUNABLES" in __import__("os").environ
     assert calls[0][0][0] == paths[0] and calls[1][0][-1] == paths[0]  # the first in each, order reversed
     assert sorted(p for m, _ in calls for p in m if p != paths[0]) == sorted(paths[1:])
+
+
+@pytest.mark.parametrize("clock, slept", [("wall", True), ("cpu", False)])
+def test_the_cpu_clock_leaves_out_time_the_process_does_not_run(monkeypatch, clock, slept):
+    """A run that waits 50 ms (as for a core other work holds) takes 50 ms by the wall clock
+    and next to nothing by the CPU clock."""
+    import time
+
+    class Waiting:
+        def run(self, outputs, feeds):
+            time.sleep(0.05)
+
+    monkeypatch.setattr(latency, "session", lambda *a, **k: Waiting())
+    (t,) = latency.compare(["a.onnx"], {}, runs=3, warmup=0, clock=clock)
+    assert (t >= 50) is slept and (clock == "wall" or t < 10)

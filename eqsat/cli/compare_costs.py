@@ -41,6 +41,13 @@ def register(sub) -> dict:
     k.add_argument("--samples", type=positive_int, default=8,
                    help="distinct programs to sample beside the cost models' own (default 8)")
     k.add_argument("--runs", type=positive_int, default=30, help="timed runs per program, interleaved (default 30)")
+    k.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                   help="a run's time: the process's CPU time (default; on a shared machine wall time also "
+                        "counts the time other work holds the core) or wall time")
+    k.add_argument("--repeats", type=positive_int, default=1,
+                   help="time every program this many times over, each in fresh processes with the programs "
+                        "grouped anew, pooling the samples; from 2 on the report gives the repeat ceiling, how "
+                        "well the repeats order the programs against each other (default 1)")
     k.add_argument("--seed", type=nonnegative_int, default=0, help="the sampler's random seed (default 0)")
     k.add_argument("--save-programs", metavar="FILE", type=output_file,
                    help="write the programs (their choices, the e-graph's digest, every sample) to reuse later")
@@ -94,8 +101,10 @@ def cmd_compare_costs(args: argparse.Namespace) -> int:
     names = default_names(args.cost_model)
     records, info = compare_costs(model, opts, samples=args.samples, runs=args.runs, progress=progress(args.quiet),
                                   cost_models=names, seed=args.seed, program_set=stored, timed=not args.no_time,
-                                  program_set_path=str(args.programs or ""))
-    run = run_record(opts, names, args.samples, args.runs, args.seed, not args.no_time, str(args.programs or ""))
+                                  program_set_path=str(args.programs or ""), clock=args.clock,
+                                  repeats=args.repeats)
+    run = run_record(opts, names, args.samples, args.runs, args.seed, not args.no_time, str(args.programs or ""),
+                     args.clock, args.repeats)
     _print(src, args, records, info)
     if args.json:
         write_text(args.json, json.dumps(as_json(records, info, run), indent=2))

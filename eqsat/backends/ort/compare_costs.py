@@ -94,12 +94,17 @@ class Record:
 
 def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int = 30, progress=None,
                   cost_models: list[str] | None = None, seed: int = 0, program_set: dict | None = None,
-                  timed: bool = True, program_set_path: str = "") -> tuple[list[Record], dict]:
+                  timed: bool = True, program_set_path: str = "", clock: str = "cpu",
+                  repeats: int = 1) -> tuple[list[Record], dict]:
     """`cost_models`: the names to compare (default every registered one whose class is
     `compared_by_default`, all but file-costs: the shipped models, any a script added to
     COST_MODELS, and installed plugins); each extracts its program with `opts.extractor`.
     `program_set` (program_set.read): time those programs (and each model's own) instead of
-    sampling, or with `timed` False score the models against the set's stored samples."""
+    sampling, or with `timed` False score the models against the set's stored samples.
+    `clock`: what a run's time is (eqsat.backends.ort.latency.CLOCKS): "cpu", the process's
+    CPU time (the default: on a machine other work shares, wall time also counts the time
+    others hold the core), or "wall". `repeats`: time every program that many times over in
+    fresh processes (_time), pooling the samples."""
     say = progress or (lambda _m: None)
     check_environment()
     check_model(model)
@@ -124,7 +129,7 @@ def compare_costs(model: ModelProto, opts: Options, samples: int = 8, runs: int 
         records, info = _stored_scores(eg, models, costs, own_choice, programs, kinds, own, program_set,
                                        program_set_path, opts.extractor, note)
     else:
-        times, nodes, noise = _time(st, programs, feeds, runs, own)
+        times, nodes, noise = _time(st, programs, feeds, runs, own, clock, repeats)
         records, info = _records(eg, models, costs, own_choice, programs, kinds, own, times, nodes, noise, note,
                                  opts.extractor)
     info["egraph_json"] = st.data  # what --save-egraph writes
@@ -240,25 +245,59 @@ def _own(eg, programs: list[dict[str, str]], kinds: list[str], own_choice: dict,
 
 
 def _time(st, programs: list[dict[str, str]], feeds: dict, runs: int,
-          own: dict[str, int]) -> tuple[list[list[float]], list[int], dict]:
+          own: dict[str, int], clock: str = "cpu", repeats: int = 1) -> tuple[list[list[float]], list[int], dict]:
     """Every run of every program (ms), each program's node count, and the noise floor: the
-    first program timed again as a separate, last entry, and the ratio of its median to the first's."""
+    first program timed again as a separate, last entry, and the ratio of its median to the
+    first's. With `repeats` > 1 every program is timed that many times over, each time in
+    fresh child processes with the others grouped in another (seeded) order, its samples
+    pooled; the noise floor then also holds each repeat's median of each program and the
+    repeat ceiling (`repeat_ceiling`)."""
+    import random
+
     decoded = [st.decode(p) for p in programs]
     labels = [_program_label(i, len(programs), own) for i in range(len(programs))]
     if crash := probe(decoded, feeds, labels):
         raise OptimizeError(f"compare-costs: {crash}")
+    times: list[list[float]] = [[] for _ in decoded]
+    again: list[float] = []
+    per_repeat: list[list[float]] = [[] for _ in decoded]
     try:
         for m in decoded:  # here first, where the error names the program (the timing children's do not)
             latency.session(m, optimize=False).run(None, feeds)
-        times = latency.compare_to_first_samples([*decoded, decoded[0]], feeds, runs=runs)
+        for r in range(repeats):
+            order = list(range(1, len(decoded)))
+            if r:
+                random.Random(r).shuffle(order)
+            order = [0, *order]
+            got = latency.compare_to_first_samples([*(decoded[i] for i in order), decoded[0]], feeds, runs=runs,
+                                                   clock=clock)
+            again += got.pop()
+            for i, t in zip(order, got, strict=True):
+                times[i] += t
+                per_repeat[i].append(statistics.median(t))
     except EqsatError:
         raise
     except Exception as e:  # noqa: BLE001 - onnxruntime's errors are its own classes
         raise _unrunnable(decoded, feeds, own, e) from None
-    again, first = times.pop(), times[0]
-    noise = {"program": 1, "samples_ms": again, "ratio": statistics.median(again) / statistics.median(first),
-             "ratio_95": ratio_interval(again, first)}
+    noise = {"program": 1, "samples_ms": again, "ratio": statistics.median(again) / statistics.median(times[0]),
+             "ratio_95": ratio_interval(again, times[0]), "clock": clock, "repeats": repeats}
+    if repeats > 1:
+        noise["repeat_medians_ms"] = per_repeat
+        noise["repeat_ceiling"] = repeat_ceiling(per_repeat)
     return times, [len(m.graph.node) for m in decoded], noise
+
+
+def repeat_ceiling(per_repeat: list[list[float]]) -> dict:
+    """How well the measurement orders programs against itself: Kendall's tau between the
+    medians of a program's even-numbered repeats and of its odd-numbered ones, over all
+    programs and among the near-best (compare_stats.near_best of the pooled medians). A
+    cost model's tau against these measurements is not expected above it: where it is low the
+    programs differ by less than the measurement repeats."""
+    a = [statistics.median(r[0::2]) for r in per_repeat]
+    b = [statistics.median(r[1::2]) for r in per_repeat]
+    near = near_best([statistics.median(r) for r in per_repeat])
+    return {"tau": kendall_tau(a, b), "tau_near": kendall_tau([a[i] for i in near], [b[i] for i in near]),
+            "near": len(near)}
 
 
 def _score(eg, models: dict, costs: dict, own_choice: dict, programs: list[dict[str, str]], measured: list[float],
@@ -344,13 +383,14 @@ def tau_interval(a: list[float], b: list[float], n: int = 2000, seed: int = 0) -
 
 
 def run_record(opts: Options, names: list[str], samples: int, runs: int, seed: int, timed: bool,
-               program_set_path: str = "") -> dict:
+               program_set_path: str = "", clock: str = "cpu", repeats: int = 1) -> dict:
     """What a compare-costs run's figures depend on: the machine, the versions and commit,
     the seed and the settings (provenance.machine, provenance.software)."""
     settings = {"samples": samples, "runs": runs, "seed": seed, "cost_models": names, "extractor": opts.extractor,
                 "target": opts.target, "layout": opts.layout, "hardware": str(opts.hardware),
                 "dims": dict(opts.dims), "rules": [str(r) for r in opts.rule_files], "timed": timed,
-                "programs": program_set_path or None, "threads": 1, "onnxruntime_optimizations": False}
+                "programs": program_set_path or None, "clock": clock, "repeats": repeats, "threads": 1,
+                "onnxruntime_optimizations": False}
     return {"machine": provenance.machine(), "software": provenance.software(), "settings": settings}
 
 
@@ -411,5 +451,10 @@ def noise_line(info: dict) -> str:
         return ""
     lo_hi = noise.get("ratio_95")
     within = f" [95 %: {lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else ""
-    return (f"noise floor: program {noise['program']} timed again as a separate entry ran "
+    line = (f"noise floor: program {noise['program']} timed again as a separate entry ran "
             f"{noise['ratio']:.3f}x its first timing{within}")
+    if ceiling := noise.get("repeat_ceiling"):
+        taus = [("n/a" if t is None else f"{t:.3f}") for t in (ceiling["tau"], ceiling["tau_near"])]
+        line += (f"\nrepeat ceiling: {noise['repeats']} repeats in fresh processes; their halves agree with "
+                 f"tau {taus[0]} over all programs and {taus[1]} among the {ceiling['near']} near-best")
+    return line
