@@ -11,7 +11,9 @@ model, `compare-costs --programs SET --no-time --cost-model roofline --cost-mode
 --cost-model node-count --cost-model measured` against the stored timings. Prints a markdown
 table: per held-out model, programs, each model's Kendall tau over all programs, its tau
 among the programs within 10 % of the fastest measured (where the ranking decides what is
-picked), and its top-1 regret; then the medians and means over the held-out models.
+picked), and its top-1 regret, beside the set's repeat ceiling (compare-costs --repeats: how
+well the measurement's own halves order the near-best programs); then the medians and means
+over the held-out models.
 """
 
 from __future__ import annotations
@@ -70,9 +72,10 @@ def main() -> None:
         raise SystemExit(f"calibrate --learn failed: {r.stderr.strip()}")
     print(r.stdout, file=sys.stderr)
     cols = " | ".join(f"{m} tau | {m} tau near | {m} top-1 regret" for m in MODELS)
-    print(f"| held-out model | programs | near | {cols} |")
-    print("|---|---:|---:|" + "---:|" * (3 * len(MODELS)))
+    print(f"| held-out model | programs | near | repeat ceiling tau near | {cols} |")
+    print("|---|---:|---:|---:|" + "---:|" * (3 * len(MODELS)))
     per: dict[str, list[tuple]] = {m: [] for m in MODELS}
+    ceilings = []
     for m in held:
         js = a.out / f"{m}.score.json"
         r = eqsat("compare-costs", a.models / f"tv_{m}.onnx", "--programs", sets[m], "--no-time", "--hardware", prof,
@@ -88,14 +91,18 @@ def main() -> None:
             tn = rows[x].get("kendall_tau_near")
             per[x].append((rows[x].get("kendall_tau"), tn, rows[x].get("top1_regret")))
             cells.append(f"{_f(rows[x].get('kendall_tau'))} | {_f(tn)} | {_pct(rows[x].get('top1_regret'))}")
-        print(f"| {m} | {len(progs)} | {near} | {' | '.join(cells)} |")
+        noise = json.loads(sets[m].read_text()).get("noise_floor") or {}
+        ceiling = (noise.get("repeat_ceiling") or {}).get("tau_near")
+        ceilings.append(ceiling)
+        print(f"| {m} | {len(progs)} | {near} | {_f(ceiling)} | {' | '.join(cells)} |")
     for label, agg in (("median", statistics.median), ("mean", statistics.fmean)):
         cells = []
         for x in MODELS:
             cols = list(zip(*per[x], strict=True))
             cells.append(" | ".join(_f(agg([v for v in c if v is not None])) if k < 2
                                     else _pct(agg([v for v in c if v is not None])) for k, c in enumerate(cols)))
-        print(f"| {label} | | | {' | '.join(cells)} |")
+        known = [c for c in ceilings if c is not None]
+        print(f"| {label} | | | {_f(agg(known)) if known else 'n/a'} | {' | '.join(cells)} |")
 
 
 def _f(x) -> str:

@@ -269,3 +269,29 @@ def test_an_overridable_integer_compared_with_a_constant_is_failed():
 
     assert verify(made(5000), made(5000)).status == "passed"
     assert verify(made(5000), made(5001)).status == "failed"
+
+
+@pytest.mark.parametrize(("arith", "k", "moved"), [
+    ("Neg", -5000, -5001),  # Equal(-i, -5000): i = 5000
+    ("Mul", 10000, 10002),  # Equal(i * 2, 10000)
+    ("SubFrom", 1000, 1001),  # Equal(6000 - i, 1000)
+    ("Div", 2500, 2501),  # Equal(i / 2, 2500): i = 5000 or 5001
+    ("MulAdd", 15007, 15010),  # Equal(i * 3 + 7, 15007)
+])
+def test_a_comparison_after_scaling_or_negating_the_input_is_failed(arith, k, moved):
+    # the input reaches the comparison through Neg, a product or quotient by a constant, or a
+    # constant minus it: the constant it is compared with is not the input's value there
+    from eqsat.verification import verify
+
+    def made(c):
+        ops = {"Neg": [h.make_node("Neg", ["i"], ["v"])],
+               "Mul": [_const("two", 2), h.make_node("Mul", ["i", "two"], ["v"])],
+               "SubFrom": [_const("big", 6000), h.make_node("Sub", ["big", "i"], ["v"])],
+               "Div": [_const("two", 2), h.make_node("Div", ["i", "two"], ["v"])],
+               "MulAdd": [_const("three", 3), _const("seven", 7), h.make_node("Mul", ["three", "i"], ["t"]),
+                          h.make_node("Add", ["t", "seven"], ["v"])]}[arith]
+        return _where([*ops, _const("k", c), h.make_node("Equal", ["v", "k"], ["c"])])
+
+    assert verify(made(k), made(k)).status == "passed"
+    v = verify(made(k), made(moved))
+    assert v.status == "failed", v.detail

@@ -344,34 +344,52 @@ def compared_values(model: ModelProto, names: Iterable[str]) -> dict[str, list[f
 
 
 def _compared_from(name: str, consumers: dict, consts: dict[str, np.ndarray]) -> list[float]:
-    """`compared_values` of one input: a walk of (value, shift) pairs, the value being the input plus shift."""
+    """`compared_values` of one input: a walk of (value, scale, shift) triples, the value being
+    scale * input + shift; a constant c it is compared with holds at input (c - shift) / scale."""
     found: list[float] = []
-    queue, seen = [(name, 0.0, 0)], {name}
+    queue, seen = [(name, 1.0, 0.0, 0)], {name}
     while queue and len(found) < COMPARED_MOST:
-        value, shift, depth = queue.pop(0)
+        value, scale, shift, depth = queue.pop(0)
         for n, k in consumers.get(value, ()):
             if n.domain not in ("", "ai.onnx"):
                 continue
             other = n.input[1 - k] if k < 2 and len(n.input) == 2 else ""
-            nexts: list[tuple[str, float]] = []
+            scalar = float(consts[other].reshape(-1)[0]) if other in consts and consts[other].size == 1 else None
+            nexts: list[tuple[str, float, float]] = []
             if n.op_type in COMPARED and other in consts:
-                found += [float(v) - shift for v in consts[other].reshape(-1)]
+                found += [(float(v) - shift) / scale for v in consts[other].reshape(-1)]
             elif n.op_type == "Mod" and k == 0 and other in consts:
-                found += [float(abs(v)) - shift for v in consts[other].reshape(-1) if v]
+                found += [(float(abs(v)) - shift) / scale for v in consts[other].reshape(-1) if v]
             elif n.op_type in COMPARED_THROUGH and k == 0:
-                nexts = [(o, shift) for o in n.output[:1]]
-            elif n.op_type in ("Add", "Sub") and other in consts and consts[other].size == 1 \
-                    and (n.op_type == "Add" or k == 0):
-                step = float(consts[other].reshape(-1)[0])
-                nexts = [(n.output[0], shift + (step if n.op_type == "Add" else -step))]
+                nexts = [(o, scale, shift) for o in n.output[:1]]
+            elif n.op_type == "Neg":
+                nexts = [(n.output[0], -scale, -shift)]
+            elif scalar is not None and (step := _affine(n.op_type, k, scalar, scale, shift)):
+                nexts = [(n.output[0], *step)]
             elif n.op_type == "Loop" and k >= 2:  # a carried value: the body's input k
                 body = next((a.g for a in n.attribute if a.name == "body"), None)
-                nexts = [(body.input[k].name, shift)] if body is not None and len(body.input) > k else []
-            for o, s in nexts:
+                nexts = [(body.input[k].name, scale, shift)] if body is not None and len(body.input) > k else []
+            for o, a, b in nexts:
                 if o and o not in seen and depth < COMPARED_DEPTH:
                     seen.add(o)
-                    queue.append((o, s, depth + 1))
-    return list(dict.fromkeys(found))[:COMPARED_MOST]
+                    queue.append((o, a, b, depth + 1))
+    return list(dict.fromkeys(v for v in found if math.isfinite(v)))[:COMPARED_MOST]
+
+
+def _affine(op: str, k: int, c: float, scale: float, shift: float) -> tuple[float, float] | None:
+    """(scale, shift) of `op`'s output where its input k is scale * input + shift and its
+    other input the scalar constant c: a sum, a difference either way round, a product, or a
+    quotient by c (an integer quotient truncates: it equals c' at the input's value for
+    c * c' and the next ones); None for another op or a zero factor."""
+    if op == "Add":
+        return scale, shift + c
+    if op == "Sub":
+        return (scale, shift - c) if k == 0 else (-scale, c - shift)
+    if op == "Mul" and c:
+        return scale * c, shift * c
+    if op == "Div" and k == 0 and c:
+        return scale / c, shift / c
+    return None
 
 
 def _small_constants(g: onnx.GraphProto) -> dict[str, np.ndarray]:
