@@ -295,3 +295,43 @@ def test_a_comparison_after_scaling_or_negating_the_input_is_failed(arith, k, mo
     assert verify(made(k), made(k)).status == "passed"
     v = verify(made(k), made(moved))
     assert v.status == "failed", v.detail
+
+
+@pytest.mark.parametrize("late", [300, 3000])
+def test_a_value_a_loop_reads_only_past_trip_256_is_verified(capsys, tmp_path, late):
+    # the body adds the main graph's v = x * x only once its trip counter passes `late`, and
+    # forced trip counts stopped at 256 (body constants above it were not counted): a rule
+    # file's x * x -> x was written with exit 0. The counter's comparison with `late` decides
+    from .test_verify_reach import BAD_SQUARE, _never_written_wrong, parse_model
+
+    m = parse_model(f"""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[3] x, int64 m) => (float[3] z) {{
+            v = Mul(x, x)
+            t = Constant <value = bool {{1}}> ()
+            z = Loop(m, t, x) <body = b (int64 i, bool c, float[3] acc) => (bool co, float[3] ao) {{
+                    k = Constant <value = int64 {{{late}}}> ()
+                    after = Greater(i, k)
+                    co = Identity(c)
+                    w = Add(acc, v)
+                    ao = Where(after, w, acc)
+                }}>
+        }}""")
+    feeds = {"x": np.array([1, 2, 3], np.float32), "m": np.array(late + 2, np.int64)}
+    assert _outputs(m, feeds)[0].tolist() == [2, 6, 12]
+    _never_written_wrong(capsys, tmp_path, m, BAD_SQUARE, feeds)
+
+
+def test_a_value_a_scan_reads_only_past_iteration_256_is_verified(capsys, tmp_path):
+    # the sibling over a Scan: its body's carried counter passes 300 only on a scan longer
+    # than the 256 rows forced, so a rule file's x * x -> x of the value it adds then was
+    # written with exit 0
+    from .conftest import optimize_cli
+    from .test_verify_reach import BAD_SQUARE, parse_model
+    from .test_verify_reach2 import SCAN
+
+    m = parse_model(SCAN.replace("int64 {10}", "int64 {300}"))
+    feeds = {"x": np.zeros((302, 3), np.float32), "y": np.array([1, 2, 3], np.float32)}
+    assert _outputs(m, feeds)[0].tolist() == [1, 4, 9]
+    rc, err, out = optimize_cli(capsys, tmp_path, m, rules=BAD_SQUARE)
+    assert rc == 1 and out is None, err

@@ -598,6 +598,21 @@ FORCED = "eqsat_forced_condition"  # the name of the constant `_forced_branches`
 
 _FORCING: list[bool] = []  # not empty while `_forced_runs` verifies its variants (which it does not vary again)
 FORCED_TRIPS = (16, 256)  # `_with_trips`: a trip count twice the largest constant of the bodies, within these
+FORCED_COUNTED = 4096  # ... or two past a trip number a body compares its counter with, up to this
+
+
+def _forced_count(original: ModelProto, optimized: ModelProto, bodies: list) -> int:
+    """The trip count or scan length `_forced_trips` and `_forced_lengths` force: twice the largest
+    constant of the bodies within FORCED_TRIPS, or two past the largest trip number at which
+    a body's comparison of its counter turns (constant_sizes.counter_bounds), up to
+    FORCED_COUNTED: a body that adds a value only once its counter passes 300 reads it on no
+    run of 256 trips (a rule file's x * x -> x of that value was written with exit 0)."""
+    from eqsat.verification.constant_sizes import bound_values, counter_bounds
+
+    bound = max((v for g in bodies for v in bound_values(onnx.helper.make_model(g)) if v <= FORCED_TRIPS[1]),
+                default=1)
+    counted = [c + 2 for m in (original, optimized) for c in counter_bounds(m) if c + 2 <= FORCED_COUNTED]
+    return max([min(max(FORCED_TRIPS[0], 2 * bound), FORCED_TRIPS[1]), *counted])
 
 
 def _forced_runs(original: ModelProto, optimized: ModelProto, runs: int, rtol: float | None,
@@ -631,15 +646,11 @@ def _forced_trips(original: ModelProto, optimized: ModelProto, runs: int, rtol: 
     Ifs, once more with each of its ways of forcing them: a Loop in a branch that the inputs
     drawn never take runs its later trips only so. What was run, or what the original does not
     run on, as a clause, or the failed Verification."""
-    from eqsat.verification.constant_sizes import bound_values
-
     loops = [_loops(original), _loops(optimized)]
     if not loops[0] and not loops[1]:
         return ""
     bodies = [a.g for n in loops[0] + loops[1] for a in n.attribute if a.name == "body"]
-    bound = max((v for g in bodies for v in bound_values(onnx.helper.make_model(g)) if v <= FORCED_TRIPS[1]),
-                default=1)
-    trips = min(max(FORCED_TRIPS[0], 2 * bound), FORCED_TRIPS[1])
+    trips = _forced_count(original, optimized, bodies)
     label = f"every Loop's trip count {trips}"
     ran, refused = [], []
     for values in [None, *_condition_patterns(original, optimized)]:
@@ -670,17 +681,13 @@ def _forced_lengths(original: ModelProto, optimized: ModelProto, runs: int, rtol
     nowhere (a rule file's x * x -> x of a value a body adds from iteration 12 on was written
     with exit 0). What was run, or what the original does not run on, as a clause, or the
     failed Verification."""
-    from eqsat.verification.constant_sizes import bound_values
-
     bodies = [a.g for m in (original, optimized) for n in m.graph.node
               if n.op_type == "Scan" and n.domain in ("", "ai.onnx") for a in n.attribute if a.name == "body"]
     free = [n for n in symbolic_input_dims(original) if n not in (dims or {})]
     names = [n for n in free if "batch" not in n.lower()] or free
     if not bodies or not names:
         return ""
-    bound = max((v for g in bodies for v in bound_values(onnx.helper.make_model(g)) if v <= FORCED_TRIPS[1]),
-                default=1)
-    length = min(max(FORCED_TRIPS[0], 2 * bound), FORCED_TRIPS[1])
+    length = _forced_count(original, optimized, bodies)
     at = dict.fromkeys(names, length)
     v = verify(original, optimized, runs, rtol, atol, {**(dims or {}), **at}, random_pairs=random_pairs)
     label = f"every Scan's length {length} (symbolic sizes {_listed(at)})"

@@ -343,6 +343,32 @@ def compared_values(model: ModelProto, names: Iterable[str]) -> dict[str, list[f
     return out
 
 
+def counter_bounds(model: ModelProto) -> set[int]:
+    """The trip numbers at which a Loop or Scan body's comparisons turn (`compared_values`'
+    walk, from each body input of every Loop and Scan, nested ones too: a Loop's trip number
+    and carried values, a Scan's state and elements), as whole numbers >= 0: a body that adds
+    a value only once its counter passes 300 reads it only on a run of 302 trips."""
+    out: set[int] = set()
+    for g in all_graphs(model.graph):
+        for n in g.node:
+            if n.op_type not in ("Loop", "Scan") or n.domain not in ("", "ai.onnx"):
+                continue
+            for body in (a.g for a in n.attribute if a.name == "body"):
+                consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+                consts: dict[str, np.ndarray] = {}
+                for b in all_graphs(body):
+                    for node in b.node:
+                        for k, name in enumerate(node.input):
+                            if name:
+                                consumers.setdefault(name, []).append((node, k))
+                    consts |= _small_constants(b)
+                skip = {1} if n.op_type == "Loop" else set()  # a Loop body's condition
+                for k, inp in enumerate(body.input):
+                    if k not in skip:
+                        out |= {math.ceil(v) for v in _compared_from(inp.name, consumers, consts) if v >= 0}
+    return out
+
+
 def _compared_from(name: str, consumers: dict, consts: dict[str, np.ndarray]) -> list[float]:
     """`compared_values` of one input: a walk of (value, scale, shift) triples, the value being
     scale * input + shift; a constant c it is compared with holds at input (c - shift) / scale."""
