@@ -580,8 +580,23 @@ class Feeds:
         return any(not all(isinstance(d, int) for d in self.specs[n][0]) or int(np.prod(self.specs[n][0])) <= 1
                    for n in self.compared)
 
+    def compared_splits(self) -> list[tuple[str, ...]]:
+        """Groups of the inputs compared with constants for `with_compared`'s `only`: for each
+        bit of an input's index among them, those with the bit set and those without, so that
+        for every two inputs one run puts the first at its constants and not the second, and
+        another the reverse (2 * ceil(log2 n) runs for n inputs; none for one). The runs of
+        steps 0 and 1 put all of them at, then beside, their constants: an If on i == 5000
+        and another on j == 7000 were taken together or not at all."""
+        names = list(self.compared)
+        groups = []
+        for bit in range(max(0, len(names) - 1).bit_length()):
+            on = tuple(n for k, n in enumerate(names) if k >> bit & 1)
+            groups += [on, tuple(n for n in names if n not in on)]
+        return groups
+
     def with_compared(self, feeds: dict[str, np.ndarray], step: int = 0,
-                      sizes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+                      sizes: dict[str, int] | None = None, only: tuple[str, ...] | None = None
+                      ) -> dict[str, np.ndarray]:
         """`feeds` with each input compared with constants (`compared`: general integers,
         indices, and floats that are not overridable, which reach a comparison with a constant,
         such as a pad id, or an overridable integer's default's other values) at those
@@ -595,13 +610,15 @@ class Feeds:
         is outside its range at `sizes` (all of it where the range is not known). A float takes v + 0.25 away from 0
         instead of v: a comparison at v itself is a tie that a nudge flips
         (eqsat.verification.ties sets it aside), while a Cast to an integer still gives v
-        (truncation toward 0)."""
+        (truncation toward 0). `only` (a group of `compared_splits`): those inputs as with `step`
+        0, the others as with `step` 1."""
         out = dict(feeds)
-        period = 3 if step == 0 else 2
         for name, values in self.compared.items():
             v = feeds.get(name)
             if not isinstance(v, np.ndarray) or v.size == 0 or v.dtype.kind not in "iuf":
                 continue
+            step = step if only is None else 0 if name in only else 1
+            period = 3 if step == 0 else 2
             j = np.arange(v.size)
             at = np.asarray(values, np.float64)[(j // period) % len(values)] + (step or -(j % period))
             if v.dtype.kind == "f":
