@@ -424,7 +424,7 @@ EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_in
 COMPARED_LABEL = "inputs at the constants they are compared with"  # the run of Feeds.with_compared
 ABOVE_LABEL = "inputs above the constants they are compared with"  # Feeds.with_compared's run of step 1
 BELOW_LABEL = "inputs below the constants they are compared with"  # its run of step -1 (inputs of one element)
-SPLIT_LABEL = "inputs at the constants they are compared with"  # + " only for NAMES": its runs with `only`
+SPLIT_LABEL = "inputs at the constants they are compared with"  # + Feeds.split_label: its runs with `only`
 NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
 SIZES_BEYOND_LABEL = "sizes beyond the constants' values"  # the run of Feeds.with_sizes_beyond
 NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_negated, on the first random draw
@@ -985,7 +985,7 @@ def _edge_cases(original: ModelProto, feeds: Feeds, sizes: dict[str, int], dims:
         cases += [(COMPARED_LABEL, "compared", sizes), (ABOVE_LABEL, "above", sizes)]
         if feeds.has_single_compared():
             cases.append((BELOW_LABEL, "below", sizes))
-        cases += [(f"{SPLIT_LABEL} only for {', '.join(g)}", f"split{k}", sizes)
+        cases += [(f"{SPLIT_LABEL} {feeds.split_label(g)}", f"split{k}", sizes)
                   for k, g in enumerate(feeds.compared_splits())]
     if feeds.has_flags():
         cases.append((NEGATED_LABEL, "negated", sizes))

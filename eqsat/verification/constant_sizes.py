@@ -309,6 +309,12 @@ COMPARED = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}
 # ops whose output holds their input 0's values (moved, cast): `compared_values` follows them
 COMPARED_THROUGH = {"Cast", "CastLike", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand",
                     "Transpose"}
+# ops whose output 0 holds some of their input 0's values (picked, gathered, |x| at x >= 0):
+# `compared_values` follows them, so ReduceMax(x) > 10 puts elements of x at 10
+COMPARED_PICKS = {"ReduceMax", "ReduceMin", "Abs", "Relu", "Gather", "GatherElements", "GatherND", "Slice",
+                  "Tile", "Pad", "TopK", "Split", "Compress"}
+# ops whose output holds values of any of their inputs (Where of its inputs 1 and 2)
+COMPARED_ANY = {"Concat", "Max", "Min", "Where"}
 COMPARED_MOST = 8  # values compared_values keeps for each input
 COMPARED_DEPTH = 8  # ops compared_values follows from an input, at most
 
@@ -318,7 +324,8 @@ def compared_values(model: ModelProto, names: Iterable[str]) -> dict[str, list[f
     it is compared with: it reaches a comparison (COMPARED) whose other input is a constant of
     at most SHAPE_LIKE elements (an initializer, a Constant, what FOLDED ops compute from those,
     in the main graph or in the If, Loop or Scan body that compares), through ops that keep its
-    values (COMPARED_THROUGH), into a Loop's carried value, and through the addition or
+    values (COMPARED_THROUGH) or pick among them (COMPARED_PICKS, COMPARED_ANY: a ReduceMax,
+    a Gather of its elements, a Concat with others), into a Loop's carried value, and through the addition or
     subtraction of a scalar constant (i + 1 == 5000 holds at i = 4999); or it is Mod's dividend
     with a constant divisor (Mod(i, 5000) == 0 holds at i = 5000). At most COMPARED_MOST values
     each, in the order found; names that reach none are left out. A rewrite of such a
@@ -386,8 +393,9 @@ def _compared_from(name: str, consumers: dict, consts: dict[str, np.ndarray]) ->
                 found += [(float(v) - shift) / scale for v in consts[other].reshape(-1)]
             elif n.op_type == "Mod" and k == 0 and other in consts:
                 found += [(float(abs(v)) - shift) / scale for v in consts[other].reshape(-1) if v]
-            elif n.op_type in COMPARED_THROUGH and k == 0:
-                nexts = [(o, scale, shift) for o in n.output[:1]]
+            elif (n.op_type in COMPARED_THROUGH | COMPARED_PICKS and k == 0
+                  or n.op_type in COMPARED_ANY and (k > 0 or n.op_type != "Where")):
+                nexts = [(o, scale, shift) for o in (n.output if n.op_type == "Split" else n.output[:1])]
             elif n.op_type == "Neg":
                 nexts = [(n.output[0], -scale, -shift)]
             elif scalar is not None and (step := _affine(n.op_type, k, scalar, scale, shift)):

@@ -1,0 +1,126 @@
+"""Inputs that verification's runs never bring to the place a rewrite is wrong: combinations of
+If conditions computed from float reductions of one input, which the forced runs (all Ifs of a
+depth alike) and the edge runs (every element scaled alike) never split. Each test crafts the
+model and an unsound rule file, and checks under onnxruntime that `eqsat optimize` refuses it or
+writes what the original computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from .test_verify_reach import _never_written_wrong, _outputs, parse_model
+
+BAD_RELU = '(ruleset bad)\n; Relu(x) -> x, unsound\n(rewrite (Relu x) x :ruleset bad :name "bad-relu")\n'
+
+TWO_IFS_ON_REDUCTIONS = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[16] x, float[3] w) => (float[3] z) {
+        hi = ReduceMax <keepdims = 0> (x)
+        lo = ReduceMin <keepdims = 0> (x)
+        k1 = Constant <value = float {10.0}> ()
+        k2 = Constant <value = float {-10.0}> ()
+        c1 = Greater(hi, k1)
+        c2 = Less(lo, k2)
+        y1 = If(c1) <then_branch = t1 () => (float[3] a) {
+                ax = Abs(w)
+                na = Neg(ax)
+                one = Constant <value = float {1.0}> ()
+                a = Sub(na, one)
+            }, else_branch = e1 () => (float[3] b) {
+                bx = Abs(w)
+                one2 = Constant <value = float {1.0}> ()
+                b = Add(bx, one2)
+            }>
+        y2 = If(c2) <then_branch = t2 () => (float[3] p) {
+                px = Abs(w)
+                p1 = Add(px, px)
+                two = Constant <value = float {2.0}> ()
+                p = Add(p1, two)
+            }, else_branch = e2 () => (float[3] q) {
+                q = Sub(w, w)
+            }>
+        s = Add(y1, y2)
+        z = Relu(s)
+    }"""
+
+
+def test_two_ifs_on_reductions_of_one_input_split_are_refused(capsys, tmp_path):
+    # y1 = If(max(x) > 10, -|w| - 1, |w| + 1), y2 = If(min(x) < -10, 2|w| + 2, 0), z = Relu(y1 + y2):
+    # the Relu matters only where max(x) > 10 and min(x) >= -10. The forced runs force both Ifs
+    # (one depth) alike, and the scaled edge runs scale every element of x alike (x * 100 has
+    # both an element above 10 and one below -10), so a rule file's Relu(y) -> y was written
+    # with exit 0
+    m = parse_model(TWO_IFS_ON_REDUCTIONS)
+    x = np.zeros(16, np.float32)
+    x[3] = 20.0
+    feeds = {"x": x, "w": np.array([1, -2, 3], np.float32)}
+    assert _outputs(m, feeds)[0].tolist() == [0, 0, 0]
+    _never_written_wrong(capsys, tmp_path, m, BAD_RELU, feeds)
+
+
+def test_the_other_split_of_two_ifs_on_reductions_is_refused(capsys, tmp_path):
+    # the reverse: the Relu matters only where max(x) <= 10 and min(x) < -10; the run one above
+    # both constants gives max 11.25 and min -9.25, the one case the fix above might have
+    # reached by luck
+    m = parse_model(TWO_IFS_ON_REDUCTIONS.replace("If(c1)", "If(cb)").replace("If(c2)", "If(c1)")
+                    .replace("If(cb)", "If(c2)"))
+    x = np.zeros(16, np.float32)
+    x[3] = -20.0
+    feeds = {"x": x, "w": np.array([1, -2, 3], np.float32)}
+    assert _outputs(m, feeds)[0].tolist() == [0, 0, 0]
+    _never_written_wrong(capsys, tmp_path, m, BAD_RELU, feeds)
+
+
+def test_two_ifs_on_the_maxima_of_two_inputs_split_are_refused(capsys, tmp_path):
+    # max(x) > 10 and max(u) > 10: the run one above a constant keeps a maximum above it, so
+    # the inputs' split (one at its constants, the other one above) never had one false and
+    # the other true; the split of constants keeps the other input as drawn
+    m = parse_model(TWO_IFS_ON_REDUCTIONS.replace("float[16] x,", "float[16] x, float[16] u,")
+                    .replace("ReduceMin <keepdims = 0> (x)", "ReduceMax <keepdims = 0> (u)")
+                    .replace("k2 = Constant <value = float {-10.0}>", "k2 = Constant <value = float {10.0}>")
+                    .replace("Less(lo, k2)", "Greater(lo, k2)"))
+    x = np.zeros(16, np.float32)
+    x[3] = 20.0
+    feeds = {"x": x, "u": np.zeros(16, np.float32), "w": np.array([1, -2, 3], np.float32)}
+    assert _outputs(m, feeds)[0].tolist() == [0, 0, 0]
+    _never_written_wrong(capsys, tmp_path, m, BAD_RELU, feeds)
+
+
+def _picked(op: str, k: int, cmp: str = "Equal"):
+    # Where(any(pick(i) CMP k), a, b) with pick an op whose output holds some of i's values
+    import onnx
+    from onnx import TensorProto as TP
+    from onnx import helper as h
+
+    from .test_verify_reach4 import _const, _where
+
+    picks = {"Gather": [_const("at", 2), h.make_node("Gather", ["i", "at"], ["v"])],
+             "Slice": [_const("s0", [1]), _const("s1", [3]), h.make_node("Slice", ["i", "s0", "s1"], ["v"])],
+             "Concat": [_const("zs", [0, 0]), h.make_node("Concat", ["zs", "i"], ["v"], axis=0)],
+             "ReduceMax": [h.make_node("ReduceMax", ["i"], ["v"], keepdims=0)],
+             "ReduceMin": [h.make_node("ReduceMin", ["i"], ["v"], keepdims=0)],
+             "Abs": [h.make_node("Abs", ["i"], ["v"])],
+             "Max": [_const("lo", -3), h.make_node("Max", ["lo", "i"], ["v"])],
+             "Where": [_const("zero", 0), h.make_node("Greater", ["i", "zero"], ["p"]),
+                       h.make_node("Where", ["p", "i", "zero"], ["v"])]}[op]
+    anyof = [h.make_node("Cast", ["e"], ["ei"], to=TP.INT64), h.make_node("ReduceMax", ["ei"], ["em"], keepdims=0),
+             h.make_node("Cast", ["em"], ["c"], to=TP.BOOL)]
+    m = _where([*picks, _const("k", k), h.make_node(cmp, ["v", "k"], ["e"]), *anyof])
+    onnx.checker.check_model(m)
+    return m
+
+
+@pytest.mark.parametrize(("op", "cmp", "k", "moved"), [
+    ("Gather", "Equal", 5000, 5001), ("Slice", "Equal", 5000, 5001), ("Concat", "Equal", 5000, 5001),
+    ("ReduceMax", "Equal", 5000, 5001), ("ReduceMin", "Less", -300, -301), ("Abs", "Equal", 5000, 5001),
+    ("Max", "Equal", 5000, 5001), ("Where", "Equal", 5000, 5001)])
+def test_a_comparison_of_values_picked_from_the_input_is_failed(op, cmp, k, moved):
+    # Equal(pick(i), 5000) (Less(min(i), -300)) with pick an element, a slice, a Concat, a reduction, |i|, Max(i, -3)
+    # or Where(i > 0, i, 0): the walk to the compared constants stopped at these ops, so i never
+    # took 5000 and the constant moved by one passed
+    from eqsat.verification import verify
+
+    assert verify(_picked(op, k, cmp), _picked(op, k, cmp)).status == "passed"
+    v = verify(_picked(op, k, cmp), _picked(op, moved, cmp))
+    assert v.status == "failed", v.detail
