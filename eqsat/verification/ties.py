@@ -14,7 +14,9 @@ then: a passing run costs nothing more), `settle` looks again in two ways:
   and its floating-point initializers each moved by TIE_NUDGE of itself (`nudged`, about 8
   float32 steps: what rounding moves them by), and an element is set aside where such a run
   leaves the original's own tolerance there (a discrete choice among near-equal values, an
-  ill-conditioned value): the original does not determine it to the tolerance.
+  ill-conditioned value): the original does not determine it to the tolerance. A float
+  element is set aside only within SPREAD times the farthest those runs move it (`near_spread`):
+  an ill-conditioned 1000 +- 10 is still no 1e4.
 
 Every other element is judged as before: a wrong program is off at rows whose keys do not tie
 and at elements that the nudges leave within the tolerance (an ArgMax over well-separated
@@ -40,6 +42,10 @@ from eqsat.verification.paired import alone
 TIE_NUDGE = 2.0 ** -20
 TIE_RUNS = 8  # nudged runs of the original at most (four pairs of opposite moves), only after a mismatch
 MOVED_ROWS = 4096  # rows `permuted_rows` matches at most (each against each)
+# An element set aside as undetermined must still lie within this many times what the nudged
+# runs moved the original's value by (plus the tolerance): a program that rounds otherwise
+# moves an ill-conditioned value by about as much as a nudge of 8 float32 steps does
+SPREAD = 4.0
 SMALL = 8  # initializers of fewer elements are not moved (thresholds, Resize scales: they change shapes)
 
 Runner = Callable[[dict[str, np.ndarray], dict[str, int]], dict[str, object]]
@@ -89,9 +95,9 @@ def settle(bad: list[Mismatch], expected: dict[str, object], got: dict[str, obje
     """`bad` (the mismatches of comparing `got` with `expected`, the original's outputs on `f`),
     or [] where `rejudge` (the same comparison of another `got`) finds nothing once rows tied
     in their keys are matched (`permuted_rows`) and the elements the original leaves
-    undetermined (`undetermined`: against up to TIE_RUNS runs of the original on `nudged`
-    inputs, `original` with `nudged_model` initializers where given and onnxruntime runs it,
-    else `ref`) take the original's values. Only tensor outputs of the original's shape and
+    undetermined (`undetermined`, floats within `near_spread` of the original's: against up
+    to TIE_RUNS runs of the original on `nudged` inputs, `original` with `nudged_model`
+    initializers where given and onnxruntime runs it, else `ref`) take the original's values. Only tensor outputs of the original's shape and
     type are set aside; `bad` stands whole otherwise. `nudge` False: rows alone. Where it
     returns [], `aside` gets (what was set aside, `where`: which run), for the verification's detail."""
     if not bad:
@@ -110,13 +116,16 @@ def settle(bad: list[Mismatch], expected: dict[str, object], got: dict[str, obje
     if not _faithful(original, ref, f, sizes, expected, targets):
         return bad
     allowed = {n: np.zeros(np.shape(expected[n]), bool) for n in targets}
+    spread = {n: np.zeros(np.shape(expected[n]), np.float64) for n in targets}
     for seed in range(TIE_RUNS):
         other = _nudged_run(original, ref, f, sizes, seed)
         if other is None:
             return bad
         for n in targets:
             allowed[n] |= undetermined(expected[n], got[n], other.get(n), rtol, atol)
-        if not rejudge({**got, **{n: np.where(allowed[n], expected[n], got[n]) for n in targets}}):
+            spread[n] = np.maximum(spread[n], moved_by(expected[n], other.get(n)))
+        within = {n: allowed[n] & near_spread(expected[n], got[n], spread[n], rtol, atol) for n in targets}
+        if not rejudge({**got, **{n: np.where(within[n], expected[n], got[n]) for n in targets}}):
             if aside is not None:
                 counts = ", ".join(f"{int(allowed[n].sum())} of {allowed[n].size} in {n}" for n in sorted(targets))
                 aside.append((f"elements the original moves beyond the tolerance when nudged ({counts})", where))
@@ -159,6 +168,32 @@ def _nudged_run(original: ModelProto | None, ref: Runner, f: dict[str, object], 
         return alone(ref)(g, dict(sizes or {}))  # no optimized run beside it
     except Exception:  # noqa: BLE001 - the original does not run so: nothing is set aside
         return None
+
+
+def moved_by(e: np.ndarray, n: object) -> np.ndarray:
+    """How far the original's value `n` on nudged inputs lies from its value `e`, elementwise
+    (floats; 0 where either is not finite, or `n` is no tensor like `e`; other kinds: 0)."""
+    if not _same_tensor(e, n) or e.dtype.kind not in "fc":
+        return np.zeros(np.shape(e), np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(np.asarray(n).astype(np.float64) - e.astype(np.float64))
+    return np.where(np.isfinite(d), d, 0.0)
+
+
+def near_spread(e: np.ndarray, a: np.ndarray, spread: np.ndarray, rtol: float | None,
+                atol: float | None) -> np.ndarray:
+    """Where the optimized value `a` lies within SPREAD times `spread` (what the nudged runs
+    moved the original's `e` by, `moved_by`) of `e`, plus the tolerance: an element the
+    original does not determine is still bounded by what rounding moves it by (an
+    ill-conditioned 1000 +- 10 where a dropped Clip gave 1e4 was set aside whole). Other
+    kinds than floats: everywhere (an index picked among tied scores may be any of them)."""
+    if e.dtype.kind not in "fc":
+        return np.ones(np.shape(e), bool)
+    r, t = _tolerance(e, rtol, atol)
+    ef = e.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(a.astype(np.float64) - ef)
+        return (d <= SPREAD * spread + t + r * np.abs(ef)) | ~np.isfinite(ef)
 
 
 def undetermined(e: np.ndarray, a: np.ndarray, n: object, rtol: float | None, atol: float | None) -> np.ndarray:
