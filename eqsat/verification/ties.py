@@ -97,9 +97,10 @@ def settle(bad: list[Mismatch], expected: dict[str, object], got: dict[str, obje
     in their keys are matched (`permuted_rows`) and the elements the original leaves
     undetermined (`undetermined`, floats within `near_spread` of the original's: against up
     to TIE_RUNS runs of the original on `nudged` inputs, `original` with `nudged_model`
-    initializers where given and onnxruntime runs it, else `ref`) take the original's values. Only tensor outputs of the original's shape and
-    type are set aside; `bad` stands whole otherwise. `nudge` False: rows alone. Where it
-    returns [], `aside` gets (what was set aside, `where`: which run), for the verification's detail."""
+    initializers where given and onnxruntime runs it, else `ref`) take the original's values.
+    Only tensor outputs of the original's shape and type are set aside; `bad` stands whole
+    otherwise. `nudge` False: rows alone. Where it returns [], `aside` gets (what was set
+    aside, `where`: which run), for the verification's detail."""
     if not bad:
         return bad
     rows = permuted_rows(expected, got, rtol, atol)
