@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
@@ -192,3 +193,62 @@ def test_an_undetermined_element_far_beyond_what_the_nudges_move_is_refused(caps
 
     rules = '(ruleset bad)\n; Clip(x, lo, hi) -> x, unsound\n(rewrite (Clip x lo hi) x :ruleset bad :name "bad-clip")\n'
     assert_refused_or_right(capsys, tmp_path, m, right, rules=rules)
+
+
+ROWS_PERMUTED = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[6, 3] w) => (float[6] key, float[6, 3] z) {
+        key = Constant <value = float[6] {1, 0, 0, 0, 0, 0}> ()
+        p = Constant <value = int64[6] {0, 5, 4, 3, 2, 1}> ()
+        g = Gather <axis = 0> (w, p)
+        big = Constant <value = float {1e8}> ()
+        eps = Constant <value = float {NOISE}> ()
+        gs = Mul(g, big)
+        s = Sin(gs)
+        n = Mul(s, eps)
+        z = Add(g, n)
+    }"""
+
+
+@pytest.mark.parametrize("noise", ["0.0", "0.01"])
+def test_rows_in_another_order_that_no_nudge_reorders_are_refused(capsys, tmp_path, noise):
+    # key, a sorted output of 6 (constant: 1 then five 0s), made every row of z but the first
+    # "tied", and rows listed in another order among tied keys were set aside unconfirmed: a
+    # rule file's Gather(w, p) -> w, p a constant permutation, was written with exit 0. With an
+    # ill-conditioned 0.01 * sin(1e8 * row) added, every row moves when nudged, but by 0.02, not
+    # by the distance to another row
+    from .conftest import assert_refused_or_right
+    from .test_verify_reach import _outputs, parse_model
+
+    rules = '(ruleset bad)\n; Gather(x, i) -> x, unsound\n(rewrite (Gather x i a) x :ruleset bad :name "bad-gather")\n'
+    w = {"w": np.arange(18, dtype=np.float32).reshape(6, 3)}
+    m = parse_model(ROWS_PERMUTED.replace("NOISE", noise))
+    assert abs(_outputs(m, w)[1][1, 0] - 15) <= 0.011
+
+    def right(out: onnx.ModelProto) -> None:
+        for a, b in zip(_outputs(out, w), _outputs(m, w), strict=True):
+            np.testing.assert_allclose(a, b, rtol=0.01, atol=0.03, err_msg="written with exit 0")
+
+    assert_refused_or_right(capsys, tmp_path, m, right, rules=rules)
+
+
+def test_rows_of_reassociated_scores_in_another_order_pass():
+    # the right sibling of the test above: rows gathered by the TopK's indices (a detection's
+    # boxes beside its scores) listed in another order among neighbours one float step apart
+    # pass, the nudged runs of the original reordering those rows too
+    table = np.random.default_rng(5).standard_normal((N, 4)).astype(np.float32)
+
+    def made(folded: bool) -> onnx.ModelProto:
+        tail = [oh.make_node("Constant", [], ["table"], value=numpy_helper.from_array(table, "table")),
+                oh.make_node("Gather", ["table", "i"], ["boxes"], axis=0)]
+        m = sorted_scores(folded, tail=tail, out="i")
+        m.graph.output.append(oh.make_tensor_value_info("boxes", TensorProto.FLOAT, ["kk", 4]))
+        return m
+
+    original, folded = made(False), made(True)
+    f = random_inputs(original)
+    e, a = run(original, f, False), run(folded, f, False)
+    assert not np.allclose(e["boxes"], a["boxes"])  # some rows in another order
+    v = verify(original, folded)
+    assert v.status == "passed", v.detail
+    assert "rows of tied scores in another order in boxes" in v.detail, v.detail

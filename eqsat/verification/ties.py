@@ -8,8 +8,9 @@ then: a passing run costs nothing more), `settle` looks again in two ways:
 - rows (`permuted_rows`): outputs whose first dimension is that of a 1-D floating-point output
   (a detection's scores beside its boxes and labels) may list the original's rows in another
   order among rows whose keys tie within the tolerance (the original's order there is its
-  sort's tie-breaking), each row matched whole, within the tolerance (also on the whole and
-  half numbers, where `nudge` is off);
+  sort's tie-breaking), each row matched whole, within the tolerance: alone on the whole and
+  half numbers, where `nudge` is off, and elsewhere only where the nudged runs below move
+  the original's rows as much;
 - elements (`undetermined`): the original runs again, up to TIE_RUNS times, with its inputs
   and its floating-point initializers each moved by TIE_NUDGE of itself (`nudged`, about 8
   float32 steps: what rounding moves them by), and an element is set aside where such a run
@@ -93,28 +94,30 @@ def settle(bad: list[Mismatch], expected: dict[str, object], got: dict[str, obje
            atol: float | None, original: ModelProto | None = None, nudge: bool = True,
            aside: list[tuple[str, str]] | None = None, where: str = "") -> list[Mismatch]:
     """`bad` (the mismatches of comparing `got` with `expected`, the original's outputs on `f`),
-    or [] where `rejudge` (the same comparison of another `got`) finds nothing once rows tied
-    in their keys are matched (`permuted_rows`) and the elements the original leaves
-    undetermined (`undetermined`, floats within `near_spread` of the original's: against up
-    to TIE_RUNS runs of the original on `nudged` inputs, `original` with `nudged_model`
-    initializers where given and onnxruntime runs it, else `ref`) take the original's values.
-    Only tensor outputs of the original's shape and type are set aside; `bad` stands whole
-    otherwise. `nudge` False: rows alone. Where it returns [], `aside` gets (what was set
-    aside, `where`: which run), for the verification's detail."""
+    or [] where `rejudge` (the same comparison of another `got`) finds nothing once the
+    elements the original leaves undetermined (`undetermined`, floats within `near_spread` of
+    the original's: against up to TIE_RUNS runs of the original on `nudged` inputs, `original`
+    with `nudged_model` initializers where given and onnxruntime runs it, else `ref`) take the
+    original's values. Rows listed in another order among tied keys pass so, where the nudged
+    runs reorder them too: matched by `permuted_rows` alone, a Gather of a constant
+    permutation dropped beside a constant sorted output passed, the keys tied exactly and no
+    nudge moving a row. Only tensor outputs of the original's shape and type are set aside;
+    `bad` stands whole otherwise. `nudge` False (the whole and half numbers, on a rounding's
+    ties on purpose): rows matched by `permuted_rows` alone. Where it returns [], `aside` gets
+    (what was set aside, `where`: which run), for the verification's detail."""
     if not bad:
         return bad
     rows = permuted_rows(expected, got, rtol, atol)
-    got = {**got, **rows}
-    still = rejudge(got)
-    if not still:
+    rows_said = f"rows of tied scores in another order in {', '.join(sorted(rows))}"
+    if not nudge:
+        if not rows or rejudge({**got, **rows}):
+            return bad
         if aside is not None:
-            aside.append((f"rows of tied scores in another order in {', '.join(sorted(rows))}", where))
+            aside.append((rows_said, where))
         return []
-    names = {m.output for m in still}
+    names = {m.output for m in bad}
     targets = [n for n in names if _same_tensor(expected.get(n), got.get(n))]
-    if len(targets) < len(names) or not nudge:
-        return bad
-    if not _faithful(original, ref, f, sizes, expected, targets):
+    if len(targets) < len(names) or not _faithful(original, ref, f, sizes, expected, targets):
         return bad
     allowed = {n: np.zeros(np.shape(expected[n]), bool) for n in targets}
     spread = {n: np.zeros(np.shape(expected[n]), np.float64) for n in targets}
@@ -129,7 +132,8 @@ def settle(bad: list[Mismatch], expected: dict[str, object], got: dict[str, obje
         if not rejudge({**got, **{n: np.where(within[n], expected[n], got[n]) for n in targets}}):
             if aside is not None:
                 counts = ", ".join(f"{int(allowed[n].sum())} of {allowed[n].size} in {n}" for n in sorted(targets))
-                aside.append((f"elements the original moves beyond the tolerance when nudged ({counts})", where))
+                said = f"elements the original moves beyond the tolerance when nudged ({counts})"
+                aside.append((f"{rows_said}, {said}" if rows else said, where))
             return []
     return bad
 
