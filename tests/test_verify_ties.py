@@ -160,28 +160,32 @@ def test_rows_matched_only_among_tied_keys():
     assert ties.permuted_rows(constant, {"boxes": boxes[::-1], "flag": np.zeros(4, np.float32)}, None, None) == {}
 
 
-def _clipped_noise(clip: bool) -> onnx.ModelProto:
-    """y = c + c * 0.01 * sin(x * 1e8), c = Clip(x, -1000, 1000) (or x): the sine is
-    ill-conditioned at every x not 0 (a nudge of x moves its argument by radians), so the
-    original does not determine y to the tolerance, but within 2 % of c."""
+def _clipped_noise(clip: bool, cast: bool = False) -> onnx.ModelProto:
+    """y = c + c * 0.01 * sin(x * 1e8), c = Clip(x, -1000, 1000) (or x), cast to int32 where
+    `cast`: the sine is ill-conditioned at every x not 0 (a nudge of x moves its argument by
+    radians), so the original does not determine y to the tolerance, but within 2 % of c."""
     consts = {"lo": np.array(-1000, np.float32), "hi": np.array(1000, np.float32),
               "big": np.array(1e8, np.float32), "eps": np.array(0.01, np.float32)}
     nodes = [oh.make_node("Clip", ["x", "lo", "hi"], ["c"]) if clip else oh.make_node("Identity", ["x"], ["c"]),
              oh.make_node("Mul", ["x", "big"], ["xs"]), oh.make_node("Sin", ["xs"], ["s"]),
              oh.make_node("Mul", ["s", "eps"], ["n"]), oh.make_node("Mul", ["c", "n"], ["cn"]),
-             oh.make_node("Add", ["c", "cn"], ["y"])]
-    return _model(nodes, consts, [64], [("y", TensorProto.FLOAT, [64])])
+             oh.make_node("Add", ["c", "cn"], ["yf" if cast else "y"])]
+    if cast:
+        nodes.append(oh.make_node("Cast", ["yf"], ["y"], to=TensorProto.INT32))
+    return _model(nodes, consts, [64], [("y", TensorProto.INT32 if cast else TensorProto.FLOAT, [64])])
 
 
-def test_an_undetermined_element_far_beyond_what_the_nudges_move_is_refused(capsys, tmp_path):
+@pytest.mark.parametrize("cast", [False, True])
+def test_an_undetermined_element_far_beyond_what_the_nudges_move_is_refused(capsys, tmp_path, cast):
     # where |x| > 1000 (floats times 10000, the large floats) every element of y was set aside
     # as undetermined, whatever the optimized model gave there: a rule file's Clip(x, lo, hi) -> x
-    # gave 1e4 where the original gives 1000 +- 10, and was written with exit 0. A set-aside
-    # element must lie within what the nudged runs move the original by (times SPREAD)
+    # gave 1e4 where the original gives 1000 +- 10, and was written with exit 0, also with y
+    # cast to int32. A set-aside element must lie within what the nudged runs move the original
+    # by (times SPREAD), or be a value a nudged run gave (an integer)
     from .conftest import assert_refused_or_right
     from .test_verify_reach import _outputs
 
-    m, wrong = _clipped_noise(True), _clipped_noise(False)
+    m, wrong = _clipped_noise(True, cast), _clipped_noise(False, cast)
     assert verify(m, m).status == "passed"
     v = verify(m, wrong)
     assert v.status == "failed", v.detail

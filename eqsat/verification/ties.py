@@ -121,6 +121,7 @@ def settle(bad: list[Mismatch], expected: dict[str, object], got: dict[str, obje
         return bad
     allowed = {n: np.zeros(np.shape(expected[n]), bool) for n in targets}
     spread = {n: np.zeros(np.shape(expected[n]), np.float64) for n in targets}
+    seen = {n: np.zeros(np.shape(expected[n]), bool) for n in targets}
     for seed in range(TIE_RUNS):
         other = _nudged_run(original, ref, f, sizes, seed)
         if other is None:
@@ -128,7 +129,9 @@ def settle(bad: list[Mismatch], expected: dict[str, object], got: dict[str, obje
         for n in targets:
             allowed[n] |= undetermined(expected[n], got[n], other.get(n), rtol, atol)
             spread[n] = np.maximum(spread[n], moved_by(expected[n], other.get(n)))
-        within = {n: allowed[n] & near_spread(expected[n], got[n], spread[n], rtol, atol) for n in targets}
+            seen[n] |= _seen(got[n], other.get(n))
+        within = {n: allowed[n] & (seen[n] | near_spread(expected[n], got[n], spread[n], rtol, atol))
+                  for n in targets}
         if not rejudge({**got, **{n: np.where(within[n], expected[n], got[n]) for n in targets}}):
             if aside is not None:
                 counts = ", ".join(f"{int(allowed[n].sum())} of {allowed[n].size} in {n}" for n in sorted(targets))
@@ -177,8 +180,8 @@ def _nudged_run(original: ModelProto | None, ref: Runner, f: dict[str, object], 
 
 def moved_by(e: np.ndarray, n: object) -> np.ndarray:
     """How far the original's value `n` on nudged inputs lies from its value `e`, elementwise
-    (floats; 0 where either is not finite, or `n` is no tensor like `e`; other kinds: 0)."""
-    if not _same_tensor(e, n) or e.dtype.kind not in "fc":
+    (numbers and booleans; 0 where either is not finite, or `n` is no tensor like `e`)."""
+    if not _same_tensor(e, n) or e.dtype.kind not in "fciub":
         return np.zeros(np.shape(e), np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         d = np.abs(np.asarray(n).astype(np.float64) - e.astype(np.float64))
@@ -190,15 +193,25 @@ def near_spread(e: np.ndarray, a: np.ndarray, spread: np.ndarray, rtol: float | 
     """Where the optimized value `a` lies within SPREAD times `spread` (what the nudged runs
     moved the original's `e` by, `moved_by`) of `e`, plus the tolerance: an element the
     original does not determine is still bounded by what rounding moves it by (an
-    ill-conditioned 1000 +- 10 where a dropped Clip gave 1e4 was set aside whole). Other
-    kinds than floats: everywhere (an index picked among tied scores may be any of them)."""
-    if e.dtype.kind not in "fc":
+    ill-conditioned 1000 +- 10 where a dropped Clip gave 1e4 was set aside whole, as a float
+    and cast to int32). Integers and booleans too (an index picked among two tied scores is
+    the other's, as a nudged run picks it: the caller also lets pass a value a nudged run
+    took there); other kinds: everywhere."""
+    if e.dtype.kind not in "fciub":
         return np.ones(np.shape(e), bool)
     r, t = _tolerance(e, rtol, atol)
     ef = e.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         d = np.abs(a.astype(np.float64) - ef)
         return (d <= SPREAD * spread + t + r * np.abs(ef)) | ~np.isfinite(ef)
+
+
+def _seen(a: np.ndarray, n: object) -> np.ndarray:
+    """Where the optimized value `a` equals the original's value `n` on nudged inputs (not
+    floats: an index or label that a nudge picks)."""
+    if not _same_tensor(a, n) or a.dtype.kind in "fc":
+        return np.zeros(np.shape(a), bool)
+    return np.asarray(n) == a
 
 
 def undetermined(e: np.ndarray, a: np.ndarray, n: object, rtol: float | None, atol: float | None) -> np.ndarray:
