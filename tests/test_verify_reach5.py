@@ -124,3 +124,37 @@ def test_a_comparison_of_values_picked_from_the_input_is_failed(op, cmp, k, move
     assert verify(_picked(op, k, cmp), _picked(op, k, cmp)).status == "passed"
     v = verify(_picked(op, k, cmp), _picked(op, moved, cmp))
     assert v.status == "failed", v.detail
+
+
+def test_two_ifs_on_input_comparisons_each_way_are_refused(capsys, tmp_path):
+    # y1 = If(sum(u) > mean(x), -|w| - 1, |w| + 1), y2 = If(sum(x) > sum(u), 2|w| + 2, 0),
+    # z = Relu(y1 + y2): the Relu matters only where the first holds and the second does not.
+    # No constant is compared, so no edge run splits them, the forced runs set both alike, and
+    # the draws (random, edge runs) led them three ways of four: a rule file's Relu(y) -> y was
+    # written with exit 0
+    m = parse_model(TWO_IFS_ON_REDUCTIONS.replace("float[16] x, float[3] w", "float[16] x, float[16] u, float[3] w")
+                    .replace("hi = ReduceMax <keepdims = 0> (x)", "hi = ReduceSum <keepdims = 0> (x)")
+                    .replace("lo = ReduceMin <keepdims = 0> (x)", "lo = ReduceSum <keepdims = 0> (u)")
+                    .replace("k2 = Constant <value = float {-10.0}> ()", "mx = ReduceMean <keepdims = 0> (x)")
+                    .replace("c1 = Greater(hi, k1)", "c1 = Greater(lo, mx)")
+                    .replace("c2 = Less(lo, k2)", "c2 = Greater(hi, lo)"))
+    feeds = {"x": np.zeros(16, np.float32), "u": np.ones(16, np.float32), "w": np.array([1, -2, 3], np.float32)}
+    assert _outputs(m, feeds)[0].tolist() == [0, 0, 0]
+    _never_written_wrong(capsys, tmp_path, m, BAD_RELU, feeds)
+
+
+def test_right_programs_with_several_ifs_pass_the_covering_runs():
+    # the covering draws are picked by the original's conditions alone: the model against itself,
+    # and against a copy whose two Ifs are listed in the other order, passes and says it ran them
+    from eqsat.verification import verify
+
+    m = parse_model(TWO_IFS_ON_REDUCTIONS)
+    v = verify(m, m)
+    assert v.status == "passed" and "inputs that set every two Ifs' conditions each way" in v.detail, v.detail
+    swapped = parse_model(TWO_IFS_ON_REDUCTIONS)
+    nodes = list(swapped.graph.node)
+    a, b = (k for k, n in enumerate(nodes) if n.op_type == "If")
+    nodes[a], nodes[b] = nodes[b], nodes[a]
+    del swapped.graph.node[:]
+    swapped.graph.node.extend(nodes)
+    assert verify(m, swapped).status == "passed"

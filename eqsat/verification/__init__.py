@@ -522,7 +522,10 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
             return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where}; seed {used})",
                                 edge_cases=where, requantized=all(m.requantized for m in bad))
         ran.append(label)
-    out = []
+    covered = _covering_runs(original, feeds, ref, opt, sizes, wide, rtol, atol, qdq, noise, aside)
+    if isinstance(covered, Verification):
+        return covered
+    out = [covered] if covered else []
     for labels in (ran, refused):
         labels.sort(key=lambda x: listed.index(x) if x in listed else len(listed))
     if ran:
@@ -530,6 +533,44 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     if refused:
         out.append("not on " + _edge_list(refused) + " (the original does not run on them)")
     return "; ".join(out)
+
+
+COVERING_LABEL = "inputs that set every two Ifs' conditions each way"  # the runs of `_covering_runs`
+
+
+def _covering_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, sizes: dict[str, int],
+                   wide: bool, rtol: float | None, atol: float | None, qdq: QdqAllowance | None,
+                   noise: dict[str, float] | None, aside: list[tuple[str, str]] | None) -> str | Verification:
+    """Both models run on the draws of eqsat.verification.conditions.covering_draws: inputs on
+    which every two of the original's main-graph If conditions (computed ones, `_ifs`) take each
+    of their four ways, where the forced runs set every If of a depth alike and the draws led
+    two Ifs on sum(x) > sum(u) and sum(u) > mean(x) no way but three (a main-graph Relu that
+    mattered only in the fourth was dropped by a rule file's Relu(y) -> y, written with exit 0).
+    Chosen by what the original computes alone, they need no If of one model matched to one of
+    the other. A clause saying they ran, "" where none did, or the failed Verification."""
+    from eqsat.verification.conditions import covering_draws
+
+    main = {id(n) for n in original.graph.node}
+    conditions = [n.input[0] for n, _ in _ifs(original) if id(n) in main]
+    ran = 0
+    for kind, seed, f in covering_draws(original, conditions, feeds, sizes, wide):
+        where = f"{COVERING_LABEL} (seed {seed}{'' if kind == 'random' else ', ' + EDGE_KINDS[kind]})"
+        try:
+            expected = ref(f, sizes)
+        except Exception:  # noqa: BLE001, S112 - the original does not run so: nothing to compare
+            continue
+        try:
+            got = opt(f, sizes)
+        except Exception as e:  # noqa: BLE001
+            return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
+                                          f"the original: {_line(e)}", edge_cases=where)
+        bad = _edge_mismatches(original, ref, kind, f, sizes, seed, expected, got, rtol, atol, qdq, noise, aside,
+                               where)
+        if bad:
+            return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where})", edge_cases=where,
+                                requantized=all(m.requantized for m in bad))
+        ran += 1
+    return f"on {ran} {COVERING_LABEL}" if ran else ""
 
 
 def _edge_mismatches(original: ModelProto, ref: Runner, kind: str, f: dict[str, np.ndarray], at: dict[str, int],
