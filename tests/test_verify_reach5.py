@@ -150,7 +150,7 @@ def test_right_programs_with_several_ifs_pass_the_covering_runs():
 
     m = parse_model(TWO_IFS_ON_REDUCTIONS)
     v = verify(m, m)
-    assert v.status == "passed" and "inputs that set every two Ifs' conditions each way" in v.detail, v.detail
+    assert v.status == "passed" and "inputs that set every two If or Where conditions each way" in v.detail, v.detail
     swapped = parse_model(TWO_IFS_ON_REDUCTIONS)
     nodes = list(swapped.graph.node)
     a, b = (k for k, n in enumerate(nodes) if n.op_type == "If")
@@ -158,3 +158,32 @@ def test_right_programs_with_several_ifs_pass_the_covering_runs():
     del swapped.graph.node[:]
     swapped.graph.node.extend(nodes)
     assert verify(m, swapped).status == "passed"
+
+
+def test_two_wheres_on_scalar_conditions_each_way_are_refused(capsys, tmp_path):
+    # the sibling with Where(c, a, b) of scalar computed conditions in place of the Ifs: nothing
+    # forces a Where's condition, and the draws led them three ways of four
+    m = parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[16] x, float[16] u, float[3] w) => (float[3] z) {
+            sx = ReduceSum <keepdims = 0> (x)
+            su = ReduceSum <keepdims = 0> (u)
+            mx = ReduceMean <keepdims = 0> (x)
+            c1 = Greater(su, mx)
+            c2 = Greater(sx, su)
+            one = Constant <value = float {1.0}> ()
+            two = Constant <value = float {2.0}> ()
+            aw = Abs(w)
+            a1 = Add(aw, one)
+            na = Neg(a1)
+            y1 = Where(c1, na, a1)
+            a2 = Add(aw, aw)
+            p = Add(a2, two)
+            zero = Sub(w, w)
+            y2 = Where(c2, p, zero)
+            s = Add(y1, y2)
+            z = Relu(s)
+        }""")
+    feeds = {"x": np.zeros(16, np.float32), "u": np.ones(16, np.float32), "w": np.array([1, -2, 3], np.float32)}
+    assert _outputs(m, feeds)[0].tolist() == [0, 0, 0]
+    _never_written_wrong(capsys, tmp_path, m, BAD_RELU, feeds)

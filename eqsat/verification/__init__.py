@@ -535,23 +535,24 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     return "; ".join(out)
 
 
-COVERING_LABEL = "inputs that set every two Ifs' conditions each way"  # the runs of `_covering_runs`
+COVERING_LABEL = "inputs that set every two If or Where conditions each way"  # the runs of `_covering_runs`
 
 
 def _covering_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, sizes: dict[str, int],
                    wide: bool, rtol: float | None, atol: float | None, qdq: QdqAllowance | None,
                    noise: dict[str, float] | None, aside: list[tuple[str, str]] | None) -> str | Verification:
     """Both models run on the draws of eqsat.verification.conditions.covering_draws: inputs on
-    which every two of the original's main-graph If conditions (computed ones, `_ifs`) take each
-    of their four ways, where the forced runs set every If of a depth alike and the draws led
-    two Ifs on sum(x) > sum(u) and sum(u) > mean(x) no way but three (a main-graph Relu that
-    mattered only in the fourth was dropped by a rule file's Relu(y) -> y, written with exit 0).
+    which every two of the original's main-graph If and Where conditions (computed ones, `_ifs`;
+    a Where's where it holds one element) take each of their four ways, where the forced runs
+    set every If of a depth alike and the draws led two Ifs (or Wheres) on sum(x) > sum(u) and
+    sum(u) > mean(x) no way but three (a main-graph Relu that mattered only in the fourth was
+    dropped by a rule file's Relu(y) -> y, written with exit 0).
     Chosen by what the original computes alone, they need no If of one model matched to one of
     the other. A clause saying they ran, "" where none did, or the failed Verification."""
     from eqsat.verification.conditions import covering_draws
 
     main = {id(n) for n in original.graph.node}
-    conditions = [n.input[0] for n, _ in _ifs(original) if id(n) in main]
+    conditions = [n.input[0] for n, _ in _ifs(original) + _computed(original, "Where") if id(n) in main]
     ran = 0
     for kind, seed, f in covering_draws(original, conditions, feeds, sizes, wide):
         where = f"{COVERING_LABEL} (seed {seed}{'' if kind == 'random' else ', ' + EDGE_KINDS[kind]})"
