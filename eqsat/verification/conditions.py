@@ -16,6 +16,7 @@ on those inputs, which no right program can tell apart from others.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -29,6 +30,9 @@ COVERING_SEEDS = 32  # draws `covering_draws` tries (each also scaled as the edg
 COVERING_IFS = 8  # main-graph conditions it pairs, at most
 COVERING_FROM = 1000  # its first seed: other draws than the random runs' and the edge runs'
 COVERING_KINDS = ("random", "scaled", "far")  # each draw as drawn, times 100, times 10000
+# seconds the search spends on the original's runs, at most: conditions that no draw moves (a
+# shape's) would have it run every candidate, and a large model's runs take seconds each
+COVERING_SECONDS = 10.0
 
 
 def covering_draws(original: ModelProto, conditions: list[str], feeds: Feeds, sizes: dict[str, int],
@@ -37,9 +41,9 @@ def covering_draws(original: ModelProto, conditions: list[str], feeds: Feeds, si
     "scaled", "far": Feeds.with_special_values of it) on which the original's main-graph values
     `conditions` (If and Where conditions; those of one element on the first draw the original
     runs, the first COVERING_IFS of them) take, for every two of them, each of their four ways
-    that COVERING_SEEDS such draws reach, greedily: a draw is kept where it gives two conditions
-    a way no kept draw gave them. [] where fewer than two conditions, or where onnxruntime
-    cannot run the copy of the original that outputs them."""
+    that COVERING_SEEDS such draws reach (within COVERING_SECONDS), greedily: a draw is kept
+    where it gives two conditions a way no kept draw gave them. [] where fewer than two
+    conditions, or where onnxruntime cannot run the copy of the original that outputs them."""
     conditions = list(dict.fromkeys(conditions))
     if len(conditions) < 2:
         return []
@@ -49,7 +53,10 @@ def covering_draws(original: ModelProto, conditions: list[str], feeds: Feeds, si
         return []
     wanted: set[tuple[int, int, bool, bool]] | None = None
     picked: list[tuple[str, int, dict[str, np.ndarray]]] = []
+    until = time.monotonic() + COVERING_SECONDS
     for seed, kind, f in _draws(feeds, sizes, wide):
+        if time.monotonic() > until:
+            break
         values = _values(probe, conditions, inputs, f)
         if values is None:
             continue
