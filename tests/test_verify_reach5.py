@@ -7,7 +7,11 @@ writes what the original computes."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+from onnx import numpy_helper
 
 from .test_verify_reach import _never_written_wrong, _outputs, parse_model
 
@@ -89,10 +93,6 @@ def test_two_ifs_on_the_maxima_of_two_inputs_split_are_refused(capsys, tmp_path)
 
 def _picked(op: str, k: int, cmp: str = "Equal"):
     # Where(any(pick(i) CMP k), a, b) with pick an op whose output holds some of i's values
-    import onnx
-    from onnx import TensorProto as TP
-    from onnx import helper as h
-
     from .test_verify_reach4 import _const, _where
 
     picks = {"Gather": [_const("at", 2), h.make_node("Gather", ["i", "at"], ["v"])],
@@ -187,3 +187,31 @@ def test_two_wheres_on_scalar_conditions_each_way_are_refused(capsys, tmp_path):
     feeds = {"x": np.zeros(16, np.float32), "u": np.ones(16, np.float32), "w": np.array([1, -2, 3], np.float32)}
     assert _outputs(m, feeds)[0].tolist() == [0, 0, 0]
     _never_written_wrong(capsys, tmp_path, m, BAD_RELU, feeds)
+
+
+def _compared_float(op: str, k: float, dtype) -> onnx.ModelProto:
+    # Where(x OP k, a, b) with x and k of `dtype`
+    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [h.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.array(k, dtype), "k")),
+             h.make_node(op, ["x", "k"], ["c"]), h.make_node("Where", ["c", "a", "b"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", elem, [4]),
+                                  *(h.make_tensor_value_info(n, TP.FLOAT, [4]) for n in "ab")],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [4])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
+    onnx.checker.check_model(m)
+    return m
+
+
+@pytest.mark.parametrize(("op", "k", "moved", "dtype"), [
+    ("Less", 3000, 2998, np.float16), ("GreaterOrEqual", 3000, 2998, np.float16), ("Less", 5000, 4996, np.float16),
+    ("Greater", 3000, 3002, np.float16), ("LessOrEqual", 3000, 3002, np.float16)])
+def test_a_float_compared_above_its_types_unit_spacing_moved_down_is_failed(op, k, moved, dtype):
+    # float16 holds no value between 2998 and 3000: the value one below the constant (plus a
+    # quarter, 2999.25) rounded to 3000 itself, so Less(x, 3000) taken for Less(x, 2998) passed
+    # (float32 above 2^24 alike, but there a nudge of 2^-20 moves x across the constant, a tie)
+    from eqsat.verification import verify
+
+    m = _compared_float(op, k, dtype)
+    assert verify(m, m).status == "passed"
+    v = verify(m, _compared_float(op, moved, dtype))
+    assert v.status == "failed", v.detail

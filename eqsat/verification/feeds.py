@@ -627,7 +627,8 @@ class Feeds:
         is outside its range at `sizes` (all of it where the range is not known). A float takes v + 0.25 away from 0
         instead of v: a comparison at v itself is a tie that a nudge flips
         (eqsat.verification.ties sets it aside), while a Cast to an integer still gives v
-        (truncation toward 0). `only` (a split of `compared_splits`): its values as with `step`
+        (truncation toward 0), and where the type rounds v - 1 or v + 1 to v (float16 above 2048),
+        the value next to v it holds (`_beside`). `only` (a split of `compared_splits`): its values as with `step`
         0, the other inputs as drawn or as with `step` 1, as the split says."""
         out = dict(feeds)
         for name, values in self.compared.items():
@@ -649,9 +650,10 @@ class Feeds:
         """`v` with its elements at `values` as `with_compared` puts them at `step`."""
         period = 3 if step == 0 else 2
         j = np.arange(v.size)
-        at = np.asarray(values, np.float64)[(j // period) % len(values)] + (step or -(j % period))
+        base = np.asarray(values, np.float64)[(j // period) % len(values)]
+        at = base + (step or -(j % period))
         if v.dtype.kind == "f":
-            at += np.where(at >= 0, 0.25, -0.25)
+            at = _beside(at + np.where(at >= 0, 0.25, -0.25), base, at - base, v.dtype)
         flat = np.where(j % period < 2 - (step != 0), at, v.astype(np.float64).reshape(-1))
         if v.dtype.kind in "iu":
             info = np.iinfo(v.dtype)
@@ -848,6 +850,20 @@ def other_overridable(value: np.ndarray, rng: np.random.Generator, integers: boo
             other = np.where((value == 0) | (value == 1), value + 1, value).astype(value.dtype)
         return np.asarray(other)
     return value
+
+
+def _beside(at: np.ndarray, base: np.ndarray, offset: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`at` (a constant `base` moved by `offset` and a quarter), where `dtype` rounds it to `base`
+    though `offset` is not 0, the neighbour of `base` in `dtype` on `offset`'s side: above 2048,
+    float16's values lie 2 apart, 2999.25 rounded to 3000, and Less(x, 3000) taken for
+    Less(x, 2998) passed every run."""
+    try:
+        b = base.astype(dtype)
+        rounded = at.astype(dtype)
+        side = np.where(offset > 0, np.inf, -np.inf).astype(dtype)
+        return np.where((rounded == b) & (offset != 0), np.nextafter(b, side), at).astype(np.float64)
+    except (TypeError, ValueError):  # a type numpy has no nextafter for: as it is
+        return at
 
 
 _FLOAT_CODES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
