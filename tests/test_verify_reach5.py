@@ -6,6 +6,8 @@ writes what the original computes."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import onnx
 import pytest
@@ -150,7 +152,7 @@ def test_right_programs_with_several_ifs_pass_the_covering_runs():
 
     m = parse_model(TWO_IFS_ON_REDUCTIONS)
     v = verify(m, m)
-    assert v.status == "passed" and "inputs that set every two If or Where conditions each way" in v.detail, v.detail
+    assert v.status == "passed" and "inputs that set the If and Where conditions each way" in v.detail, v.detail
     swapped = parse_model(TWO_IFS_ON_REDUCTIONS)
     nodes = list(swapped.graph.node)
     a, b = (k for k, n in enumerate(nodes) if n.op_type == "If")
@@ -215,3 +217,55 @@ def test_a_float_compared_above_its_types_unit_spacing_moved_down_is_failed(op, 
     assert verify(m, m).status == "passed"
     v = verify(m, _compared_float(op, moved, dtype))
     assert v.status == "failed", v.detail
+
+
+def _three_ifs(combo: tuple[bool, bool, bool], relu: bool = True) -> onnx.ModelProto:
+    # z = Relu(y0 + y1 + y2 + 2.5 a), a = |w| + 1, y_k = If(sum(input k) > 0, -a or a, a or -a):
+    # the sum is negative, and the Relu matters, only where the conditions are `combo`
+    ifs = []
+    for k, (inp, t) in enumerate(zip("xuv", combo, strict=True)):
+        tv, ev = ("-1.0", "1.0") if t else ("1.0", "-1.0")
+        ifs.append(f"""
+            s{k} = ReduceSum <keepdims = 0> ({inp})
+            c{k} = Greater(s{k}, zero)
+            y{k} = If(c{k}) <then_branch = t{k} () => (float[3] a{k}) {{
+                    kt{k} = Constant <value = float {{{tv}}}> ()
+                    a{k} = Mul(aw, kt{k})
+                }}, else_branch = e{k} () => (float[3] b{k}) {{
+                    ke{k} = Constant <value = float {{{ev}}}> ()
+                    b{k} = Mul(aw, ke{k})
+                }}>""")
+    return parse_model(f"""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[16] x, float[16] u, float[16] v, float[3] w) => (float[3] z) {{
+            zero = Constant <value = float {{0.0}}> ()
+            one = Constant <value = float {{1.0}}> ()
+            half = Constant <value = float {{2.5}}> ()
+            ab = Abs(w)
+            aw = Add(ab, one)
+            {''.join(ifs)}
+            s01 = Add(y0, y1)
+            s012 = Add(s01, y2)
+            bias = Mul(aw, half)
+            s = Add(s012, bias)
+            z = {'Relu' if relu else 'Identity'}(s)
+        }}""")
+
+
+@pytest.mark.parametrize("combo", list(itertools.product((True, False), repeat=3)))
+def test_three_ifs_wrong_in_one_way_of_eight_are_failed(combo):
+    # pairs of conditions each way left (false, true, false) of sum(x), sum(u), sum(v) > 0 unrun
+    from eqsat.verification import verify
+
+    m = _three_ifs(combo)
+    assert verify(m, m).status == "passed"
+    v = verify(m, _three_ifs(combo, relu=False))
+    assert v.status == "failed", v.detail
+
+
+def test_three_ifs_wrong_in_one_way_of_eight_are_refused(capsys, tmp_path):
+    m = _three_ifs((False, True, False))
+    feeds = {"x": -np.ones(16, np.float32), "u": np.ones(16, np.float32), "v": -np.ones(16, np.float32),
+             "w": np.array([1, -2, 3], np.float32)}
+    assert _outputs(m, feeds)[0].tolist() == [0, 0, 0]
+    _never_written_wrong(capsys, tmp_path, m, BAD_RELU, feeds)

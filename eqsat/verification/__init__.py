@@ -535,15 +535,15 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     return "; ".join(out)
 
 
-COVERING_LABEL = "inputs that set every two If or Where conditions each way"  # the runs of `_covering_runs`
+COVERING_LABEL = "inputs that set the If and Where conditions each way"  # the runs of `_covering_runs`
 
 
 def _covering_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, sizes: dict[str, int],
                    wide: bool, rtol: float | None, atol: float | None, qdq: QdqAllowance | None,
                    noise: dict[str, float] | None, aside: list[tuple[str, str]] | None) -> str | Verification:
     """Both models run on the draws of eqsat.verification.conditions.covering_draws: inputs on
-    which every two of the original's main-graph If and Where conditions (computed ones, `_ifs`;
-    a Where's where it holds one element) take each of their four ways, where the forced runs
+    which every three of the original's main-graph If and Where conditions (computed ones,
+    `_ifs`; a Where's where it holds one element) take each of their ways, where the forced runs
     set every If of a depth alike and the draws led two Ifs (or Wheres) on sum(x) > sum(u) and
     sum(u) > mean(x) no way but three (a main-graph Relu that mattered only in the fourth was
     dropped by a rule file's Relu(y) -> y, written with exit 0).

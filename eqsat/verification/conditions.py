@@ -1,4 +1,4 @@
-"""Draws that set the conditions of a model's Ifs and Wheres every way two at a time.
+"""Draws that set the conditions of a model's Ifs and Wheres every way three at a time.
 
 Verification's runs reach a combination of If conditions only where the inputs drawn lead
 there, and its forced runs set every If of one nesting depth alike (all true, all false): the
@@ -8,8 +8,9 @@ main-graph Relu that mattered only there was dropped by a rule file's Relu(y) ->
 with exit 0; so too with two Wheres on such scalar conditions, which nothing forces.
 `covering_draws` picks inputs by what the original alone computes: it runs a copy of the
 original whose outputs are its main-graph conditions on many draws (and those draws scaled,
-as the edge runs scale them), and keeps draws until every two conditions have been true and
-false in each of their four ways (where some draw gives that way). The caller runs both models
+as the edge runs scale them), and keeps draws until every three conditions have been true
+and false in each of their eight ways (where some draw gives that way: three Ifs on
+sum(x) > 0, sum(u) > 0 and sum(v) > 0 went every way but false, true, false). The caller runs both models
 on those inputs, which no right program can tell apart from others.
 """
 
@@ -27,7 +28,8 @@ from eqsat.core.scopes import subgraphs
 from eqsat.verification.feeds import Feeds
 
 COVERING_SEEDS = 32  # draws `covering_draws` tries (each also scaled as the edge runs scale floats)
-COVERING_IFS = 8  # main-graph conditions it pairs, at most
+COVERING_IFS = 6  # main-graph conditions it covers, at most
+COVERING_WAYS = 3  # every this many of them take each of their 2 ** 3 ways (where some draw gives it)
 COVERING_FROM = 1000  # its first seed: other draws than the random runs' and the edge runs'
 COVERING_KINDS = ("random", "scaled", "far")  # each draw as drawn, times 100, times 10000
 # seconds the search spends on the original's runs, at most: conditions that no draw moves (a
@@ -40,10 +42,11 @@ def covering_draws(original: ModelProto, conditions: list[str], feeds: Feeds, si
     """(kind, seed, inputs) of draws at seeds from COVERING_FROM on (kind "random": as drawn;
     "scaled", "far": Feeds.with_special_values of it) on which the original's main-graph values
     `conditions` (If and Where conditions; those of one element on the first draw the original
-    runs, the first COVERING_IFS of them) take, for every two of them, each of their four ways
-    that COVERING_SEEDS such draws reach (within COVERING_SECONDS), greedily: a draw is kept
-    where it gives two conditions a way no kept draw gave them. [] where fewer than two
-    conditions, or where onnxruntime cannot run the copy of the original that outputs them."""
+    runs, the first COVERING_IFS of them) take, for every COVERING_WAYS of them (or all, where
+    fewer), each of their ways that COVERING_SEEDS such draws reach (within COVERING_SECONDS),
+    greedily: a draw is kept where it gives some of them a way no kept draw gave them. []
+    where fewer than two conditions, or where onnxruntime cannot run the copy of the original
+    that outputs them."""
     conditions = list(dict.fromkeys(conditions))
     if len(conditions) < 2:
         return []
@@ -51,7 +54,8 @@ def covering_draws(original: ModelProto, conditions: list[str], feeds: Feeds, si
     probe = _probe(original, [c for c in conditions if c not in inputs])
     if probe is None:
         return []
-    wanted: set[tuple[int, int, bool, bool]] | None = None
+    wanted: set[tuple[tuple[int, ...], tuple[bool, ...]]] | None = None
+    ways_of = COVERING_WAYS
     picked: list[tuple[str, int, dict[str, np.ndarray]]] = []
     until = time.monotonic() + COVERING_SECONDS
     for seed, kind, f in _draws(feeds, sizes, wide):
@@ -64,10 +68,12 @@ def covering_draws(original: ModelProto, conditions: list[str], feeds: Feeds, si
             conditions = [c for c, v in zip(conditions, values, strict=True) if v is not None][:COVERING_IFS]
             if len(conditions) < 2:
                 return []
-            wanted = {(i, j, a, b) for i, j in itertools.combinations(range(len(conditions)), 2)
-                      for a in (True, False) for b in (True, False)}
+            ways_of = min(COVERING_WAYS, len(conditions))
+            wanted = {(held, bits) for held in itertools.combinations(range(len(conditions)), ways_of)
+                      for bits in itertools.product((True, False), repeat=ways_of)}
             values = _values(probe, conditions, inputs, f) or []
-        ways = {(i, j, values[i], values[j]) for i, j in itertools.combinations(range(len(values)), 2)}
+        ways = {(held, tuple(values[i] for i in held))
+                for held in itertools.combinations(range(len(values)), ways_of)}
         if ways & wanted:
             picked.append((kind, seed, f))
             wanted -= ways
