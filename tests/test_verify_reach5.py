@@ -269,3 +269,35 @@ def test_three_ifs_wrong_in_one_way_of_eight_are_refused(capsys, tmp_path):
              "w": np.array([1, -2, 3], np.float32)}
     assert _outputs(m, feeds)[0].tolist() == [0, 0, 0]
     _never_written_wrong(capsys, tmp_path, m, BAD_RELU, feeds)
+
+
+def _three_ifs_at_constants(combo: tuple[bool, bool, bool], relu: bool = True) -> onnx.ModelProto:
+    # `_three_ifs` on Squeeze(i) == 5000, Squeeze(j) == 7000, Squeeze(k) == 9000 (int64[1] inputs)
+    text = onnx.printer.to_text(_three_ifs(combo, relu))
+    text = text.replace("float[16] x, float[16] u, float[16] v", "int64[1] x, int64[1] u, int64[1] v")
+    for k, (inp, c) in enumerate(zip("xuv", (5000, 7000, 9000), strict=True)):
+        text = text.replace(f"s{k} = ReduceSum <keepdims: int = 0> ({inp})", f"s{k} = Squeeze ({inp})")
+        text = text.replace(f"c{k} = Greater (s{k}, zero)",
+                            f"k{k} = Constant <value = int64 {{{c}}}> ()\n c{k} = Equal (s{k}, k{k})")
+    return parse_model(text)
+
+
+@pytest.mark.parametrize("combo", list(itertools.product((True, False), repeat=3)))
+def test_three_ifs_at_constants_wrong_in_one_way_of_eight_are_failed(combo):
+    # the splits by one bit of an input's index (0, 1, 2) put them at their constants as
+    # {1}, {0, 2}, {2}, {0, 1}, never true, false, false nor false, true, true; a group for each
+    # nonzero mask of the bits (parity) reaches every three each way
+    from eqsat.verification import verify
+
+    m = _three_ifs_at_constants(combo)
+    assert "Equal" in [n.op_type for n in m.graph.node]
+    assert verify(m, m).status == "passed"
+    v = verify(m, _three_ifs_at_constants(combo, relu=False))
+    assert v.status == "failed", v.detail
+
+
+def test_three_ifs_at_constants_wrong_in_one_way_are_refused(capsys, tmp_path):
+    m = _three_ifs_at_constants((True, False, False))
+    feeds = {"x": np.array([5000]), "u": np.array([0]), "v": np.array([0]), "w": np.array([1, -2, 3], np.float32)}
+    assert _outputs(m, feeds)[0].tolist() == [0, 0, 0]
+    _never_written_wrong(capsys, tmp_path, m, BAD_RELU, feeds)

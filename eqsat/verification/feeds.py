@@ -584,22 +584,19 @@ class Feeds:
     def compared_splits(self) -> list[tuple[tuple[tuple[str, int], ...], bool]]:
         """Splits of the constants inputs are compared with, for `with_compared`'s `only`: each
         (the (input, index among its values) pairs put at their constants, whether the others
-        keep their draws). First, for each bit of an input's index among them, those inputs with
-        the bit set at all their constants and the others one above, and the reverse (an If on
-        i == 5000 and another on j == 7000 were taken together or not at all by the runs of
-        steps 0 and 1); then, for each bit of a pair's index among all pairs, the pairs with
-        the bit set at their constants and every other value of those inputs as drawn, and the
-        reverse: ReduceMax(x) > 10 and ReduceMin(x) < -10 were true together on every run that
-        put x at or beside both constants, and a run one above 10 is still above it. So every
-        two inputs, and every two constants, are at their values one without the other
-        (2 * ceil(log2 n) runs for n of them; none for one)."""
+        keep their draws). First over the inputs (`_split_groups`): those of a group at all their
+        constants and the others one above, and the reverse (an If on i == 5000 and another on
+        j == 7000 were taken together or not at all by the runs of steps 0 and 1); then over
+        the pairs: those of a group at their constants and every other value of those inputs as
+        drawn, and the reverse: ReduceMax(x) > 10 and ReduceMin(x) < -10 were true together on
+        every run that put x at or beside both constants, and a run one above 10 is still above
+        it. So every three inputs, and every three constants, are at their values each of the
+        eight ways (SPLIT_THREE_WAYS of them at most; every two, beyond)."""
         pairs = [(name, k) for name, values in self.compared.items() for k in range(len(values))]
         splits: list[tuple[tuple[tuple[str, int], ...], bool]] = []
         for units, drawn in ((list(self.compared), False), (pairs, True)):
-            for bit in range(max(0, len(units) - 1).bit_length()):
-                on = [u for k, u in enumerate(units) if k >> bit & 1]
-                off = [u for u in units if u not in on]
-                for group in (on, off):
+            for on in _split_groups(len(units)):
+                for group in ([units[k] for k in on], [u for k, u in enumerate(units) if k not in on]):
                     splits.append((tuple(p for p in pairs if (p if drawn else p[0]) in group), drawn))
         return splits
 
@@ -850,6 +847,22 @@ def other_overridable(value: np.ndarray, rng: np.random.Generator, integers: boo
             other = np.where((value == 0) | (value == 1), value + 1, value).astype(value.dtype)
         return np.asarray(other)
     return value
+
+
+SPLIT_THREE_WAYS = 8  # `compared_splits` puts every three of this many each way (2 * 7 runs)
+
+
+def _split_groups(n: int) -> list[set[int]]:
+    """Groups of range(n) that, with their complements, give every three of them each of the
+    eight ways (where n <= SPLIT_THREE_WAYS, besides all and none, which the runs of steps 0 and
+    1 give; else every two each of the four): for each nonzero mask of ceil(log2 n) bits, the
+    indices whose bits under it hold an odd count. The affine functions <mask, k> + c of three
+    distinct k reach every value (for pairs, the masks of one bit suffice: 2 * ceil(log2 n)
+    runs). Three Ifs on i == 5000, j == 7000 and k == 9000 were never true, false, false
+    with one group of each bit."""
+    bits = max(0, n - 1).bit_length()
+    masks = range(1, 1 << bits) if n <= SPLIT_THREE_WAYS else [1 << b for b in range(bits)]
+    return [{k for k in range(n) if bin(k & mask).count("1") % 2} for mask in masks]
 
 
 def _beside(at: np.ndarray, base: np.ndarray, offset: np.ndarray, dtype: np.dtype) -> np.ndarray:
