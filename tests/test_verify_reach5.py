@@ -301,3 +301,64 @@ def test_three_ifs_at_constants_wrong_in_one_way_are_refused(capsys, tmp_path):
     feeds = {"x": np.array([5000]), "u": np.array([0]), "v": np.array([0]), "w": np.array([1, -2, 3], np.float32)}
     assert _outputs(m, feeds)[0].tolist() == [0, 0, 0]
     _never_written_wrong(capsys, tmp_path, m, BAD_RELU, feeds)
+
+
+def _nested_ifs(combo: tuple[bool, bool], relu: bool = True) -> onnx.ModelProto:
+    # z = Relu(If(sum(x) > 0, y1 + y2 + 1.5 a, 0)), y_k = If(sum(input k) > 0, -a or a, a or -a)
+    # inside the then branch, their conditions main-graph values: the sum is negative, and the
+    # Relu matters, only where the inner conditions are `combo`
+    def inner(k: int, t: bool) -> str:
+        tv, ev = ("-1.0", "1.0") if t else ("1.0", "-1.0")
+        return f"""
+                y{k} = If(c{k}) <then_branch = t{k} () => (float[3] a{k}) {{
+                    kt{k} = Constant <value = float {{{tv}}}> ()
+                    a{k} = Mul(aw, kt{k})
+                }}, else_branch = e{k} () => (float[3] b{k}) {{
+                    ke{k} = Constant <value = float {{{ev}}}> ()
+                    b{k} = Mul(aw, ke{k})
+                }}>"""
+    return parse_model(f"""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[16] x, float[16] u, float[16] v, float[3] w) => (float[3] z) {{
+            zero = Constant <value = float {{0.0}}> ()
+            one = Constant <value = float {{1.0}}> ()
+            half = Constant <value = float {{1.5}}> ()
+            ab = Abs(w)
+            aw = Add(ab, one)
+            s0 = ReduceSum <keepdims = 0> (x)
+            s1 = ReduceSum <keepdims = 0> (u)
+            s2 = ReduceSum <keepdims = 0> (v)
+            c0 = Greater(s0, zero)
+            c1 = Greater(s1, zero)
+            c2 = Greater(s2, zero)
+            zb = If(c0) <then_branch = tt () => (float[3] zt) {{
+                    {inner(1, combo[0])}
+                    {inner(2, combo[1])}
+                    s12 = Add(y1, y2)
+                    bias = Mul(aw, half)
+                    zt = Add(s12, bias)
+                }}, else_branch = ee () => (float[3] ze) {{
+                    ze = Sub(w, w)
+                }}>
+            z = {'Relu' if relu else 'Identity'}(zb)
+        }}""")
+
+
+@pytest.mark.parametrize("combo", list(itertools.product((True, False), repeat=2)))
+def test_two_ifs_nested_in_a_branch_wrong_in_one_way_are_failed(combo):
+    # the forced runs force the two inner Ifs (one depth) alike, and the covering draws took
+    # main-graph Ifs alone: true, false and false, true never ran inside the taken branch
+    from eqsat.verification import verify
+
+    m = _nested_ifs(combo)
+    assert verify(m, m).status == "passed"
+    v = verify(m, _nested_ifs(combo, relu=False))
+    assert v.status == "failed", v.detail
+
+
+def test_two_ifs_nested_in_a_branch_wrong_in_one_way_are_refused(capsys, tmp_path):
+    m = _nested_ifs((True, False))
+    feeds = {"x": np.ones(16, np.float32), "u": np.ones(16, np.float32), "v": -np.ones(16, np.float32),
+             "w": np.array([1, -2, 3], np.float32)}
+    assert _outputs(m, feeds)[0].tolist() == [0, 0, 0]
+    _never_written_wrong(capsys, tmp_path, m, BAD_RELU, feeds)

@@ -542,8 +542,9 @@ def _covering_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner,
                    wide: bool, rtol: float | None, atol: float | None, qdq: QdqAllowance | None,
                    noise: dict[str, float] | None, aside: list[tuple[str, str]] | None) -> str | Verification:
     """Both models run on the draws of eqsat.verification.conditions.covering_draws: inputs on
-    which every three of the original's main-graph If and Where conditions (computed ones,
-    `_ifs`; a Where's where it holds one element) take each of their ways, where the forced runs
+    which every three of the original's If and Where conditions that are main-graph values
+    (computed ones, `_ifs`, nested ones too; a Where's where it holds one element) take each of
+    their ways, where the forced runs
     set every If of a depth alike and the draws led two Ifs (or Wheres) on sum(x) > sum(u) and
     sum(u) > mean(x) no way but three (a main-graph Relu that mattered only in the fourth was
     dropped by a rule file's Relu(y) -> y, written with exit 0).
@@ -551,8 +552,10 @@ def _covering_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner,
     the other. A clause saying they ran, "" where none did, or the failed Verification."""
     from eqsat.verification.conditions import covering_draws
 
-    main = {id(n) for n in original.graph.node}
-    conditions = [n.input[0] for n, _ in _ifs(original) + _computed(original, "Where") if id(n) in main]
+    # nested ones too where the condition is a main-graph value (two Ifs in an If's branch on
+    # values the main graph computes were forced alike, one depth)
+    main = {i.name for i in original.graph.input} | {o for n in original.graph.node for o in n.output}
+    conditions = [n.input[0] for n, _ in _ifs(original) + _computed(original, "Where") if n.input[0] in main]
     ran = 0
     for kind, seed, f in covering_draws(original, conditions, feeds, sizes, wide):
         where = f"{COVERING_LABEL} (seed {seed}{'' if kind == 'random' else ', ' + EDGE_KINDS[kind]})"
