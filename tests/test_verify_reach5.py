@@ -362,3 +362,28 @@ def test_two_ifs_nested_in_a_branch_wrong_in_one_way_are_refused(capsys, tmp_pat
              "w": np.array([1, -2, 3], np.float32)}
     assert _outputs(m, feeds)[0].tolist() == [0, 0, 0]
     _never_written_wrong(capsys, tmp_path, m, BAD_RELU, feeds)
+
+
+def _equal_narrowed(wrap: bool, elem: str, to: int, k: int) -> onnx.ModelProto:
+    # Where(Cast(i, to) == k, a, b) with `wrap`, else Where(i == k, a, b) (the constant cast to i's type)
+    cond = (f"n = Cast <to = {to}> (i)\n e = Equal(n, k8)" if wrap
+            else "kk = CastLike(k8, i)\n e = Equal(i, kk)")
+    return parse_model(f"""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g ({elem}[4] i, float[4] a, float[4] b) => (float[4] y) {{
+            k8 = Constant <value = {'int8' if to == 3 else 'uint8'} {{{k}}}> ()
+            {cond}
+            y = Where(e, a, b)
+        }}""")
+
+
+@pytest.mark.parametrize(("elem", "to", "k"), [("int32", 3, 5), ("int16", 3, -7), ("int64", 2, 200), ("int32", 2, 0)])
+def test_a_comparison_after_a_narrowing_cast_taken_for_one_without_it_is_failed(elem, to, k):
+    # Cast(i, int8) == 5 holds at i = 261 too (wrap-around), Equal(i, 5) does not; the runs put i
+    # at 5, 4 and 6, at [-9, 9] and at its type's extremes (-2^31 casts to 0, 2^31 - 1 to -1)
+    from eqsat.verification import verify
+
+    m = _equal_narrowed(True, elem, to, k)
+    assert verify(m, m).status == "passed"
+    v = verify(m, _equal_narrowed(False, elem, to, k))
+    assert v.status == "failed", v.detail
