@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
@@ -157,3 +158,101 @@ def test_rows_matched_only_among_tied_keys():
     assert ties.permuted_rows(expected, other, None, None) == {}
     constant = {"boxes": boxes, "flag": np.zeros(4, np.float32)}
     assert ties.permuted_rows(constant, {"boxes": boxes[::-1], "flag": np.zeros(4, np.float32)}, None, None) == {}
+
+
+def _clipped_noise(clip: bool, cast: bool = False) -> onnx.ModelProto:
+    """y = c + c * 0.01 * sin(x * 1e8), c = Clip(x, -1000, 1000) (or x), cast to int32 where
+    `cast`: the sine is ill-conditioned at every x not 0 (a nudge of x moves its argument by
+    radians), so the original does not determine y to the tolerance, but within 2 % of c."""
+    consts = {"lo": np.array(-1000, np.float32), "hi": np.array(1000, np.float32),
+              "big": np.array(1e8, np.float32), "eps": np.array(0.01, np.float32)}
+    nodes = [oh.make_node("Clip", ["x", "lo", "hi"], ["c"]) if clip else oh.make_node("Identity", ["x"], ["c"]),
+             oh.make_node("Mul", ["x", "big"], ["xs"]), oh.make_node("Sin", ["xs"], ["s"]),
+             oh.make_node("Mul", ["s", "eps"], ["n"]), oh.make_node("Mul", ["c", "n"], ["cn"]),
+             oh.make_node("Add", ["c", "cn"], ["yf" if cast else "y"])]
+    if cast:
+        nodes.append(oh.make_node("Cast", ["yf"], ["y"], to=TensorProto.INT32))
+    return _model(nodes, consts, [64], [("y", TensorProto.INT32 if cast else TensorProto.FLOAT, [64])])
+
+
+@pytest.mark.parametrize("cast", [False, True])
+def test_an_undetermined_element_far_beyond_what_the_nudges_move_is_refused(capsys, tmp_path, cast):
+    # where |x| > 1000 (floats times 10000, the large floats) every element of y was set aside
+    # as undetermined, whatever the optimized model gave there: a rule file's Clip(x, lo, hi) -> x
+    # gave 1e4 where the original gives 1000 +- 10, and was written with exit 0, also with y
+    # cast to int32. A set-aside element must lie within what the nudged runs move the original
+    # by (times SPREAD), or be a value a nudged run gave (an integer)
+    from .conftest import assert_refused_or_right
+    from .test_verify_reach import _outputs
+
+    m, wrong = _clipped_noise(True, cast), _clipped_noise(False, cast)
+    assert verify(m, m).status == "passed"
+    v = verify(m, wrong)
+    assert v.status == "failed", v.detail
+    x = {"x": np.linspace(1500, 5000, 64).astype(np.float32)}
+    assert np.abs(_outputs(m, x)[0] - 1000).max() <= 10.01
+
+    def right(out: onnx.ModelProto) -> None:  # within the original's 1 % of noise
+        np.testing.assert_allclose(_outputs(out, x)[0], _outputs(m, x)[0], rtol=0.03, err_msg="written with exit 0")
+
+    rules = '(ruleset bad)\n; Clip(x, lo, hi) -> x, unsound\n(rewrite (Clip x lo hi) x :ruleset bad :name "bad-clip")\n'
+    assert_refused_or_right(capsys, tmp_path, m, right, rules=rules)
+
+
+ROWS_PERMUTED = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[6, 3] w) => (float[6] key, float[6, 3] z) {
+        key = Constant <value = float[6] {1, 0, 0, 0, 0, 0}> ()
+        p = Constant <value = int64[6] {0, 5, 4, 3, 2, 1}> ()
+        g = Gather <axis = 0> (w, p)
+        big = Constant <value = float {1e8}> ()
+        eps = Constant <value = float {NOISE}> ()
+        gs = Mul(g, big)
+        s = Sin(gs)
+        n = Mul(s, eps)
+        z = Add(g, n)
+    }"""
+
+
+@pytest.mark.parametrize("noise", ["0.0", "0.01"])
+def test_rows_in_another_order_that_no_nudge_reorders_are_refused(capsys, tmp_path, noise):
+    # key, a sorted output of 6 (constant: 1 then five 0s), made every row of z but the first
+    # "tied", and rows listed in another order among tied keys were set aside unconfirmed: a
+    # rule file's Gather(w, p) -> w, p a constant permutation, was written with exit 0. With an
+    # ill-conditioned 0.01 * sin(1e8 * row) added, every row moves when nudged, but by 0.02, not
+    # by the distance to another row
+    from .conftest import assert_refused_or_right
+    from .test_verify_reach import _outputs, parse_model
+
+    rules = '(ruleset bad)\n; Gather(x, i) -> x, unsound\n(rewrite (Gather x i a) x :ruleset bad :name "bad-gather")\n'
+    w = {"w": np.arange(18, dtype=np.float32).reshape(6, 3)}
+    m = parse_model(ROWS_PERMUTED.replace("NOISE", noise))
+    assert abs(_outputs(m, w)[1][1, 0] - 15) <= 0.011
+
+    def right(out: onnx.ModelProto) -> None:
+        for a, b in zip(_outputs(out, w), _outputs(m, w), strict=True):
+            np.testing.assert_allclose(a, b, rtol=0.01, atol=0.03, err_msg="written with exit 0")
+
+    assert_refused_or_right(capsys, tmp_path, m, right, rules=rules)
+
+
+def test_rows_of_reassociated_scores_in_another_order_pass():
+    # the right sibling of the test above: rows gathered by the TopK's indices (a detection's
+    # boxes beside its scores) listed in another order among neighbours one float step apart
+    # pass, the nudged runs of the original reordering those rows too
+    table = np.random.default_rng(5).standard_normal((N, 4)).astype(np.float32)
+
+    def made(folded: bool) -> onnx.ModelProto:
+        tail = [oh.make_node("Constant", [], ["table"], value=numpy_helper.from_array(table, "table")),
+                oh.make_node("Gather", ["table", "i"], ["boxes"], axis=0)]
+        m = sorted_scores(folded, tail=tail, out="i")
+        m.graph.output.append(oh.make_tensor_value_info("boxes", TensorProto.FLOAT, ["kk", 4]))
+        return m
+
+    original, folded = made(False), made(True)
+    f = random_inputs(original)
+    e, a = run(original, f, False), run(folded, f, False)
+    assert not np.allclose(e["boxes"], a["boxes"])  # some rows in another order
+    v = verify(original, folded)
+    assert v.status == "passed", v.detail
+    assert "rows of tied scores in another order in boxes" in v.detail, v.detail

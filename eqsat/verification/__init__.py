@@ -424,7 +424,7 @@ EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_in
 COMPARED_LABEL = "inputs at the constants they are compared with"  # the run of Feeds.with_compared
 ABOVE_LABEL = "inputs above the constants they are compared with"  # Feeds.with_compared's run of step 1
 BELOW_LABEL = "inputs below the constants they are compared with"  # its run of step -1 (inputs of one element)
-SPLIT_LABEL = "inputs at the constants they are compared with"  # + " only for NAMES": its runs with `only`
+SPLIT_LABEL = "inputs at the constants they are compared with"  # + Feeds.split_label: its runs with `only`
 NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
 SIZES_BEYOND_LABEL = "sizes beyond the constants' values"  # the run of Feeds.with_sizes_beyond
 NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_negated, on the first random draw
@@ -522,7 +522,10 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
             return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where}; seed {used})",
                                 edge_cases=where, requantized=all(m.requantized for m in bad))
         ran.append(label)
-    out = []
+    covered = _covering_runs(original, feeds, ref, opt, sizes, wide, rtol, atol, qdq, noise, aside)
+    if isinstance(covered, Verification):
+        return covered
+    out = [covered] if covered else []
     for labels in (ran, refused):
         labels.sort(key=lambda x: listed.index(x) if x in listed else len(listed))
     if ran:
@@ -530,6 +533,48 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
     if refused:
         out.append("not on " + _edge_list(refused) + " (the original does not run on them)")
     return "; ".join(out)
+
+
+COVERING_LABEL = "inputs that set the If and Where conditions each way"  # the runs of `_covering_runs`
+
+
+def _covering_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, sizes: dict[str, int],
+                   wide: bool, rtol: float | None, atol: float | None, qdq: QdqAllowance | None,
+                   noise: dict[str, float] | None, aside: list[tuple[str, str]] | None) -> str | Verification:
+    """Both models run on the draws of eqsat.verification.conditions.covering_draws: inputs on
+    which every three of the original's If and Where conditions that are main-graph values
+    (computed ones, `_ifs`, nested ones too; a Where's where it holds one element) take each of
+    their ways, where the forced runs
+    set every If of a depth alike and the draws led two Ifs (or Wheres) on sum(x) > sum(u) and
+    sum(u) > mean(x) no way but three (a main-graph Relu that mattered only in the fourth was
+    dropped by a rule file's Relu(y) -> y, written with exit 0).
+    Chosen by what the original computes alone, they need no If of one model matched to one of
+    the other. A clause saying they ran, "" where none did, or the failed Verification."""
+    from eqsat.verification.conditions import covering_draws
+
+    # nested ones too where the condition is a main-graph value (two Ifs in an If's branch on
+    # values the main graph computes were forced alike, one depth)
+    main = {i.name for i in original.graph.input} | {o for n in original.graph.node for o in n.output}
+    conditions = [n.input[0] for n, _ in _ifs(original) + _computed(original, "Where") if n.input[0] in main]
+    ran = 0
+    for kind, seed, f in covering_draws(original, conditions, feeds, sizes, wide):
+        where = f"{COVERING_LABEL} (seed {seed}{'' if kind == 'random' else ', ' + EDGE_KINDS[kind]})"
+        try:
+            expected = ref(f, sizes)
+        except Exception:  # noqa: BLE001, S112 - the original does not run so: nothing to compare
+            continue
+        try:
+            got = opt(f, sizes)
+        except Exception as e:  # noqa: BLE001
+            return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
+                                          f"the original: {_line(e)}", edge_cases=where)
+        bad = _edge_mismatches(original, ref, kind, f, sizes, seed, expected, got, rtol, atol, qdq, noise, aside,
+                               where)
+        if bad:
+            return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where})", edge_cases=where,
+                                requantized=all(m.requantized for m in bad))
+        ran += 1
+    return f"on {ran} {COVERING_LABEL}" if ran else ""
 
 
 def _edge_mismatches(original: ModelProto, ref: Runner, kind: str, f: dict[str, np.ndarray], at: dict[str, int],
@@ -985,7 +1030,7 @@ def _edge_cases(original: ModelProto, feeds: Feeds, sizes: dict[str, int], dims:
         cases += [(COMPARED_LABEL, "compared", sizes), (ABOVE_LABEL, "above", sizes)]
         if feeds.has_single_compared():
             cases.append((BELOW_LABEL, "below", sizes))
-        cases += [(f"{SPLIT_LABEL} only for {', '.join(g)}", f"split{k}", sizes)
+        cases += [(f"{SPLIT_LABEL} {feeds.split_label(g)}", f"split{k}", sizes)
                   for k, g in enumerate(feeds.compared_splits())]
     if feeds.has_flags():
         cases.append((NEGATED_LABEL, "negated", sizes))

@@ -22,7 +22,7 @@ from itertools import chain, product
 import numpy as np
 import onnx
 import onnx.shape_inference
-from onnx import ModelProto, numpy_helper
+from onnx import ModelProto, TensorProto, numpy_helper
 
 from eqsat.core.scopes import all_graphs, subgraphs
 
@@ -309,6 +309,12 @@ COMPARED = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}
 # ops whose output holds their input 0's values (moved, cast): `compared_values` follows them
 COMPARED_THROUGH = {"Cast", "CastLike", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Expand",
                     "Transpose"}
+# ops whose output 0 holds some of their input 0's values (picked, gathered, |x| at x >= 0):
+# `compared_values` follows them, so ReduceMax(x) > 10 puts elements of x at 10
+COMPARED_PICKS = {"ReduceMax", "ReduceMin", "Abs", "Relu", "Gather", "GatherElements", "GatherND", "Slice",
+                  "Tile", "Pad", "TopK", "Split", "Compress"}
+# ops whose output holds values of any of their inputs (Where of its inputs 1 and 2)
+COMPARED_ANY = {"Concat", "Max", "Min", "Where"}
 COMPARED_MOST = 8  # values compared_values keeps for each input
 COMPARED_DEPTH = 8  # ops compared_values follows from an input, at most
 
@@ -318,8 +324,10 @@ def compared_values(model: ModelProto, names: Iterable[str]) -> dict[str, list[f
     it is compared with: it reaches a comparison (COMPARED) whose other input is a constant of
     at most SHAPE_LIKE elements (an initializer, a Constant, what FOLDED ops compute from those,
     in the main graph or in the If, Loop or Scan body that compares), through ops that keep its
-    values (COMPARED_THROUGH), into a Loop's carried value, and through the addition or
-    subtraction of a scalar constant (i + 1 == 5000 holds at i = 4999); or it is Mod's dividend
+    values (COMPARED_THROUGH) or pick among them (COMPARED_PICKS, COMPARED_ANY: a ReduceMax,
+    a Gather of its elements, a Concat with others), into a Loop's carried value, and through the addition or
+    subtraction of a scalar constant (i + 1 == 5000 holds at i = 4999), an integer input's
+    values a wrap apart too where a Cast narrows it (Cast(i, int8) == 5 at i = 261); or it is Mod's dividend
     with a constant divisor (Mod(i, 5000) == 0 holds at i = 5000). At most COMPARED_MOST values
     each, in the order found; names that reach none are left out. A rewrite of such a
     comparison (its constant moved by one) is wrong only at and beside those values, which no
@@ -336,8 +344,9 @@ def compared_values(model: ModelProto, names: Iterable[str]) -> dict[str, list[f
                     consumers.setdefault(name, []).append((n, k))
         consts |= _small_constants(g)
     out = {}
+    ints = {i.name for i in model.graph.input if i.type.tensor_type.elem_type in _INTEGERS}
     for name in names:
-        found = _compared_from(name, consumers, consts)
+        found = _compared_from(name, consumers, consts, name in ints)
         if found:
             out[name] = found
     return out
@@ -369,25 +378,32 @@ def counter_bounds(model: ModelProto) -> set[int]:
     return out
 
 
-def _compared_from(name: str, consumers: dict, consts: dict[str, np.ndarray]) -> list[float]:
-    """`compared_values` of one input: a walk of (value, scale, shift) triples, the value being
-    scale * input + shift; a constant c it is compared with holds at input (c - shift) / scale."""
+def _compared_from(name: str, consumers: dict, consts: dict[str, np.ndarray], integer: bool = False) -> list[float]:
+    """`compared_values` of one input: a walk of (value, scale, shift, wrap) tuples, the value
+    being scale * input + shift, cast on the way to an integer type that wraps around every
+    `wrap` of the input (0: none; an `integer` input's alone: a float's cast out of range is
+    undefined); a constant c it is compared with holds at input (c - shift) / scale, and a
+    wrap apart from it (Cast(i, int8) == 5 at i = 261)."""
     found: list[float] = []
-    queue, seen = [(name, 1.0, 0.0, 0)], {name}
+    queue, seen = [(name, 1.0, 0.0, 0.0, 0)], {name}
     while queue and len(found) < COMPARED_MOST:
-        value, scale, shift, depth = queue.pop(0)
+        value, scale, shift, wrap, depth = queue.pop(0)
         for n, k in consumers.get(value, ()):
             if n.domain not in ("", "ai.onnx"):
                 continue
             other = n.input[1 - k] if k < 2 and len(n.input) == 2 else ""
             scalar = float(consts[other].reshape(-1)[0]) if other in consts and consts[other].size == 1 else None
             nexts: list[tuple[str, float, float]] = []
+            wraps = wrap
             if n.op_type in COMPARED and other in consts:
-                found += [(float(v) - shift) / scale for v in consts[other].reshape(-1)]
+                at = [(float(v) - shift) / scale for v in consts[other].reshape(-1)]
+                found += [x + w for x in at for w in ((0.0, wrap, -wrap) if wrap else (0.0,))]
             elif n.op_type == "Mod" and k == 0 and other in consts:
                 found += [(float(abs(v)) - shift) / scale for v in consts[other].reshape(-1) if v]
-            elif n.op_type in COMPARED_THROUGH and k == 0:
-                nexts = [(o, scale, shift) for o in n.output[:1]]
+            elif (n.op_type in COMPARED_THROUGH | COMPARED_PICKS and k == 0
+                  or n.op_type in COMPARED_ANY and (k > 0 or n.op_type != "Where")):
+                nexts = [(o, scale, shift) for o in (n.output if n.op_type == "Split" else n.output[:1])]
+                wraps = _wrapped(n, scale, wrap) if integer else 0.0
             elif n.op_type == "Neg":
                 nexts = [(n.output[0], -scale, -shift)]
             elif scalar is not None and (step := _affine(n.op_type, k, scalar, scale, shift)):
@@ -398,8 +414,25 @@ def _compared_from(name: str, consumers: dict, consts: dict[str, np.ndarray]) ->
             for o, a, b in nexts:
                 if o and o not in seen and depth < COMPARED_DEPTH:
                     seen.add(o)
-                    queue.append((o, a, b, depth + 1))
+                    queue.append((o, a, b, wraps, depth + 1))
     return list(dict.fromkeys(v for v in found if math.isfinite(v)))[:COMPARED_MOST]
+
+
+_INTEGERS = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32,
+             TensorProto.UINT32, TensorProto.INT64, TensorProto.UINT64}
+# the integer types a Cast wraps around in, by their bits
+_WRAPS = {TensorProto.INT8: 8, TensorProto.UINT8: 8, TensorProto.INT16: 16, TensorProto.UINT16: 16,
+          TensorProto.INT32: 32, TensorProto.UINT32: 32}
+
+
+def _wrapped(n: onnx.NodeProto, scale: float, wrap: float) -> float:
+    """`wrap` after `n`: a Cast to an integer type of b bits wraps every 2^b of its input, which
+    is scale * the input; the narrowest wrap kept (0: none)."""
+    to = next((a.i for a in n.attribute if a.name == "to"), None) if n.op_type == "Cast" else None
+    if to not in _WRAPS or not scale:
+        return wrap
+    period = 2.0 ** _WRAPS[to] / abs(scale)
+    return min(wrap, period) if wrap else period
 
 
 def _affine(op: str, k: int, c: float, scale: float, shift: float) -> tuple[float, float] | None:

@@ -45,7 +45,8 @@ puts a -1 among those (a Slice bound or axis from the end, a Reshape's inferred 
 `with_compared` puts each general integer (overridable too), index (within its range) or float input
 that reaches a comparison with a constant (constant_sizes.compared_values: through Cast, Reshape,
 ..., into If, Loop and Scan bodies) at that constant and one below it, or one above it, or (one of
-one element) one below it (Equal(i, 5000) taken for Equal(i, 5001) passed every draw).
+one element) one below it (Equal(i, 5000) taken for Equal(i, 5001) passed every draw), or at
+some of those constants and not the others (`compared_splits`: max(x) > 10 and min(x) < -10).
 `describe()` says what was drawn, for the verification report.
 """
 
@@ -580,23 +581,36 @@ class Feeds:
         return any(not all(isinstance(d, int) for d in self.specs[n][0]) or int(np.prod(self.specs[n][0])) <= 1
                    for n in self.compared)
 
-    def compared_splits(self) -> list[tuple[str, ...]]:
-        """Groups of the inputs compared with constants for `with_compared`'s `only`: for each
-        bit of an input's index among them, those with the bit set and those without, so that
-        for every two inputs one run puts the first at its constants and not the second, and
-        another the reverse (2 * ceil(log2 n) runs for n inputs; none for one). The runs of
-        steps 0 and 1 put all of them at, then beside, their constants: an If on i == 5000
-        and another on j == 7000 were taken together or not at all."""
-        names = list(self.compared)
-        groups = []
-        for bit in range(max(0, len(names) - 1).bit_length()):
-            on = tuple(n for k, n in enumerate(names) if k >> bit & 1)
-            groups += [on, tuple(n for n in names if n not in on)]
-        return groups
+    def compared_splits(self) -> list[tuple[tuple[tuple[str, int], ...], bool]]:
+        """Splits of the constants inputs are compared with, for `with_compared`'s `only`: each
+        (the (input, index among its values) pairs put at their constants, whether the others
+        keep their draws). First over the inputs (`_split_groups`): those of a group at all their
+        constants and the others one above, and the reverse (an If on i == 5000 and another on
+        j == 7000 were taken together or not at all by the runs of steps 0 and 1); then over
+        the pairs: those of a group at their constants and every other value of those inputs as
+        drawn, and the reverse: ReduceMax(x) > 10 and ReduceMin(x) < -10 were true together on
+        every run that put x at or beside both constants, and a run one above 10 is still above
+        it. So every three inputs, and every three constants, are at their values each of the
+        eight ways (SPLIT_THREE_WAYS of them at most; every two, beyond)."""
+        pairs = [(name, k) for name, values in self.compared.items() for k in range(len(values))]
+        splits: list[tuple[tuple[tuple[str, int], ...], bool]] = []
+        for units, drawn in ((list(self.compared), False), (pairs, True)):
+            for on in _split_groups(len(units)):
+                for group in ([units[k] for k in on], [u for k, u in enumerate(units) if k not in on]):
+                    splits.append((tuple(p for p in pairs if (p if drawn else p[0]) in group), drawn))
+        return splits
+
+    def split_label(self, split: tuple[tuple[tuple[str, int], ...], bool]) -> str:
+        """How the verification report names a split of `compared_splits`."""
+        on, drawn = split
+        if not drawn:
+            return "only for " + ", ".join(dict.fromkeys(name for name, _ in on))
+        at = ", ".join(f"{name} at {self.compared[name][k]:g}" for name, k in on)
+        return f"only for {at}, the others as drawn"
 
     def with_compared(self, feeds: dict[str, np.ndarray], step: int = 0,
-                      sizes: dict[str, int] | None = None, only: tuple[str, ...] | None = None
-                      ) -> dict[str, np.ndarray]:
+                      sizes: dict[str, int] | None = None,
+                      only: tuple[tuple[tuple[str, int], ...], bool] | None = None) -> dict[str, np.ndarray]:
         """`feeds` with each input compared with constants (`compared`: general integers,
         indices, and floats that are not overridable, which reach a comparison with a constant,
         such as a pad id, or an overridable integer's default's other values) at those
@@ -610,29 +624,42 @@ class Feeds:
         is outside its range at `sizes` (all of it where the range is not known). A float takes v + 0.25 away from 0
         instead of v: a comparison at v itself is a tie that a nudge flips
         (eqsat.verification.ties sets it aside), while a Cast to an integer still gives v
-        (truncation toward 0). `only` (a group of `compared_splits`): those inputs as with `step`
-        0, the others as with `step` 1."""
+        (truncation toward 0), and where the type rounds v - 1 or v + 1 to v (float16 above 2048),
+        the value next to v it holds (`_beside`). `only` (a split of `compared_splits`): its values as with `step`
+        0, the other inputs as drawn or as with `step` 1, as the split says."""
         out = dict(feeds)
         for name, values in self.compared.items():
             v = feeds.get(name)
             if not isinstance(v, np.ndarray) or v.size == 0 or v.dtype.kind not in "iuf":
                 continue
-            step = step if only is None else 0 if name in only else 1
-            period = 3 if step == 0 else 2
-            j = np.arange(v.size)
-            at = np.asarray(values, np.float64)[(j // period) % len(values)] + (step or -(j % period))
-            if v.dtype.kind == "f":
-                at += np.where(at >= 0, 0.25, -0.25)
-            flat = np.where(j % period < 2 - (step != 0), at, v.astype(np.float64).reshape(-1))
-            if v.dtype.kind in "iu":
-                info = np.iinfo(v.dtype)
-                flat = np.clip(np.trunc(flat), int(info.min), int(info.max))
-            role = self.roles.get(name, Role(""))
-            if role.kind == "index":
-                lo, hi = self._index_range(role, sizes or {}) or (0, 0)
-                flat = np.where((flat >= lo) & (flat < hi), flat, v.reshape(-1))
-            out[name] = np.asarray(flat.reshape(v.shape).astype(v.dtype))
+            step_here, values_here = step, values
+            if only is not None:
+                values_here = [values[k] for n, k in only[0] if n == name]
+                step_here = 0 if values_here else 1
+                if not values_here and only[1]:
+                    continue
+                values_here = values_here or values
+            out[name] = self._at_compared(v, values_here, step_here, name, sizes)
         return out
+
+    def _at_compared(self, v: np.ndarray, values: list[float], step: int, name: str,
+                     sizes: dict[str, int] | None) -> np.ndarray:
+        """`v` with its elements at `values` as `with_compared` puts them at `step`."""
+        period = 3 if step == 0 else 2
+        j = np.arange(v.size)
+        base = np.asarray(values, np.float64)[(j // period) % len(values)]
+        at = base + (step or -(j % period))
+        if v.dtype.kind == "f":
+            at = _beside(at + np.where(at >= 0, 0.25, -0.25), base, at - base, v.dtype)
+        flat = np.where(j % period < 2 - (step != 0), at, v.astype(np.float64).reshape(-1))
+        if v.dtype.kind in "iu":
+            info = np.iinfo(v.dtype)
+            flat = np.clip(np.trunc(flat), int(info.min), int(info.max))
+        role = self.roles.get(name, Role(""))
+        if role.kind == "index":
+            lo, hi = self._index_range(role, sizes or {}) or (0, 0)
+            flat = np.where((flat >= lo) & (flat < hi), flat, v.reshape(-1))
+        return np.asarray(flat.reshape(v.shape).astype(v.dtype))
 
     def has_sizes(self) -> bool:
         """Whether an integer input is a size (`with_large_sizes` may change something)."""
@@ -820,6 +847,36 @@ def other_overridable(value: np.ndarray, rng: np.random.Generator, integers: boo
             other = np.where((value == 0) | (value == 1), value + 1, value).astype(value.dtype)
         return np.asarray(other)
     return value
+
+
+SPLIT_THREE_WAYS = 8  # `compared_splits` puts every three of this many each way (2 * 7 runs)
+
+
+def _split_groups(n: int) -> list[set[int]]:
+    """Groups of range(n) that, with their complements, give every three of them each of the
+    eight ways (where n <= SPLIT_THREE_WAYS, besides all and none, which the runs of steps 0 and
+    1 give; else every two each of the four): for each nonzero mask of ceil(log2 n) bits, the
+    indices whose bits under it hold an odd count. The affine functions <mask, k> + c of three
+    distinct k reach every value (for pairs, the masks of one bit suffice: 2 * ceil(log2 n)
+    runs). Three Ifs on i == 5000, j == 7000 and k == 9000 were never true, false, false
+    with one group of each bit."""
+    bits = max(0, n - 1).bit_length()
+    masks = range(1, 1 << bits) if n <= SPLIT_THREE_WAYS else [1 << b for b in range(bits)]
+    return [{k for k in range(n) if bin(k & mask).count("1") % 2} for mask in masks]
+
+
+def _beside(at: np.ndarray, base: np.ndarray, offset: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`at` (a constant `base` moved by `offset` and a quarter), where `dtype` rounds it to `base`
+    though `offset` is not 0, the neighbour of `base` in `dtype` on `offset`'s side: above 2048,
+    float16's values lie 2 apart, 2999.25 rounded to 3000, and Less(x, 3000) taken for
+    Less(x, 2998) passed every run."""
+    try:
+        b = base.astype(dtype)
+        rounded = at.astype(dtype)
+        side = np.where(offset > 0, np.inf, -np.inf).astype(dtype)
+        return np.where((rounded == b) & (offset != 0), np.nextafter(b, side), at).astype(np.float64)
+    except (TypeError, ValueError):  # a type numpy has no nextafter for: as it is
+        return at
 
 
 _FLOAT_CODES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}

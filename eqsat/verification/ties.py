@@ -8,13 +8,16 @@ then: a passing run costs nothing more), `settle` looks again in two ways:
 - rows (`permuted_rows`): outputs whose first dimension is that of a 1-D floating-point output
   (a detection's scores beside its boxes and labels) may list the original's rows in another
   order among rows whose keys tie within the tolerance (the original's order there is its
-  sort's tie-breaking), each row matched whole, within the tolerance (also on the whole and
-  half numbers, where `nudge` is off);
+  sort's tie-breaking), each row matched whole, within the tolerance: alone on the whole and
+  half numbers, where `nudge` is off, and elsewhere only where the nudged runs below move
+  the original's rows as much;
 - elements (`undetermined`): the original runs again, up to TIE_RUNS times, with its inputs
   and its floating-point initializers each moved by TIE_NUDGE of itself (`nudged`, about 8
   float32 steps: what rounding moves them by), and an element is set aside where such a run
   leaves the original's own tolerance there (a discrete choice among near-equal values, an
-  ill-conditioned value): the original does not determine it to the tolerance.
+  ill-conditioned value): the original does not determine it to the tolerance. A float
+  element is set aside only within SPREAD times the farthest those runs move it (`near_spread`):
+  an ill-conditioned 1000 +- 10 is still no 1e4.
 
 Every other element is judged as before: a wrong program is off at rows whose keys do not tie
 and at elements that the nudges leave within the tolerance (an ArgMax over well-separated
@@ -40,6 +43,10 @@ from eqsat.verification.paired import alone
 TIE_NUDGE = 2.0 ** -20
 TIE_RUNS = 8  # nudged runs of the original at most (four pairs of opposite moves), only after a mismatch
 MOVED_ROWS = 4096  # rows `permuted_rows` matches at most (each against each)
+# An element set aside as undetermined must still lie within this many times what the nudged
+# runs moved the original's value by (plus the tolerance): a program that rounds otherwise
+# moves an ill-conditioned value by about as much as a nudge of 8 float32 steps does
+SPREAD = 4.0
 SMALL = 8  # initializers of fewer elements are not moved (thresholds, Resize scales: they change shapes)
 
 Runner = Callable[[dict[str, np.ndarray], dict[str, int]], dict[str, object]]
@@ -87,39 +94,49 @@ def settle(bad: list[Mismatch], expected: dict[str, object], got: dict[str, obje
            atol: float | None, original: ModelProto | None = None, nudge: bool = True,
            aside: list[tuple[str, str]] | None = None, where: str = "") -> list[Mismatch]:
     """`bad` (the mismatches of comparing `got` with `expected`, the original's outputs on `f`),
-    or [] where `rejudge` (the same comparison of another `got`) finds nothing once rows tied
-    in their keys are matched (`permuted_rows`) and the elements the original leaves
-    undetermined (`undetermined`: against up to TIE_RUNS runs of the original on `nudged`
-    inputs, `original` with `nudged_model` initializers where given and onnxruntime runs it,
-    else `ref`) take the original's values. Only tensor outputs of the original's shape and
-    type are set aside; `bad` stands whole otherwise. `nudge` False: rows alone. Where it
-    returns [], `aside` gets (what was set aside, `where`: which run), for the verification's detail."""
+    or [] where `rejudge` (the same comparison of another `got`) finds nothing once the
+    elements the original leaves undetermined (`undetermined`, floats within `near_spread` of
+    the original's: against up to TIE_RUNS runs of the original on `nudged` inputs, `original`
+    with `nudged_model` initializers where given and onnxruntime runs it, else `ref`) take the
+    original's values. Rows listed in another order among tied keys pass so, where the nudged
+    runs reorder them too: matched by `permuted_rows` alone, a Gather of a constant
+    permutation dropped beside a constant sorted output passed, the keys tied exactly and no
+    nudge moving a row. Only tensor outputs of the original's shape and type are set aside;
+    `bad` stands whole otherwise. `nudge` False (the whole and half numbers, on a rounding's
+    ties on purpose): rows matched by `permuted_rows` alone. Where it returns [], `aside` gets
+    (what was set aside, `where`: which run), for the verification's detail."""
     if not bad:
         return bad
     rows = permuted_rows(expected, got, rtol, atol)
-    got = {**got, **rows}
-    still = rejudge(got)
-    if not still:
+    rows_said = f"rows of tied scores in another order in {', '.join(sorted(rows))}"
+    if not nudge:
+        if not rows or rejudge({**got, **rows}):
+            return bad
         if aside is not None:
-            aside.append((f"rows of tied scores in another order in {', '.join(sorted(rows))}", where))
+            aside.append((rows_said, where))
         return []
-    names = {m.output for m in still}
+    names = {m.output for m in bad}
     targets = [n for n in names if _same_tensor(expected.get(n), got.get(n))]
-    if len(targets) < len(names) or not nudge:
-        return bad
-    if not _faithful(original, ref, f, sizes, expected, targets):
+    if len(targets) < len(names) or not _faithful(original, ref, f, sizes, expected, targets):
         return bad
     allowed = {n: np.zeros(np.shape(expected[n]), bool) for n in targets}
+    spread = {n: np.zeros(np.shape(expected[n]), np.float64) for n in targets}
+    seen = {n: np.zeros(np.shape(expected[n]), bool) for n in targets}
     for seed in range(TIE_RUNS):
         other = _nudged_run(original, ref, f, sizes, seed)
         if other is None:
             return bad
         for n in targets:
             allowed[n] |= undetermined(expected[n], got[n], other.get(n), rtol, atol)
-        if not rejudge({**got, **{n: np.where(allowed[n], expected[n], got[n]) for n in targets}}):
+            spread[n] = np.maximum(spread[n], moved_by(expected[n], other.get(n)))
+            seen[n] |= _seen(got[n], other.get(n))
+        within = {n: allowed[n] & (seen[n] | near_spread(expected[n], got[n], spread[n], rtol, atol))
+                  for n in targets}
+        if not rejudge({**got, **{n: np.where(within[n], expected[n], got[n]) for n in targets}}):
             if aside is not None:
                 counts = ", ".join(f"{int(allowed[n].sum())} of {allowed[n].size} in {n}" for n in sorted(targets))
-                aside.append((f"elements the original moves beyond the tolerance when nudged ({counts})", where))
+                said = f"elements the original moves beyond the tolerance when nudged ({counts})"
+                aside.append((f"{rows_said}, {said}" if rows else said, where))
             return []
     return bad
 
@@ -159,6 +176,42 @@ def _nudged_run(original: ModelProto | None, ref: Runner, f: dict[str, object], 
         return alone(ref)(g, dict(sizes or {}))  # no optimized run beside it
     except Exception:  # noqa: BLE001 - the original does not run so: nothing is set aside
         return None
+
+
+def moved_by(e: np.ndarray, n: object) -> np.ndarray:
+    """How far the original's value `n` on nudged inputs lies from its value `e`, elementwise
+    (numbers and booleans; 0 where either is not finite, or `n` is no tensor like `e`)."""
+    if not _same_tensor(e, n) or e.dtype.kind not in "fciub":
+        return np.zeros(np.shape(e), np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(np.asarray(n).astype(np.float64) - e.astype(np.float64))
+    return np.where(np.isfinite(d), d, 0.0)
+
+
+def near_spread(e: np.ndarray, a: np.ndarray, spread: np.ndarray, rtol: float | None,
+                atol: float | None) -> np.ndarray:
+    """Where the optimized value `a` lies within SPREAD times `spread` (what the nudged runs
+    moved the original's `e` by, `moved_by`) of `e`, plus the tolerance: an element the
+    original does not determine is still bounded by what rounding moves it by (an
+    ill-conditioned 1000 +- 10 where a dropped Clip gave 1e4 was set aside whole, as a float
+    and cast to int32). Integers and booleans too (an index picked among two tied scores is
+    the other's, as a nudged run picks it: the caller also lets pass a value a nudged run
+    took there); other kinds: everywhere."""
+    if e.dtype.kind not in "fciub":
+        return np.ones(np.shape(e), bool)
+    r, t = _tolerance(e, rtol, atol)
+    ef = e.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.abs(a.astype(np.float64) - ef)
+        return (d <= SPREAD * spread + t + r * np.abs(ef)) | ~np.isfinite(ef)
+
+
+def _seen(a: np.ndarray, n: object) -> np.ndarray:
+    """Where the optimized value `a` equals the original's value `n` on nudged inputs (not
+    floats: an index or label that a nudge picks)."""
+    if not _same_tensor(a, n) or a.dtype.kind in "fc":
+        return np.zeros(np.shape(a), bool)
+    return np.asarray(n) == a
 
 
 def undetermined(e: np.ndarray, a: np.ndarray, n: object, rtol: float | None, atol: float | None) -> np.ndarray:
