@@ -17,7 +17,6 @@ on those inputs, which no right program can tell apart from others.
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -32,9 +31,10 @@ COVERING_IFS = 6  # main-graph conditions it covers, at most
 COVERING_WAYS = 3  # every this many of them take each of their 2 ** 3 ways (where some draw gives it)
 COVERING_FROM = 1000  # its first seed: other draws than the random runs' and the edge runs'
 COVERING_KINDS = ("random", "scaled", "far")  # each draw as drawn, times 100, times 10000
-# seconds the search spends on the original's runs, at most: conditions that no draw moves (a
-# shape's) would have it run every candidate, and a large model's runs take seconds each
-COVERING_SECONDS = 10.0
+# candidates in a row that give no condition a new way before the search stops: conditions that
+# no draw moves (a shape's) would have it run every candidate, and a large model's runs take
+# seconds each (a count, not a time, so that every machine picks the same draws)
+COVERING_STALL = 12
 
 
 def covering_draws(original: ModelProto, conditions: list[str], feeds: Feeds, sizes: dict[str, int],
@@ -43,8 +43,8 @@ def covering_draws(original: ModelProto, conditions: list[str], feeds: Feeds, si
     "scaled", "far": Feeds.with_special_values of it) on which the original's main-graph values
     `conditions` (If and Where conditions; those of one element on the first draw the original
     runs, the first COVERING_IFS of them) take, for every COVERING_WAYS of them (or all, where
-    fewer), each of their ways that COVERING_SEEDS such draws reach (within COVERING_SECONDS),
-    greedily: a draw is kept where it gives some of them a way no kept draw gave them. []
+    fewer), each of their ways that COVERING_SEEDS such draws reach (until COVERING_STALL
+    candidates in a row add none), greedily: a draw is kept where it gives some of them a way no kept draw gave them. []
     where fewer than two conditions, or where onnxruntime cannot run the copy of the original
     that outputs them."""
     conditions = list(dict.fromkeys(conditions))
@@ -57,9 +57,9 @@ def covering_draws(original: ModelProto, conditions: list[str], feeds: Feeds, si
     wanted: set[tuple[tuple[int, ...], tuple[bool, ...]]] | None = None
     ways_of = COVERING_WAYS
     picked: list[tuple[str, int, dict[str, np.ndarray]]] = []
-    until = time.monotonic() + COVERING_SECONDS
+    stall = 0
     for seed, kind, f in _draws(feeds, sizes, wide):
-        if time.monotonic() > until:
+        if stall >= COVERING_STALL:
             break
         values = _values(probe, conditions, inputs, f)
         if values is None:
@@ -74,9 +74,11 @@ def covering_draws(original: ModelProto, conditions: list[str], feeds: Feeds, si
             values = _values(probe, conditions, inputs, f) or []
         ways = {(held, tuple(values[i] for i in held))
                 for held in itertools.combinations(range(len(values)), ways_of)}
+        stall += 1
         if ways & wanted:
             picked.append((kind, seed, f))
             wanted -= ways
+            stall = 0
         if not wanted:
             break
     return picked
