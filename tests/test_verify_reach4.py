@@ -344,37 +344,14 @@ def test_two_ifs_wrong_only_where_one_is_taken_and_the_other_not_are_refused(cap
     # the forced runs force both Ifs (one depth) alike, so a rule file's Relu(y) -> y was
     # written with exit 0 (y1 where the original gives 0 at i = 5000, j = 0)
     from .test_verify_reach import BAD_SQUARE, _never_written_wrong, parse_model
+    from .test_verify_reach5 import two_ifs
 
-    m = parse_model("""
-        <ir_version: 8, opset_import: ["" : 18]>
-        g (float[3] x, int64[1] i, int64[1] j) => (float[3] z) {
-            k1 = Constant <value = int64[1] {5000}> ()
-            k2 = Constant <value = int64[1] {7000}> ()
-            e1 = Equal(i, k1)
-            c1 = Squeeze(e1)
-            e2 = Equal(j, k2)
-            c2 = Squeeze(e2)
-            y1 = If(c1) <then_branch = t1 () => (float[3] a) {
-                    ax = Abs(x)
-                    na = Neg(ax)
-                    one = Constant <value = float {1.0}> ()
-                    a = Sub(na, one)
-                }, else_branch = e1b () => (float[3] b) {
-                    bx = Abs(x)
-                    one2 = Constant <value = float {1.0}> ()
-                    b = Add(bx, one2)
-                }>
-            y2 = If(c2) <then_branch = t2 () => (float[3] p) {
-                    px = Abs(x)
-                    p1 = Add(px, px)
-                    two = Constant <value = float {2.0}> ()
-                    p = Add(p1, two)
-                }, else_branch = e2b () => (float[3] q) {
-                    q = Sub(x, x)
-                }>
-            s = Add(y1, y2)
-            z = Relu(s)
-        }""")
+    m = parse_model(two_ifs("float[3] x, int64[1] i, int64[1] j", """k1 = Constant <value = int64[1] {5000}> ()
+        k2 = Constant <value = int64[1] {7000}> ()
+        e1 = Equal(i, k1)
+        c1 = Squeeze(e1)
+        e2 = Equal(j, k2)
+        c2 = Squeeze(e2)""", w="x"))
     feeds = {"x": np.array([1, 2, 3], np.float32), "i": np.array([5000], np.int64), "j": np.array([0], np.int64)}
     assert _outputs(m, feeds)[0].tolist() == [0, 0, 0]
     rules = BAD_SQUARE.replace("Mul x x", "Relu x").replace("Mul(x, x)", "Relu(x)")

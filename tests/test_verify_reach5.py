@@ -19,36 +19,43 @@ from .test_verify_reach import _never_written_wrong, _outputs, parse_model
 
 BAD_RELU = '(ruleset bad)\n; Relu(x) -> x, unsound\n(rewrite (Relu x) x :ruleset bad :name "bad-relu")\n'
 
-TWO_IFS_ON_REDUCTIONS = """
+def two_ifs(inputs: str, conditions: str, w: str = "w") -> str:
+    """A model (ONNX text) whose `conditions` compute scalar c1 and c2 and whose output is
+    Relu(If(c1, -|w| - 1, |w| + 1) + If(c2, 2|w| + 2, 0)): the Relu matters only where c1 holds
+    and c2 does not."""
+    return f"""
     <ir_version: 8, opset_import: ["" : 18]>
-    g (float[16] x, float[3] w) => (float[3] z) {
-        hi = ReduceMax <keepdims = 0> (x)
+    g ({inputs}) => (float[3] z) {{
+        {conditions}
+        y1 = If(c1) <then_branch = t1 () => (float[3] a) {{
+                ax = Abs({w})
+                na = Neg(ax)
+                one = Constant <value = float {{1.0}}> ()
+                a = Sub(na, one)
+            }}, else_branch = e1 () => (float[3] b) {{
+                bx = Abs({w})
+                one2 = Constant <value = float {{1.0}}> ()
+                b = Add(bx, one2)
+            }}>
+        y2 = If(c2) <then_branch = t2 () => (float[3] p) {{
+                px = Abs({w})
+                p1 = Add(px, px)
+                two = Constant <value = float {{2.0}}> ()
+                p = Add(p1, two)
+            }}, else_branch = e2 () => (float[3] q) {{
+                q = Sub({w}, {w})
+            }}>
+        s = Add(y1, y2)
+        z = Relu(s)
+    }}"""
+
+
+TWO_IFS_ON_REDUCTIONS = two_ifs("float[16] x, float[3] w", """hi = ReduceMax <keepdims = 0> (x)
         lo = ReduceMin <keepdims = 0> (x)
         k1 = Constant <value = float {10.0}> ()
         k2 = Constant <value = float {-10.0}> ()
         c1 = Greater(hi, k1)
-        c2 = Less(lo, k2)
-        y1 = If(c1) <then_branch = t1 () => (float[3] a) {
-                ax = Abs(w)
-                na = Neg(ax)
-                one = Constant <value = float {1.0}> ()
-                a = Sub(na, one)
-            }, else_branch = e1 () => (float[3] b) {
-                bx = Abs(w)
-                one2 = Constant <value = float {1.0}> ()
-                b = Add(bx, one2)
-            }>
-        y2 = If(c2) <then_branch = t2 () => (float[3] p) {
-                px = Abs(w)
-                p1 = Add(px, px)
-                two = Constant <value = float {2.0}> ()
-                p = Add(p1, two)
-            }, else_branch = e2 () => (float[3] q) {
-                q = Sub(w, w)
-            }>
-        s = Add(y1, y2)
-        z = Relu(s)
-    }"""
+        c2 = Less(lo, k2)""")
 
 
 def test_two_ifs_on_reductions_of_one_input_split_are_refused(capsys, tmp_path):
@@ -219,22 +226,26 @@ def test_a_float_compared_above_its_types_unit_spacing_moved_down_is_failed(op, 
     assert v.status == "failed", v.detail
 
 
-def _three_ifs(combo: tuple[bool, bool, bool], relu: bool = True) -> onnx.ModelProto:
-    # z = Relu(y0 + y1 + y2 + 2.5 a), a = |w| + 1, y_k = If(sum(input k) > 0, -a or a, a or -a):
-    # the sum is negative, and the Relu matters, only where the conditions are `combo`
-    ifs = []
-    for k, (inp, t) in enumerate(zip("xuv", combo, strict=True)):
-        tv, ev = ("-1.0", "1.0") if t else ("1.0", "-1.0")
-        ifs.append(f"""
-            s{k} = ReduceSum <keepdims = 0> ({inp})
-            c{k} = Greater(s{k}, zero)
+def _signed_if(k: int, t: bool) -> str:
+    """y_k = If(c_k, -aw or aw, aw or -aw) in ONNX text: -aw where c_k is `t`."""
+    tv, ev = ("-1.0", "1.0") if t else ("1.0", "-1.0")
+    return f"""
             y{k} = If(c{k}) <then_branch = t{k} () => (float[3] a{k}) {{
                     kt{k} = Constant <value = float {{{tv}}}> ()
                     a{k} = Mul(aw, kt{k})
                 }}, else_branch = e{k} () => (float[3] b{k}) {{
                     ke{k} = Constant <value = float {{{ev}}}> ()
                     b{k} = Mul(aw, ke{k})
-                }}>""")
+                }}>"""
+
+
+def _three_ifs(combo: tuple[bool, bool, bool], relu: bool = True) -> onnx.ModelProto:
+    # z = Relu(y0 + y1 + y2 + 2.5 a), a = |w| + 1, y_k = If(sum(input k) > 0, -a or a, a or -a):
+    # the sum is negative, and the Relu matters, only where the conditions are `combo`
+    ifs = [f"""
+            s{k} = ReduceSum <keepdims = 0> ({inp})
+            c{k} = Greater(s{k}, zero){_signed_if(k, t)}"""
+           for k, (inp, t) in enumerate(zip("xuv", combo, strict=True))]
     return parse_model(f"""
         <ir_version: 8, opset_import: ["" : 18]>
         g (float[16] x, float[16] u, float[16] v, float[3] w) => (float[3] z) {{
@@ -252,15 +263,20 @@ def _three_ifs(combo: tuple[bool, bool, bool], relu: bool = True) -> onnx.ModelP
         }}""")
 
 
+def _only_the_wrong_one_fails(made, combo) -> None:
+    """made(combo) passes against itself and fails against made(combo, relu=False)."""
+    from eqsat.verification import verify
+
+    m = made(combo)
+    assert verify(m, m).status == "passed"
+    v = verify(m, made(combo, relu=False))
+    assert v.status == "failed", v.detail
+
+
 @pytest.mark.parametrize("combo", list(itertools.product((True, False), repeat=3)))
 def test_three_ifs_wrong_in_one_way_of_eight_are_failed(combo):
     # pairs of conditions each way left (false, true, false) of sum(x), sum(u), sum(v) > 0 unrun
-    from eqsat.verification import verify
-
-    m = _three_ifs(combo)
-    assert verify(m, m).status == "passed"
-    v = verify(m, _three_ifs(combo, relu=False))
-    assert v.status == "failed", v.detail
+    _only_the_wrong_one_fails(_three_ifs, combo)
 
 
 def test_three_ifs_wrong_in_one_way_of_eight_are_refused(capsys, tmp_path):
@@ -307,16 +323,7 @@ def _nested_ifs(combo: tuple[bool, bool], relu: bool = True) -> onnx.ModelProto:
     # z = Relu(If(sum(x) > 0, y1 + y2 + 1.5 a, 0)), y_k = If(sum(input k) > 0, -a or a, a or -a)
     # inside the then branch, their conditions main-graph values: the sum is negative, and the
     # Relu matters, only where the inner conditions are `combo`
-    def inner(k: int, t: bool) -> str:
-        tv, ev = ("-1.0", "1.0") if t else ("1.0", "-1.0")
-        return f"""
-                y{k} = If(c{k}) <then_branch = t{k} () => (float[3] a{k}) {{
-                    kt{k} = Constant <value = float {{{tv}}}> ()
-                    a{k} = Mul(aw, kt{k})
-                }}, else_branch = e{k} () => (float[3] b{k}) {{
-                    ke{k} = Constant <value = float {{{ev}}}> ()
-                    b{k} = Mul(aw, ke{k})
-                }}>"""
+    inner = _signed_if
     return parse_model(f"""
         <ir_version: 8, opset_import: ["" : 18]>
         g (float[16] x, float[16] u, float[16] v, float[3] w) => (float[3] z) {{
@@ -348,12 +355,7 @@ def _nested_ifs(combo: tuple[bool, bool], relu: bool = True) -> onnx.ModelProto:
 def test_two_ifs_nested_in_a_branch_wrong_in_one_way_are_failed(combo):
     # the forced runs force the two inner Ifs (one depth) alike, and the covering draws took
     # main-graph Ifs alone: true, false and false, true never ran inside the taken branch
-    from eqsat.verification import verify
-
-    m = _nested_ifs(combo)
-    assert verify(m, m).status == "passed"
-    v = verify(m, _nested_ifs(combo, relu=False))
-    assert v.status == "failed", v.detail
+    _only_the_wrong_one_fails(_nested_ifs, combo)
 
 
 def test_two_ifs_nested_in_a_branch_wrong_in_one_way_are_refused(capsys, tmp_path):
