@@ -22,13 +22,18 @@ def _const(name: str, value, dtype=np.int64) -> onnx.NodeProto:
     return h.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, dtype), name))
 
 
+def _checked(g: onnx.GraphProto) -> onnx.ModelProto:
+    """`g` as an opset-18 model that onnx's checker accepts."""
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
+    onnx.checker.check_model(m)
+    return m
+
+
 def _model(nodes, inputs, inits=(), n: int = 4) -> onnx.ModelProto:
     ins = [h.make_tensor_value_info(name, elem, [n]) for name, elem in inputs]
     ins += [h.make_tensor_value_info(x, TP.FLOAT, [n]) for x in ("a", "b")]
     g = h.make_graph(nodes, "g", ins, [h.make_tensor_value_info("y", TP.FLOAT, [n])], list(inits))
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
-    onnx.checker.check_model(m)
-    return m
+    return _checked(g)
 
 
 def _where(cond: list[onnx.NodeProto], inputs=(("i", TP.INT64),), inits=()) -> onnx.ModelProto:
@@ -121,9 +126,7 @@ def _if_raw(then, other) -> onnx.ModelProto:
            *(h.make_tensor_value_info(x, TP.FLOAT, [4]) for x in ("a", "b"))]
     g = h.make_graph([h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)], "g", ins,
                      [h.make_tensor_value_info("y", TP.FLOAT, [4])])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
-    onnx.checker.check_model(m)
-    return m
+    return _checked(g)
 
 
 def test_a_comparison_inside_an_if_branch_is_failed():
@@ -178,9 +181,7 @@ def _if_on(k: int) -> onnx.ModelProto:
     g = h.make_graph([_const("k", [k]), h.make_node("Equal", ["i", "k"], ["c1"]), h.make_node("Squeeze", ["c1"], ["c"]),
                       h.make_node("If", ["c"], ["y"], then_branch=branches[0], else_branch=branches[1])], "g", ins,
                      [h.make_tensor_value_info("y", TP.FLOAT, [4])])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
-    onnx.checker.check_model(m)
-    return m
+    return _checked(g)
 
 
 def test_an_if_on_an_integer_equal_to_a_constant_is_failed():
@@ -204,9 +205,7 @@ def _loop_on(k: int) -> onnx.ModelProto:
     nodes = [_const("m", 1), h.make_node("Constant", [], ["t"], value=h.make_tensor("t", TP.BOOL, [], [True])),
              h.make_node("Loop", ["m", "t", "i"], ["vf", "ws"], body=body), h.make_node("Squeeze", ["ws", "z"], ["y"])]
     g = h.make_graph([_const("z", [0]), *nodes], "g", ins, [h.make_tensor_value_info("y", TP.FLOAT, [4])])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
-    onnx.checker.check_model(m)
-    return m
+    return _checked(g)
 
 
 def test_a_loop_carried_integer_compared_in_the_body_is_failed():
@@ -246,9 +245,7 @@ def test_an_index_compared_with_a_pad_id_is_failed():
                          [h.make_tensor_value_info("ids", TP.INT64, [4])],
                          [h.make_tensor_value_info("y", TP.FLOAT, [4, 1])],
                          [table, numpy_helper.from_array(np.array([1], np.int64), "ax")])
-        m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
-        onnx.checker.check_model(m)
-        return m
+        return _checked(g)
 
     assert verify(made(29999), made(29999)).status == "passed"
     assert verify(made(29999), made(29998)).status == "failed"

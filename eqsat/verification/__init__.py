@@ -424,7 +424,6 @@ EXTREMES_LABEL = "integers at their type's extremes"  # the run of Feeds.with_in
 COMPARED_LABEL = "inputs at the constants they are compared with"  # the run of Feeds.with_compared
 ABOVE_LABEL = "inputs above the constants they are compared with"  # Feeds.with_compared's run of step 1
 BELOW_LABEL = "inputs below the constants they are compared with"  # its run of step -1 (inputs of one element)
-SPLIT_LABEL = "inputs at the constants they are compared with"  # + Feeds.split_label: its runs with `only`
 NEGATIVE_LABEL = "sizes of -1"  # the run of Feeds.with_negative_sizes
 SIZES_BEYOND_LABEL = "sizes beyond the constants' values"  # the run of Feeds.with_sizes_beyond
 NEGATED_LABEL = "booleans and masks negated"  # the run of Feeds.with_flags_negated, on the first random draw
@@ -512,15 +511,10 @@ def _edge_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner, siz
             continue
         f, expected, used = found
         where = f"{label} (symbolic sizes {_listed(at)})" if kind in SIZE_KINDS else label
-        try:
-            got = opt(f, at)
-        except Exception as e:  # noqa: BLE001
-            return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
-                                          f"the original: {_line(e)}", edge_cases=where)
-        bad = _edge_mismatches(original, ref, kind, f, at, used, expected, got, rtol, atol, qdq, noise, aside, where)
-        if bad:
-            return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where}; seed {used})",
-                                edge_cases=where, requantized=all(m.requantized for m in bad))
+        failed = _edge_verdict(original, ref, opt, kind, f, at, used, expected, (rtol, atol, qdq, noise, aside),
+                               where, f"{where}; seed {used}")
+        if failed:
+            return failed
         ran.append(label)
     covered = _covering_runs(original, feeds, ref, opt, sizes, wide, rtol, atol, qdq, noise, aside)
     if isinstance(covered, Verification):
@@ -563,18 +557,31 @@ def _covering_runs(original: ModelProto, feeds: Feeds, ref: Runner, opt: Runner,
             expected = ref(f, sizes)
         except Exception:  # noqa: BLE001, S112 - the original does not run so: nothing to compare
             continue
-        try:
-            got = opt(f, sizes)
-        except Exception as e:  # noqa: BLE001
-            return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
-                                          f"the original: {_line(e)}", edge_cases=where)
-        bad = _edge_mismatches(original, ref, kind, f, sizes, seed, expected, got, rtol, atol, qdq, noise, aside,
-                               where)
-        if bad:
-            return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {where})", edge_cases=where,
-                                requantized=all(m.requantized for m in bad))
+        failed = _edge_verdict(original, ref, opt, kind, f, sizes, seed, expected, (rtol, atol, qdq, noise, aside),
+                               where, where)
+        if failed:
+            return failed
         ran += 1
     return f"on {ran} {COVERING_LABEL}" if ran else ""
+
+
+def _edge_verdict(original: ModelProto, ref: Runner, opt: Runner, kind: str, f: dict[str, np.ndarray],
+                  at: dict[str, int], used: int, expected: dict[str, object], judging: tuple, where: str,
+                  said: str) -> Verification | None:
+    """The failed Verification of one edge or covering run (the optimized model on `f` against
+    the original's `expected`: it does not run, or `_edge_mismatches` finds differences, said
+    to be on `said`), or None where it passes. `judging`: (rtol, atol, qdq, noise, aside)."""
+    rtol, atol, qdq, noise, aside = judging
+    try:
+        got = opt(f, at)
+    except Exception as e:  # noqa: BLE001
+        return Verification("failed", f"onnxruntime cannot run the optimized model on {where}, where it runs "
+                                      f"the original: {_line(e)}", edge_cases=where)
+    bad = _edge_mismatches(original, ref, kind, f, at, used, expected, got, rtol, atol, qdq, noise, aside, where)
+    if bad:
+        return Verification("failed", "; ".join(map(str, bad[:3])) + f" (on {said})", edge_cases=where,
+                            requantized=all(m.requantized for m in bad))
+    return None
 
 
 def _edge_mismatches(original: ModelProto, ref: Runner, kind: str, f: dict[str, np.ndarray], at: dict[str, int],
@@ -1030,7 +1037,7 @@ def _edge_cases(original: ModelProto, feeds: Feeds, sizes: dict[str, int], dims:
         cases += [(COMPARED_LABEL, "compared", sizes), (ABOVE_LABEL, "above", sizes)]
         if feeds.has_single_compared():
             cases.append((BELOW_LABEL, "below", sizes))
-        cases += [(f"{SPLIT_LABEL} {feeds.split_label(g)}", f"split{k}", sizes)
+        cases += [(f"{COMPARED_LABEL} {feeds.split_label(g)}", f"split{k}", sizes)
                   for k, g in enumerate(feeds.compared_splits())]
     if feeds.has_flags():
         cases.append((NEGATED_LABEL, "negated", sizes))
