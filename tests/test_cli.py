@@ -513,6 +513,8 @@ def test_an_output_in_a_missing_folder_fails_before_any_work(capsys, model_path,
      "contraction_alias_slowdown = '1.4': must be a finite number > 0 (a time ratio"),
     ('{"name": "x", "matmul_gflops": 1, "vector_gflops": 1, "mem_gbps": 1, "kernel_overhead_us": 1, '
      '"contraction_alias_slowdown": 1e400}', "contraction_alias_slowdown = inf: must be a finite number > 0"),
+    ('{"name": "x", "matmul_gflops": 1, "vector_gflops": 1, "mem_gbps": 1, "kernel_overhead_us": 1, '
+     '"narrow_conv_exponent": -0.3}', "narrow_conv_exponent = -0.3: must be a number from 0 to 4 (0: no slower)"),
 ])
 def test_a_broken_hardware_profile_is_named_with_what_is_wrong(capsys, model_path, tmp_path, text, says):
     prof = tmp_path / "box.json"

@@ -118,12 +118,12 @@ def test_a_linear_resize_costs_interpolation_flops_an_element_and_its_blocked_fo
     assert nearest["NchwcUpsample"] == pytest.approx(nearest["Resize"])
 
 
-def _conv_cost(hw: Hardware, cin: int, k: int) -> float:
-    """The roofline cost of the NCHW Conv of [1, cin, 32, 32] to 16 channels, k x k."""
-    w = onnx.numpy_helper.from_array(np.ones((16, cin, k, k), np.float32), "w")
-    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[k // 2] * 4)], "g",
+def _conv_cost(hw: Hardware, cin: int, k: int, cout: int = 64, group: int = 1) -> float:
+    """The roofline cost of the NCHW Conv of [1, cin, 32, 32] to `cout` channels, k x k."""
+    w = onnx.numpy_helper.from_array(np.ones((cout, cin // group, k, k), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[k // 2] * 4, group=group)], "g",
                           [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, cin, 32, 32])],
-                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 16, 32, 32])], [w])
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, cout, 32, 32])], [w])
     st = saturate(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), Options(layout="nchw"))
     r = Roofline(hw)
     r._setup(st.egraph)
@@ -136,6 +136,17 @@ def test_an_image_stem_conv_runs_stem_conv_slowdown_times_slower_and_no_other_co
     for cin, k, stem in ((3, 3, True), (8, 3, False), (32, 1, False)):  # 27 inputs an output: a stem; 72, 32: not
         base, priced = _conv_cost(hw, cin, k), _conv_cost(slow, cin, k)
         assert priced - 1.0 == pytest.approx((base - 1.0) * (3.0 if stem else 1.0)), (cin, k)
+
+
+def test_an_nchw_conv_with_fewer_than_64_outputs_a_group_runs_below_the_rate_and_a_stem_is_not_slowed_twice():
+    hw = dataclasses.replace(_hw(), conv_gflops=0.001)  # compute-bound: the cost is its FLOPs' time
+    narrow = dataclasses.replace(hw, narrow_conv_exponent=0.5)
+    for cin, k, cout, group, share in ((32, 1, 8, 1, 0.125 ** 0.5), (32, 3, 16, 1, 0.5), (32, 1, 64, 1, 1.0),
+                                       (32, 1, 128, 1, 1.0), (64, 1, 64, 2, 0.5 ** 0.5)):  # 2 groups of 32
+        base, priced = _conv_cost(hw, cin, k, cout, group), _conv_cost(narrow, cin, k, cout, group)
+        assert priced - 1.0 == pytest.approx((base - 1.0) / share), (cin, k, cout, group)
+    slow = dataclasses.replace(narrow, stem_conv_slowdown=3.0)  # an image's first conv: its own slowdown only
+    assert _conv_cost(slow, 3, 3, 16) - 1.0 == pytest.approx((_conv_cost(hw, 3, 3, 16) - 1.0) * 3.0)
 
 
 def test_cpu_names_the_shipped_profile_of_this_machines_block(blocked):

@@ -62,6 +62,7 @@ QCONV = {"QLinearConv", "QLinearConvMs"}
 QCONV_CHANNELS_LAST_AT = 10
 NO_LAYOUT_US = 1e6
 STEM_K = 64  # an NCHW convolution with fewer inputs per output runs at conv_gflops / stem_conv_slowdown
+NARROW_CONV_M = 64  # an NCHW convolution with fewer outputs (a group's) runs below conv_gflops
 PAYS = 1.03  # a measured speed-up below 3 % is within the noise: the rewrite is not taken
 ALIAS_BYTES = 4096  # rows this many bytes apart share L1 cache sets (64 sets of 64-byte lines)
 ALIAS_MIN_ROWS = 16  # fewer rows than this: measured no slower (a kernel reads few rows at once)
@@ -99,6 +100,11 @@ class Hardware:
     # STEM_K inputs per output (channels x kernel area: an image's 3x3 first layer) runs: a
     # GEMM with so short an inner dimension is far below the rate (a 1x1 one is not)
     stem_conv_slowdown: float = 1.0
+    # an NCHW convolution (not depthwise, not a stem) with M < NARROW_CONV_M output channels a
+    # group runs at conv_gflops x (M / NARROW_CONV_M) ** narrow_conv_exponent: its GEMM's few
+    # rows fill the kernel's tiles partly (the blocked kernels, which compute whole blocks,
+    # stay near their rate); 0.0: every width at conv_gflops
+    narrow_conv_exponent: float = 0.0
     # 8-bit convolution (QLinearConv) throughput in GOP/s, channels-last, dense and depthwise;
     # None: conv_gflops (or matmul_gflops) and depthwise_gflops. onnxruntime's NCHW QLinearConv
     # runs the channels-last kernel between two transposes of its own, priced as copies
@@ -200,6 +206,9 @@ def _check_profile(p: Path, d: dict, cls) -> None:
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be true or false (JSON, unquoted)")
         if k == "name" and not isinstance(v, str):
             raise HardwareProfileError(f"{p}: name = {v!r}: must be a string")
+        if k == "narrow_conv_exponent" and not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                and 0 <= v <= 4):
+            raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number from 0 to 4 (0: no slower)")
         if k in ("contraction_alias_slowdown", "stem_conv_slowdown") and not (positive(v) and math.isfinite(v)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a finite number > 0 (a time ratio; 1.0: no slower)")
         if k in ("transcendental_flops", "interpolation_flops", "depthwise_gflops", "conv_gflops", "cache_gbps",
@@ -496,6 +505,19 @@ class Roofline(CostModel):
             return float(STEM_K)
         return float(math.prod(w[1:]))
 
+    def narrow_share(self, egraph: EGraph, inputs: list[str]) -> float:
+        """The share of conv_gflops an NCHW convolution with M output channels a group runs at:
+        (M / NARROW_CONV_M) ** narrow_conv_exponent below NARROW_CONV_M, else 1 (unknown: 1).
+        At most 1 and never larger for fewer outputs: the price per FLOP never rises with M."""
+        exponent = self.hw.narrow_conv_exponent
+        w = egraph.class_data.get(inputs[1], {}).get("shape") if len(inputs) >= 2 else None
+        x = egraph.class_data.get(inputs[0], {}).get("shape")
+        if not exponent or not w or len(w) < 3 or w[0] <= 0 or w[1] <= 0:
+            return 1.0
+        groups = x[1] // w[1] if x and len(x) > 1 and x[1] > 0 else 1
+        m = w[0] / max(groups, 1)
+        return min(1.0, m / NARROW_CONV_M) ** exponent
+
     def _one_pixel(self, egraph: EGraph, node: Node) -> bool:
         """Whether an op's output is one pixel a batch: [N, C, 1, 1] (squeeze-excite's products)."""
         out = self.shape(egraph, node.eclass)
@@ -566,6 +588,8 @@ class Roofline(CostModel):
                 staged = self.im2col_bytes(egraph, node, inputs)
                 if staged and self.inner_dim(egraph, inputs) < STEM_K:
                     rate /= hw.stem_conv_slowdown
+                else:
+                    rate *= self.narrow_share(egraph, inputs)
         copies_us = 0.0  # an NCHW QLinearConv's inner transposes: copies before and after the kernel
         if node.op in QCONV:
             rate, copied = self._qconv(egraph, node, inputs, rate)

@@ -35,6 +35,9 @@ The six booleans run with onnxruntime's graph optimizations off (the model as eq
 side by side (eqsat.backends.ort.latency.compare), and hold only where the fused form is at least 3% faster.
 - stem_conv_slowdown: how much slower than the dense convolutions an image's first 3x3
   convolution (3 input channels) runs in NCHW (eqsat/backends/ort/calibrate_layout.py).
+- narrow_conv_exponent: how much slower than the same convolution with 64 outputs an NCHW
+  convolution with 8 to 32 output channels runs, as the exponent a of (M / 64) ** a
+  (eqsat/backends/ort/calibrate_layout.py, NARROW: 1x1 and 3x3, 28 to 112 pixels).
 - qconv_gops, qconv_depthwise_gops: channels-last 8-bit convolutions (com.microsoft.QLinearConv,
   uint8 x int8) of the dense and depthwise shapes above, GOP/s (calibrate_layout.qconv_gops;
   rules/qdq_nhwc.egg).
@@ -386,6 +389,7 @@ def measure(threads: int = 1, runs: int = 15) -> dict:
         "cache_gbps": round(cache, 2),
         "conv_gflops": calibrate_layout.conv_gflops(threads),
         "stem_conv_slowdown": calibrate_layout.stem_conv_slowdown(threads),
+        "narrow_conv_exponent": calibrate_layout.narrow_conv_exponent(threads)[0],
         **calibrate_layout.qconv_gops(threads),
         "kernel_overhead_us": round(overhead, 3),
         "transcendental_flops": transcendental_flops(overhead, threads),

@@ -33,6 +33,7 @@ the same shapes serve both block widths.
 from __future__ import annotations
 
 import math
+import statistics
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
@@ -50,6 +51,8 @@ STEMS = [(16, 224), (24, 224), (32, 224)]  # (output channels, pixels) of an ima
 GLOBAL_POOLS = [(32, 112), (96, 56), (144, 56), (240, 28), (480, 14), (1152, 7)]  # (channels, pixels)
 PIXEL_CONVS = [(128, 32), (480, 128), (672, 176), (960, 240), (240, 960), (176, 672)]  # (in, out) channels
 UPSAMPLES = [(128, 20, 2), (32, 56, 2), (32, 40, 8)]  # (channels, pixels, factor): linear, half_pixel
+# (input channels, output channels, kernel, pixels): NCHW convolutions narrower than NARROW_CONV_M
+NARROW = [(16, 8, 1, 112), (16, 16, 1, 112), (32, 16, 1, 56), (32, 32, 1, 56), (16, 16, 3, 56), (32, 32, 3, 28)]
 FLOOR = 0.05  # the blocked op's time is at least this share of B (B - R is a difference of noisy medians)
 
 
@@ -182,6 +185,35 @@ def _dense_rates(threads: int, runs: int) -> list[float]:
         (ms,) = compare([n], feeds, runs=runs, threads=threads)
         rates.append(2.0 * c * c * k * k * p * p / ms / 1e6)
     return rates
+
+
+def nchw_conv_model(cin: int, cout: int, k: int, pixels: int) -> tuple:
+    """A k x k, stride 1, same-padded NCHW convolution of `cin` channels to `cout`, and its input."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((cout, cin, k, k)) * 0.1).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[k, k], pads=[k // 2] * 4)
+    vi = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, pixels, pixels])]
+    yo = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    g = helper.make_graph([node], "conv", vi, yo, [numpy_helper.from_array(w, "w")])
+    return (helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+            {"x": rng.standard_normal((1, cin, pixels, pixels)).astype(np.float32)})
+
+
+def narrow_conv_exponent(threads: int = 1, runs: int = 40) -> tuple[float, list[float]]:
+    """(a, each shape's a): an NCHW convolution with M < NARROW_CONV_M output channels runs at
+    (M / NARROW_CONV_M) ** a of the rate of the same convolution with NARROW_CONV_M outputs
+    (same input, kernel and pixels, timed side by side); a is the median over the NARROW
+    shapes of log(rate ratio) / log(M / NARROW_CONV_M), at least 0 (never faster)."""
+    from eqsat.extract.costs.roofline import NARROW_CONV_M
+
+    each = []
+    for cin, cout, k, p in NARROW:
+        narrow, feeds = nchw_conv_model(cin, cout, k, p)
+        wide, _ = nchw_conv_model(cin, NARROW_CONV_M, k, p)
+        t_narrow, t_wide = compare([narrow, wide], feeds, runs=runs, threads=threads)
+        share = (cout / t_narrow) / (NARROW_CONV_M / t_wide)  # rate ratio: FLOPs scale with the outputs
+        each.append(max(math.log(share) / math.log(cout / NARROW_CONV_M), 0.0))
+    return round(statistics.median(each), 3), [round(a, 3) for a in each]
 
 
 def stem_models(cout: int, pixels: int) -> tuple:
