@@ -81,12 +81,13 @@ def test_average_pool_with_ceil_mode_and_count_include_pad_stays_nchw(blocked):
     # AveragePool and its blocked AveragePool divide that window by other counts (half the
     # value here: a 2x2 window over one column). Before, nchwc-average-pool rewrote it and
     # verification refused the whole model (exit 1, nothing written). ceil_mode -1 is on too.
+    # 15 pixels a side: big enough that the convs around the pool still run blocked
     for cm in (1, -1):
         attrs = dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=cm, count_include_pad=1)
         m = model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
                    helper.make_node("AveragePool", ["c"], ["p"], **attrs),
                    helper.make_node("Conv", ["p", "w2"], ["y"])],
-                  [vi("x", [1, blocked, 7, 7])], [vi("y", [1, blocked, 4, 4])],
+                  [vi("x", [1, blocked, 15, 15])], [vi("y", [1, blocked, 8, 8])],
                   [weight("w", [blocked, blocked, 3, 3]), weight("w2", [blocked, blocked, 1, 1])])
         res = optimized(m)
         assert res.report["saturation"]["rule_matches"].get("nchwc-average-pool", 0) == 0

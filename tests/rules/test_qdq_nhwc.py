@@ -23,7 +23,9 @@ from ..conftest import check_rewrite as check_any_layout
 
 pytestmark = pytest.mark.usefixtures("portable_weights")
 
-C, HW = 16, 12
+# 24 pixels: at 12 the profile prices a three-conv chain's two Transposes above what they save
+# (there channels-last measured 4 % faster all the same: per-op overheads decide at that size)
+C, HW = 16, 24
 OUT_SCALE = 0.05  # the last Q's scale: the outputs' tolerance
 MS_CONV = "com.microsoft.QLinearConv"
 NCHWC = "com.microsoft.nchwc"
