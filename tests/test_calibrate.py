@@ -140,6 +140,33 @@ def test_the_transcendental_chains_compute_their_op_in_normal_floats(op):
     assert np.abs(out).min() >= np.finfo(np.float32).tiny
 
 
+@pytest.mark.parametrize("op", calibrate.NORMALIZATIONS)
+def test_the_normalization_chains_normalize_each_row(op):
+    """Each normalization chain normalizes the rows of the vector chain's floats (unit scale,
+    zero bias) VECTOR_MULS times: what it times is the op computing its result."""
+    _, feeds = calibrate.vector_chain(np.random.default_rng(0), 256, calibrate.VECTOR_MULS)
+    x = feeds["x0"].reshape(calibrate.NORM_ROWS, -1).astype(np.float64)
+    (out,) = session(calibrate.norm_chain(op, 256, calibrate.VECTOR_MULS)).run(None, {"x0": x.astype(np.float32)})
+    for _ in range(calibrate.VECTOR_MULS):
+        if op == "LayerNormalization":
+            x = x - x.mean(axis=-1, keepdims=True)
+        x = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(out, x, rtol=1e-3, atol=1e-4)
+
+
+def test_the_narrow_conv_models_compute_an_nchw_convolution():
+    from eqsat.extract.costs.roofline import NARROW_CONV_M
+
+    cin, cout, k, p = calibrate_layout.NARROW[4]
+    assert cout < NARROW_CONV_M and k == 3
+    model, feeds = calibrate_layout.nchw_conv_model(cin, cout, k, p)
+    (out,) = session(model).run(None, feeds)
+    w = onnx.numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
+    x = np.pad(feeds["x"][0].astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+    expect = sum(np.einsum("oi,ihw->ohw", w[:, :, i, j], x[:, i:i + p, j:j + p]) for i in range(3) for j in range(3))
+    np.testing.assert_allclose(out[0], expect, rtol=1e-3, atol=1e-3)
+
+
 def test_qconv_figures_time_a_channels_last_conv_that_computes_the_nchw_result(tmp_path):
     """eqsat calibrate's qconv_gops and qconv_depthwise_gops (rules/qdq_nhwc.egg): the model it
     times is com.microsoft.QLinearConv with channels_last 1, giving ai.onnx QLinearConv's result

@@ -507,6 +507,8 @@ def test_an_output_in_a_missing_folder_fails_before_any_work(capsys, model_path,
     ('{"name": "x", "matmul_gflops": 1, "vector_gflops": 1, "mem_gbps": 1, "kernel_overhead_us": 1, '
      '"transcendental_flops": -5}', "transcendental_flops = -5: must be a number > 0"),
     ('{"name": "x", "matmul_gflops": 1, "vector_gflops": 1, "mem_gbps": 1, "kernel_overhead_us": 1, '
+     '"normalization_flops": 0}', "normalization_flops = 0: must be a number > 0"),
+    ('{"name": "x", "matmul_gflops": 1, "vector_gflops": 1, "mem_gbps": 1, "kernel_overhead_us": 1, '
      '"pool_gops": 0}', "pool_gops = 0: must be a number > 0"),
     ('{"name": "x", "matmul_gflops": 1, "vector_gflops": 1, "mem_gbps": 1, "kernel_overhead_us": 1, '
      '"contraction_alias_slowdown": "1.4"}',

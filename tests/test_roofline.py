@@ -149,6 +149,21 @@ def test_an_nchw_conv_with_fewer_than_64_outputs_a_group_runs_below_the_rate_and
     assert _conv_cost(slow, 3, 3, 16) - 1.0 == pytest.approx((_conv_cost(hw, 3, 3, 16) - 1.0) * 3.0)
 
 
+def test_a_normalization_costs_normalization_flops_an_element():
+    g = helper.make_graph([helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 256])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 256])],
+                          [numpy_helper.from_array(np.ones(256, np.float32), "s"),
+                           numpy_helper.from_array(np.zeros(256, np.float32), "b")])
+    st = saturate(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), Options())
+    for flops in (2.0, 5.0):
+        hw = dataclasses.replace(_hw(), normalization_flops=flops)  # vector_gflops 0.001: compute-bound
+        r = Roofline(hw)
+        r._setup(st.egraph)
+        (cost,) = [r.node_cost(st.egraph, n) for n in st.egraph.nodes.values() if n.op == "LayerNormalization"]
+        assert cost == pytest.approx(1.0 + flops * 4 * 256 / (hw.vector_gflops * 1e3))
+
+
 def test_cpu_names_the_shipped_profile_of_this_machines_block(blocked):
     name = hardware_profile("cpu")
     assert Hardware.load(name).layouts["nchwc"]["block"] == blocked

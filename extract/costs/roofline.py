@@ -90,6 +90,7 @@ class Hardware:
     mem_gbps: float  # sustained memory bandwidth
     kernel_overhead_us: float  # fixed cost of launching / dispatching one op
     transcendental_flops: float = 10.0  # FLOPs charged per element of Erf, Tanh, Exp, ...
+    normalization_flops: float = 5.0  # FLOPs charged per element of (Skip)(Simplified)LayerNormalization
     interpolation_flops: float = 1.0  # FLOPs charged per output element of a linear Resize
     source: str = ""
     depthwise_gflops: float | None = None  # depthwise convolution (NCHW) throughput; None: matmul_gflops
@@ -211,9 +212,11 @@ def _check_profile(p: Path, d: dict, cls) -> None:
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number from 0 to 4 (0: no slower)")
         if k in ("contraction_alias_slowdown", "stem_conv_slowdown") and not (positive(v) and math.isfinite(v)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a finite number > 0 (a time ratio; 1.0: no slower)")
-        if k in ("transcendental_flops", "interpolation_flops", "depthwise_gflops", "conv_gflops", "cache_gbps",
+        if k in ("transcendental_flops", "normalization_flops", "interpolation_flops", "depthwise_gflops",
+                 "conv_gflops", "cache_gbps",
                  "cache_mib", "qconv_gops", "qconv_depthwise_gops", "pool_gops") \
-                and not (positive(v) or (k not in ("transcendental_flops", "interpolation_flops", "cache_mib")
+                and not (positive(v) or (k not in ("transcendental_flops", "normalization_flops", "interpolation_flops",
+                                                   "cache_mib")
                                          and v is None)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number > 0")
     if d.get("learned") is not None and not isinstance(d["learned"], dict):
@@ -455,7 +458,7 @@ class Roofline(CostModel):
                 return self.hw.interpolation_flops / speedup * out_n, "vector"
             return out_n, "vector"
         if op in NORMALIZATION:
-            return 5.0 * out_n, "vector"
+            return self.hw.normalization_flops * out_n, "vector"
         if op.startswith("Reduce"):
             return sum(self.numel(egraph, i) or 0.0 for i in inputs[:1]), "vector"
         if op in POOL:

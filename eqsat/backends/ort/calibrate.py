@@ -45,6 +45,9 @@ side by side (eqsat.backends.ort.latency.compare), and hold only where the fused
   the median over Sigmoid, Tanh and Erf of a chain of each on the vector rate's vectors,
   against the chain of Muls side by side, each op less kernel_overhead_us (a Mul is one FLOP
   an element at the vector rate);
+- normalization_flops: the FLOPs the roofline charges an element of LayerNormalization,
+  SimplifiedLayerNormalization and their skip forms: the median over the two of a chain of
+  each on the vector rate's floats (16 rows), against the chain of Muls side by side;
 - interpolation_flops: a linear Resize's time an output element (eqsat/backends/ort/calibrate_layout.py,
   resize_ns) at the vector rate above: the FLOPs the roofline charges it.
 - depthwise_gflops, pool_gops and layouts.nchwc (block, conv_speedup, depthwise_gflops, pool_speedup,
@@ -353,6 +356,37 @@ def transcendental_flops(overhead_us: float, threads: int = 1, runs: int = 60) -
     return round(statistics.median(ratios), 2)
 
 
+NORMALIZATIONS = ("LayerNormalization", "SimplifiedLayerNormalization")
+NORM_ROWS = 16  # the normalizations' chains run on [NORM_ROWS, VECTOR_K / NORM_ROWS]: the Mul chain's floats
+
+
+def norm_chain(op: str, k: int, length: int):
+    """x_{i+1} = op(x_i) over the last axis of [NORM_ROWS, k / NORM_ROWS], `length` times (unit
+    scale, zero bias; onnxruntime registers SimplifiedLayerNormalization in the default domain)."""
+    shape = [NORM_ROWS, k // NORM_ROWS]
+    params = ["scale", "bias"] if op == "LayerNormalization" else ["scale"]
+    nodes = [helper.make_node(op, [f"x{i}", *params], [f"x{i + 1}"], axis=-1, epsilon=1e-5) for i in range(length)]
+    weights = [numpy_helper.from_array(np.ones(shape[1], np.float32), "scale"),
+               numpy_helper.from_array(np.zeros(shape[1], np.float32), "bias")]
+    g = helper.make_graph(nodes, "calibrate", [_vi("x0", shape)], [_vi(f"x{length}", shape)], weights[:len(params)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def normalization_flops(overhead_us: float, threads: int = 1, runs: int = 60) -> float:
+    """The FLOPs a normalized element costs at the vector rate: median over NORMALIZATIONS of
+    (op's time - overhead) / (Mul's time - overhead), each op's chain on VECTOR_K floats
+    ([NORM_ROWS, VECTOR_K / NORM_ROWS]) timed side by side with the Mul chain."""
+    mul, feeds = vector_chain(np.random.default_rng(0), VECTOR_K, VECTOR_MULS)
+    rows = {"x0": feeds["x0"].reshape(NORM_ROWS, -1)}
+    ratios = []
+    for op in NORMALIZATIONS:
+        t_mul, t_op = compare([mul, norm_chain(op, VECTOR_K, VECTOR_MULS)], [feeds, rows], runs=runs, threads=threads)
+        per = [t * 1e3 / VECTOR_MULS for t in (t_mul, t_op)]  # us an op
+        base = max(per[0] - overhead_us, 0.1 * per[0])
+        ratios.append(max(per[1] - overhead_us, 0.1 * per[1]) / base)
+    return round(statistics.median(ratios), 2)
+
+
 def measure(threads: int = 1, runs: int = 15) -> dict:
     rng = np.random.default_rng(0)
     n = 512
@@ -393,6 +427,7 @@ def measure(threads: int = 1, runs: int = 15) -> dict:
         **calibrate_layout.qconv_gops(threads),
         "kernel_overhead_us": round(overhead, 3),
         "transcendental_flops": transcendental_flops(overhead, threads),
+        "normalization_flops": normalization_flops(overhead, threads),
         "interpolation_flops": round(calibrate_layout.resize_ns(threads) * vector, 2),
         **fusion_choices(threads),
         **(calibrate_layout.measure(threads) or {}),
