@@ -408,27 +408,31 @@ def test_a_residual_of_a_padded_value_is_the_blocked_sum(blocked):
     """An inverted residual block of 1.5 blocks (MNASNet's 24 and 40 channels): z = Relu(conv(x))
     padded, expanded, depthwise, projected back to z's width and added to z. The Add becomes
     the projection's Sum input, read blocked (its padded channels land in the output's
-    padded ones): no Add; z runs NCHW (one ReorderInput, padded), the rest blocked."""
+    padded ones): no Add; every conv blocked, z's 1.5 blocks padded to 2 (an NCHW z, read
+    through a ReorderInput, is right too: the cost model decides)."""
     c = blocked + blocked // 2
     g = G(2 * blocked, 28)
     z = g.op("Relu", g.conv("x", 2 * blocked, c, k=1))
     d = g.op("Relu", g.conv(g.conv(z, c, 4 * c, k=1), 4 * c, 4 * c, group=4 * c))
     y = g.conv(g.op("Add", g.conv(d, 4 * c, c, k=1), z), c, 2 * blocked, k=1)
-    check(g.model(y), ["Conv", "com.microsoft.FusedConv"] + [f"{NCHWC}.Conv"] * 3
-          + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
+    tail = [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"]
+    nchw_z = ["Conv", "com.microsoft.FusedConv"] + [f"{NCHWC}.Conv"] * 3 + tail
+    check(g.model(y), ([f"{NCHWC}.Conv"] * 5 + tail, nchw_z),
           fired=["nchwc-candidate-conv-add", "nchwc-conv-plain-blocked-sum", "nchwc-conv-padded-input"])
 
 
-def test_a_residual_of_a_padded_value_on_a_small_image_stays_nchw(blocked):
+def test_a_residual_of_a_padded_value_on_a_small_image_runs_blocked(blocked):
     """Relu(conv(x) + z) with z = Relu(conv(x)), both to 1.5 blocks, 14 x 14: the blocked
-    FusedConv with z as its Sum input is offered (the blocked-sum rule reads z's padded form),
-    but two reorders cost more than the blocked kernels save here."""
+    FusedConv with z as its Sum input (the blocked-sum rule reads z's padded form) and two
+    reorders: at block 16 measured 0.68x the two NCHW FusedConvs' time (narrow NCHW convs run
+    below conv_gflops, the profile's narrow_conv_exponent)."""
     c = blocked + blocked // 2
     g = G(2 * blocked, 14)
     z = g.op("Relu", g.conv("x", 2 * blocked, c))
     y = g.op("Relu", g.op("Add", g.conv("x", 2 * blocked, c), z))
-    check(g.model(y), at_profile_block(blocked, ["com.microsoft.FusedConv"] * 2,
-                                       [f"{NCHWC}.Conv"] * 2 + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"]),
+    check(g.model(y), at_profile_block(blocked,
+                                       [f"{NCHWC}.Conv"] * 2 + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
+                                       ["com.microsoft.FusedConv"] * 2),
           fired=["nchwc-candidate-fused-conv-sum", "nchwc-conv-padded-output", "nchwc-conv-blocked-sum"])
 
 
@@ -436,12 +440,12 @@ def test_two_blocked_forms_of_a_padded_value_are_one_value(blocked):
     """Relu(conv(x)) to 1.5 blocks has two padded blocked forms, the conv with Relu fused and
     Relu of the conv's; their padded channels may differ, but no reader looks at them, so the
     two are one e-class (else each further padded op doubles the forms: MNASNet's layout
-    ruleset grew past 23 GB before this)."""
+    ruleset grew past 23 GB before this). Blocked at block 16: measured 0.73x the NCHW FusedConv."""
     c = blocked + blocked // 2
     g = G(2 * blocked, 14)
     check(g.model(g.op("Relu", g.conv("x", 2 * blocked, c))),
-          at_profile_block(blocked, ["com.microsoft.FusedConv"],
-                           [f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"]),
+          at_profile_block(blocked, [f"{NCHWC}.Conv", f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput"],
+                           ["com.microsoft.FusedConv"]),
           fired=["nchwc-conv-padded-output", "nchwc-relu", "nchwc-reorder-output-injective"])
 
 
@@ -493,29 +497,32 @@ def test_sum_that_broadcasts_stays_nchw(blocked):
 
 def test_concat_along_the_image_stays_nchw(blocked):
     """Concats of two, three and four blocked convs along H and W (guard: axis 1, the
-    channels)."""
+    channels): each conv blocked, its own ReorderOutput before the NCHW Concats (measured 0.99x
+    the program with the 3x3 and 5x5 convs NCHW, also right)."""
     c = 2 * blocked
     g = G(c, 14)
     cs = [g.conv("x", c, c, k=k) for k in (1, 3, 5, 1)]
     outs = [g.op("Concat", *cs[:2], axis=2), g.op("Concat", *cs[:3], axis=2), g.op("Concat", *cs, axis=3)]
-    check(g.model(*outs), ["Concat"] * 3 + ["Conv"] * 2 + [f"{NCHWC}.Conv"] * 2
-          + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput", f"{NCHWC}.ReorderOutput"],
+    check(g.model(*outs), (["Concat"] * 3 + [f"{NCHWC}.Conv"] * 4 + [f"{NCHWC}.ReorderInput"]
+                           + [f"{NCHWC}.ReorderOutput"] * 4,
+                           ["Concat"] * 3 + ["Conv"] * 2 + [f"{NCHWC}.Conv"] * 2
+                           + [f"{NCHWC}.ReorderInput", f"{NCHWC}.ReorderOutput", f"{NCHWC}.ReorderOutput"]),
           fired=["nchwc-conv"], not_fired=["nchwc-concat", "nchwc-concat-inputs"])
 
 
 def test_channels_not_a_multiple_of_the_block_stay_nchw_unless_padded(blocked):
-    """1.5 blocks of channels: convolutions that read such a value and window pooling stay
-    NCHW; the depthwise conv runs blocked with its channels padded to 2 blocks (as onnxruntime
-    pads them), and so does the global pooling after it, ReorderOutput cropping them; the image
-    conv's padded form is offered too,
-    and the cost model keeps it NCHW at block 16 (its 24 channels go on to NCHW ops)."""
+    """1.5 blocks of channels: no conv or window pooling runs blocked on them as they are; the
+    depthwise conv runs blocked with its channels padded to 2 blocks (as onnxruntime pads them),
+    and so does the global pooling after it, ReorderOutput cropping them; the image conv's padded
+    form is offered too, and at block 16 the cost model takes it, the convs after it reading the
+    padded value (measured 0.74x the program with those three convs NCHW); the MaxPool stays NCHW."""
     c = blocked + blocked // 2  # not a multiple, and not fewer than the block (the image path)
     res = check(_resnet_like(c), at_profile_block(
                     blocked,
-                    ["com.microsoft.FusedConv"] * 3 + ["MaxPool", f"{NCHWC}.GlobalAveragePool", f"{NCHWC}.ReorderInput",
-                                                       f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput"],
                     [f"{NCHWC}.Conv"] * 4 + [f"{NCHWC}.ReorderOutput"] * 2
-                    + ["MaxPool", f"{NCHWC}.ReorderInput", f"{NCHWC}.GlobalAveragePool"]),
+                    + ["MaxPool", f"{NCHWC}.ReorderInput", f"{NCHWC}.GlobalAveragePool"],
+                    ["com.microsoft.FusedConv"] * 3 + ["MaxPool", f"{NCHWC}.GlobalAveragePool", f"{NCHWC}.ReorderInput",
+                                                       f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput"]),
                 fired=["nchwc-conv-depthwise-padded", "nchwc-conv-nchw-input-padded-output"],
                 not_fired=["nchwc-conv", "nchwc-conv-depthwise", "nchwc-max-pool", "nchwc-global-average-pool"])
     groups = [a.i for n in res.model.graph.node if n.domain == NCHWC and n.op_type == "Conv"
@@ -1060,6 +1067,13 @@ SE_REDUCE_BLOCKED = [f"{NCHWC}.ReorderInput", f"{NCHWC}.Conv", f"{NCHWC}.GlobalA
                      f"{NCHWC}.ReorderOutput"]
 
 
+def se_either(chosen: list[str], reduce_blocked: list[str] = SE_REDUCE_BLOCKED) -> tuple:
+    """Both programs of a squeeze-excite test: the squeeze's reduce conv NCHW or blocked. At
+    block 16 on 56 x 56 two blocks they measured level (blocked / NCHW 1.000 [0.995, 1.002]):
+    a tie the profile's figures decide either way."""
+    return chosen, reduce_blocked
+
+
 @pytest.mark.parametrize("left", [False, True])
 def test_a_channel_scale_before_a_conv_moves_into_its_filter(blocked, left):
     """Squeeze-excite on a 56 x 56 image, two blocks of channels: the projection reads the blocked
@@ -1069,11 +1083,9 @@ def test_a_channel_scale_before_a_conv_moves_into_its_filter(blocked, left):
     activation's shape."""
     c = 2 * blocked
     res = check(_squeeze_excite(c, 56, c, left),
-                at_profile_block(blocked, [f"{NCHWC}.ReorderInput", f"{NCHWC}.Conv", f"{NCHWC}.GlobalAveragePool",
-                                           f"{NCHWC}.ReorderOutput",
-                                           "com.microsoft.FusedConv", "com.microsoft.FusedConv",
-                                           *SCALED, f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput"],
-                                 SE_REDUCE_BLOCKED),
+                se_either([f"{NCHWC}.ReorderInput", f"{NCHWC}.Conv", f"{NCHWC}.GlobalAveragePool",
+                           f"{NCHWC}.ReorderOutput", "com.microsoft.FusedConv", "com.microsoft.FusedConv",
+                           *SCALED, f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput"]),
                 fired=["nchwc-scaled-left" if left else "nchwc-scaled", "nchwc-conv-scaled-input"])
     conv = [n for n in res.model.graph.node if n.op_type == "Conv"][-1]
     assert conv.input[1] not in {i.name for i in res.model.graph.initializer}  # a filter computed at run time
@@ -1083,10 +1095,9 @@ def test_a_channel_scale_moves_into_a_filter_with_padded_output_channels(blocked
     """The projection to 1.5 blocks of channels computes 2, its filter padded, then scaled."""
     c = 2 * blocked
     check(_squeeze_excite(c, 56, blocked + blocked // 2),
-          at_profile_block(blocked, [f"{NCHWC}.ReorderInput", f"{NCHWC}.Conv", f"{NCHWC}.GlobalAveragePool",
-                                     f"{NCHWC}.ReorderOutput", "com.microsoft.FusedConv", "com.microsoft.FusedConv",
-                                     *SCALED, f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput"],
-                           SE_REDUCE_BLOCKED),
+          se_either([f"{NCHWC}.ReorderInput", f"{NCHWC}.Conv", f"{NCHWC}.GlobalAveragePool",
+                     f"{NCHWC}.ReorderOutput", "com.microsoft.FusedConv", "com.microsoft.FusedConv",
+                     *SCALED, f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput"]),
           fired=["nchwc-conv-scaled-input-padded-output"])
 
 
@@ -1098,9 +1109,12 @@ def test_a_channel_scale_of_a_padded_value_is_padded_with_zeros(blocked, left):
     whose padded input channels are zero."""
     c = blocked + blocked // 2
     res = check(_squeeze_excite(c, 56, 2 * blocked, left, cin=2 * blocked, depthwise=True),
-                ["com.microsoft.FusedConv", f"{NCHWC}.ReorderInput", f"{NCHWC}.Conv", f"{NCHWC}.GlobalAveragePool",
-                 f"{NCHWC}.ReorderOutput", "com.microsoft.FusedConv", "com.microsoft.FusedConv", "Concat", *SCALED,
-                 f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput"],
+                se_either(["com.microsoft.FusedConv", f"{NCHWC}.ReorderInput", f"{NCHWC}.Conv",
+                           f"{NCHWC}.GlobalAveragePool", f"{NCHWC}.ReorderOutput", "com.microsoft.FusedConv",
+                           "com.microsoft.FusedConv", "Concat", *SCALED, f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput"],
+                          ["com.microsoft.FusedConv", f"{NCHWC}.ReorderInput", f"{NCHWC}.Conv",
+                           f"{NCHWC}.GlobalAveragePool", f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput",
+                           "com.microsoft.FusedConv", "Concat", *SCALED, f"{NCHWC}.Conv", f"{NCHWC}.ReorderOutput"]),
         fired=["nchwc-scaled-padded-left" if left else "nchwc-scaled-padded", "nchwc-conv-scaled-input",
                "nchwc-global-average-pool-padded"])
     conv = [n for n in res.model.graph.node if n.op_type == "Conv"][-1]

@@ -70,15 +70,17 @@ def dequantized(m: onnx.ModelProto) -> np.ndarray:
 
 # ---- fires
 
+# Two rows at most (a decode step's): reading the weight decides the time, where six rows of
+# these small weights are priced by their arithmetic alone, the same fused or folded (a tie)
 @pytest.mark.parametrize("case, rules", [
     # uint4 with zero points, 2 blocks, A of rank 3
-    (dict(wtype=UINT4, zero_point=True, k=64, block=32, a_shape=(2, 3)), ["nbits-matmul-fuse", "nbits-zero-point"]),
+    (dict(wtype=UINT4, zero_point=True, k=64, block=32, a_shape=(1, 2)), ["nbits-matmul-fuse", "nbits-zero-point"]),
     # int4 without zero points (MatMulNBits' default 8 is the offset), 4 blocks
-    (dict(wtype=INT4, zero_point=False, k=64, block=16, a_shape=(3,)), ["nbits-matmul-fuse"]),
+    (dict(wtype=INT4, zero_point=False, k=64, block=16, a_shape=(1,)), ["nbits-matmul-fuse"]),
     # int4 with zero points, 3 blocks: half of each column's last zero-point byte
-    (dict(wtype=INT4, zero_point=True, k=48, block=16, a_shape=(2, 3)), ["nbits-matmul-fuse", "nbits-zero-point"]),
+    (dict(wtype=INT4, zero_point=True, k=48, block=16, a_shape=(2, 1)), ["nbits-matmul-fuse", "nbits-zero-point"]),
     # uint4 without zero points: packed zeros
-    (dict(wtype=UINT4, zero_point=False, k=32, block=32, a_shape=(4,)),
+    (dict(wtype=UINT4, zero_point=False, k=32, block=32, a_shape=(2,)),
      ["nbits-matmul-fuse", "nbits-zero-point-uint4-absent"]),
     # axis -2, A of rank 4
     (dict(wtype=UINT4, zero_point=True, k=128, n=5, block=64, axis=-2, a_shape=(1, 2, 3)),
