@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
+from eqsat.backends.ort.calibrate_layout import nchw_conv_model
 from eqsat.backends.ort.latency import compare
 
 SHAPES = [(16, 16, 1, 112), (16, 32, 1, 112), (32, 16, 1, 56), (32, 32, 1, 56), (64, 64, 1, 56),
@@ -27,13 +28,12 @@ NCHWC = "com.microsoft.nchwc"
 
 
 def conv(cin: int, cout: int, k: int, pixels: int, blocked: bool):
-    w = numpy_helper.from_array((np.random.default_rng(0).standard_normal((cout, cin, k, k)) * 0.1).astype(np.float32),
-                                "w")
-    node = helper.make_node("Conv", ["x", "w"], ["y"], domain=NCHWC if blocked else "", pads=[k // 2] * 4,
-                            kernel_shape=[k, k])
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, pixels, pixels])
-    g = helper.make_graph([node], "conv", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(NCHWC, 1)])
+    """calibrate_layout's NCHW convolution, or the same node as com.microsoft.nchwc.Conv."""
+    model, _ = nchw_conv_model(cin, cout, k, pixels)
+    if blocked:
+        model.graph.node[0].domain = NCHWC
+        model.opset_import.append(helper.make_opsetid(NCHWC, 1))
+    return model
 
 
 def main() -> None:

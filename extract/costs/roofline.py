@@ -192,6 +192,12 @@ LAYOUT_FIGURES = ("conv_speedup", "pool_speedup", "global_pool_speedup", "pixel_
                   "reorder_gbps", "upsample_speedup")
 
 
+# a profile's optional figures that must be numbers > 0: these never null (the FLOPs an element
+# of an op kind costs, the cache's size), these null where another rate stands in
+POSITIVE_FIGURES = ("transcendental_flops", "normalization_flops", "interpolation_flops", "cache_mib")
+OPTIONAL_RATES = ("depthwise_gflops", "conv_gflops", "cache_gbps", "qconv_gops", "qconv_depthwise_gops", "pool_gops")
+
+
 def _check_profile(p: Path, d: dict, cls) -> None:
     import difflib
 
@@ -212,12 +218,7 @@ def _check_profile(p: Path, d: dict, cls) -> None:
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number from 0 to 4 (0: no slower)")
         if k in ("contraction_alias_slowdown", "stem_conv_slowdown") and not (positive(v) and math.isfinite(v)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a finite number > 0 (a time ratio; 1.0: no slower)")
-        if k in ("transcendental_flops", "normalization_flops", "interpolation_flops", "depthwise_gflops",
-                 "conv_gflops", "cache_gbps",
-                 "cache_mib", "qconv_gops", "qconv_depthwise_gops", "pool_gops") \
-                and not (positive(v) or (k not in ("transcendental_flops", "normalization_flops", "interpolation_flops",
-                                                   "cache_mib")
-                                         and v is None)):
+        if k in POSITIVE_FIGURES + OPTIONAL_RATES and not (positive(v) or (k in OPTIONAL_RATES and v is None)):
             raise HardwareProfileError(f"{p}: {k} = {v!r}: must be a number > 0")
     if d.get("learned") is not None and not isinstance(d["learned"], dict):
         raise HardwareProfileError(f"{p}: learned = {d['learned']!r}: must be an object (eqsat calibrate --learn)")
@@ -496,9 +497,7 @@ class Roofline(CostModel):
         if kernel == 1 and not self._strided(egraph, node):
             return 0.0
         cin = w[1] if w[1] >= 0 else DEFAULT_DIM
-        x = egraph.class_data.get(inputs[0], {}).get("shape")
-        groups = (x[1] // cin) if x and len(x) > 1 and x[1] > 0 and cin > 0 else 1
-        return 2.0 * 4.0 * cin * kernel * math.prod(out[2:]) * out[0] * max(groups, 1)
+        return 2.0 * 4.0 * cin * kernel * math.prod(out[2:]) * out[0] * self._groups(egraph, inputs[0], cin)
 
     def inner_dim(self, egraph: EGraph, inputs: list[str]) -> float:
         """A convolution's inputs per output: input channels per group x kernel area (its
@@ -514,12 +513,15 @@ class Roofline(CostModel):
         At most 1 and never larger for fewer outputs: the price per FLOP never rises with M."""
         exponent = self.hw.narrow_conv_exponent
         w = egraph.class_data.get(inputs[1], {}).get("shape") if len(inputs) >= 2 else None
-        x = egraph.class_data.get(inputs[0], {}).get("shape")
         if not exponent or not w or len(w) < 3 or w[0] <= 0 or w[1] <= 0:
             return 1.0
-        groups = x[1] // w[1] if x and len(x) > 1 and x[1] > 0 else 1
-        m = w[0] / max(groups, 1)
-        return min(1.0, m / NARROW_CONV_M) ** exponent
+        return min(1.0, w[0] / self._groups(egraph, inputs[0], w[1]) / NARROW_CONV_M) ** exponent
+
+    def _groups(self, egraph: EGraph, x: str, cin: float) -> int:
+        """A convolution's groups: its input's channels over its filter's input channels `cin`
+        (at least 1; unknown: 1)."""
+        shape = egraph.class_data.get(x, {}).get("shape")
+        return max(int(shape[1] // cin), 1) if shape and len(shape) > 1 and shape[1] > 0 and cin > 0 else 1
 
     def _one_pixel(self, egraph: EGraph, node: Node) -> bool:
         """Whether an op's output is one pixel a batch: [N, C, 1, 1] (squeeze-excite's products)."""

@@ -342,18 +342,26 @@ def unary_chain(op: str, k: int, length: int):
     return _model(nodes, [_vi("x0", [k]), _vi("b", [k])], [_vi(f"x{length}", [k])])
 
 
-def transcendental_flops(overhead_us: float, threads: int = 1, runs: int = 60) -> float:
-    """The FLOPs a transcendental element costs at the vector rate: median over
-    TRANSCENDENTALS of (op's time - overhead) / (Mul's time - overhead), each op's chain
-    timed side by side with the Mul chain (both on VECTOR_K floats, VECTOR_MULS long)."""
-    mul, feeds = vector_chain(np.random.default_rng(0), VECTOR_K, VECTOR_MULS)
+def _mul_equivalents(chains, feeds: dict, overhead_us: float, threads: int, runs: int) -> float:
+    """The median over `chains` (models of VECTOR_MULS ops on VECTOR_K floats, fed `feeds`) of
+    (an op's time - overhead) / (a Mul's time - overhead), each chain timed side by side with
+    the Mul chain: the FLOPs an element of the op costs at the vector rate."""
+    mul, mul_feeds = vector_chain(np.random.default_rng(0), VECTOR_K, VECTOR_MULS)
     ratios = []
-    for op in TRANSCENDENTALS:
-        t_mul, t_op = compare([mul, unary_chain(op, VECTOR_K, VECTOR_MULS)], feeds, runs=runs, threads=threads)
+    for chain in chains:
+        t_mul, t_op = compare([mul, chain], [mul_feeds, feeds], runs=runs, threads=threads)
         per = [t * 1e3 / VECTOR_MULS for t in (t_mul, t_op)]  # us an op (compare gives ms)
         base = max(per[0] - overhead_us, 0.1 * per[0])
         ratios.append(max(per[1] - overhead_us, 0.1 * per[1]) / base)
     return round(statistics.median(ratios), 2)
+
+
+def transcendental_flops(overhead_us: float, threads: int = 1, runs: int = 60) -> float:
+    """The FLOPs a transcendental element costs at the vector rate (`_mul_equivalents` over
+    TRANSCENDENTALS' chains, fed the Mul chain's x0)."""
+    _, feeds = vector_chain(np.random.default_rng(0), VECTOR_K, VECTOR_MULS)
+    chains = [unary_chain(op, VECTOR_K, VECTOR_MULS) for op in TRANSCENDENTALS]
+    return _mul_equivalents(chains, feeds, overhead_us, threads, runs)
 
 
 NORMALIZATIONS = ("LayerNormalization", "SimplifiedLayerNormalization")
@@ -373,18 +381,11 @@ def norm_chain(op: str, k: int, length: int):
 
 
 def normalization_flops(overhead_us: float, threads: int = 1, runs: int = 60) -> float:
-    """The FLOPs a normalized element costs at the vector rate: median over NORMALIZATIONS of
-    (op's time - overhead) / (Mul's time - overhead), each op's chain on VECTOR_K floats
-    ([NORM_ROWS, VECTOR_K / NORM_ROWS]) timed side by side with the Mul chain."""
-    mul, feeds = vector_chain(np.random.default_rng(0), VECTOR_K, VECTOR_MULS)
-    rows = {"x0": feeds["x0"].reshape(NORM_ROWS, -1)}
-    ratios = []
-    for op in NORMALIZATIONS:
-        t_mul, t_op = compare([mul, norm_chain(op, VECTOR_K, VECTOR_MULS)], [feeds, rows], runs=runs, threads=threads)
-        per = [t * 1e3 / VECTOR_MULS for t in (t_mul, t_op)]  # us an op
-        base = max(per[0] - overhead_us, 0.1 * per[0])
-        ratios.append(max(per[1] - overhead_us, 0.1 * per[1]) / base)
-    return round(statistics.median(ratios), 2)
+    """The FLOPs a normalized element costs at the vector rate (`_mul_equivalents` over
+    NORMALIZATIONS' chains on the Mul chain's floats as [NORM_ROWS, VECTOR_K / NORM_ROWS])."""
+    _, feeds = vector_chain(np.random.default_rng(0), VECTOR_K, VECTOR_MULS)
+    chains = [norm_chain(op, VECTOR_K, VECTOR_MULS) for op in NORMALIZATIONS]
+    return _mul_equivalents(chains, {"x0": feeds["x0"].reshape(NORM_ROWS, -1)}, overhead_us, threads, runs)
 
 
 def measure(threads: int = 1, runs: int = 15) -> dict:

@@ -187,11 +187,13 @@ def _dense_rates(threads: int, runs: int) -> list[float]:
     return rates
 
 
-def nchw_conv_model(cin: int, cout: int, k: int, pixels: int) -> tuple:
-    """A k x k, stride 1, same-padded NCHW convolution of `cin` channels to `cout`, and its input."""
+def nchw_conv_model(cin: int, cout: int, k: int, pixels: int, stride: int = 1) -> tuple:
+    """A k x k, same-padded NCHW convolution of `cin` channels to `cout` on `pixels` x `pixels`,
+    and its input."""
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((cout, cin, k, k)) * 0.1).astype(np.float32)
-    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[k, k], pads=[k // 2] * 4)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[k, k], pads=[k // 2] * 4,
+                            strides=[stride, stride])
     vi = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, pixels, pixels])]
     yo = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
     g = helper.make_graph([node], "conv", vi, yo, [numpy_helper.from_array(w, "w")])
@@ -218,14 +220,7 @@ def narrow_conv_exponent(threads: int = 1, runs: int = 40) -> tuple[float, list[
 
 def stem_models(cout: int, pixels: int) -> tuple:
     """An image's first layer: a 3x3, stride 2 NCHW convolution of 3 channels to `cout`."""
-    rng = np.random.default_rng(0)
-    w = (rng.standard_normal((cout, 3, 3, 3)) * 0.1).astype(np.float32)
-    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
-    vi = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, pixels, pixels])]
-    yo = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
-    g = helper.make_graph([node], "stem", vi, yo, [numpy_helper.from_array(w, "w")])
-    return (helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
-            {"x": rng.standard_normal((1, 3, pixels, pixels)).astype(np.float32)})
+    return nchw_conv_model(3, cout, 3, pixels, stride=2)
 
 
 def stem_conv_slowdown(threads: int = 1, runs: int = 20) -> float:
