@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import pytest
 
-from eqsat.verification import compare, qdq_allowance_withheld, tolerance, verification_dims, verify
+from eqsat.verification import compare, qdq_allowance_withheld, qdq_kept_out, tolerance, verification_dims, verify
 from eqsat.verification.constant_sizes import CONSTANT_TRIES, constant_sizes, separate_sizes
 
 from .conftest import assert_wrong_never_written, parse_model, run_cli
@@ -702,6 +702,7 @@ def _allowance(own: dict, quantized=("y",)):
 
     allowance = QdqAllowance.__new__(QdqAllowance)
     allowance.active, allowance.used, allowance.withheld, allowance.quantized = True, [], "", set(quantized)
+    allowance.kept_out, allowance.disabled = {}, []  # the reference run is `own`
     allowance._own = lambda f: own
     return allowance
 
@@ -944,7 +945,7 @@ def test_qdq_allowance_does_not_take_onnxruntimes_removal_of_a_clip_that_matters
 
 
 @pytest.mark.parametrize("scales", [("6.8e36", "6.8e36"), ("0.05", "0.0")], ids=["huge", "zero-output-scale"])
-def test_qdq_allowance_is_withheld_where_onnxruntimes_own_fusion_is_no_rounding_change(scales):
+def test_qdq_allowance_leaves_out_where_onnxruntimes_own_fusion_is_no_rounding_change(scales):
     # DQ -> Add -> Q with scales of 6.8e36 (the float form overflows, Q saturates) or an output
     # scale of 0: onnxruntime's own QLinearAdd moves codes by up to 255, so an allowance measured
     # against it accepted that QLinearAdd, or anything else as far off
@@ -961,7 +962,7 @@ def test_qdq_allowance_is_withheld_where_onnxruntimes_own_fusion_is_no_rounding_
     assert verify(m, m).status == "passed"
     v = verify(m, fused)
     assert v.status == "failed" and v.requantized, v.detail
-    assert "no QDQ allowance: the scale of" in v.detail
+    assert "left out of that measure: the scale of" in v.detail
 
 
 @pytest.mark.parametrize("computed", ["Identity(ys0)", "Mul(ys0, one)", "Constant <value_float = 0.0> ()",
@@ -969,8 +970,9 @@ def test_qdq_allowance_is_withheld_where_onnxruntimes_own_fusion_is_no_rounding_
 def test_qdq_allowance_is_withheld_where_a_scale_is_computed_from_constants(computed):
     # an output scale of 0 computed from constants (Identity, Mul by 1): onnxruntime folds it
     # and fuses QLinearAdd, 255 codes off, and the check read only stored constants: a
-    # QLinearAdd with that scale (a rule file's, unguarded) passed as no farther. One this check
-    # cannot compute (an onnxruntime op's) withholds the allowance too
+    # QLinearAdd with that scale (a rule file's, unguarded) passed as no farther. The check folds
+    # it and leaves that Q out of the reference run; one it cannot compute (an onnxruntime op's)
+    # withholds the allowance
     text = """
         <ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
         g (uint8[4, 64] a, uint8[4, 64] b) => (uint8[4, 64] y) <float s = {{0.05}}, float ys0 = {{0.0}},
@@ -981,7 +983,9 @@ def test_qdq_allowance_is_withheld_where_a_scale_is_computed_from_constants(comp
     m = parse_model(text.format(computed=computed, body="ad = DequantizeLinear(a, s, z)\n"
                                 " bd = DequantizeLinear(b, s, z)\n c = Add(ad, bd)\n y = QuantizeLinear(c, ys, z)"))
     fused = parse_model(text.format(computed=computed, body="y = com.microsoft.QLinearAdd(a, s, z, b, s, z, ys, z)"))
-    assert "the scale of QuantizeLinear" in qdq_allowance_withheld(m)
+    unknown = computed.startswith("com.microsoft")
+    assert ("the scale of QuantizeLinear" in qdq_allowance_withheld(m)) == unknown
+    assert ("the scale of QuantizeLinear" in _kept_out_why(m)) == (not unknown)
     v = verify(m, fused)
     assert v.status == "failed" and v.requantized, v.detail
 
@@ -999,7 +1003,7 @@ def test_qdq_allowance_check_follows_chains_thousands_of_nodes_deep(scale):
                           [helper.make_tensor_value_info("y", TensorProto.UINT8, [4])],
                           [helper.make_tensor("s0", TensorProto.FLOAT, [], [scale])])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    assert ("the scale of QuantizeLinear" in qdq_allowance_withheld(m)) == (scale == 0.0)
+    assert ("the scale of QuantizeLinear" in _kept_out_why(m)) == (scale == 0.0)
 
 
 def test_qdq_allowance_reads_scales_of_constant_nodes_in_each_form():
@@ -1011,7 +1015,12 @@ def test_qdq_allowance_reads_scales_of_constant_nodes_in_each_form():
                 s = Constant <{scale}> ()
                 y = QuantizeLinear(x, s)
             }}""")
-        assert "the scale of QuantizeLinear" in qdq_allowance_withheld(m), scale
+        assert "the scale of QuantizeLinear" in _kept_out_why(m), scale
+
+
+def _kept_out_why(m: onnx.ModelProto) -> str:
+    """Why each node of `m` is left out of the QDQ allowance's reference run, joined."""
+    return "; ".join(qdq_kept_out(m).values())
 
 
 def _gemm_shifted_by_steps(m: onnx.ModelProto, steps: int) -> onnx.ModelProto:
@@ -1025,7 +1034,7 @@ def _gemm_shifted_by_steps(m: onnx.ModelProto, steps: int) -> onnx.ModelProto:
     return moved
 
 
-def test_qdq_allowance_is_withheld_where_onnxruntime_fuses_a_gemm_with_its_bias_changed():
+def test_qdq_allowance_leaves_out_where_onnxruntime_fuses_a_gemm_with_its_bias_changed():
     # onnxruntime fuses DQ -> Gemm -> Q with an int32 bias at another scale than a_scale * b_scale
     # into QGemm, which adds it at a_scale * b_scale: its own model moved the output by 8.9 (178
     # steps), and a model 20 steps off passed
@@ -1035,15 +1044,15 @@ def test_qdq_allowance_is_withheld_where_onnxruntime_fuses_a_gemm_with_its_bias_
     wrong = _gemm_shifted_by_steps(m, 20)
     v = verify(m, wrong)
     assert v.status == "failed" and v.requantized, v.detail
-    assert "no QDQ allowance: onnxruntime fuses Gemm" in v.detail
+    assert "left out of that measure: onnxruntime fuses Gemm" in v.detail
     # at a_scale * b_scale, or zeros at any scale: the allowance stands (onnxruntime's QGemm moves
     # what rounds otherwise)
-    assert qdq_allowance_withheld(test_qdq.gemm_model(a_type="uint8")) == ""
-    assert qdq_allowance_withheld(test_qdq.conv_model(x_type="uint8", bias_scale=0.5, zero_bias=True)) == ""
-    assert "onnxruntime fuses Conv" in qdq_allowance_withheld(test_qdq.conv_model(x_type="uint8", bias_scale=0.5))
+    assert _kept_out_why(test_qdq.gemm_model(a_type="uint8")) == ""
+    assert _kept_out_why(test_qdq.conv_model(x_type="uint8", bias_scale=0.5, zero_bias=True)) == ""
+    assert "onnxruntime fuses Conv" in _kept_out_why(test_qdq.conv_model(x_type="uint8", bias_scale=0.5))
 
 
-def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_a_float_gemm_bias_coarsely():
+def test_qdq_allowance_leaves_out_where_onnxruntime_rounds_a_float_gemm_bias_coarsely():
     # a float bias: onnxruntime rounds it to integers of a_scale * b_scale = 1, 100 output steps
     # of 0.01 (41 steps measured), so its own model is no measure of a rewrite's rounding
     text = """
@@ -1058,11 +1067,11 @@ def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_a_float_gemm_bias_co
     rng = np.random.default_rng(0)
     b = ", ".join(map(str, rng.integers(-2, 3, 40)))
     c = ", ".join(f"{v:.3f}" for v in rng.standard_normal(5) * 0.3)
-    assert "onnxruntime fuses Gemm" in qdq_allowance_withheld(parse_model(text.format(b=b, c=c, ys="0.01")))
-    assert qdq_allowance_withheld(parse_model(text.format(b=b, c=c, ys="100.0"))) == ""
+    assert "onnxruntime fuses Gemm" in _kept_out_why(parse_model(text.format(b=b, c=c, ys="0.01")))
+    assert _kept_out_why(parse_model(text.format(b=b, c=c, ys="100.0"))) == ""
 
 
-def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_a_float_conv_bias_coarsely():
+def test_qdq_allowance_leaves_out_where_onnxruntime_rounds_a_float_conv_bias_coarsely():
     # the same for a Conv: onnxruntime quantizes its float bias at x_scale * w_scale = 1 and fuses
     # a QLinearConv (38 output steps of 0.01 measured where the codes are 128); at an output step of
     # 100 the rounding is a hundredth of a step, and the allowance stands
@@ -1077,8 +1086,8 @@ def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_a_float_conv_bias_co
             y = QuantizeLinear(g, ys, zy)
         }}"""
     w = ", ".join(map(str, np.random.default_rng(0).integers(-2, 3, 16)))
-    assert "onnxruntime fuses Conv" in qdq_allowance_withheld(parse_model(text.format(w=w, ys="0.01")))
-    assert qdq_allowance_withheld(parse_model(text.format(w=w, ys="100.0"))) == ""
+    assert "onnxruntime fuses Conv" in _kept_out_why(parse_model(text.format(w=w, ys="0.01")))
+    assert _kept_out_why(parse_model(text.format(w=w, ys="100.0"))) == ""
 
 
 MATMUL_ADD_BIAS = """
@@ -1095,7 +1104,7 @@ MATMUL_ADD_BIAS = """
 @pytest.mark.parametrize("add", ["m = MatMul(ad, bd)\n g = Add(m, c)", "m = MatMul(ad, bd)\n g = Add(c, m)",
                                  "m = Gemm(ad, bd)\n g = Sum(m, c)", "m = Gemm(ad, bd)\n g = Sum(c, m)"],
                          ids=["matmul-add", "matmul-add-bias-first", "gemm-sum", "gemm-sum-bias-first"])
-def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_the_bias_of_a_matmul_and_add(add):
+def test_qdq_allowance_leaves_out_where_onnxruntime_rounds_the_bias_of_a_matmul_and_add(add):
     # the Gemm's siblings written as MatMul + Add or as a Gemm without a bias + Sum: onnxruntime
     # fuses them into a Gemm with the bias (MatMulAddFusion, GemmSumFusion) and then into QGemm,
     # its float bias rounded to integers of a_scale * b_scale = 1 (9 and 10 output steps of 0.05
@@ -1105,12 +1114,12 @@ def test_qdq_allowance_is_withheld_where_onnxruntime_rounds_the_bias_of_a_matmul
     b = ", ".join(map(str, rng.integers(-1, 2, 40)))
     c = ", ".join(f"{v:.3f}" for v in (0.45, -0.3, 0.2, -0.45, 0.35))
     m = parse_model(MATMUL_ADD_BIAS.format(b=b, c=c, ys="0.05", add=add))
-    assert "with its bias changed" in qdq_allowance_withheld(m)
+    assert "with its bias changed" in _kept_out_why(m)
     dropped = parse_model(MATMUL_ADD_BIAS.format(b=b, c=c, ys="0.05", add=add.split("\n")[0] + "\n g = Identity(m)"))
     v = verify(m, dropped)
     assert v.status == "failed", v.detail
     # at an output step of 100 the rounding is a two-hundredth of a step: the allowance stands
-    assert qdq_allowance_withheld(parse_model(MATMUL_ADD_BIAS.format(b=b, c=c, ys="100.0", add=add))) == ""
+    assert _kept_out_why(parse_model(MATMUL_ADD_BIAS.format(b=b, c=c, ys="100.0", add=add))) == ""
 
 
 def test_weight_only_4bit_model_gets_no_qdq_allowance():
@@ -1269,7 +1278,7 @@ def test_a_rewrite_exact_on_the_random_draw_and_off_beyond_it_gets_no_scaled_all
     assert verify(original, original).status == "passed"
 
 
-def test_qdq_allowance_is_withheld_where_onnxruntime_fuses_an_average_pool_that_counts_otherwise():
+def test_qdq_allowance_leaves_out_where_onnxruntime_fuses_an_average_pool_that_counts_otherwise():
     # ceil_mode 1 with count_include_pad 1: onnxruntime's QLinearAveragePool divides a window
     # past the end by another count than its float AveragePool (87 output steps here), and its
     # own optimization fuses it so: the allowance passed the fused form, measured against itself
@@ -1283,11 +1292,11 @@ def test_qdq_allowance_is_withheld_where_onnxruntime_fuses_an_average_pool_that_
     attrs = "kernel_shape = [2, 2], strides = [3, 3], ceil_mode = 1, count_include_pad = 1"
     original = model(f"d = DequantizeLinear(x, s, z)\n a = AveragePool <{attrs}> (d)\n y = QuantizeLinear(a, ys, yz)")
     fused = model(f"y = com.microsoft.QLinearAveragePool <{attrs}> (x, s, z, ys, yz)", ', "com.microsoft" : 1')
-    assert "AveragePool" in qdq_allowance_withheld(original)
+    assert "AveragePool" in _kept_out_why(original)
     v = verify(original, fused)
-    assert v.status == "failed" and "no QDQ allowance" in v.detail, v.detail
+    assert v.status == "failed" and "left out of that measure" in v.detail, v.detail
     # without ceil_mode the two count alike: the allowance stays
-    assert qdq_allowance_withheld(model("d = DequantizeLinear(x, s, z)\n a = AveragePool "
+    assert _kept_out_why(model("d = DequantizeLinear(x, s, z)\n a = AveragePool "
                                         "<kernel_shape = [2, 2], strides = [3, 3], count_include_pad = 1> (d)\n"
                                         " y = QuantizeLinear(a, ys, yz)")) == ""
 
@@ -1322,7 +1331,7 @@ def _square_gemm(trans_b: int, axis: int) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("op, axis", [("Conv", 1), ("Conv", -3), ("Gemm", 1)])
-def test_qdq_allowance_is_withheld_where_onnxruntime_misreads_per_axis_weight_scales(op, axis):
+def test_qdq_allowance_leaves_out_where_onnxruntime_misreads_per_axis_weight_scales(op, axis):
     # scales along a Conv weight's input channels (4 of them, as many as its outputs):
     # onnxruntime's QLinearConv fusion takes them as one per output channel and its own model
     # moved the output by up to 44 steps, so a program with the bias negated passed as
@@ -1340,14 +1349,14 @@ def test_qdq_allowance_is_withheld_where_onnxruntime_misreads_per_axis_weight_sc
         wrong.graph.initializer.append(onnx.numpy_helper.from_array(np.array(123, np.uint8), "yz3"))
         wrong.graph.node[-1].input[2] = "yz3"
     v = verify(m, wrong)
-    assert v.status == "failed" and "no QDQ allowance" in v.detail, v.detail
-    assert "per-axis scales" in qdq_allowance_withheld(m), qdq_allowance_withheld(m)
+    assert v.status == "failed" and "left out of that measure" in v.detail, v.detail
+    assert "per-axis scales" in _kept_out_why(m), _kept_out_why(m)
     # along the output channels the allowance stands
-    assert qdq_allowance_withheld(test_qdq.conv_model(w_scale=[0.01, 0.02, 0.015, 0.03], cin=4, cout=4)) == ""
-    assert qdq_allowance_withheld(_square_gemm(1, 0)) == qdq_allowance_withheld(_square_gemm(0, 1)) == ""
+    assert _kept_out_why(test_qdq.conv_model(w_scale=[0.01, 0.02, 0.015, 0.03], cin=4, cout=4)) == ""
+    assert _kept_out_why(_square_gemm(1, 0)) == _kept_out_why(_square_gemm(0, 1)) == ""
 
 
-def test_qdq_allowance_is_withheld_for_per_axis_scales_onnxruntime_reads_as_one():
+def test_qdq_allowance_leaves_out_per_axis_scales_onnxruntime_reads_as_one():
     # a QuantizeLinear after a Softmax with one scale per channel: onnxruntime's QLinearSoftmax
     # takes one scale in all (its own model moved outputs by 5 steps)
     m = parse_model("""
@@ -1360,7 +1369,7 @@ def test_qdq_allowance_is_withheld_for_per_axis_scales_onnxruntime_reads_as_one(
             yq = QuantizeLinear <axis = 1> (c, ys, yz)
             z = DequantizeLinear <axis = 1> (yq, ys, yz)
         }""")
-    assert "per-axis scales" in qdq_allowance_withheld(m)
+    assert "per-axis scales" in _kept_out_why(m)
 
 
 def test_the_inputs_of_sizes_that_do_not_run_die_with_the_verification():

@@ -30,6 +30,7 @@ from eqsat.verification.qdq import (  # noqa: F401 - also imported from here
     QDQ_UNSOUND_TRANSFORMERS,
     QdqAllowance,
     qdq_allowance_withheld,
+    qdq_kept_out,
     quantized_outputs,
 )
 

@@ -12,6 +12,7 @@ from onnx import ModelProto
 from eqsat.backends.ort.sessions import session
 from eqsat.core.randomness import RANDOM_OPS
 from eqsat.verification.mismatch import Mismatch
+from eqsat.verification.qdq_float import NotWritable, as_float_ops
 
 # onnxruntime transformers left out of the allowance's reference run: QDQFinalCleanupTransformer
 # removes every DequantizeLinear -> QuantizeLinear pair of one scale and zero point, also where
@@ -195,14 +196,31 @@ class QdqAllowance:
         self.active = any(n.op_type == "QuantizeLinear" and n.domain in ("", "ai.onnx") for n in original.graph.node)
         # where onnxruntime's own fusions are no rounding change, what they move is no measure
         self.withheld = qdq_allowance_withheld(original) if self.active else ""
+        self.kept_out = qdq_kept_out(original) if self.active and not self.withheld else {}
         self.quantized = quantized_outputs(original) if self.active else set()
         self.codes = code_outputs(original) if self.active else set()
-        self.disabled = QDQ_UNSOUND_TRANSFORMERS + ALLOWANCE_WITHHELD_FUSIONS + (
-            float_folds_withheld(original) if self.active else [])
+        self.original = original
         self.source = files[0] or original
+        self.disabled: list[str] | None = None  # the reference run's, once `_reference` has run
         self.sess = None
         self.used: list[str] = []
         self.announce = announce  # verification's progress (the isolated child reports it)
+
+    def _reference(self) -> None:
+        """The model of the reference run (`source`) and the transformers it runs without
+        (`disabled`): with kept_out's nodes written as float ops (eqsat.verification.qdq_float),
+        so that onnxruntime fuses nothing through them; `withheld` says why where one cannot be."""
+        if self.disabled is not None:
+            return
+        ref = self.original
+        if self.kept_out:
+            try:
+                ref = as_float_ops(self.original, set(self.kept_out))
+            except NotWritable as e:
+                self.withheld = f"{next(iter(self.kept_out.values()))}, and {e}"
+            self.source = ref
+        folds = dict.fromkeys(float_folds_withheld(self.original) + float_folds_withheld(ref))
+        self.disabled = QDQ_UNSOUND_TRANSFORMERS + ALLOWANCE_WITHHELD_FUSIONS + [t for t in FLOAT_FOLDS if t in folds]
 
     def _own(self, f: dict[str, np.ndarray]) -> dict[str, object] | None:
         try:
@@ -216,10 +234,20 @@ class QdqAllowance:
         except Exception:  # noqa: BLE001 - no allowance then
             return None
 
+    def kept_out_note(self) -> str:
+        """What the reference run leaves out, for a message (empty where nothing)."""
+        if not self.kept_out:
+            return ""
+        first = next(iter(self.kept_out.values()))
+        more = f" (and {len(self.kept_out) - 1} more)" if len(self.kept_out) > 1 else ""
+        return (f"onnxruntime's fusions through {len(self.kept_out)} QuantizeLinear/DequantizeLinear nodes left "
+                f"out of that measure: {first}{more}")
+
     def filter(self, bad: list[Mismatch], expected: dict, got: dict, f: dict[str, np.ndarray]) -> list[Mismatch]:
         """The mismatches that remain after the allowance."""
         if not bad or not self.active:
             return bad
+        self._reference()
         if self.withheld:  # a program with fewer requantizing fusions may pass (eqsat.api.finish)
             return [Mismatch(m.output, f"{m.detail}; no QDQ allowance: {self.withheld}", requantized=True)
                     for m in bad]
@@ -259,9 +287,10 @@ class QdqAllowance:
                                  f"{float(theirs.max()):.3g})")
                 continue
             at = tuple(int(i) for i in np.argwhere(beyond)[0])
+            note = f" ({self.kept_out_note()})" if self.kept_out else ""
             still.append(Mismatch(m.output, f"{m.detail}; farther than onnxruntime's own optimization of the "
                                             f"original moves it at {int(beyond.sum())} of them, first at {at}: "
-                                            f"{ours[at]:.3g} where it moves {theirs[at]:.3g}; {unlike}",
+                                            f"{ours[at]:.3g} where it moves {theirs[at]:.3g}; {unlike}{note}",
                                   requantized=True))
         return still
 
@@ -270,7 +299,8 @@ class QdqAllowance:
                 "optimization of it, at each element or as rounding spread (largest difference, ours and "
                 "onnxruntime's: "
                 + ", ".join(self.used[:4])
-                + (", ..." if len(self.used) > 4 else "") + ")")
+                + (", ..." if len(self.used) > 4 else "") + ")"
+                + (f"; {self.kept_out_note()}" if self.kept_out else ""))
 
 
 # Scales of a QDQ model where onnxruntime's own fusions differ from the float form by rounding
@@ -318,21 +348,36 @@ def quantized_outputs(model: ModelProto) -> set[str]:
 
 
 def qdq_allowance_withheld(model: ModelProto) -> str:
-    """Why onnxruntime's own optimization of `model` is no measure of what a requantizing rewrite
-    may move (empty where it is one): a constant scale of a QuantizeLinear or DequantizeLinear
-    outside REQUANT_SCALE_RANGE (zero, negative, subnormal, huge: onnxruntime fused DQ -> Add ->
-    Q with a zero output scale or scales of 6.8e36, and moved codes by up to 255, the float form
-    overflowing where its kernel does not), or a Conv, ConvTranspose, Gemm, MatMul + Add or
-    Gemm + Sum (`_biased`) that onnxruntime fuses with a bias it changes: an int32 bias, not
-    all zeros, at another scale than x_scale * w_scale (QGemm adds it at x_scale * w_scale) or
-    a float bias rounded to integers of x_scale * w_scale above a tenth of the output's step (a
-    Gemm's output moved 178 and 41 steps, a Conv's 38); or an AveragePool after a DequantizeLinear with ceil_mode 1 and
-    count_include_pad 1, which onnxruntime's QLinearAveragePool counts otherwise (up to 87
-    steps); or a QuantizeLinear or DequantizeLinear with per-axis scales other than a weight's
-    along its output channels or a bias's, which onnxruntime's fusions read as one per output
-    channel or one in all (up to 44 steps). With any, the allowance accepted any program as far off."""
+    """Why onnxruntime's own optimization of `model` is no measure at all of what a requantizing
+    rewrite may move (empty where it is one): the scale of a QuantizeLinear or DequantizeLinear
+    computed from constants that onnxruntime folds and this check cannot (its fusions may then
+    take any scale, `qdq_kept_out` cannot tell)."""
+    return _QdqGraph(model.graph).unfoldable_scale()
+
+
+def qdq_kept_out(model: ModelProto) -> dict[str, str]:
+    """The QuantizeLinear and DequantizeLinear nodes of `model` (by output, each with why) through
+    which onnxruntime's own fusions compute otherwise than the float form, not a rounding apart:
+    the allowance's reference run has them written as float ops (eqsat.verification.qdq_float),
+    so that it fuses nothing through them and every other fusion stays its measure. They are:
+    a node whose constant scale lies outside REQUANT_SCALE_RANGE (zero, negative, subnormal,
+    huge: onnxruntime fused DQ -> Add -> Q with a zero output scale or scales of 6.8e36, and
+    moved codes by up to 255, the float form overflowing where its kernel does not); the
+    DequantizeLinear inputs of a Conv, ConvTranspose, Gemm, MatMul + Add or Gemm + Sum
+    (`_biased`) that onnxruntime fuses with a bias it changes: an int32 bias, not all zeros, at
+    another scale than x_scale * w_scale (QGemm adds it at x_scale * w_scale) or a float bias
+    rounded to integers of x_scale * w_scale above a tenth of the output's step (a Gemm's output
+    moved 178 and 41 steps, a Conv's 38); the DequantizeLinear before an AveragePool with
+    ceil_mode 1 and count_include_pad 1, which onnxruntime's QLinearAveragePool counts otherwise
+    (up to 87 steps); a QuantizeLinear or DequantizeLinear with per-axis scales other than a
+    weight's along its output channels or a bias's, which onnxruntime's fusions read as one per
+    output channel or one in all (up to 44 steps). With any of them in its reference, the
+    allowance accepted any program as far off."""
     g = _QdqGraph(model.graph)
-    return g.scale_out_of_range() or g.bias_changed() or g.pool_miscounted() or g.per_axis_misread()
+    kept: dict[str, str] = {}
+    for node, why in (*g.scales_out_of_range(), *g.bias_changed(), *g.pool_miscounted(), *g.per_axis_misread()):
+        kept.setdefault(node.output[0], why)
+    return kept
 
 
 def float_folds_withheld(model: ModelProto) -> list[str]:
@@ -348,7 +393,7 @@ FLOAT_FOLDS = ("MatMulScaleFusion", "MatmulBNFusion", "ConvMulFusion", "ConvBNFu
 
 
 class _QdqGraph:
-    """The constants, producers and readers of a graph's values, for qdq_allowance_withheld."""
+    """The constants, producers and readers of a graph's values, for qdq_allowance_withheld and qdq_kept_out."""
 
     def __init__(self, graph) -> None:
         from eqsat.core.encode import NotTyped, constant_node_tensor
@@ -446,13 +491,20 @@ class _QdqGraph:
         s = self.value(d.input[1])
         return None if s is None else s.astype(np.float32)
 
-    def scale_out_of_range(self) -> str:
+    def unfoldable_scale(self) -> str:
+        for n in self.nodes:
+            if self.qdq(n) and len(n.input) > 1 and self.value(n.input[1]) is None \
+                    and self.computed_from_constants(n.input[1]):
+                return (f"the scale of {n.op_type} '{n.name or n.output[0]}' is computed from constants that "
+                        "onnxruntime folds and this check cannot (its fusions may take any scale)")
+        return ""
+
+    def scales_out_of_range(self):
+        """(node, why) of each QuantizeLinear and DequantizeLinear of a constant scale outside
+        REQUANT_SCALE_RANGE (squared for an int32 DequantizeLinear: a bias)."""
         lo, hi = REQUANT_SCALE_RANGE
         for n in self.nodes:
             s = self.value(n.input[1]) if self.qdq(n) and len(n.input) > 1 else None
-            if s is None and self.qdq(n) and len(n.input) > 1 and self.computed_from_constants(n.input[1]):
-                return (f"the scale of {n.op_type} '{n.name or n.output[0]}' is computed from constants that "
-                        "onnxruntime folds and this check cannot (its fusions may take any scale)")
             if s is None or s.size == 0 or s.dtype.kind != "f":
                 continue
             x = self.value(n.input[0])
@@ -460,20 +512,27 @@ class _QdqGraph:
             a = np.abs(s.astype(np.float64))
             if not (np.isfinite(a).all() and (s > 0).all()
                     and a.min() >= (lo * lo if wide else lo) and a.max() <= (hi * hi if wide else hi)):
-                return (f"the scale of {n.op_type} '{n.name or n.output[0]}' is not positive within [2^-60, 2^30] "
-                        "(onnxruntime's fusions there compute other values than the float form, not a rounding "
-                        "apart)")
-        return ""
+                yield n, (f"the scale of {n.op_type} '{n.name or n.output[0]}' is not positive within [2^-60, 2^30] "
+                          "(onnxruntime's fusions there compute other values than the float form, not a rounding "
+                          "apart)")
 
-    def bias_changed(self) -> str:
+    def _dq_inputs(self, *names: str) -> list:
+        """The DequantizeLinear nodes that compute `names`."""
+        return [d for d in (self.producer.get(i) for i in names) if d is not None and self.qdq(d)
+                and d.op_type == "DequantizeLinear"]
+
+    def bias_changed(self):
+        """(DequantizeLinear, why) of the inputs of each product that onnxruntime fuses with its
+        bias changed (see qdq_kept_out)."""
         for n, a, b, bias, out in self._biased():
             qs = [self.value(q.input[1]) for q in self.readers.get(out, []) if self.qdq(q) and len(q.input) > 1]
             sa, sb = self.dq_scale(a), self.dq_scale(b)
             if qs and sa is not None and sb is not None and not self._bias_kept(bias, sa * sb, qs):
-                return (f"onnxruntime fuses {n.op_type} '{n.name or n.output[0]}' with its bias changed (an int32 "
-                        "bias not at x_scale * w_scale, or a float bias it rounds at x_scale * w_scale above a tenth "
-                        "of the output's step)")
-        return ""
+                why = (f"onnxruntime fuses {n.op_type} '{n.name or n.output[0]}' with its bias changed (an int32 "
+                       "bias not at x_scale * w_scale, or a float bias it rounds at x_scale * w_scale above a tenth "
+                       "of the output's step)")
+                for d in self._dq_inputs(a, b):
+                    yield d, why
 
     def _biased(self):
         """(node, x, w, bias, output) of each product whose QDQ fusion adds a bias in the
@@ -506,8 +565,8 @@ class _QdqGraph:
             return x is not None and x.dtype == np.int32
         return name not in self.dependent
 
-    def pool_miscounted(self) -> str:
-        """An AveragePool after a DequantizeLinear with ceil_mode 1 and count_include_pad 1:
+    def pool_miscounted(self):
+        """(DequantizeLinear, why) before each AveragePool with ceil_mode 1 and count_include_pad 1:
         onnxruntime fuses it into QLinearAveragePool, which divides a window that ceil_mode
         adds past the end by another count than its float AveragePool (42 to 87 output steps
         apart): what its own optimization moves there is no rounding."""
@@ -517,12 +576,11 @@ class _QdqGraph:
             a = self.attrs(n)
             d = self.producer.get(n.input[0])
             if a.get("ceil_mode", 0) and a.get("count_include_pad", 0) and d is not None and self.qdq(d):
-                return (f"onnxruntime fuses AveragePool '{n.name or n.output[0]}' (ceil_mode and count_include_pad) "
-                        "into QLinearAveragePool, which counts a window past the end otherwise")
-        return ""
+                yield d, (f"onnxruntime fuses AveragePool '{n.name or n.output[0]}' (ceil_mode and count_include_pad) "
+                          "into QLinearAveragePool, which counts a window past the end otherwise")
 
-    def per_axis_misread(self) -> str:
-        """A QuantizeLinear or DequantizeLinear with a scale per slice (more than one), other than
+    def per_axis_misread(self):
+        """(node, why) of each QuantizeLinear or DequantizeLinear with a scale per slice (more than one), other than
         a weight's DequantizeLinear along its output channels (a Conv's axis 0, a ConvTranspose's
         1, a Gemm's 0 with transB else 1, a MatMul's last) and a bias's: onnxruntime's QLinearConv
         and QGemm fusions take a 1-D weight scale as one per output channel whatever the axis (30
@@ -530,9 +588,8 @@ class _QdqGraph:
         for n in self.nodes:
             s = self.value(n.input[1]) if self.qdq(n) and len(n.input) > 1 else None
             if s is not None and s.size > 1 and not self._weight_along_outputs(n):
-                return (f"{n.op_type} '{n.name or n.output[0]}' has per-axis scales where onnxruntime's fusions "
-                        "read one per output channel or one in all")
-        return ""
+                yield n, (f"{n.op_type} '{n.name or n.output[0]}' has per-axis scales where onnxruntime's fusions "
+                          "read one per output channel or one in all")
 
     def _weight_along_outputs(self, d) -> bool:
         """Whether the DequantizeLinear `d` is read only as weights along their output channels or
