@@ -357,9 +357,26 @@ def test_matmul_with_full_range_int8_weights_fuses_with_uint8_weights():
                   fired=["qdq-weight-s8-as-u8", "qdq-matmul-fuse"], **ONE_STEP)
 
 
-def test_matmul_with_per_column_weights_does_not_fuse():
-    # QLinearMatMul is fused per tensor only (as onnxruntime's selector does)
-    m = matmul_model(b_scale=RNG.uniform(0.01, 0.03, 5))
+@pytest.mark.parametrize("axis, rule", [(1, "qdq-matmul-weight-per-column"), (-1, "qdq-matmul-weight-per-column-last")])
+def test_matmul_with_per_column_weights_fuses_as_onnxruntime(axis, rule):
+    # one scale per output column, as onnxruntime's quantizer writes with per_channel=True and
+    # QLinearMatMul takes its b (onnxruntime 1.32 fuses it too)
+    m = matmul_model(b_scale=RNG.uniform(0.01, 0.03, 5), b_axis=axis)
+    res = check_rewrite(m, ["QuantizeLinear", "QLinearMatMul", "DequantizeLinear"], fired=[rule, "qdq-matmul-fuse"],
+                        **ONE_STEP)
+    assert fused(op_list(res.model)) == 1 == fused(ort_extended_ops(m))
+
+
+def test_matmul_with_full_range_per_column_weights_fuses_with_uint8_weights():
+    # full-range int8 weights meet the exact uint8 x uint8 kernel, as per tensor
+    m = matmul_model(b_scale=RNG.uniform(0.01, 0.03, 5), b_max=127)
+    check_rewrite(m, ["QuantizeLinear", "QLinearMatMul", "DequantizeLinear"],
+                  fired=["qdq-matmul-weight-per-column", "qdq-weight-s8-as-u8", "qdq-matmul-fuse"], **ONE_STEP)
+
+
+def test_matmul_with_per_row_weights_does_not_fuse():
+    # scales along b's rows (axis 0, its input dimension K): QLinearMatMul has no such form
+    m = matmul_model(b_scale=RNG.uniform(0.01, 0.03, 8), b_axis=0)
     check_rewrite(m, ["QuantizeLinear", "DequantizeLinear", "MatMul", "QuantizeLinear", "DequantizeLinear"],
                   not_fired=["qdq-matmul-fuse"])
 
@@ -956,20 +973,23 @@ def test_concat_is_not_fused_for_target_onnx():
 UNFUSED_GEMM = ["QuantizeLinear", "DequantizeLinear", "Gemm", "QuantizeLinear", "DequantizeLinear"]
 
 def gemm_model(a_type="int8", b_max=64, trans_b=1, alpha=None, bias="int32", bias_scale=None, b_per_channel=False,
-               second_reader=False) -> onnx.ModelProto:
+               second_reader=False, b_axis=None) -> onnx.ModelProto:
     """x -> Q -> DQ -> Gemm(DQ(b), DQ(c)) -> Q -> DQ as quantize_static writes a classifier:
-    int8 B in [-b_max, b_max] ([N, K] with transB, else [K, N]), an int32 bias at
+    int8 B in [-b_max, b_max] ([N, K] with transB, else [K, N]), per tensor or `b_per_channel`
+    (one scale per output: along `b_axis`, by default B's N axis), an int32 bias at
     a_scale * b_scale (`bias_scale` another), or `bias` None."""
     k, n = 8, 5
     b = RNG.integers(-b_max, b_max + 1, (n, k) if trans_b else (k, n))
     a_scale = np.float32(0.03)
-    bs = RNG.uniform(0.01, 0.03, n).astype(np.float32) if b_per_channel else np.float32(0.02)
-    shp, attr = (f"[{n}]", "<axis = 0> ") if b_per_channel else ("", "")
+    b_axis = (0 if trans_b else 1) if b_axis is None else b_axis
+    bs = RNG.uniform(0.01, 0.03, b.shape[b_axis]).astype(np.float32) if b_per_channel else np.float32(0.02)
+    shp, attr = (f"[{len(bs)}]", f"<axis = {b_axis}> ") if b_per_channel else ("", "")
     inits = [f"int8[{dims(b.shape)}] b = {{{ints(b)}}}", f"float{shp} bs = {{{floats(bs)}}}",
              f"int8{shp} bz = {{{ints(np.zeros(np.shape(bs)))}}}"]
     body, gemm_in = "", "ad, bd"
     if bias == "int32":
-        cs = np.broadcast_to(a_scale * bs if bias_scale is None else np.float32(bias_scale), (n,))
+        cs = np.broadcast_to(a_scale * bs if bias_scale is None else np.float32(bias_scale), (n,)) \
+            if np.size(bs) in (1, n) else np.full(n, a_scale * 0.02, np.float32)
         inits += [f"int32[{n}] c = {{{ints(RNG.integers(-3000, 3000, n))}}}", f"float[{n}] cs = {{{floats(cs)}}}",
                   f"int32[{n}] cz = {{{ints(np.zeros(n))}}}"]
         body, gemm_in = "cd = DequantizeLinear <axis = 0> (c, cs, cz)", "ad, bd, cd"
@@ -1002,8 +1022,9 @@ def gemm_fusions(ops: list[str]) -> int:
 
 
 @pytest.mark.parametrize("opts", [{}, {"a_type": "uint8"}, {"bias": None}, {"trans_b": 0}, {"b_per_channel": True},
-                                  {"b_max": 127}], ids=["int8", "uint8", "no-bias", "transB-0", "per-output-B",
-                                                        "full-range-B"])
+                                  {"trans_b": 0, "b_per_channel": True}, {"b_max": 127}],
+                         ids=["int8", "uint8", "no-bias", "transB-0", "per-output-B", "per-column-B-transB-0",
+                              "full-range-B"])
 def test_gemm_fuses_into_qgemm(opts):
     m = gemm_model(**opts)
     rules = ["qdq-gemm-fuse"] + (["qdq-gemm-no-bias"] if opts.get("bias", "int32") is None
@@ -1016,6 +1037,12 @@ def test_gemm_fuses_into_qgemm(opts):
             == opts.get("trans_b", 1))
     if opts.get("bias", "int32") is None:
         assert node.input[6] == ""
+
+
+def test_gemm_with_b_scales_along_its_input_axis_does_not_fuse():
+    # transB 0, B [K, N] with one scale per row (K, axis 0): QGemm's B has no such form
+    m = gemm_model(trans_b=0, b_per_channel=True, b_axis=0, bias=None)
+    check_rewrite(m, UNFUSED_GEMM, not_fired=["qdq-gemm-fuse"], **GEMM_STEP)
 
 
 def test_gemm_with_a_bias_at_another_scale_does_not_fuse():
