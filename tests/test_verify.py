@@ -1393,3 +1393,118 @@ def test_the_inputs_of_sizes_that_do_not_run_die_with_the_verification():
         gc.enable()
     assert v.status == "not possible", v.detail
     assert not alive, f"{len(alive)} frames holding drawn inputs still alive"
+
+
+# ---- the allowance's reference run with nodes written as float ops (qdq_kept_out): what it
+# must not let through (each passed verification once)
+
+def _per_axis_nan_model(yz: int) -> onnx.ModelProto:
+    """x -> Concat(x, a column that is always NaN) -> per-axis int8 Q/DQ (kept out) -> MatMul -> Q."""
+    w = np.round(np.random.default_rng(0).standard_normal((16, 4)) * 0.1, 3)
+    w[15, :] = 0.5
+    return parse_model(f"""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[8, 15] x) => (uint8[8, 4] y)
+          <float[16] s1 = {{{", ".join(["0.05"] * 16)}}}, int8[16] z1 = {{{", ".join(["0"] * 16)}}},
+           float[16, 4] w = {{{", ".join(map(str, w.ravel()))}}}, float ys = {{0.05}}, uint8 yz = {{{yz}}},
+           int64[1] st = {{0}}, int64[1] en = {{1}}, int64[1] ax = {{1}}, float m1 = {{-1.0}}> {{
+            t = Slice(x, st, en, ax)
+            tt = Mul(t, t)
+            u = Sub(m1, tt)
+            nc = Sqrt(u)
+            h = Concat <axis = 1> (x, nc)
+            q1 = QuantizeLinear <axis = 1> (h, s1, z1)
+            d1 = DequantizeLinear <axis = 1> (q1, s1, z1)
+            mm = MatMul(d1, w)
+            y = QuantizeLinear(mm, ys, yz)
+        }}""")
+
+
+def test_qdq_allowance_reference_quantizes_nan_as_onnxruntimes_kernel():
+    # onnxruntime's int8 QuantizeLinear gives NaN the code -128; the node written as float ops
+    # gave 0 (Cast of NaN), so the reference run moved every output by about 64 steps and a
+    # model 30 steps off passed as no farther
+    m = _per_axis_nan_model(200)
+    assert set(qdq_kept_out(m)) == {"q1", "d1"}
+    assert verify(m, m).status == "passed"
+    v = verify(m, _per_axis_nan_model(170))
+    assert v.status == "failed" and v.requantized, v.detail
+
+
+def _matmul_tiny_scale_model(ys: str) -> onnx.ModelProto:
+    w = np.random.default_rng(1).standard_normal((16, 4)).astype(np.float32) * np.float32(1e-38)
+    return parse_model(f"""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[8, 16] x) => (uint8[8, 4] y)
+            <float[16, 4] w = {{{", ".join(repr(float(v)) for v in w.ravel())}}}, float ys = {{{ys}}},
+             uint8 yz = {{128}}> {{
+            mm = MatMul(x, w)
+            y = QuantizeLinear(mm, ys, yz)
+        }}""")
+
+
+def test_qdq_allowance_reference_folds_no_scale_of_a_node_written_as_float_ops():
+    # a Q at a scale of 1e-39 (kept out) after a MatMul, written Cast -> Div -> Round ...:
+    # onnxruntime dropped the Cast and folded 1 / 1e-39 = inf into the MatMul's alpha
+    # (MatMulScaleFusion), so its reference saturated every code and a model of scale 1e-45
+    # (every code 0 or 255) passed. With a node written so, every float fold stays off
+    m = _matmul_tiny_scale_model("1e-39")
+    assert "the scale of QuantizeLinear" in _kept_out_why(m)
+    assert verify(m, m).status == "passed"
+    v = verify(m, _matmul_tiny_scale_model("1e-45"))
+    assert v.status == "failed", v.detail
+
+
+@pytest.mark.parametrize("mover", ["r = Reshape(d, shp)", "r = Transpose <perm = [0, 1, 3, 2]> (d)",
+                                   "r = Identity(d)"], ids=["reshape", "transpose", "identity"])
+def test_qdq_allowance_finds_a_miscounting_pool_behind_data_movement(mover):
+    # DQ -> Reshape / Transpose / Identity -> AveragePool (ceil_mode, count_include_pad) -> Q:
+    # onnxruntime moves the DQ past the op and fuses the miscounting QLinearAveragePool (87 to
+    # 97 steps off); the check read only a DQ feeding the pool directly, and the allowance took
+    # onnxruntime's fusion as its measure
+    def model(body: str, ops: str = "") -> onnx.ModelProto:
+        return parse_model(f"""
+            <ir_version: 8, opset_import: ["" : 19{ops}]>
+            g (uint8[1, 3, 7, 7] x) => (uint8[1, 3, 3, 3] y) <float s = {{0.05}}, uint8 z = {{100}},
+                float ys = {{0.03}}, uint8 yz = {{120}}, int64[4] shp = {{1, 3, 7, 7}}> {{
+                {body}
+            }}""")
+    attrs = "kernel_shape = [2, 2], strides = [3, 3], ceil_mode = 1, count_include_pad = 1"
+    original = model(f"d = DequantizeLinear(x, s, z)\n {mover}\n a = AveragePool <{attrs}> (r)\n"
+                     " y = QuantizeLinear(a, ys, yz)")
+    moved = "xt = Transpose <perm = [0, 1, 3, 2]> (x)\n " if "Transpose" in mover else ""
+    fused = model(f"{moved}y = com.microsoft.QLinearAveragePool <{attrs}> ({'xt' if moved else 'x'}, s, z, ys, yz)",
+                  ', "com.microsoft" : 1')
+    assert "AveragePool" in _kept_out_why(original)
+    v = verify(original, fused)
+    assert v.status == "failed", v.detail
+
+
+QLINEAR_ADD_BODIES = ("ad = DequantizeLinear(a, s, z)\n bd = DequantizeLinear(b, s, z)\n c = Add(ad, bd)\n"
+                      " yy = QuantizeLinear(c, ys, z)", "yy = com.microsoft.QLinearAdd(a, s, z, b, s, z, ys, z)")
+
+
+@pytest.mark.parametrize("where", ["if-branch", "local-function"])
+def test_qdq_allowance_is_withheld_where_a_subgraph_or_function_holds_qdq(where):
+    # DQ -> Add -> Q with an output scale of 0 inside an If branch or a local function:
+    # onnxruntime fuses QLinearAdd there too (255 codes off), and the check, which reads the
+    # main graph, left it in the reference: the same QLinearAdd passed
+    head = """
+        <ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1{fn}]>
+        g (uint8[4, 64] a, uint8[4, 64] b, bool c0, float[4] f) => (uint8[4, 64] y, uint8[4] fq)
+           <float s = {{0.05}}, float ys = {{0.0}}, uint8 z = {{128}}, float fs = {{0.1}}> {{
+            fq = QuantizeLinear(f, fs, z)
+            {call}
+        }}"""
+    if where == "if-branch":
+        text = head.format(fn="", call="y = If (c0) <then_branch = g1 () => (uint8[4, 64] yy) { %s }, "
+                                        "else_branch = g2 () => (uint8[4, 64] yy) { %s }>")
+        original, wrong = (parse_model(text % (body, body)) for body in QLINEAR_ADD_BODIES)
+    else:
+        text = head.format(fn=', "local" : 1', call="y = local.F(a, b, s, ys, z)") + """
+            <domain: "local", opset_import: ["" : 17, "com.microsoft" : 1]>
+            F (a, b, s, ys, z) => (yy) { %s }"""
+        original, wrong = (parse_model(text % body) for body in QLINEAR_ADD_BODIES)
+    assert "holds a QuantizeLinear or DequantizeLinear" in qdq_allowance_withheld(original)
+    v = verify(original, wrong)
+    assert v.status == "failed", v.detail

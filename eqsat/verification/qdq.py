@@ -209,7 +209,8 @@ class QdqAllowance:
     def _reference(self) -> None:
         """The model of the reference run (`source`) and the transformers it runs without
         (`disabled`): with kept_out's nodes written as float ops (eqsat.verification.qdq_float),
-        so that onnxruntime fuses nothing through them; `withheld` says why where one cannot be."""
+        so that onnxruntime fuses nothing through them, and then without any of FLOAT_FOLDS;
+        `withheld` says why where one cannot be written."""
         if self.disabled is not None:
             return
         ref = self.original
@@ -219,8 +220,10 @@ class QdqAllowance:
             except NotWritable as e:
                 self.withheld = f"{next(iter(self.kept_out.values()))}, and {e}"
             self.source = ref
-        folds = dict.fromkeys(float_folds_withheld(self.original) + float_folds_withheld(ref))
-        self.disabled = QDQ_UNSOUND_TRANSFORMERS + ALLOWANCE_WITHHELD_FUSIONS + [t for t in FLOAT_FOLDS if t in folds]
+        # with nodes written as float ops, every float fold: onnxruntime folded a written-out
+        # Q's Div by a scale of 1e-39 into a MatMul's alpha (inf) through the Cast before it
+        folds = FLOAT_FOLDS if self.kept_out else float_folds_withheld(self.original)
+        self.disabled = QDQ_UNSOUND_TRANSFORMERS + ALLOWANCE_WITHHELD_FUSIONS + list(folds)
 
     def _own(self, f: dict[str, np.ndarray]) -> dict[str, object] | None:
         try:
@@ -319,6 +322,9 @@ FOLD_OPS = frozenset({
     "Sub", "Sum", "Tanh", "Transpose", "Unsqueeze", "Where"})
 # ops whose QDQ fusion adds the bias (input 2) in the accumulator's integers
 BIASED_QDQ_OPS = ("Conv", "ConvTranspose", "Gemm")
+# ops that onnxruntime's QDQ propagation moves a DequantizeLinear past (their first input's
+# values moved, not changed): a fusion after them reads the DequantizeLinear before them
+DQ_MOVERS = frozenset({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"})
 
 
 def quantized_outputs(model: ModelProto) -> set[str]:
@@ -349,10 +355,34 @@ def quantized_outputs(model: ModelProto) -> set[str]:
 
 def qdq_allowance_withheld(model: ModelProto) -> str:
     """Why onnxruntime's own optimization of `model` is no measure at all of what a requantizing
-    rewrite may move (empty where it is one): the scale of a QuantizeLinear or DequantizeLinear
-    computed from constants that onnxruntime folds and this check cannot (its fusions may then
-    take any scale, `qdq_kept_out` cannot tell)."""
+    rewrite may move (empty where it is one): a QuantizeLinear or DequantizeLinear inside a
+    subgraph or a local function (`qdq_kept_out` reads the main graph; onnxruntime fused a
+    DQ -> Add -> Q with an output scale of 0 in an If branch and in a function, and the
+    allowance took it), or the scale of one computed from constants that onnxruntime folds and
+    this check cannot (its fusions may then take any scale, `qdq_kept_out` cannot tell)."""
+    nested = _nested_qdq(model)
+    if nested:
+        return (f"{nested} holds a QuantizeLinear or DequantizeLinear, which this check does not read (it reads "
+                "the main graph; onnxruntime fuses there too)")
     return _QdqGraph(model.graph).unfoldable_scale()
+
+
+def _nested_qdq(model: ModelProto) -> str:
+    """Where a subgraph (an If branch, a Loop or Scan body, at any depth) or a local function of
+    `model` holds a QuantizeLinear or DequantizeLinear; empty where none does."""
+    from eqsat.core.scopes import subgraphs
+
+    def holds(nodes) -> bool:
+        return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.domain in ("", "ai.onnx")
+                   or any(holds(g.node) for a in n.attribute for g in subgraphs(a)) for n in nodes)
+
+    for n in model.graph.node:
+        if any(holds(g.node) for a in n.attribute for g in subgraphs(a)):
+            return f"a subgraph of {n.op_type} '{n.name or n.output[0]}'"
+    for f in model.functions:
+        if holds(f.node):
+            return f"the local function {f.domain}.{f.name}"
+    return ""
 
 
 def qdq_kept_out(model: ModelProto) -> dict[str, str]:
@@ -369,9 +399,10 @@ def qdq_kept_out(model: ModelProto) -> dict[str, str]:
     rounded to integers of x_scale * w_scale above a tenth of the output's step (a Gemm's output
     moved 178 and 41 steps, a Conv's 38); the DequantizeLinear before an AveragePool with
     ceil_mode 1 and count_include_pad 1, which onnxruntime's QLinearAveragePool counts otherwise
-    (up to 87 steps); a QuantizeLinear or DequantizeLinear with per-axis scales other than a
-    weight's along its output channels or a bias's, which onnxruntime's fusions read as one per
-    output channel or one in all (up to 44 steps). With any of them in its reference, the
+    (up to 87 steps); each DequantizeLinear found directly or through ops of DQ_MOVERS; a
+    QuantizeLinear or DequantizeLinear with per-axis scales other than a weight's along its
+    output channels or a bias's, which onnxruntime's fusions read as one per output channel or
+    one in all (up to 44 steps). With any of them in its reference, the
     allowance accepted any program as far off."""
     g = _QdqGraph(model.graph)
     kept: dict[str, str] = {}
@@ -483,10 +514,21 @@ class _QdqGraph:
     def qdq(n) -> bool:
         return n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.domain in ("", "ai.onnx")
 
+    def dq_of(self, name: str):
+        """The DequantizeLinear that computes `name`, directly or through ops of DQ_MOVERS
+        (onnxruntime's QDQ propagation moves a DequantizeLinear past them before its fusions);
+        None where none does."""
+        n = self.producer.get(name)
+        for _ in range(len(self.nodes)):
+            if n is None or n.op_type not in DQ_MOVERS or n.domain not in ("", "ai.onnx") or not n.input:
+                break
+            n = self.producer.get(n.input[0])
+        return n if n is not None and self.qdq(n) and n.op_type == "DequantizeLinear" else None
+
     def dq_scale(self, name: str) -> np.ndarray | None:
-        """The constant scale of the DequantizeLinear that computes `name`, in float32."""
-        d = self.producer.get(name)
-        if d is None or not self.qdq(d) or d.op_type != "DequantizeLinear" or len(d.input) < 2:
+        """The constant scale of the DequantizeLinear that computes `name` (`dq_of`), in float32."""
+        d = self.dq_of(name)
+        if d is None or len(d.input) < 2:
             return None
         s = self.value(d.input[1])
         return None if s is None else s.astype(np.float32)
@@ -517,9 +559,8 @@ class _QdqGraph:
                           "apart)")
 
     def _dq_inputs(self, *names: str) -> list:
-        """The DequantizeLinear nodes that compute `names`."""
-        return [d for d in (self.producer.get(i) for i in names) if d is not None and self.qdq(d)
-                and d.op_type == "DequantizeLinear"]
+        """The DequantizeLinear nodes that compute `names` (`dq_of`)."""
+        return [d for d in (self.dq_of(i) for i in names) if d is not None]
 
     def bias_changed(self):
         """(DequantizeLinear, why) of the inputs of each product that onnxruntime fuses with its
@@ -574,8 +615,8 @@ class _QdqGraph:
             if n.op_type != "AveragePool" or n.domain not in ("", "ai.onnx") or not n.input:
                 continue
             a = self.attrs(n)
-            d = self.producer.get(n.input[0])
-            if a.get("ceil_mode", 0) and a.get("count_include_pad", 0) and d is not None and self.qdq(d):
+            d = self.dq_of(n.input[0])
+            if a.get("ceil_mode", 0) and a.get("count_include_pad", 0) and d is not None:
                 yield d, (f"onnxruntime fuses AveragePool '{n.name or n.output[0]}' (ceil_mode and count_include_pad) "
                           "into QLinearAveragePool, which counts a window past the end otherwise")
 

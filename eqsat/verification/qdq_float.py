@@ -26,7 +26,7 @@ def as_float_ops(model: ModelProto, outputs: set[str]) -> ModelProto:
     computes a value in `outputs` is replaced by the float ops of its definition, computing the
     same value: DequantizeLinear(x, s, z) as Cast(float)(Cast(int32)(x) - Cast(int32)(z)) * s,
     QuantizeLinear(x, s, z) as clamp(Round(x / s) + z) cast to the codes' type (rounded before
-    the zero point is added, as onnxruntime's kernels do), scales and zero points along `axis`
+    the zero point is added, a NaN the lowest code, as onnxruntime's kernels do), scales and zero points along `axis`
     reshaped to broadcast there. NotWritable names a node it cannot write: float8 codes,
     blocked scales, a per-axis scale of a value of unknown rank, an opset below MIN_OPSET."""
     from eqsat.core.shapes import infer_types
@@ -137,9 +137,14 @@ def _quantize(w: _Writer) -> list:
         else None
     lo, hi = (info.min, info.max) if info is not None else ((0, 15) if elem == TensorProto.UINT4 else (-8, 7))
     scale = w.op("Cast", [w.along_axis(s, x)], to=TensorProto.FLOAT)
-    v = w.op("Round", [w.op("Div", [w.op("Cast", [x], to=TensorProto.FLOAT), scale])])
+    xf = w.op("Cast", [x], to=TensorProto.FLOAT)
+    v = w.op("Round", [w.op("Div", [xf, scale])])
     if z is not None:
         v = w.op("Add", [v, w.op("Cast", [w.along_axis(z, x)], to=TensorProto.FLOAT)])
-    v = w.op("Max", [w.op("Min", [v, w.const(np.array(hi, np.float32))]), w.const(np.array(lo, np.float32))])
+    low = w.const(np.array(lo, np.float32))
+    v = w.op("Max", [w.op("Min", [v, w.const(np.array(hi, np.float32))]), low])
+    # a NaN input: onnxruntime's kernels give the codes' lowest value (-128 for int8), where
+    # Cast(NaN) gives 0
+    v = w.op("Where", [w.op("IsNaN", [xf]), low, v])
     w.op("Cast", [v], n.output[0], to=elem)
     return w.nodes
