@@ -1508,3 +1508,17 @@ def test_qdq_allowance_is_withheld_where_a_subgraph_or_function_holds_qdq(where)
     assert "holds a QuantizeLinear or DequantizeLinear" in qdq_allowance_withheld(original)
     v = verify(original, wrong)
     assert v.status == "failed", v.detail
+
+
+def test_qdq_allowance_is_withheld_where_its_reference_model_cannot_be_made(monkeypatch):
+    # writing the kept-out nodes as float ops failing (shape inference refusing the model) is
+    # no crash of verification: the allowance is withheld and the wrong program fails
+    from eqsat.verification import qdq  # noqa: PLC0415
+
+    def refuse(model, outputs):
+        raise RuntimeError("inference refused")
+
+    monkeypatch.setattr(qdq, "as_float_ops", refuse)
+    m = _matmul_tiny_scale_model("1e-39")
+    v = verify(m, _matmul_tiny_scale_model("1e-45"))
+    assert v.status == "failed" and "its reference model could not be made (inference refused)" in v.detail, v.detail

@@ -219,6 +219,8 @@ class QdqAllowance:
                 ref = as_float_ops(self.original, set(self.kept_out))
             except NotWritable as e:
                 self.withheld = f"{next(iter(self.kept_out.values()))}, and {e}"
+            except Exception as e:  # noqa: BLE001 - no reference run then, and no allowance
+                self.withheld = f"{next(iter(self.kept_out.values()))}, and its reference model could not be made ({e})"
             self.source = ref
         # with nodes written as float ops, every float fold: onnxruntime folded a written-out
         # Q's Div by a scale of 1e-39 into a MatMul's alpha (inf) through the Cast before it
