@@ -213,15 +213,12 @@ class QdqAllowance:
         `withheld` says why where one cannot be written."""
         if self.disabled is not None:
             return
-        ref = self.original
         if self.kept_out:
             try:
-                ref = as_float_ops(self.original, set(self.kept_out))
-            except NotWritable as e:
-                self.withheld = f"{next(iter(self.kept_out.values()))}, and {e}"
+                self.source = as_float_ops(self.original, set(self.kept_out))
             except Exception as e:  # noqa: BLE001 - no reference run then, and no allowance
-                self.withheld = f"{next(iter(self.kept_out.values()))}, and its reference model could not be made ({e})"
-            self.source = ref
+                why = str(e) if isinstance(e, NotWritable) else f"its reference model could not be made ({e})"
+                self.withheld = f"{next(iter(self.kept_out.values()))}, and {why}"
         # with nodes written as float ops, every float fold: onnxruntime folded a written-out
         # Q's Div by a scale of 1e-39 into a MatMul's alpha (inf) through the Cast before it
         folds = FLOAT_FOLDS if self.kept_out else float_folds_withheld(self.original)
@@ -292,7 +289,7 @@ class QdqAllowance:
                                  f"{float(theirs.max()):.3g})")
                 continue
             at = tuple(int(i) for i in np.argwhere(beyond)[0])
-            note = f" ({self.kept_out_note()})" if self.kept_out else ""
+            note = f" ({kept})" if (kept := self.kept_out_note()) else ""
             still.append(Mismatch(m.output, f"{m.detail}; farther than onnxruntime's own optimization of the "
                                             f"original moves it at {int(beyond.sum())} of them, first at {at}: "
                                             f"{ours[at]:.3g} where it moves {theirs[at]:.3g}; {unlike}{note}",
@@ -305,7 +302,7 @@ class QdqAllowance:
                 "onnxruntime's: "
                 + ", ".join(self.used[:4])
                 + (", ..." if len(self.used) > 4 else "") + ")"
-                + (f"; {self.kept_out_note()}" if self.kept_out else ""))
+                + (f"; {kept}" if (kept := self.kept_out_note()) else ""))
 
 
 # Scales of a QDQ model where onnxruntime's own fusions differ from the float form by rounding
@@ -372,14 +369,14 @@ def qdq_allowance_withheld(model: ModelProto) -> str:
 def _nested_qdq(model: ModelProto) -> str:
     """Where a subgraph (an If branch, a Loop or Scan body, at any depth) or a local function of
     `model` holds a QuantizeLinear or DequantizeLinear; empty where none does."""
-    from eqsat.core.scopes import subgraphs
+    from eqsat.core.scopes import all_graphs, subgraphs
 
     def holds(nodes) -> bool:
-        return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.domain in ("", "ai.onnx")
-                   or any(holds(g.node) for a in n.attribute for g in subgraphs(a)) for n in nodes)
+        bodies = [g for n in nodes for a in n.attribute for b in subgraphs(a) for g in all_graphs(b)]
+        return any(_QdqGraph.qdq(n) for n in nodes) or any(_QdqGraph.qdq(n) for g in bodies for n in g.node)
 
     for n in model.graph.node:
-        if any(holds(g.node) for a in n.attribute for g in subgraphs(a)):
+        if any(holds(b.node) for a in n.attribute for b in subgraphs(a)):
             return f"a subgraph of {n.op_type} '{n.name or n.output[0]}'"
     for f in model.functions:
         if holds(f.node):
@@ -404,8 +401,8 @@ def qdq_kept_out(model: ModelProto) -> dict[str, str]:
     (up to 87 steps); each DequantizeLinear found directly or through ops of DQ_MOVERS; a
     QuantizeLinear or DequantizeLinear with per-axis scales other than a weight's along its
     output channels or a bias's, which onnxruntime's fusions read as one per output channel or
-    one in all (up to 44 steps). With any of them in its reference, the
-    allowance accepted any program as far off."""
+    one in all (up to 44 steps). With any of them in its reference, the allowance accepted any
+    program as far off."""
     g = _QdqGraph(model.graph)
     kept: dict[str, str] = {}
     for node, why in (*g.scales_out_of_range(), *g.bias_changed(), *g.pool_miscounted(), *g.per_axis_misread()):

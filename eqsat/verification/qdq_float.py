@@ -26,8 +26,8 @@ def as_float_ops(model: ModelProto, outputs: set[str]) -> ModelProto:
     computes a value in `outputs` is replaced by the float ops of its definition, computing the
     same value: DequantizeLinear(x, s, z) as Cast(float)(Cast(int32)(x) - Cast(int32)(z)) * s,
     QuantizeLinear(x, s, z) as clamp(Round(x / s) + z) cast to the codes' type (rounded before
-    the zero point is added, a NaN the lowest code, as onnxruntime's kernels do), scales and zero points along `axis`
-    reshaped to broadcast there. NotWritable names a node it cannot write: float8 codes,
+    the zero point is added, a NaN the lowest code, as onnxruntime's kernels do), scales and
+    zero points along `axis` reshaped to broadcast there. NotWritable names a node it cannot write: float8 codes,
     blocked scales, a per-axis scale of a value of unknown rank, an opset below MIN_OPSET."""
     from eqsat.core.shapes import infer_types
 
